@@ -1,0 +1,441 @@
+"""Time GPU work honestly: events, warm-up, time budgets, cold or hot L2, spread, CUDA graphs.
+
+:func:`benchmark` takes a zero-argument callable and returns a :class:`Measurement`: the raw
+per-call samples, their median and quantiles, and the TFLOP/s and GB/s derived from the FLOPs and
+bytes you counted. The L2 mode is always your explicit choice:
+
+``"cold"``
+    A buffer twice the size of the device's L2 is written before every timed call (outside the
+    timed events), so inputs come from HBM, as they do in a real network.
+``"hot"``
+    Nothing is flushed: repeated calls find their inputs in L2 when they fit.
+
+``cuda_graph=True`` captures many calls into one CUDA graph and times its replays, removing launch
+gaps for kernels too short to time one at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import BenchmarkError
+
+__all__ = ["Measurement", "benchmark", "Ceilings", "measure_ceilings", "ProfiledKernels", "profile_kernels"]
+
+L2_MODES = ("hot", "cold")
+
+
+def _quantile(sorted_samples: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted samples."""
+    if not sorted_samples:
+        return float("nan")
+    pos = (len(sorted_samples) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One timed callable: raw samples and everything derived from them.
+
+    ``samples_ms`` holds one entry per timed call (in CUDA-graph mode, one per replay divided by
+    the calls it holds). Derived rates use the median.
+    """
+
+    label: str
+    samples_ms: list[float]
+    mode: str
+    flops: float | None = None
+    bytes: float | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    # -- statistics ---------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    def quantile(self, q: float) -> float:
+        return _quantile(sorted(self.samples_ms), q)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def q1_ms(self) -> float:
+        return self.quantile(0.25)
+
+    @property
+    def q3_ms(self) -> float:
+        return self.quantile(0.75)
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q3_ms - self.q1_ms
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+    @property
+    def rel_iqr(self) -> float:
+        """IQR / median: the relative spread."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else float("inf")
+
+    # -- derived rates ------------------------------------------------------------------------
+    @property
+    def tflops(self) -> float | None:
+        return None if self.flops is None else self.flops / (self.median_ms * 1e-3) / 1e12
+
+    @property
+    def gbps(self) -> float | None:
+        return None if self.bytes is None else self.bytes / (self.median_ms * 1e-3) / 1e9
+
+    def percent_of(self, ceilings: "Ceilings") -> dict[str, float]:
+        """Median rate as a percentage of the measured ceilings (compute and bandwidth)."""
+        out = {}
+        if self.tflops is not None:
+            out["compute"] = 100.0 * self.tflops / ceilings.bf16_tflops
+        if self.gbps is not None:
+            out["bandwidth"] = 100.0 * self.gbps / ceilings.copy_gbps
+        return out
+
+    def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        d = {
+            "label": self.label, "mode": self.mode, "params": self.params, "unit": "ms",
+            "n": self.n, "median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
+            "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
+            "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
+            "warnings": list(self.warnings),
+        }
+        if samples:
+            d["samples_ms"] = list(self.samples_ms)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
+        return cls(d["label"], list(d["samples_ms"]), d["mode"], d.get("flops"), d.get("bytes"),
+                   dict(d.get("params", {})), list(d.get("warnings", [])))
+
+    def __str__(self) -> str:
+        parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} (IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"]
+        if self.tflops is not None:
+            parts.append(f"{self.tflops:.1f} TFLOP/s")
+        if self.gbps is not None:
+            parts.append(f"{self.gbps:.0f} GB/s")
+        text = " · ".join(parts)
+        for w in self.warnings:
+            text += f"\n  warning: {w}"
+        return text
+
+
+def _fmt_ms(ms: float) -> str:
+    if ms >= 1:
+        return f"{ms:.3f} ms"
+    return f"{ms * 1e3:.2f} µs"
+
+
+def _spread_warnings(samples: list[float]) -> list[str]:
+    warnings = []
+    s = sorted(samples)
+    med = statistics.median(s)
+    iqr = _quantile(s, 0.75) - _quantile(s, 0.25)
+    if med > 0 and iqr / med > 0.10:
+        warnings.append(f"large spread: IQR is {100 * iqr / med:.0f}% of the median")
+    third = len(samples) // 3
+    if third >= 5:
+        first, last = statistics.median(samples[:third]), statistics.median(samples[-third:])
+        if first > 0 and abs(last / first - 1) > 0.05:
+            warnings.append(
+                f"timings drifted {100 * (last / first - 1):+.0f}% from the first to the last third "
+                "of the run (clock or thermal throttling, or interference)"
+            )
+    return warnings
+
+
+def _call(fn: Callable[[], Any], label: str) -> Any:
+    try:
+        return fn()
+    except BenchmarkError:
+        raise
+    except Exception as exc:
+        raise BenchmarkError(f"benchmark {label!r}: the function raised {type(exc).__name__}: {exc}") from exc
+
+
+_FLUSH: dict[int, Any] = {}
+
+
+def _l2_flush_buffer() -> Any:
+    import torch
+
+    dev = torch.cuda.current_device()
+    buf = _FLUSH.get(dev)
+    if buf is None:
+        l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 64 * 2**20
+        buf = _FLUSH[dev] = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
+    return buf
+
+
+def benchmark(
+    fn: Callable[[], Any],
+    *,
+    label: str,
+    l2: str,
+    flops: float | None = None,
+    bytes: float | None = None,
+    budget_ms: float = 400.0,
+    warmup_ms: float = 50.0,
+    min_reps: int = 20,
+    max_reps: int = 20_000,
+    cuda_graph: bool = False,
+    calls_per_graph: int | None = None,
+    expect_shape: Sequence[int] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Measurement:
+    """Time ``fn`` on the GPU and return a :class:`Measurement`.
+
+    Parameters
+    ----------
+    fn:
+        Zero-argument callable that enqueues the work on torch's current stream (a
+        :meth:`~cudnn_guide.graphs.BuiltGraph.bind` launcher, or a lambda around torch ops).
+    label:
+        Name in tables, plots and errors.
+    l2:
+        ``"cold"`` (flush L2 before each call) or ``"hot"``. Required: the choice changes the
+        answer, so it is never implicit.
+    flops, bytes:
+        Work per call you counted, for TFLOP/s and GB/s.
+    budget_ms, warmup_ms:
+        Time budgets. Warm-up runs for ``warmup_ms``; the number of timed calls is
+        ``budget_ms`` over a first estimate of one call, clamped to ``[min_reps, max_reps]``.
+    cuda_graph:
+        Capture ``calls_per_graph`` calls in one CUDA graph and time replays (``l2`` must be
+        ``"hot"``). For kernels of a few microseconds, where launch gaps would dominate events.
+    expect_shape:
+        If given and ``fn`` returns a tensor, its shape must match.
+    params:
+        Free-form metadata (implementation, problem size) carried into tables and records.
+
+    Raises
+    ------
+    BenchmarkError
+        ``fn`` raised, returned a wrong shape, or no GPU is present.
+    ValueError
+        Bad arguments (unknown ``l2`` mode, cold L2 with CUDA graphs).
+
+    Example
+    -------
+    >>> m = benchmark(launch, label="cudnn fused", l2="cold", flops=2 * M * N * K)  # doctest: +SKIP
+    >>> print(m)  # doctest: +SKIP
+    """
+    import torch
+
+    from .environment import require_gpu
+
+    if l2 not in L2_MODES:
+        raise ValueError(f"l2 must be one of {L2_MODES}, got {l2!r}")
+    if cuda_graph and l2 == "cold":
+        raise ValueError("cuda_graph=True times back-to-back replays, which cannot flush L2 between calls; use l2='hot'")
+    if not callable(fn):
+        raise BenchmarkError(f"benchmark {label!r}: expected a callable, got {type(fn).__name__}")
+    require_gpu(f"benchmark {label!r}")
+
+    out = _call(fn, label)
+    if expect_shape is not None and isinstance(out, torch.Tensor) and tuple(out.shape) != tuple(expect_shape):
+        raise BenchmarkError(f"benchmark {label!r}: output shape {tuple(out.shape)} != expected {tuple(expect_shape)}")
+    torch.cuda.synchronize()
+
+    flush = _l2_flush_buffer() if l2 == "cold" else None
+
+    def one_call() -> None:
+        if flush is not None:
+            flush.zero_()
+        fn()
+
+    # Estimate one call (with its flush) from a few, then warm up for warmup_ms.
+    est = _time_calls(one_call, 5, label) / 5
+    for _ in range(max(1, int(warmup_ms / max(est, 1e-3)))):
+        _call(one_call, label)
+    torch.cuda.synchronize()
+
+    if cuda_graph:
+        inner = calls_per_graph or max(1, min(1000, int(2.0 / max(est, 1e-4))))
+        samples = _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label)
+        mode = f"cuda-graph x{inner}"
+    else:
+        reps = int(min(max(budget_ms / max(est, 1e-4), min_reps), max_reps))
+        samples = _time_each(fn, flush, reps, label)
+        mode = f"{l2}-L2 events"
+    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), _spread_warnings(samples))
+
+
+def _time_calls(fn: Callable[[], Any], n: int, label: str) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        _call(fn, label)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str) -> list[float]:
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        if flush is not None:
+            flush.zero_()
+        s.record()
+        _call(fn, label)
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) -> list[float]:
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on the capture stream, as torch requires
+        for _ in range(3):
+            _call(fn, label)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(inner):
+                fn()
+    except Exception as exc:
+        raise BenchmarkError(f"benchmark {label!r}: CUDA-graph capture failed: {type(exc).__name__}: {exc}") from exc
+    graph.replay()
+    torch.cuda.synchronize()
+    reps = int(min(max(budget_ms / max(est * inner, 1e-4), min_reps), max_reps))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) / inner for s, e in zip(starts, ends)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ceilings: what this GPU can do at best, measured rather than quoted
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceilings:
+    """Measured ceilings of this GPU, the roofline every page compares against."""
+
+    copy_gbps: float
+    """Device-to-device copy, bytes read plus written per second (GB/s)."""
+    bf16_tflops: float
+    """Dense bf16 matmul (8192³ by default), TFLOP/s."""
+    copy: Measurement
+    matmul: Measurement
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"copy_gbps": self.copy_gbps, "bf16_tflops": self.bf16_tflops,
+                "copy": self.copy.to_dict(), "matmul": self.matmul.to_dict()}
+
+
+_CEILINGS: Ceilings | None = None
+
+
+def measure_ceilings(copy_mib: int = 2048, matmul_n: int = 8192, refresh: bool = False) -> Ceilings:
+    """Measure device-copy bandwidth and bf16 matmul throughput once per process.
+
+    Copies a ``copy_mib`` buffer (counting bytes read + written) and multiplies two random
+    ``matmul_n``² bf16 matrices with ``torch.matmul`` (cuBLAS), both with a cold L2.
+    """
+    import torch
+
+    global _CEILINGS
+    if _CEILINGS is not None and not refresh:
+        return _CEILINGS
+    n_bytes = copy_mib * 2**20
+    src = torch.randn(n_bytes // 4, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    copy = benchmark(lambda: dst.copy_(src), label="device copy", l2="cold", bytes=2 * n_bytes, budget_ms=300)
+    a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    mm = benchmark(lambda: torch.matmul(a, b, out=c), label=f"bf16 matmul {matmul_n}³", l2="cold",
+                   flops=2 * matmul_n**3, budget_ms=500)
+    del src, dst, a, b, c
+    torch.cuda.empty_cache()
+    _CEILINGS = Ceilings(copy.gbps or 0.0, mm.tflops or 0.0, copy, mm)
+    return _CEILINGS
+
+
+# ---------------------------------------------------------------------------------------------
+# An independent clock: the profiler's own kernel durations
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfiledKernels:
+    """Per-call GPU kernel time seen by the PyTorch profiler (CUPTI), independent of CUDA events."""
+
+    per_call_ms: float
+    calls: int
+    kernels: dict[str, float]
+    """Kernel name → total milliseconds across all profiled calls."""
+
+    def top(self, k: int = 3) -> list[tuple[str, float]]:
+        return sorted(self.kernels.items(), key=lambda kv: -kv[1])[:k]
+
+
+def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold", label: str = "fn") -> ProfiledKernels:
+    """Run ``fn`` ``calls`` times under ``torch.profiler`` and sum the CUDA kernels it launched.
+
+    With ``l2="cold"`` the L2 flush runs between calls as in :func:`benchmark`, and its own
+    kernel is excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
+    timestamps, no launch gaps), which makes it a cross-check of :func:`benchmark`.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if l2 not in L2_MODES:
+        raise ValueError(f"l2 must be one of {L2_MODES}, got {l2!r}")
+    flush = _l2_flush_buffer() if l2 == "cold" else None
+    _call(fn, label)
+    torch.cuda.synchronize()
+    flush_names: set[str] = set()
+    if flush is not None:  # learn the flush kernel's name so it can be excluded
+        with profile(activities=[ProfilerActivity.CUDA]) as p0:
+            flush.zero_()
+            torch.cuda.synchronize()
+        flush_names = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            if flush is not None:
+                flush.zero_()
+            _call(fn, label)
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA or e.name in flush_names:
+            continue
+        if "memcpy" in e.name.lower() or "memset" in e.name.lower():
+            continue
+        dur_us = getattr(e, "device_time", None)
+        if dur_us is None:
+            dur_us = getattr(e, "cuda_time", 0.0)
+        kernels[e.name] = kernels.get(e.name, 0.0) + dur_us / 1e3
+    if not kernels:
+        raise BenchmarkError(f"profile {label!r}: the profiler saw no CUDA kernels (is CUPTI available?)")
+    return ProfiledKernels(sum(kernels.values()) / calls, calls, kernels)

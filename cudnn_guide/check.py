@@ -1,0 +1,150 @@
+"""Check an output against a reference before anything is timed.
+
+The rule: compute the reference in higher precision, compare by relative norm
+``‖out − ref‖₂ / ‖ref‖₂`` against a tolerance chosen by the output's dtype, and fail on any NaN.
+Outputs are *poisoned* with NaN before the run (:func:`poison`), so an element the kernel never
+wrote is a NaN and fails the check instead of passing as a stale or zero value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Iterator
+
+from .errors import CheckFailedError, InputError
+
+__all__ = ["CheckResult", "tolerance", "poison", "compare", "check", "reference", "full_precision"]
+
+
+def _tolerances() -> dict[Any, float]:
+    import torch
+
+    table = {
+        torch.float64: 1e-10,
+        torch.float32: 1e-4,
+        torch.float16: 3e-3,
+        torch.bfloat16: 1.6e-2,
+    }
+    for name, tol in (("float8_e4m3fn", 8e-2), ("float8_e5m2", 1.6e-1)):
+        if hasattr(torch, name):
+            table[getattr(torch, name)] = tol
+    return table
+
+
+def tolerance(dtype: Any) -> float:
+    """The relative-norm tolerance for an output of ``dtype``.
+
+    About four units of the dtype's rounding error (2⁻⁸ for bf16, 2⁻¹¹ for fp16, 2⁻²⁴ for fp32):
+    rounding the output alone costs about one unit, accumulation order a little more; a real bug
+    (a wrong index, a missing bias, an unwritten tile) costs orders of magnitude more.
+    """
+    try:
+        return _tolerances()[dtype]
+    except KeyError:
+        raise InputError(f"no relative-error tolerance is defined for dtype {dtype}; pass tol= explicitly") from None
+
+
+def poison(*tensors: Any) -> None:
+    """Fill floating-point outputs with NaN before a run, so unwritten elements fail the check."""
+    for t in tensors:
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        else:
+            raise InputError(f"poison(): {t.dtype} has no NaN; check integer outputs exactly instead")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one comparison."""
+
+    name: str
+    dtype: str
+    rel_error: float
+    tolerance: float
+    nan_count: int
+    numel: int
+
+    @property
+    def passed(self) -> bool:
+        return self.nan_count == 0 and self.rel_error <= self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "passed": self.passed}
+
+    def __str__(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        nan = f", {self.nan_count} NaN of {self.numel}" if self.nan_count else ""
+        return f"check {self.name}: {verdict} rel. error {self.rel_error:.2e} (tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+
+
+def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
+    """Compare ``actual`` with ``expected`` by relative L2 norm, in float64. Never raises on a mismatch.
+
+    Raises
+    ------
+    InputError
+        If the shapes differ (a shape mismatch is a bug, not a numerical error).
+    """
+    import torch
+
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise InputError(f"check {name}: output shape {tuple(actual.shape)} != reference shape {tuple(expected.shape)}")
+    tol = tolerance(actual.dtype) if tol is None else tol
+    a = actual.detach().to(torch.float64)
+    r = expected.detach().to(torch.float64)
+    nan_count = int(torch.isnan(a).sum().item())
+    if nan_count:
+        rel = float("nan")
+    else:
+        denom = torch.linalg.vector_norm(r).item()
+        num = torch.linalg.vector_norm(a - r).item()
+        rel = num / denom if denom > 0 else num
+    return CheckResult(name, str(actual.dtype).replace("torch.", ""), rel, tol, nan_count, actual.numel())
+
+
+def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
+    """Like :func:`compare`, but raise :class:`~cudnn_guide.errors.CheckFailedError` on failure.
+
+    Example
+    -------
+    >>> result = check(y, y_ref, name="conv_bias_relu")  # doctest: +SKIP
+    >>> print(result)  # doctest: +SKIP
+    check conv_bias_relu: PASS rel. error 2.1e-03 (tolerance 1.6e-02, bfloat16)
+    """
+    result = compare(actual, expected, name=name, tol=tol)
+    if not result.passed:
+        why = (
+            f"{result.nan_count} of {result.numel} elements are NaN (never written, or NaN produced)"
+            if result.nan_count
+            else f"relative error {result.rel_error:.3e} exceeds the {result.tolerance:.1e} tolerance for {result.dtype}"
+        )
+        raise CheckFailedError(f"check {name} failed: {why}")
+    return result
+
+
+@contextlib.contextmanager
+def full_precision() -> Iterator[None]:
+    """Turn off TF32 in matmuls and convolutions for the duration (for references)."""
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def reference(fn: Callable[..., Any], *inputs: Any, dtype: Any = None) -> Any:
+    """Run ``fn`` on copies of ``inputs`` upcast to ``dtype`` (float32 by default), TF32 off.
+
+    Non-floating inputs and non-tensors pass through unchanged.
+    """
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    up = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    with full_precision(), torch.no_grad():
+        return fn(*up)

@@ -1,0 +1,124 @@
+"""Sphinx hooks for the recorded gallery: stamps, record downloads, build health, manifest.
+
+* Under each gallery page title: "Measured on <GPU> · <date> · <commit>", read from the
+  example's JSON record, with a link to download that record.
+* Build health (:func:`recorded_page_problems`): a recorded page with no output, no figure, a
+  zero run time, no record, or a failed check fails the build, unless listed in
+  :data:`HEALTH_EXCEPTIONS` with its reason.
+* In record mode, ``recording.json`` is written when the build finishes.
+* Each API entry gets a mini-gallery of the examples that use it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from . import recording
+from .records import RECORD_SUFFIX
+
+__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "connect"]
+
+HEALTH_EXCEPTIONS: dict[str, str] = {
+    # "plot_name": "why this page may lack a figure/output/record",
+}
+"""Example stems exempt from the build-health rules, each with its reason."""
+
+_RUNTIME = re.compile(r"\*\*Total running time of the script:\*\*\s*\(\s*(\d+)\s*minutes\s*([\d.]+)\s*seconds\)")
+
+
+def _record(gallery: Path, stem: str) -> dict[str, Any] | None:
+    path = gallery / f"{stem}{RECORD_SUFFIX}"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, str] | None = None) -> list[str]:
+    """Every way a recorded example page falls short; empty when all are healthy."""
+    exceptions = HEALTH_EXCEPTIONS if exceptions is None else exceptions
+    problems = []
+    for src in sorted(Path(examples).glob("plot_*.py")):
+        stem = src.stem
+        if stem in exceptions:
+            continue
+        rst = Path(gallery) / f"{stem}.rst"
+        if not rst.exists():
+            problems.append(f"{stem}: no recorded page ({rst.name} missing)")
+            continue
+        text = rst.read_text(encoding="utf-8")
+        if "sphx-glr-script-out" not in text:
+            problems.append(f"{stem}: the recorded page has no captured output")
+        if not list((Path(gallery) / "images").glob(f"sphx_glr_{stem}_*.png")):
+            problems.append(f"{stem}: the recorded page has no figure")
+        m = _RUNTIME.search(text)
+        if not m or (int(m.group(1)) == 0 and float(m.group(2)) == 0.0):
+            problems.append(f"{stem}: the recorded run time is zero or missing")
+        rec = _record(Path(gallery), stem)
+        if rec is None:
+            problems.append(f"{stem}: no JSON record ({stem}{RECORD_SUFFIX})")
+        elif not rec.get("all_checks_passed"):
+            problems.append(f"{stem}: its record reports a failed or missing correctness check")
+    return problems
+
+
+def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
+    """The reST block inserted under a gallery page's title."""
+    if not record or not record.get("environment"):
+        return ""
+    env = record["environment"]
+    return (
+        "\n.. rst-class:: cg-stamp\n\n"
+        f"   Measured on **{env.get('gpu', '?')}** · {env.get('date_utc', '?')} · commit ``{env.get('commit', '?')}`` · "
+        f"cuDNN {env.get('cudnn_backend', '?')} · frontend {env.get('cudnn_frontend', '?')} · torch {env.get('torch', '?')} · "
+        f":download:`JSON record <{stem}{RECORD_SUFFIX}>`\n"
+    )
+
+
+_TITLE = re.compile(r"^(?P<title>[^\n.][^\n]*)\n(?P<rule>=+)\n", re.MULTILINE)
+
+
+def _insert_stamp(text: str, stamp: str) -> str:
+    m = _TITLE.search(text)
+    if not m or not stamp:
+        return text
+    return text[: m.end()] + stamp + text[m.end():]
+
+
+def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float) -> None:
+    """Wire the hooks into a Sphinx application (called from ``conf.py``'s ``setup``)."""
+    gallery_doc = gallery.name
+
+    def on_source_read(app: Any, docname: str, source: list[str]) -> None:
+        prefix = f"{gallery_doc}/plot_"
+        if docname.startswith(prefix):
+            stem = docname.split("/", 1)[1]
+            source[0] = _insert_stamp(source[0], stamp_rst(_record(gallery, stem), stem))
+
+    def on_builder_inited_late(app: Any) -> None:
+        problems = recorded_page_problems(gallery, examples)
+        if problems:
+            from sphinx.errors import ExtensionError
+
+            raise ExtensionError("recorded gallery is unhealthy:\n  " + "\n  ".join(problems))
+
+    def on_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+        if what in ("function", "class") and name.startswith("cudnn_guide."):
+            lines += ["", f".. minigallery:: {name}", "   :add-heading: Examples using this", ""]
+
+    def on_finished(app: Any, exc: Exception | None) -> None:
+        if exc is None and mode == "record":
+            from . import environment
+
+            path = recording.write_manifest(gallery, examples, environment.collect().to_dict(),
+                                            build_seconds=time.perf_counter() - started)
+            print(f"cudnn-guide: recording manifest written to {path}; commit docs/auto_examples.")
+
+    app.connect("source-read", on_source_read)
+    # priority > 500: after sphinx-gallery generated (record) or kept (render) the pages
+    app.connect("builder-inited", on_builder_inited_late, priority=900)
+    app.connect("autodoc-process-docstring", on_docstring)
+    app.connect("build-finished", on_finished)

@@ -1,0 +1,355 @@
+"""Describe where the numbers come from: the GPU, its software stack, and libcudnn.
+
+Nothing here needs a GPU to import. :func:`collect` needs one; :func:`find_libcudnn` does not.
+
+The environment record is what every page prints under its title and what every JSON record
+carries, so that a number is never separated from the machine that produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from .errors import CapabilityError, CudnnLibraryError, NoGPUError
+
+__all__ = [
+    "LibcudnnSearch",
+    "EnvironmentRecord",
+    "find_libcudnn",
+    "loaded_libcudnn",
+    "require_gpu",
+    "require_cudnn",
+    "require_sm",
+    "collect",
+    "git_commit",
+]
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# libcudnn: where the frontend looks, and what it found
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LibcudnnSearch:
+    """Where the cuDNN frontend looks for libcudnn, in its own order, and what is there.
+
+    The frontend wheel does not bundle libcudnn. At import it tries, in order: each directory of
+    ``LD_LIBRARY_PATH``; ``nvidia/cudnn/lib`` in the interpreter's site-packages (the
+    ``nvidia-cudnn-cu12``/``-cu13`` wheel, which a CUDA build of PyTorch brings); then the system
+    loader (``ldconfig``). Import succeeds even when nothing is found: the first backend call fails.
+    """
+
+    candidates: tuple[str, ...]
+    """Every path or name tried, in order."""
+    found: str | None
+    """The first candidate that exists, or ``None``."""
+    source: str | None
+    """``"LD_LIBRARY_PATH"``, ``"site-packages"``, ``"system loader"`` or ``None``."""
+
+    def explain(self) -> str:
+        """A multi-line, human-readable account of the search."""
+        lines = ["libcudnn search order (as cuDNN Frontend does it):"]
+        lines += [f"  {i + 1}. {c}" for i, c in enumerate(self.candidates)]
+        if self.found:
+            lines.append(f"found: {self.found} (via {self.source})")
+        else:
+            lines.append("found: nothing")
+        return "\n".join(lines)
+
+
+def find_libcudnn() -> LibcudnnSearch:
+    """Search for libcudnn the way ``import cudnn`` does, without loading it.
+
+    Returns
+    -------
+    LibcudnnSearch
+        The candidates in order and the first that exists.
+
+    Example
+    -------
+    >>> from cudnn_guide.environment import find_libcudnn
+    >>> print(find_libcudnn().explain())  # doctest: +SKIP
+    """
+    candidates: list[str] = []
+    for directory in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if directory:
+            for name in ("libcudnn.so.9", "libcudnn.so"):
+                path = os.path.join(directory, name)
+                candidates.append(path)
+                if os.path.exists(path):
+                    return LibcudnnSearch(tuple(candidates), path, "LD_LIBRARY_PATH")
+    purelib = sysconfig.get_path("purelib")
+    for sub in ("nvidia/cudnn/lib", "nvidia/cudnn_jit/lib"):
+        pattern = os.path.join(purelib, sub, "libcudnn.so.*[0-9]")
+        candidates.append(pattern)
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return LibcudnnSearch(tuple(candidates), hits[0], "site-packages")
+    for name in ("libcudnn.so.9", "libcudnn.so"):
+        candidates.append(f"{name} (system loader)")
+        path = _system_library(name)
+        if path:
+            return LibcudnnSearch(tuple(candidates), path, "system loader")
+    return LibcudnnSearch(tuple(candidates), None, None)
+
+
+def _system_library(name: str) -> str | None:
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        parts = line.strip().split(" => ")
+        if len(parts) == 2 and parts[0].split(" ")[0] == name:
+            return parts[1].strip()
+    return None
+
+
+def loaded_libcudnn() -> str | None:
+    """The path of the libcudnn mapped into this process, read from ``/proc/self/maps``."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if "/libcudnn.so" in path:
+            return os.path.realpath(path)
+    return None
+
+
+def require_cudnn() -> int:
+    """Return cuDNN's backend version as an integer (``91900`` for 9.19.0).
+
+    Raises
+    ------
+    CudnnLibraryError
+        If the frontend cannot reach libcudnn. The message lists where it was looked for and how
+        to install it.
+    """
+    import cudnn
+
+    try:
+        return int(cudnn.backend_version())
+    except Exception as exc:  # the frontend raises RuntimeError("Unable to find symbol ...")
+        search = find_libcudnn()
+        raise CudnnLibraryError(
+            f"cuDNN Frontend {cudnn.__version__} cannot reach libcudnn ({exc}).\n"
+            f"{search.explain()}\n"
+            "Fix: install the cuDNN 9 wheel that matches your CUDA major version "
+            "(`pip install nvidia-cudnn-cu12` or `nvidia-cudnn-cu13`; a CUDA build of PyTorch "
+            "brings it), or point LD_LIBRARY_PATH at a directory holding libcudnn.so.9."
+        ) from exc
+
+
+def require_gpu(what: str = "this operation") -> None:
+    """Raise :class:`~cudnn_guide.errors.NoGPUError` unless PyTorch sees a CUDA GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NoGPUError(what)
+
+
+def require_sm(minimum: tuple[int, int], feature: str) -> None:
+    """Raise :class:`~cudnn_guide.errors.CapabilityError` unless the GPU's SM version is high enough.
+
+    Example
+    -------
+    >>> require_sm((9, 0), "FP8 SDPA")  # doctest: +SKIP
+    """
+    import torch
+
+    require_gpu(feature)
+    found = torch.cuda.get_device_capability()
+    if tuple(found) < tuple(minimum):
+        raise CapabilityError(
+            feature,
+            f"SM {minimum[0]}.{minimum[1]} or newer",
+            f"SM {found[0]}.{found[1]} ({torch.cuda.get_device_name()})",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The environment record
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentRecord:
+    """Everything a reader needs to know about where a number was measured.
+
+    Serialises to JSON (:meth:`to_dict`), renders as a one-line stamp (:meth:`stamp`) and as an
+    HTML table in a gallery page (``_repr_html_``).
+    """
+
+    gpu: str
+    sm: str
+    sm_count: int
+    memory_gib: float
+    l2_mib: float
+    driver: str
+    cuda: str
+    torch: str
+    cudnn_backend: str
+    cudnn_frontend: str
+    libcudnn: str
+    python: str
+    platform: str
+    commit: str
+    date_utc: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EnvironmentRecord":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def stamp(self) -> str:
+        """One line: ``Measured on <GPU> · driver · CUDA · cuDNN · frontend · torch · commit · date``."""
+        return (
+            f"Measured on {self.gpu} (SM {self.sm}) · driver {self.driver} · CUDA {self.cuda} · "
+            f"cuDNN {self.cudnn_backend} · frontend {self.cudnn_frontend} · torch {self.torch} · "
+            f"commit {self.commit} · {self.date_utc}"
+        )
+
+    def rows(self) -> list[tuple[str, str]]:
+        labels = {
+            "gpu": "GPU", "sm": "SM version", "sm_count": "SMs", "memory_gib": "Memory (GiB)",
+            "l2_mib": "L2 cache (MiB)", "driver": "Driver", "cuda": "CUDA (torch build)",
+            "torch": "PyTorch", "cudnn_backend": "cuDNN backend", "cudnn_frontend": "cuDNN Frontend",
+            "libcudnn": "libcudnn loaded", "python": "Python", "platform": "Platform",
+            "commit": "cudnn-guide commit", "date_utc": "Date (UTC)",
+        }
+        return [(labels[k], str(v)) for k, v in self.to_dict().items()]
+
+    def __str__(self) -> str:
+        width = max(len(k) for k, _ in self.rows())
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows())
+
+    def _repr_html_(self) -> str:
+        import html
+
+        body = "".join(
+            f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in self.rows()
+        )
+        return f'<table class="cg-env-table">{body}</table>'
+
+
+def git_commit() -> str:
+    """The cudnn-guide commit being measured.
+
+    ``CUDNN_GUIDE_COMMIT`` wins (a GPU builder that received a copy of the tree without ``.git``);
+    otherwise ``git rev-parse``. A ``+dirty`` suffix marks uncommitted changes to the code.
+    """
+    env = os.environ.get("CUDNN_GUIDE_COMMIT")
+    if env:
+        return env
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=_REPO_ROOT, capture_output=True,
+            text=True, timeout=10, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+             ":(exclude)docs/auto_examples"],
+            cwd=_REPO_ROOT, capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout.strip()
+        if out:
+            return out.splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        for token in text.split():
+            if token.count(".") >= 1 and token.replace(".", "").isdigit():
+                return token
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _version_string(v: int) -> str:
+    return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+
+
+def collect() -> EnvironmentRecord:
+    """Measure the environment of this process: GPU, driver, CUDA, cuDNN, versions, commit, date.
+
+    Raises
+    ------
+    NoGPUError
+        Without a CUDA GPU.
+    CudnnLibraryError
+        If libcudnn cannot be reached.
+
+    Example
+    -------
+    >>> env = collect()  # doctest: +SKIP
+    >>> print(env.stamp())  # doctest: +SKIP
+    """
+    import cudnn
+    import torch
+
+    require_gpu("collecting the GPU environment")
+    backend = require_cudnn()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = getattr(props, "L2_cache_size", 0)
+    return EnvironmentRecord(
+        gpu=props.name,
+        sm=f"{props.major}.{props.minor}",
+        sm_count=int(props.multi_processor_count),
+        memory_gib=round(props.total_memory / 2**30, 1),
+        l2_mib=round(l2 / 2**20, 1),
+        driver=_driver_version(),
+        cuda=str(torch.version.cuda),
+        torch=torch.__version__,
+        cudnn_backend=_version_string(backend),
+        cudnn_frontend=cudnn.__version__,
+        libcudnn=loaded_libcudnn() or find_libcudnn().found or "unknown",
+        python=platform.python_version(),
+        platform=f"{platform.system()} {platform.machine()}",
+        commit=git_commit(),
+        date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def _main() -> None:  # pragma: no cover - thin CLI
+    print(find_libcudnn().explain())
+    try:
+        print(collect().to_json())
+    except Exception as exc:
+        print(f"\n{type(exc).__name__}: {exc}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()

@@ -1,0 +1,283 @@
+"""Build a cuDNN graph in its five steps, time each step, and execute it on torch's stream.
+
+The frontend builds a graph in five steps::
+
+    validate → build_operation_graph → create_execution_plans → check_support → build_plans
+
+:func:`build` runs them, records how long each took, and turns a failure into a
+:class:`~cudnn_guide.errors.GraphBuildError` that names the step, the graph and cuDNN's own
+message (a :class:`~cudnn_guide.errors.GraphNotSupportedError` when cuDNN simply has no engine
+for the graph). The result, a :class:`BuiltGraph`, owns its workspace and executes on PyTorch's
+*current* stream, so events, CUDA graphs and other torch work see it in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
+
+__all__ = ["STEPS", "BuildReport", "BuiltGraph", "build", "handle_for_current_device", "bind_to_current_stream"]
+
+STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
+"""The five build steps, in order."""
+
+_HANDLES: dict[int, Any] = {}
+
+
+def handle_for_current_device() -> Any:
+    """One ``cudnn.Handle`` per device, created on first use and reused.
+
+    A handle is expensive to create (it loads kernels and allocates); every graph on a device can
+    share one.
+    """
+    import cudnn
+    import torch
+
+    from .environment import require_cudnn, require_gpu
+
+    require_gpu("creating a cuDNN handle")
+    device = torch.cuda.current_device()
+    handle = _HANDLES.get(device)
+    if handle is None:
+        require_cudnn()
+        handle = _HANDLES[device] = cudnn.create_handle()
+    return handle
+
+
+def _raw_stream_getter() -> Callable[[], int]:
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return lambda: raw(torch.cuda.current_device())
+    return lambda: torch.cuda.current_stream().cuda_stream
+
+
+_current_raw_stream: Callable[[], int] | None = None
+
+
+def bind_to_current_stream(handle: Any) -> int:
+    """Point ``handle`` at torch's current CUDA stream and return that stream.
+
+    Call before every execute: under ``torch.cuda.stream(s)`` or CUDA-graph capture the current
+    stream changes, and a handle left on another stream would run the work outside the timed
+    region or outside the capture. ``cudnn.set_stream`` skips the backend call when the stream is
+    unchanged, so a steady loop pays almost nothing.
+    """
+    import cudnn
+
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        _current_raw_stream = _raw_stream_getter()
+    stream = _current_raw_stream()
+    cudnn.set_stream(handle, stream)
+    return stream
+
+
+@dataclasses.dataclass
+class BuildReport:
+    """How a graph was built: seconds per step, the plans cuDNN offered, and the one chosen."""
+
+    graph: str
+    step_seconds: dict[str, float]
+    plan_count: int
+    plan_name: str
+    workspace_bytes: int
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.step_seconds.values())
+
+    def __str__(self) -> str:
+        steps = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.step_seconds.items())
+        return (
+            f"{self.graph}: built in {self.total_seconds * 1e3:.1f} ms ({steps}); "
+            f"{self.plan_count} plan(s), chose {self.plan_name!r}; workspace {self.workspace_bytes} B"
+        )
+
+
+class BuiltGraph:
+    """A built cuDNN graph with its handle and workspace, ready to execute.
+
+    Do not construct directly: use :func:`build`.
+    """
+
+    def __init__(self, graph: Any, name: str, handle: Any, report: BuildReport) -> None:
+        import torch
+
+        self.graph = graph
+        self.name = name
+        self.handle = handle
+        self.report = report
+        self.workspace = torch.empty(max(report.workspace_bytes, 1), device="cuda", dtype=torch.uint8)
+        self._specs = {t: _declared_layout(t) for t in _graph_io(graph)}
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def check_pack(self, pack: Mapping[Any, Any]) -> None:
+        """Check a variant pack against the graph's declared tensors.
+
+        Raises
+        ------
+        InputError
+            A missing operand, a CPU tensor where a device one is needed, or dims/strides that
+            differ from the graph's declaration.
+        """
+        import torch
+
+        for gt, (dims, strides) in self._specs.items():
+            if gt not in pack:
+                raise InputError(f"graph {self.name!r}: the variant pack has no tensor for {gt.get_name()!r}")
+            data = pack[gt]
+            if not isinstance(data, torch.Tensor):
+                raise InputError(f"graph {self.name!r}: {gt.get_name()!r} must be a torch.Tensor, got {type(data).__name__}")
+            if gt.get_is_pass_by_value():
+                continue
+            if data.device.type != "cuda":
+                raise InputError(f"graph {self.name!r}: {gt.get_name()!r} is on {data.device}; it must be on the GPU")
+            if tuple(data.shape) != dims or (strides is not None and tuple(data.stride()) != strides):
+                raise InputError(
+                    f"graph {self.name!r}: {gt.get_name()!r} was declared with dims {dims} strides {strides}, "
+                    f"but got shape {tuple(data.shape)} strides {tuple(data.stride())}"
+                )
+
+    def execute(self, pack: Mapping[Any, Any]) -> None:
+        """Check ``pack`` and execute the selected plan on torch's current stream.
+
+        ``pack`` maps each graph tensor (inputs and outputs) to a torch tensor; outputs are
+        written in place.
+        """
+        self.check_pack(pack)
+        self._launch(pack)
+
+    def bind(self, pack: Mapping[Any, Any], plan_index: int | None = None) -> Callable[[], None]:
+        """Check ``pack`` once and return a zero-argument launcher for timing loops.
+
+        The launcher binds the handle to the current stream and calls ``graph.execute`` (or
+        ``execute_plan_at_index`` when ``plan_index`` is given) with nothing else on the path.
+        """
+        self.check_pack(pack)
+        graph, ws, handle = self.graph, self.workspace, self.handle
+        pack = dict(pack)
+        if plan_index is None:
+            def launch() -> None:
+                bind_to_current_stream(handle)
+                graph.execute(pack, ws, handle=handle)
+        else:
+            def launch() -> None:
+                bind_to_current_stream(handle)
+                graph.execute_plan_at_index(pack, ws, plan_index, handle=handle)
+        return launch
+
+    def _launch(self, pack: Mapping[Any, Any]) -> None:
+        bind_to_current_stream(self.handle)
+        try:
+            self.graph.execute(dict(pack), self.workspace, handle=self.handle)
+        except Exception as exc:
+            raise GraphExecutionError(f"graph {self.name!r} failed to execute: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"BuiltGraph({self.name!r}, plan={self.report.plan_name!r})"
+
+
+def _declared_layout(t: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """Dims and strides a graph tensor was declared with. An output whose strides the frontend
+    inferred (not set by the caller) is checked by dims only: cuDNN picks its layout per op."""
+    strides = tuple(t.get_stride())
+    if getattr(t, "stride_assigned", True) is False:
+        strides = None
+    return tuple(t.get_dim()), strides
+
+
+def _graph_io(graph: Any) -> list[Any]:
+    tensors = []
+    for getter in ("get_inputs", "get_outputs"):
+        try:
+            tensors += [t for t in getattr(graph, getter)() if not t.get_is_virtual()]
+        except Exception:  # pragma: no cover - older frontends
+            pass
+    return tensors
+
+
+def _heuristics(modes: Iterable[Any]) -> list[Any]:
+    import cudnn
+
+    out = []
+    for m in modes:
+        out.append(getattr(cudnn.heur_mode, m) if isinstance(m, str) else m)
+    return out
+
+
+def build(
+    graph: Any,
+    *,
+    name: str | None = None,
+    heuristics: Iterable[Any] = ("A", "FALLBACK"),
+    policy: Any = None,
+    handle: Any = None,
+) -> BuiltGraph:
+    """Run the five build steps on ``graph``, timing each, and return a :class:`BuiltGraph`.
+
+    Parameters
+    ----------
+    graph:
+        A ``cudnn.pygraph`` with its outputs marked (``set_output(True)``).
+    name:
+        A name for messages and reports (defaults to the graph's own).
+    heuristics:
+        ``cudnn.heur_mode`` values or their names (``"A"``, ``"B"``, ``"FALLBACK"``).
+    policy:
+        A ``cudnn.build_plan_policy``; ``ALL`` builds every plan for autotuning. Default: the
+        frontend's (the first plan that builds).
+    handle:
+        A ``cudnn.Handle``; default: :func:`handle_for_current_device`.
+
+    Raises
+    ------
+    GraphNotSupportedError
+        cuDNN has no engine for this graph here.
+    GraphBuildError
+        Any other failure, with the step and cuDNN's message.
+
+    Example
+    -------
+    >>> built = build(graph, name="conv_bias_relu")  # doctest: +SKIP
+    >>> print(built.report)  # doctest: +SKIP
+    """
+    import cudnn
+    import torch
+
+    handle = handle if handle is not None else handle_for_current_device()
+    name = name or getattr(graph, "name", None) or "graph"
+    modes = _heuristics(heuristics)
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("validate", graph.validate),
+        ("build_operation_graph", graph.build_operation_graph),
+        ("create_execution_plans", lambda: graph.create_execution_plans(modes)),
+        ("check_support", graph.check_support),
+        ("build_plans", (lambda: graph.build_plans(policy)) if policy is not None else graph.build_plans),
+    ]
+    seconds: dict[str, float] = {}
+    for step, call in calls:
+        t0 = time.perf_counter()
+        try:
+            call()
+        except cudnn.cudnnGraphNotSupportedError as exc:
+            raise GraphNotSupportedError(step, name, str(exc)) from exc
+        except Exception as exc:
+            raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
+        seconds[step] = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    try:
+        plan_count = int(graph.get_execution_plan_count())
+    except Exception:
+        plan_count = -1
+    try:
+        plan_name = str(graph.get_plan_name_at_index(getattr(graph, "_plan_index", 0)))
+    except Exception:
+        plan_name = "unknown"
+    report = BuildReport(name, seconds, plan_count, plan_name, int(graph.get_workspace_size()))
+    return BuiltGraph(graph, name, handle, report)

@@ -1,0 +1,131 @@
+"""Record on a GPU, render anywhere: the docs build's two modes.
+
+*Record* (a CUDA GPU is present, or ``CUDNN_GUIDE_DOCS_MODE=record``): sphinx-gallery executes
+every example afresh and writes its page, figures, downloads, ``.md5`` and timing files, and each
+example's JSON record, into ``docs/auto_examples`` to be committed, then a manifest
+(``recording.json``) saying where and when.
+
+*Render* (no GPU, or ``CUDNN_GUIDE_DOCS_MODE=render``): nothing executes. sphinx-gallery skips
+every example whose ``.md5`` matches its source and keeps the recorded page. An example changed
+since its recording would otherwise be executed (and crash without a GPU) or rendered stale, so
+:func:`stale_examples` finds them first and the build stops, naming each file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import GuideError
+
+__all__ = [
+    "MODE_ENV", "MANIFEST", "StaleRecordingError", "ExampleState", "docs_mode", "example_states",
+    "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
+]
+
+MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
+MANIFEST = "recording.json"
+
+
+class StaleRecordingError(GuideError):
+    """An example changed since its GPU recording (or was never recorded)."""
+
+
+def docs_mode() -> str:
+    """``"record"`` or ``"render"``: ``$CUDNN_GUIDE_DOCS_MODE`` if set, else record iff a CUDA GPU is visible."""
+    mode = os.environ.get(MODE_ENV, "auto").strip().lower()
+    if mode in ("record", "render"):
+        return mode
+    if mode != "auto":
+        raise ValueError(f"{MODE_ENV}={mode!r}: expected 'record', 'render' or 'auto'")
+    try:
+        import torch
+
+        return "record" if torch.cuda.is_available() else "render"
+    except ImportError:
+        return "render"
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+class ExampleState:
+    """One example and the state of its recording: ``fresh``, ``stale`` or ``missing``."""
+
+    def __init__(self, source: Path, state: str) -> None:
+        self.source, self.state = source, state
+
+    def __repr__(self) -> str:
+        return f"ExampleState({self.source.name!r}, {self.state!r})"
+
+
+def example_states(examples_dir: Path, gallery_dir: Path, pattern: str = "plot_*.py") -> list[ExampleState]:
+    """Compare each example's md5 with the one sphinx-gallery stored when it was recorded."""
+    states = []
+    for src in sorted(Path(examples_dir).glob(pattern)):
+        stored = Path(gallery_dir) / (src.name + ".md5")
+        rst = Path(gallery_dir) / (src.stem + ".rst")
+        if not stored.exists() or not rst.exists():
+            states.append(ExampleState(src, "missing"))
+        elif stored.read_text().strip() != _md5(src):
+            states.append(ExampleState(src, "stale"))
+        else:
+            states.append(ExampleState(src, "fresh"))
+    return states
+
+
+def stale_examples(examples_dir: Path, gallery_dir: Path) -> list[ExampleState]:
+    """Examples whose recording is stale or missing."""
+    return [s for s in example_states(examples_dir, gallery_dir) if s.state != "fresh"]
+
+
+def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
+    """Raise :class:`StaleRecordingError` naming every example that must be re-recorded on a GPU."""
+    bad = stale_examples(examples_dir, gallery_dir)
+    if bad:
+        lines = [
+            f"  {s.source.as_posix()}: "
+            + ("changed since it was recorded" if s.state == "stale" else "has never been recorded")
+            for s in bad
+        ]
+        raise StaleRecordingError(
+            "cannot render the gallery without a GPU: these examples must be re-recorded on a GPU "
+            "(run `nox -s docs` on a CUDA machine and commit docs/auto_examples):\n" + "\n".join(lines)
+        )
+
+
+def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
+    path = Path(gallery_dir) / MANIFEST
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
+                   build_seconds: float | None = None) -> Path:
+    """Write ``recording.json``: the environment, each example's md5, the date and the build time."""
+    data = {
+        "recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "environment": environment,
+        "build_seconds": build_seconds,
+        "examples": {s.name: _md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
+    }
+    path = Path(gallery_dir) / MANIFEST
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def describe_recording(gallery_dir: Path) -> str:
+    """One line for the console and the home page: where and when the recording was measured."""
+    manifest = read_manifest(gallery_dir)
+    if not manifest or not manifest.get("environment"):
+        return "no GPU recording has been committed yet"
+    env = manifest["environment"]
+    return (f"{env.get('gpu', '?')} (driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
+            f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
+            f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, commit {env.get('commit', '?')}")

@@ -1,0 +1,161 @@
+"""Report measurements: comparison tables (HTML in the gallery, text in a terminal) and plots.
+
+A :class:`ComparisonTable` pivots measurements into one row per implementation and one column per
+problem size, with the best entry of each column marked, in one unit. :func:`plot_lines` draws the
+median of each implementation as a line with its inter-quartile band.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable, Iterable, Sequence
+
+from .bench import Measurement
+
+__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio"]
+
+METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
+    # name: (unit label, higher is better, getter)
+    "median_ms": ("median time (ms)", False, lambda m: m.median_ms),
+    "median_us": ("median time (µs)", False, lambda m: m.median_ms * 1e3),
+    "tflops": ("TFLOP/s (at the median)", True, lambda m: m.tflops),
+    "gbps": ("GB/s (at the median)", True, lambda m: m.gbps),
+}
+
+
+def ratio(slow: Measurement, fast: Measurement) -> float:
+    """Speed-up of ``fast`` over ``slow`` from their medians (``slow.median / fast.median``)."""
+    return slow.median_ms / fast.median_ms
+
+
+class ComparisonTable:
+    """One row per implementation, one column per problem size, one metric.
+
+    Parameters
+    ----------
+    measurements:
+        Measurements carrying ``params[row]`` and ``params[column]`` (missing column → one column).
+    row, column:
+        The ``params`` keys to pivot on.
+    metric:
+        A key of :data:`METRICS`.
+
+    Example
+    -------
+    >>> ComparisonTable(ms, row="impl", column="seq_len", metric="tflops")  # doctest: +SKIP
+    """
+
+    def __init__(self, measurements: Iterable[Measurement], *, row: str = "impl", column: str = "size",
+                 metric: str = "median_ms", title: str = "") -> None:
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; choose from {sorted(METRICS)}")
+        self.metric, self.title = metric, title
+        self.unit, self.higher_is_better, getter = METRICS[metric]
+        self.rows: list[Any] = []
+        self.columns: list[Any] = []
+        self.cells: dict[tuple[Any, Any], Measurement | None] = {}
+        for m in measurements:
+            r, c = m.params.get(row, m.label), m.params.get(column, "")
+            if r not in self.rows:
+                self.rows.append(r)
+            if c not in self.columns:
+                self.columns.append(c)
+            self.cells[(r, c)] = m
+        self._get = getter
+        self.row_name, self.column_name = row, column
+
+    def value(self, r: Any, c: Any) -> float | None:
+        m = self.cells.get((r, c))
+        return None if m is None else self._get(m)
+
+    def best_row(self, c: Any) -> Any:
+        vals = [(self.value(r, c), r) for r in self.rows if self.value(r, c) is not None]
+        if not vals:
+            return None
+        return (max if self.higher_is_better else min)(vals, key=lambda t: t[0])[1]
+
+    def _cell_text(self, r: Any, c: Any) -> str:
+        m = self.cells.get((r, c))
+        v = self.value(r, c)
+        if m is None or v is None:
+            return "—"
+        spread = f" ±{100 * m.rel_iqr / 2:.0f}%" if self.metric.startswith("median") else ""
+        return f"{v:.4g}{spread}"
+
+    def __str__(self) -> str:
+        head = [f"{self.row_name} \\ {self.column_name}"] + [str(c) for c in self.columns]
+        body = []
+        for r in self.rows:
+            cells = []
+            for c in self.columns:
+                text = self._cell_text(r, c)
+                cells.append(text + (" *" if self.best_row(c) == r else ""))
+            body.append([str(r)] + cells)
+        widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
+        lines = [self.title] if self.title else []
+        lines.append(f"{self.unit}; * best per column; ± half the IQR" if self.metric.startswith("median") else f"{self.unit}; * best per column")
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in body]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{esc(str(c))}</th>" for c in self.columns)
+        rows = []
+        for r in self.rows:
+            tds = []
+            for c in self.columns:
+                text = esc(self._cell_text(r, c))
+                tds.append(f"<td><b>{text}</b></td>" if self.best_row(c) == r else f"<td>{text}</td>")
+            rows.append(f"<tr><th>{esc(str(r))}</th>{''.join(tds)}</tr>")
+        caption = esc(self.title + (" — " if self.title else "") + self.unit + "; best per column in bold")
+        return (f'<table class="cg-compare"><caption>{caption}</caption>'
+                f"<thead><tr><th>{esc(self.row_name)} \\ {esc(self.column_name)}</th>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def plot_lines(measurements: Sequence[Measurement], *, x: str, line: str = "impl", metric: str = "median_ms",
+               ax: Any = None, logx: bool = False, logy: bool = False, title: str = "",
+               ceiling: float | None = None, ceiling_label: str = "") -> Any:
+    """Plot ``metric`` against ``params[x]``, one line per ``params[line]``, with an IQR band.
+
+    For time metrics the band spans the 25th–75th percentile of the samples; for rates it is the
+    same band converted to the rate. Returns the matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    unit, _, getter = METRICS[metric]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    groups: dict[Any, list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(m.params.get(line, m.label), []).append(m)
+    for name, ms in groups.items():
+        ms = sorted(ms, key=lambda m: m.params[x])
+        xs = [m.params[x] for m in ms]
+        ys = [getter(m) for m in ms]
+        lo, hi = [], []
+        for m in ms:
+            med = m.median_ms
+            scale = (lambda t, med=med, m=m: getter(m) * med / t)  # rate ∝ 1/time; time ∝ time
+            if metric in ("tflops", "gbps"):
+                lo.append(scale(m.q3_ms)), hi.append(scale(m.q1_ms))
+            else:
+                factor = getter(m) / med
+                lo.append(m.q1_ms * factor), hi.append(m.q3_ms * factor)
+        (handle,) = ax.plot(xs, ys, marker="o", label=str(name))
+        ax.fill_between(xs, lo, hi, alpha=0.25, color=handle.get_color(), linewidth=0)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="0.4", linestyle="--", linewidth=1, label=ceiling_label or "measured ceiling")
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(unit)
+    if title:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return ax

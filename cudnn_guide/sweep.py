@@ -1,0 +1,76 @@
+"""Sweep a problem size across implementations and collect one measurement per point.
+
+An implementation is a *factory*: given a problem size it returns a zero-argument callable to
+time, or ``None`` when it does not support that size (shown as "—", never as a failure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+from .bench import Measurement, benchmark
+from .report import ComparisonTable, plot_lines
+
+__all__ = ["SweepResult", "sweep"]
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """The measurements of a sweep, with a table and a plot of them."""
+
+    x: str
+    measurements: list[Measurement]
+
+    def table(self, metric: str = "median_ms", title: str = "") -> ComparisonTable:
+        return ComparisonTable(self.measurements, row="impl", column=self.x, metric=metric, title=title)
+
+    def plot(self, metric: str = "median_ms", **kwargs: Any) -> Any:
+        return plot_lines(self.measurements, x=self.x, line="impl", metric=metric, **kwargs)
+
+    def get(self, impl: str, x: Any) -> Measurement | None:
+        for m in self.measurements:
+            if m.params.get("impl") == impl and m.params.get(self.x) == x:
+                return m
+        return None
+
+
+def sweep(
+    xs: Sequence[Any],
+    impls: Mapping[str, Callable[[Any], Callable[[], Any] | None]],
+    *,
+    x: str = "size",
+    l2: str,
+    flops: Callable[[Any], float] | None = None,
+    bytes: Callable[[Any], float] | None = None,
+    **bench_kwargs: Any,
+) -> SweepResult:
+    """Time every implementation at every size.
+
+    Raises
+    ------
+    ValueError
+        An empty sweep (no sizes or no implementations).
+
+    Example
+    -------
+    >>> res = sweep([1024, 2048], {"cudnn": make_cudnn, "torch": make_torch}, x="seq_len",
+    ...             l2="cold", flops=lambda s: 4 * s * s * 128)  # doctest: +SKIP
+    >>> res.plot(metric="tflops")  # doctest: +SKIP
+    """
+    if len(xs) == 0:
+        raise ValueError("sweep(): no problem sizes given (xs is empty)")
+    if len(impls) == 0:
+        raise ValueError("sweep(): no implementations given")
+    out: list[Measurement] = []
+    for value in xs:
+        for name, factory in impls.items():
+            fn = factory(value)
+            if fn is None:
+                continue
+            out.append(benchmark(
+                fn, label=f"{name} @ {x}={value}", l2=l2,
+                flops=flops(value) if flops else None, bytes=bytes(value) if bytes else None,
+                params={"impl": name, x: value}, **bench_kwargs,
+            ))
+    return SweepResult(x, out)

@@ -1,0 +1,125 @@
+"""Sphinx configuration for cudnn-guide.
+
+Two modes (see :mod:`cudnn_guide.recording`):
+
+* **record** — a CUDA GPU is visible (or ``CUDNN_GUIDE_DOCS_MODE=record``): sphinx-gallery runs
+  every example afresh and writes pages, figures, downloads and JSON records into
+  ``docs/auto_examples``, to be committed.
+* **render** — no GPU (or ``CUDNN_GUIDE_DOCS_MODE=render``): nothing executes; the committed
+  recording is rendered. A recording older than its example stops the build with a message
+  naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+
+from cudnn_guide import __version__, recording  # noqa: E402
+from cudnn_guide import docs_build  # noqa: E402
+
+EXAMPLES = ROOT / "examples"
+GALLERY = DOCS / "auto_examples"
+MODE = recording.docs_mode()
+_BUILD_START = time.perf_counter()
+
+if MODE == "render":
+    recording.require_fresh_recording(EXAMPLES, GALLERY)
+    RECORDED_ON = recording.describe_recording(GALLERY)
+    print(f"cudnn-guide: render mode (no GPU in this process): nothing is executed; "
+          f"pages show the committed recording measured on {RECORDED_ON}.", flush=True)
+else:
+    from cudnn_guide import environment
+
+    os.environ["CUDNN_GUIDE_RECORD_DIR"] = str(GALLERY)
+    _ENV = environment.collect()
+    RECORDED_ON = (f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
+                   f"frontend {_ENV.cudnn_frontend}, torch {_ENV.torch}) on {_ENV.date_utc}, commit {_ENV.commit}")
+    print(f"cudnn-guide: record mode: executing every example on {RECORDED_ON}; "
+          f"outputs go to {GALLERY.relative_to(ROOT)} (commit them).", flush=True)
+
+# -- Project -----------------------------------------------------------------------------------
+project = "cudnn-guide"
+author = "the cudnn-guide authors"
+copyright = "2026, the cudnn-guide authors"
+release = version = __version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "sphinx_gallery.gen_gallery",
+    "myst_nb",
+    "sphinx_copybutton",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+# sphinx-gallery writes a notebook and a script beside each page; they are downloads, not pages.
+exclude_patterns = [
+    "_build",
+    "auto_examples/*.ipynb",
+    "auto_examples/*.py",
+    "auto_examples/*.zip",
+    "auto_examples/*.json",
+    "auto_examples/*.md5",
+    "Thumbs.db",
+    ".DS_Store",
+]
+nb_execution_mode = "off"
+nb_execution_excludepatterns = ["auto_examples/*"]
+myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
+myst_substitutions = {"recorded_on": RECORDED_ON, "docs_mode": MODE}
+myst_heading_anchors = 3
+suppress_warnings = ["config.cache"]
+
+# -- Gallery -----------------------------------------------------------------------------------
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    # record: run everything afresh; render: every md5 matches (checked above), nothing runs.
+    "run_stale_examples": MODE == "record",
+    "abort_on_example_error": True,
+    "doc_module": ("cudnn_guide",),
+    "backreferences_dir": "api/generated/backreferences",
+    "exclude_implicit_doc": {r"cudnn_guide\.errors\..*"},
+    "remove_config_comments": True,
+    "download_all_examples": True,
+    "capture_repr": ("_repr_html_", "__repr__"),
+    "min_reported_time": 0,
+    "within_subsection_order": "FileNameSortKey",
+    "show_memory": False,
+    "write_computation_times": True,
+}
+abort_on_example_error = True
+
+# -- Autodoc -----------------------------------------------------------------------------------
+autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_numpy_docstring = True
+napoleon_google_docstring = False
+napoleon_custom_sections = [("Example", "Examples")]
+
+# -- HTML --------------------------------------------------------------------------------------
+html_theme = "furo"
+html_title = "cudnn-guide"
+html_static_path = ["_static"]
+html_css_files = ["cudnn-guide.css"]
+html_theme_options = {
+    "source_repository": "https://github.com/cudnn-guide/cudnn-guide/",
+    "source_branch": "main",
+    "source_directory": "docs/",
+    "navigation_with_keys": True,
+}
+html_show_sourcelink = True
+
+
+def setup(app):
+    docs_build.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START)

@@ -1,0 +1,65 @@
+"""Sessions: ``docs`` builds the site, ``tests`` runs the test suite.
+
+``nox -s docs`` executes every example when a CUDA GPU is present (record mode) and renders the
+committed recording otherwise (render mode); see ``docs/conf.py``.
+
+Offline machines (GPU clusters without network): ``nox --no-venv -s docs`` runs in the current
+interpreter with the packages already installed there, installing nothing.
+
+``CUDNN_GUIDE_TORCH`` chooses the torch requirement installed into fresh environments
+(default ``torch==2.13.0``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import nox
+
+nox.options.sessions = ["docs", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+TORCH = os.environ.get("CUDNN_GUIDE_TORCH", "torch==2.13.0")
+DOCS_MODULES = ("sphinx", "sphinx_gallery", "myst_nb", "furo", "sphinx_copybutton", "matplotlib", "torch", "cudnn")
+TEST_MODULES = ("pytest", "hypothesis", *DOCS_MODULES)
+
+
+def _no_venv(session: nox.Session) -> bool:
+    return session.venv_backend == "none" or not getattr(session.virtualenv, "is_sandboxed", True)
+
+
+def _prepare(session: nox.Session, extras: str, modules: tuple[str, ...]) -> str:
+    """Install into a fresh venv, or with --no-venv check the interpreter has everything.
+
+    Returns the python executable to run commands with."""
+    if _no_venv(session):
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            session.error(
+                f"--no-venv: {sys.executable} lacks {', '.join(missing)}. Install them into this interpreter "
+                "(offline: pip install --no-index --find-links <wheelhouse> ...), or drop --no-venv to let "
+                "nox create an environment from the package index."
+            )
+        session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+        return sys.executable
+    session.install(TORCH)
+    session.install("-e", f".[{extras}]")
+    return "python"
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the HTML site into docs/_build/html (record on a GPU, render from the recording without one)."""
+    python = _prepare(session, "docs", DOCS_MODULES)
+    session.run(python, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
+                *session.posargs, external=True)
+    session.log("site built: docs/_build/html/index.html (serve: python -m http.server -d docs/_build/html)")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (GPU tests are skipped without a GPU)."""
+    python = _prepare(session, "docs,test", TEST_MODULES)
+    session.run(python, "-m", "pytest", *session.posargs, external=True)
