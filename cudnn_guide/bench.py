@@ -10,6 +10,13 @@ bytes you counted. The L2 mode is always your explicit choice:
 ``"hot"``
     Nothing is flushed: repeated calls find their inputs in L2 when they fit.
 
+Before each timed call the harness enqueues a short GPU *spin* (``torch.cuda._sleep``), sized
+from the measured host time of one call, ahead of the start event. The host then enqueues the
+whole call while the GPU is still spinning, so the events time the GPU work alone and not the
+Python that launches it (the method nvbench calls a blocking kernel). The host time is measured
+separately and reported (``host_samples_ms``): when it exceeds the GPU time, a loop of such calls
+is host-bound, and the measurement says so.
+
 ``cuda_graph=True`` captures many calls into one CUDA graph and times its replays, removing launch
 gaps for kernels too short to time one at a time.
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import BenchmarkError
@@ -52,6 +60,8 @@ class Measurement:
     bytes: float | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    host_samples_ms: list[float] = dataclasses.field(default_factory=list)
+    """Host (CPU) time to enqueue each timed call, when measured."""
 
     # -- statistics ---------------------------------------------------------------------------
     @property
@@ -82,6 +92,11 @@ class Measurement:
         return min(self.samples_ms)
 
     @property
+    def host_median_ms(self) -> float | None:
+        """Median host time to enqueue one call (``None`` when not measured)."""
+        return statistics.median(self.host_samples_ms) if self.host_samples_ms else None
+
+    @property
     def rel_iqr(self) -> float:
         """IQR / median: the relative spread."""
         return self.iqr_ms / self.median_ms if self.median_ms > 0 else float("inf")
@@ -110,16 +125,17 @@ class Measurement:
             "n": self.n, "median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
             "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
             "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
-            "warnings": list(self.warnings),
+            "host_median_ms": self.host_median_ms, "warnings": list(self.warnings),
         }
         if samples:
-            d["samples_ms"] = list(self.samples_ms)
+            d["samples_ms"] = [round(x, 6) for x in self.samples_ms]
+            d["host_samples_ms"] = [round(x, 5) for x in self.host_samples_ms]
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
         return cls(d["label"], list(d["samples_ms"]), d["mode"], d.get("flops"), d.get("bytes"),
-                   dict(d.get("params", {})), list(d.get("warnings", [])))
+                   dict(d.get("params", {})), list(d.get("warnings", [])), list(d.get("host_samples_ms", [])))
 
     def __str__(self) -> str:
         parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} (IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"]
@@ -127,6 +143,8 @@ class Measurement:
             parts.append(f"{self.tflops:.1f} TFLOP/s")
         if self.gbps is not None:
             parts.append(f"{self.gbps:.0f} GB/s")
+        if self.host_median_ms is not None:
+            parts.append(f"host {_fmt_ms(self.host_median_ms)}/call")
         text = " · ".join(parts)
         for w in self.warnings:
             text += f"\n  warning: {w}"
@@ -257,21 +275,35 @@ def benchmark(
             flush.zero_()
         fn()
 
-    # Estimate one call (with its flush) from a few, then warm up for warmup_ms.
+    # Estimate one call (with its flush) from a few, then warm up for warmup_ms, measuring the
+    # host time of each call on the way.
     est = _time_calls(one_call, 5, label) / 5
-    for _ in range(max(1, int(warmup_ms / max(est, 1e-3)))):
-        _call(one_call, label)
+    host = []
+    for _ in range(max(3, int(warmup_ms / max(est, 1e-3)))):
+        if flush is not None:
+            flush.zero_()
+        t0 = time.perf_counter()
+        _call(fn, label)
+        host.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
 
+    host_samples: list[float] = []
     if cuda_graph:
         inner = calls_per_graph or max(1, min(1000, int(2.0 / max(est, 1e-4))))
         samples = _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label)
         mode = f"cuda-graph x{inner}"
     else:
         reps = int(min(max(budget_ms / max(est, 1e-4), min_reps), max_reps))
-        samples = _time_each(fn, flush, reps, label)
+        spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
+        samples, host_samples = _time_each(fn, flush, reps, label, spin_ms)
         mode = f"{l2}-L2 events"
-    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), _spread_warnings(samples))
+    warnings = _spread_warnings(samples)
+    if host_samples and statistics.median(host_samples) > statistics.median(samples):
+        warnings.append(
+            f"host time per call ({_fmt_ms(statistics.median(host_samples))}) exceeds GPU time "
+            f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
+        )
+    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), warnings, host_samples)
 
 
 def _time_calls(fn: Callable[[], Any], n: int, label: str) -> float:
@@ -286,19 +318,44 @@ def _time_calls(fn: Callable[[], Any], n: int, label: str) -> float:
     return start.elapsed_time(end)
 
 
-def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str) -> list[float]:
+_CYCLES_PER_MS: dict[int, float] = {}
+
+
+def _spin(ms: float) -> None:
+    """Keep the GPU busy for about ``ms`` milliseconds (a calibrated ``torch.cuda._sleep``)."""
+    import torch
+
+    dev = torch.cuda.current_device()
+    rate = _CYCLES_PER_MS.get(dev)
+    if rate is None:
+        cycles = 2_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)  # first call loads the kernel
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        rate = _CYCLES_PER_MS[dev] = cycles / max(start.elapsed_time(end), 1e-3)
+    torch.cuda._sleep(int(ms * rate))
+
+
+def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float) -> tuple[list[float], list[float]]:
     import torch
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    host = []
     for s, e in zip(starts, ends):
         if flush is not None:
             flush.zero_()
+        _spin(spin_ms)
         s.record()
+        t0 = time.perf_counter()
         _call(fn, label)
+        host.append((time.perf_counter() - t0) * 1e3)
         e.record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)], host
 
 
 def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) -> list[float]:

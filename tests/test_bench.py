@@ -1,0 +1,71 @@
+import math
+
+import pytest
+
+from cudnn_guide import bench, sweep
+from cudnn_guide.errors import BenchmarkError, NoGPUError
+from conftest import HAS_GPU
+
+
+def _m(samples, **kw):
+    return bench.Measurement("x", list(samples), "cold-L2 events", **kw)
+
+
+def test_statistics_from_known_samples():
+    m = _m([1.0, 2.0, 3.0, 4.0, 100.0], flops=4e9, bytes=2e9)
+    assert m.median_ms == 3.0
+    assert m.q1_ms == 2.0 and m.q3_ms == 4.0 and m.iqr_ms == 2.0
+    assert m.min_ms == 1.0 and m.n == 5
+    assert math.isclose(m.tflops, 4e9 / 3e-3 / 1e12)
+    assert math.isclose(m.gbps, 2e9 / 3e-3 / 1e9)
+    # the outlier moves the mean but not the median: the median is what rates use
+    assert m.median_ms < sum(m.samples_ms) / m.n
+
+
+def test_percent_of_ceilings():
+    m = _m([1.0], flops=1e12 * 1e-3 * 500)  # 500 TFLOP/s at 1 ms
+    ceil = bench.Ceilings(copy_gbps=4000, bf16_tflops=1000, copy=m, matmul=m)
+    assert math.isclose(m.percent_of(ceil)["compute"], 50.0)
+
+
+def test_round_trip_through_dict():
+    m = _m([1.0, 1.1, 1.2], flops=1.0, params={"impl": "a", "size": 3}, host_samples_ms=[0.01, 0.02, 0.03])
+    again = bench.Measurement.from_dict(m.to_dict())
+    assert again.samples_ms == m.samples_ms and again.params == m.params and again.median_ms == m.median_ms
+    assert again.host_median_ms == 0.02
+
+
+def test_spread_and_drift_warnings():
+    steady = [1.0] * 30
+    assert bench._spread_warnings(steady) == []
+    drifting = [1.0] * 10 + [1.05] * 10 + [1.2] * 10
+    assert any("drifted +20%" in w for w in bench._spread_warnings(drifting))
+    noisy = [1.0, 2.0] * 15
+    assert any("large spread" in w for w in bench._spread_warnings(noisy))
+
+
+def test_bad_arguments_are_clear():
+    with pytest.raises(ValueError, match="l2 must be one of"):
+        bench.benchmark(lambda: None, label="f", l2="warm")
+    with pytest.raises(ValueError, match="cannot flush L2"):
+        bench.benchmark(lambda: None, label="f", l2="cold", cuda_graph=True)
+    with pytest.raises(BenchmarkError, match="expected a callable"):
+        bench.benchmark(42, label="f", l2="hot")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_benchmark_without_gpu_names_the_missing_gpu():
+    with pytest.raises(NoGPUError, match="benchmark 'f' needs a CUDA GPU"):
+        bench.benchmark(lambda: None, label="f", l2="hot")
+
+
+def test_empty_sweep_is_an_error():
+    with pytest.raises(ValueError, match="no problem sizes"):
+        sweep.sweep([], {"a": lambda x: None}, l2="hot")
+    with pytest.raises(ValueError, match="no implementations"):
+        sweep.sweep([1], {}, l2="hot")
+
+
+def test_quantile_interpolates():
+    assert bench._quantile([0.0, 10.0], 0.25) == 2.5
+    assert math.isnan(bench._quantile([], 0.5))

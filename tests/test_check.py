@@ -1,0 +1,73 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cudnn_guide import check
+from cudnn_guide.errors import CheckFailedError, InputError
+
+
+def test_tolerances_scale_with_precision():
+    assert check.tolerance(torch.float32) < check.tolerance(torch.float16) < check.tolerance(torch.bfloat16)
+    with pytest.raises(InputError, match="tolerance"):
+        check.tolerance(torch.int32)
+
+
+def test_matching_output_passes_and_reports_error():
+    ref = torch.randn(1000, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    result = check.check(out, ref, name="rounded")
+    assert result.passed
+    assert 1e-4 < result.rel_error < check.tolerance(torch.bfloat16)
+    assert "PASS" in str(result)
+
+
+def test_wrong_output_fails_loudly():
+    ref = torch.randn(1000)
+    with pytest.raises(CheckFailedError, match="relative error .* exceeds"):
+        check.check(ref + 0.1 * torch.randn(1000), ref, name="bad")
+    assert not check.compare(ref * 1.1, ref).passed
+
+
+def test_nan_always_fails_even_with_a_huge_tolerance():
+    ref = torch.randn(10)
+    out = ref.clone()
+    out[3] = float("nan")
+    result = check.compare(out, ref, tol=1e9)
+    assert not result.passed and result.nan_count == 1
+    with pytest.raises(CheckFailedError, match="1 of 10 elements are NaN"):
+        check.check(out, ref, tol=1e9)
+
+
+def test_poison_makes_unwritten_outputs_fail():
+    ref = torch.randn(8, 8)
+    out = torch.empty(8, 8)
+    check.poison(out)
+    out[:4] = ref[:4]  # a "kernel" that writes only half its output
+    with pytest.raises(CheckFailedError, match="32 of 64 elements are NaN"):
+        check.check(out, ref)
+    with pytest.raises(InputError, match="no NaN"):
+        check.poison(torch.zeros(3, dtype=torch.int32))
+
+
+def test_shape_mismatch_is_an_input_error():
+    with pytest.raises(InputError, match="shape"):
+        check.compare(torch.zeros(3), torch.zeros(4))
+
+
+def test_reference_upcasts_and_restores_tf32_flags():
+    before = torch.backends.cuda.matmul.allow_tf32
+    a = torch.randn(4, 4, dtype=torch.bfloat16)
+    out = check.reference(lambda x: x @ x, a)
+    assert out.dtype == torch.float32
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(1e-6, 1e-1))
+def test_relative_error_of_a_uniform_scale_is_the_scale(eps):
+    ref = torch.randn(256, dtype=torch.float64) + 3.0
+    res = check.compare(ref * (1 + eps), ref, tol=1.0)
+    assert math.isclose(res.rel_error, eps, rel_tol=1e-6)

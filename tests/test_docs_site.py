@@ -1,0 +1,78 @@
+"""Build the site from the committed recording, as a CPU machine does, and look at the result."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.docs
+
+
+def _sphinx(src: Path, out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render")
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, ) -> Path:
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path_factory.mktemp("html")
+    proc = _sphinx(root / "docs", out)
+    assert proc.returncode == 0, f"sphinx failed (warnings are errors):\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def test_render_mode_says_where_numbers_come_from(site):
+    index = (site / "index.html").read_text()
+    assert "NVIDIA H200" in index
+    assert "render" in index
+
+
+def test_conv_page_has_output_figure_and_stamp(site):
+    page = (site / "auto_examples" / "plot_conv_bias_relu.html").read_text()
+    assert "sphx-glr-script-out" in page
+    assert re.search(r'<img[^>]+sphx_glr_plot_conv_bias_relu_001\.png', page)
+    assert (site / "_images" / "sphx_glr_plot_conv_bias_relu_001.png").stat().st_size > 10_000
+    stamp = re.search(r'class="cg-stamp">(.*?)</p>', page, re.S)
+    assert stamp and "NVIDIA H200" in stamp.group(1) and "commit" in stamp.group(1)
+    assert "check cuDNN fused conv+bias+relu: PASS" in page
+    assert "record.json" in page  # the JSON record download
+
+
+def test_downloads_exist(site):
+    page = (site / "auto_examples" / "plot_conv_bias_relu.html").read_text()
+    for suffix in (".py", ".ipynb", ".record.json"):
+        assert re.search(rf'href="[^"]*plot_conv_bias_relu{re.escape(suffix)}"', page), suffix
+
+
+def test_api_reference_lists_examples_using_each_entry(site):
+    api = (site / "api.html").read_text()
+    assert 'id="cudnn_guide.graphs.build"' in api
+    assert "Examples using this" in api
+    assert "sphx-glr-thumbcontainer" in api
+
+
+def test_generated_notebooks_are_not_pages(site):
+    assert not (site / "auto_examples" / "plot_conv_bias_relu.ipynb.html").exists()
+    assert not list(site.rglob("*.ipynb.html"))
+
+
+def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
+    shutil.copytree(root / "examples", tmp_path / "examples")
+    shutil.copytree(root / "cudnn_guide", tmp_path / "cudnn_guide")
+    ex = tmp_path / "examples" / "plot_conv_bias_relu.py"
+    ex.write_text(ex.read_text() + "\n# an edit after recording\n")
+    proc = _sphinx(tmp_path / "docs", tmp_path / "out")
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "plot_conv_bias_relu.py: changed since it was recorded" in text
+    assert "re-recorded on a GPU" in text

@@ -1,0 +1,91 @@
+import hashlib
+import shutil
+
+import pytest
+
+from cudnn_guide import docs_build, recording
+
+
+def _gallery(tmp_path, text="print(1)\n"):
+    ex, gal = tmp_path / "examples", tmp_path / "gallery"
+    ex.mkdir()
+    gal.mkdir()
+    (ex / "plot_a.py").write_text(text)
+    (gal / "plot_a.py.md5").write_text(hashlib.md5(text.encode()).hexdigest())
+    (gal / "plot_a.rst").write_text("page")
+    return ex, gal
+
+
+def test_fresh_stale_and_missing(tmp_path):
+    ex, gal = _gallery(tmp_path)
+    assert [s.state for s in recording.example_states(ex, gal)] == ["fresh"]
+    recording.require_fresh_recording(ex, gal)  # no error
+    (ex / "plot_a.py").write_text("print(2)\n")
+    (ex / "plot_b.py").write_text("print(3)\n")
+    states = {s.source.name: s.state for s in recording.example_states(ex, gal)}
+    assert states == {"plot_a.py": "stale", "plot_b.py": "missing"}
+    with pytest.raises(recording.StaleRecordingError) as info:
+        recording.require_fresh_recording(ex, gal)
+    msg = str(info.value)
+    assert "plot_a.py: changed since it was recorded" in msg
+    assert "plot_b.py: has never been recorded" in msg
+    assert "re-recorded on a GPU" in msg
+
+
+def test_docs_mode(monkeypatch):
+    monkeypatch.setenv(recording.MODE_ENV, "record")
+    assert recording.docs_mode() == "record"
+    monkeypatch.setenv(recording.MODE_ENV, "render")
+    assert recording.docs_mode() == "render"
+    monkeypatch.setenv(recording.MODE_ENV, "sometimes")
+    with pytest.raises(ValueError, match="expected 'record', 'render' or 'auto'"):
+        recording.docs_mode()
+
+
+def test_manifest_round_trip(tmp_path):
+    ex, gal = _gallery(tmp_path)
+    recording.write_manifest(gal, ex, {"gpu": "NVIDIA H200", "commit": "abc"}, build_seconds=12.5)
+    man = recording.read_manifest(gal)
+    assert man["examples"] == {"plot_a.py": hashlib.md5(b"print(1)\n").hexdigest()}
+    assert "NVIDIA H200" in recording.describe_recording(gal)
+    assert recording.describe_recording(tmp_path) == "no GPU recording has been committed yet"
+
+
+# -- the committed recording itself ------------------------------------------------------------
+
+def test_every_example_has_a_fresh_recording(root):
+    bad = recording.stale_examples(root / "examples", root / "docs" / "auto_examples")
+    assert not bad, f"re-record on a GPU: {bad}"
+
+
+def test_committed_pages_are_healthy(root):
+    assert docs_build.recorded_page_problems(root / "docs" / "auto_examples", root / "examples") == []
+
+
+def test_health_check_catches_missing_figure_output_and_failed_check(tmp_path, root):
+    gal = tmp_path / "auto_examples"
+    shutil.copytree(root / "docs" / "auto_examples", gal)
+    stem = sorted((root / "examples").glob("plot_*.py"))[0].stem
+    for png in (gal / "images").glob(f"sphx_glr_{stem}_*.png"):
+        png.unlink()
+    rst = gal / f"{stem}.rst"
+    rst.write_text(rst.read_text().replace("sphx-glr-script-out", "nothing-here"))
+    rec = gal / f"{stem}.record.json"
+    rec.write_text(rec.read_text().replace('"all_checks_passed": true', '"all_checks_passed": false'))
+    problems = docs_build.recorded_page_problems(gal, root / "examples")
+    joined = "\n".join(problems)
+    assert f"{stem}: the recorded page has no figure" in joined
+    assert f"{stem}: the recorded page has no captured output" in joined
+    assert f"{stem}: its record reports a failed or missing correctness check" in joined
+    assert docs_build.recorded_page_problems(gal, root / "examples", exceptions={stem: "demo"}) == [] or len(
+        list((root / "examples").glob("plot_*.py"))) > 1
+
+
+def test_stamp_goes_under_the_title():
+    text = ".. _label:\n\n\nFused conv\n==========\n\nBody\n"
+    stamp = docs_build.stamp_rst({"environment": {"gpu": "NVIDIA H200", "date_utc": "d", "commit": "c"}}, "plot_x")
+    out = docs_build._insert_stamp(text, stamp)
+    assert out.index("Measured on **NVIDIA H200**") > out.index("==========")
+    assert out.index("Measured on") < out.index("Body")
+    assert ":download:`JSON record <plot_x.record.json>`" in out
+    assert docs_build._insert_stamp(text, "") == text

@@ -1,0 +1,40 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+from cudnn_guide import bench, report  # noqa: E402
+
+
+def _m(impl, size, med, flops=None):
+    return bench.Measurement(f"{impl}@{size}", [med * 0.95, med, med * 1.05], "hot-L2 events", flops=flops,
+                             params={"impl": impl, "size": size})
+
+
+def test_table_pivots_marks_best_and_shows_missing():
+    ms = [_m("cudnn", 1, 1.0), _m("torch", 1, 2.0), _m("cudnn", 2, 4.0), _m("torch", 2, 3.0), _m("flash", 2, 5.0)]
+    t = report.ComparisonTable(ms, row="impl", column="size", metric="median_ms", title="demo")
+    assert t.rows == ["cudnn", "torch", "flash"] and t.columns == [1, 2]
+    assert t.best_row(1) == "cudnn" and t.best_row(2) == "torch"
+    text = str(t)
+    assert "demo" in text and "—" in text  # flash has no size-1 entry
+    assert text.count("*") >= 2
+    html = t._repr_html_()
+    assert html.count("<b>") == 2 and "<caption>" in html
+
+
+def test_rate_tables_prefer_higher():
+    ms = [_m("a", 1, 1.0, flops=1e9), _m("b", 1, 2.0, flops=1e9)]
+    assert report.ComparisonTable(ms, metric="tflops").best_row(1) == "a"
+
+
+def test_ratio_uses_medians():
+    assert report.ratio(_m("slow", 1, 3.0), _m("fast", 1, 1.5)) == 2.0
+
+
+def test_plot_lines_draws_one_line_and_band_per_impl():
+    ms = [_m("a", s, s * 1.0, flops=1e9) for s in (1, 2, 4)] + [_m("b", s, s * 2.0, flops=1e9) for s in (1, 2, 4)]
+    ax = report.plot_lines(ms, x="size", metric="tflops", ceiling=10.0)
+    assert len([line for line in ax.get_lines() if line.get_marker() == "o"]) == 2
+    assert len(ax.collections) == 2  # the IQR bands
+    ys = list(ax.get_lines()[0].get_ydata())
+    assert ys == [1.0, 0.5, 0.25]  # 1 GFLOP in s milliseconds is 1/s TFLOP/s
