@@ -361,20 +361,9 @@ def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms
 def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) -> list[float]:
     import torch
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on the capture stream, as torch requires
-        for _ in range(3):
-            _call(fn, label)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(inner):
-                fn()
-    except Exception as exc:
-        raise BenchmarkError(f"benchmark {label!r}: CUDA-graph capture failed: {type(exc).__name__}: {exc}") from exc
+    from .cudagraphs import CapturedGraph
+
+    graph = CapturedGraph(fn, calls=inner, label=label)
     graph.replay()
     torch.cuda.synchronize()
     reps = int(min(max(budget_ms / max(est * inner, 1e-4), min_reps), max_reps))

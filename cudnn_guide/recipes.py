@@ -12,7 +12,7 @@ from typing import Any
 
 from . import graphs, tensors
 
-__all__ = ["Fused", "ConvProblem", "conv_bias_relu_graph"]
+__all__ = ["Fused", "ConvProblem", "conv_bias_relu_graph", "MatmulProblem", "matmul_epilogue_graph", "SdpaProblem", "sdpa_graph"]
 
 
 @dataclasses.dataclass
@@ -27,6 +27,11 @@ class Fused:
         if missing:
             raise KeyError(f"pack() needs tensors for {sorted(missing)}")
         return {self.io[k]: v for k, v in data.items()}
+
+    @property
+    def uids(self) -> dict[str, int]:
+        """Name → UID of each I/O tensor: how a deserialized plan is fed (it has no tensor objects)."""
+        return {k: int(t.get_uid()) for k, t in self.io.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,3 +132,175 @@ def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle
     Y.set_output(True).set_data_type(tensors.cudnn_dtype(y.dtype)).set_dim(list(y.shape)).set_stride(list(y.stride()))
     built = graphs.build(g, name=name, heuristics=heuristics, policy=policy, handle=handle)
     return Fused(built, {"x": X, "w": W, "b": B, "y": Y})
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul with a fused epilogue: scale (pass-by-value) → bias → GELU, plus AMAX of the result
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulProblem:
+    """``y = gelu(alpha · (a @ b) + bias)`` and ``amax = max|y|``, batched, row-major.
+
+    ``a`` is batch×M×K, ``b`` batch×K×N, ``bias`` 1×1×N; ``alpha`` is a host scalar.
+    """
+
+    batch: int = 16
+    m: int = 512
+    k: int = 1024
+    n: int = 512
+    alpha: float = 0.5
+    dtype: str = "bfloat16"
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def flops(self) -> int:
+        """The GEMM's multiply-adds as 2 FLOPs each (the epilogue's few FLOPs per output not counted)."""
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> int:
+        """Fewest bytes for the fused graph: read a, b, bias once; write y once."""
+        return 2 * (self.batch * (self.m * self.k + self.k * self.n + self.m * self.n) + self.n)
+
+    def __str__(self) -> str:
+        return f"batch {self.batch}, {self.m}×{self.k} @ {self.k}×{self.n}, {self.dtype}"
+
+    def make_inputs(self, seed: int = 0) -> dict[str, Any]:
+        import torch
+
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        dt = self.torch_dtype
+        a = torch.randn(self.batch, self.m, self.k, device="cuda", dtype=dt, generator=g)
+        b = torch.randn(self.batch, self.k, self.n, device="cuda", dtype=dt, generator=g) / self.k ** 0.5
+        bias = torch.randn(1, 1, self.n, device="cuda", dtype=dt, generator=g)
+        y = torch.empty(self.batch, self.m, self.n, device="cuda", dtype=dt)
+        amax = torch.empty(1, 1, 1, device="cuda", dtype=torch.float32)
+        return {"a": a, "b": b, "bias": bias, "y": y, "amax": amax}
+
+    def torch_forward(self, a: Any, b: Any, bias: Any) -> tuple[Any, Any]:
+        """The PyTorch chain: matmul, scale, bias, GELU, then amax — five kernels in eager mode."""
+        import torch
+        import torch.nn.functional as F
+
+        y = F.gelu(torch.matmul(a, b) * self.alpha + bias)
+        return y, y.abs().amax().float().reshape(1, 1, 1)
+
+
+def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, handle: Any = None,
+                          name: str = "matmul_scale_bias_gelu_amax", amax: bool = True, **graph_kwargs: Any) -> Fused:
+    """Declare and build matmul → scale → bias → GELU with an AMAX reduction, as one graph.
+
+    ``alpha`` is a pass-by-value scalar: feed it with ``tensors.scalar_value(problem.alpha)``
+    under the key ``"alpha"`` in :meth:`Fused.pack`. ``amax=False`` leaves the reduction out
+    (and the ``amax`` tensor out of the pack).
+    """
+    import cudnn
+
+    handle = handle if handle is not None else graphs.handle_for_current_device()
+    g = cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
+                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
+                      handle=handle, **graph_kwargs)
+    A = tensors.graph_tensor(g, inputs["a"], "a")
+    B = tensors.graph_tensor(g, inputs["b"], "b")
+    bias = tensors.graph_tensor(g, inputs["bias"], "bias")
+    alpha = tensors.scalar(g, "alpha")
+    mm = g.matmul(A, B, compute_data_type=cudnn.data_type.FLOAT, name="matmul")
+    scaled = g.mul(a=mm, b=alpha, name="scale")
+    biased = g.add(a=scaled, b=bias, name="bias")
+    Y = g.gelu(input=biased, name="gelu")
+    y = inputs["y"]
+    Y.set_output(True).set_data_type(tensors.cudnn_dtype(y.dtype)).set_dim(list(y.shape)).set_stride(list(y.stride()))
+    io = {"a": A, "b": B, "bias": bias, "alpha": alpha, "y": Y}
+    if amax:
+        AMAX = g.reduction(input=Y, mode=cudnn.reduction_mode.AMAX, compute_data_type=cudnn.data_type.FLOAT, name="amax")
+        AMAX.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim([1, 1, 1]).set_stride([1, 1, 1])
+        io["amax"] = AMAX
+    built = graphs.build(g, name=name, handle=handle)
+    return Fused(built, io)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled dot-product attention (forward, inference)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SdpaProblem:
+    """Causal (or full) attention ``softmax(q kᵀ · scale) v`` on B×H×S×D tensors (BHSD, contiguous)."""
+
+    batch: int = 4
+    heads: int = 16
+    seq: int = 4096
+    head_dim: int = 128
+    causal: bool = True
+    dtype: str = "bfloat16"
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    @property
+    def flops(self) -> float:
+        """Two GEMMs (QKᵀ and PV) of 2·S·S·D each per head; causal masking halves the useful work."""
+        full = 4.0 * self.batch * self.heads * self.seq * self.seq * self.head_dim
+        return full / 2 if self.causal else full
+
+    @property
+    def bytes(self) -> int:
+        return 2 * 4 * self.batch * self.heads * self.seq * self.head_dim  # q, k, v read; o written
+
+    def __str__(self) -> str:
+        return (f"B{self.batch} H{self.heads} S{self.seq} D{self.head_dim}, "
+                f"{'causal' if self.causal else 'full'}, {self.dtype}")
+
+    def make_inputs(self, seed: int = 0) -> dict[str, Any]:
+        import torch
+
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        shape = (self.batch, self.heads, self.seq, self.head_dim)
+        q, k, v = (torch.randn(shape, device="cuda", dtype=self.torch_dtype, generator=g) for _ in range(3))
+        return {"q": q, "k": k, "v": v, "o": torch.empty(shape, device="cuda", dtype=self.torch_dtype)}
+
+    def torch_forward(self, q: Any, k: Any, v: Any) -> Any:
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale)
+
+
+def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa",
+               **graph_kwargs: Any) -> Fused:
+    """Declare and build cuDNN's fused attention for ``problem``.
+
+    Causal masking uses the current API, ``diagonal_alignment=TOP_LEFT`` with
+    ``diagonal_band_right_bound=0`` (key j is visible to query i when j ≤ i), and
+    ``generate_stats=False`` for inference (it replaces the deprecated ``is_inference``).
+    """
+    import cudnn
+
+    handle = handle if handle is not None else graphs.handle_for_current_device()
+    g = cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
+                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
+                      handle=handle, **graph_kwargs)
+    Q = tensors.graph_tensor(g, inputs["q"], "q")
+    K = tensors.graph_tensor(g, inputs["k"], "k")
+    V = tensors.graph_tensor(g, inputs["v"], "v")
+    mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
+    O, _stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=False, attn_scale=problem.scale,
+                       compute_data_type=cudnn.data_type.FLOAT, **mask)
+    o = inputs["o"]
+    O.set_output(True).set_data_type(tensors.cudnn_dtype(o.dtype)).set_dim(list(o.shape)).set_stride(list(o.stride()))
+    built = graphs.build(g, name=name, handle=handle)
+    return Fused(built, {"q": Q, "k": K, "v": V, "o": O})

@@ -36,10 +36,10 @@ def test_render_mode_says_where_numbers_come_from(site):
 
 
 def test_conv_page_has_output_figure_and_stamp(site):
-    page = (site / "auto_examples" / "plot_conv_bias_relu.html").read_text()
+    page = (site / "auto_examples" / "plot_02_conv_bias_relu.html").read_text()
     assert "sphx-glr-script-out" in page
-    assert re.search(r'<img[^>]+sphx_glr_plot_conv_bias_relu_001\.png', page)
-    assert (site / "_images" / "sphx_glr_plot_conv_bias_relu_001.png").stat().st_size > 10_000
+    assert re.search(r'<img[^>]+sphx_glr_plot_02_conv_bias_relu_001\.png', page)
+    assert (site / "_images" / "sphx_glr_plot_02_conv_bias_relu_001.png").stat().st_size > 10_000
     stamp = re.search(r'class="cg-stamp">(.*?)</p>', page, re.S)
     assert stamp and "NVIDIA H200" in stamp.group(1) and "commit" in stamp.group(1)
     assert "check cuDNN fused conv+bias+relu: PASS" in page
@@ -47,9 +47,9 @@ def test_conv_page_has_output_figure_and_stamp(site):
 
 
 def test_downloads_exist(site):
-    page = (site / "auto_examples" / "plot_conv_bias_relu.html").read_text()
+    page = (site / "auto_examples" / "plot_02_conv_bias_relu.html").read_text()
     for suffix in (".py", ".ipynb", ".record.json"):
-        assert re.search(rf'href="[^"]*plot_conv_bias_relu{re.escape(suffix)}"', page), suffix
+        assert re.search(rf'href="[^"]*plot_02_conv_bias_relu{re.escape(suffix)}"', page), suffix
 
 
 def test_api_reference_lists_examples_using_each_entry(site):
@@ -60,7 +60,7 @@ def test_api_reference_lists_examples_using_each_entry(site):
 
 
 def test_generated_notebooks_are_not_pages(site):
-    assert not (site / "auto_examples" / "plot_conv_bias_relu.ipynb.html").exists()
+    assert not (site / "auto_examples" / "plot_02_conv_bias_relu.ipynb.html").exists()
     assert not list(site.rglob("*.ipynb.html"))
 
 
@@ -69,10 +69,10 @@ def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
     shutil.copytree(root / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
     shutil.copytree(root / "examples", tmp_path / "examples")
     shutil.copytree(root / "cudnn_guide", tmp_path / "cudnn_guide")
-    ex = tmp_path / "examples" / "plot_conv_bias_relu.py"
+    ex = tmp_path / "examples" / "plot_02_conv_bias_relu.py"
     ex.write_text(ex.read_text() + "\n# an edit after recording\n")
     proc = _sphinx(tmp_path / "docs", tmp_path / "out")
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
-    assert "plot_conv_bias_relu.py: changed since it was recorded" in text
+    assert "plot_02_conv_bias_relu.py: changed since it was recorded" in text
     assert "re-recorded on a GPU" in text

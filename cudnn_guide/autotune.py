@@ -1,0 +1,189 @@
+"""Autotune a graph across cuDNN's engine configurations.
+
+cuDNN's heuristics rank the engine configurations ("plans") that can run a graph; the first is a
+good guess, not a measurement. Tuning builds every plan (``build_plan_policy.ALL``) and times
+each one. :func:`tune` does that exhaustively or by successive halving, which gives many plans a
+few calls each, keeps the faster half, and spends the rest of its time on the survivors.
+
+Plans are timed exactly like everything else (:func:`~cudnn_guide.bench.benchmark`: events,
+warm-up, cold L2, spread). The winner is selected on the graph with ``build_plan_at_index``, so
+:meth:`~cudnn_guide.graphs.BuiltGraph.execute` and ``serialize()`` then use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Mapping
+
+from .bench import Measurement, benchmark
+from .errors import BenchmarkError, GraphExecutionError
+from .graphs import BuiltGraph
+
+__all__ = ["PlanTiming", "TuneResult", "plan_names", "ensure_workspace", "tune", "select"]
+
+
+@dataclasses.dataclass
+class PlanTiming:
+    """One plan's measurement, or why it could not be timed."""
+
+    index: int
+    name: str
+    measurement: Measurement | None = None
+    error: str | None = None
+    finalist: bool = True
+    """False for a plan successive halving eliminated early (its measurement is a short one)."""
+
+    @property
+    def median_ms(self) -> float:
+        return self.measurement.median_ms if self.measurement else math.inf
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """The outcome of tuning: per-plan timings, the winner, and what tuning cost."""
+
+    method: str
+    timings: list[PlanTiming]
+    seconds: float
+    """Wall time spent timing plans (building them not included)."""
+
+    @property
+    def ranked(self) -> list[PlanTiming]:
+        """Finalists first, fastest first; then plans eliminated early, by their short timing."""
+        timed = [t for t in self.timings if t.measurement]
+        return sorted(timed, key=lambda t: (not t.finalist, t.median_ms))
+
+    @property
+    def best(self) -> PlanTiming:
+        if not self.ranked:
+            raise BenchmarkError("no plan could be timed")
+        return self.ranked[0]
+
+    def rank_of(self, index: int) -> int | None:
+        """1-based rank of plan ``index`` (``None`` if it was not timed to the end)."""
+        for r, t in enumerate(self.ranked, 1):
+            if t.index == index:
+                return r
+        return None
+
+    def by_index(self, index: int) -> PlanTiming | None:
+        return next((t for t in self.timings if t.index == index), None)
+
+
+def plan_names(built: BuiltGraph) -> list[str]:
+    """Names of every plan in the graph's ranked list (heuristics' order)."""
+    g = built.graph
+    return [str(g.get_plan_name_at_index(i)) for i in range(int(g.get_execution_plan_count()))]
+
+
+def _unique_plans(built: BuiltGraph) -> list[tuple[int, str]]:
+    """(index, name) of each distinct plan; modes A, B and fallback may repeat a configuration."""
+    seen, out = set(), []
+    for i, name in enumerate(plan_names(built)):
+        if name not in seen:
+            seen.add(name)
+            out.append((i, name))
+    return out
+
+
+def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
+    """Grow the graph's workspace to the largest any of the plans at ``indices`` needs."""
+    import torch
+
+    need = 1
+    for i in indices:
+        try:
+            need = max(need, int(built.graph.get_workspace_size_plan_at_index(i)))
+        except Exception:
+            pass
+    if built.workspace.numel() < need:
+        built.workspace = torch.empty(need, device="cuda", dtype=torch.uint8)
+    return built.workspace
+
+
+def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *, l2: str, reps: int,
+               flops: float | None, bytes: float | None) -> PlanTiming:
+    launch = built.bind(pack, plan_index=index)
+    try:
+        m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=0.0, warmup_ms=5.0,
+                      min_reps=reps, max_reps=reps, params={"impl": name, "plan_index": index})
+    except BenchmarkError as exc:
+        return PlanTiming(index, name, error=str(exc.__cause__ or exc))
+    return PlanTiming(index, name, m)
+
+
+def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustive", reps: int = 200,
+         l2: str = "cold", flops: float | None = None, bytes: float | None = None,
+         first_round_reps: int = 10, keep: float = 0.5) -> TuneResult:
+    """Time every plan of a graph built with ``policy=build_plan_policy.ALL``.
+
+    Parameters
+    ----------
+    built:
+        From :func:`cudnn_guide.graphs.build` with ``heuristics=("A", "B", "FALLBACK")`` and
+        ``policy=cudnn.build_plan_policy.ALL``.
+    pack:
+        The variant pack to run the plans on.
+    method:
+        ``"exhaustive"``: ``reps`` timed calls per plan. ``"halving"``: successive halving,
+        starting at ``first_round_reps`` calls per plan, keeping the fastest ``keep`` fraction and
+        doubling the calls each round, ending with ``reps`` calls for the last two.
+    reps:
+        Calls per plan (exhaustive), or in the final round (halving).
+
+    Raises
+    ------
+    ValueError
+        Unknown method.
+    BenchmarkError
+        No plan could run.
+    """
+    if method not in ("exhaustive", "halving"):
+        raise ValueError(f"method must be 'exhaustive' or 'halving', got {method!r}")
+    plans = _unique_plans(built)
+    ensure_workspace(built, [i for i, _ in plans])
+    built.check_pack(pack)
+    kw = dict(l2=l2, flops=flops, bytes=bytes)
+    t0 = time.perf_counter()
+    if method == "exhaustive":
+        timings = [_time_plan(built, pack, i, n, reps=reps, **kw) for i, n in plans]
+    else:
+        timings = {i: PlanTiming(i, n) for i, n in plans}
+        alive = list(plans)
+        r = first_round_reps
+        while True:
+            final = len(alive) <= 2
+            n_reps = reps if final else r
+            for i, n in alive:
+                timings[i] = _time_plan(built, pack, i, n, reps=n_reps, **kw)
+            if final:
+                break
+            for i, _ in alive:
+                timings[i].finalist = False
+            alive.sort(key=lambda p: timings[p[0]].median_ms)
+            alive = [p for p in alive[: max(2, math.ceil(len(alive) * keep))] if timings[p[0]].measurement]
+            if not alive:
+                break
+            r = min(reps, r * 2)
+        # plans eliminated early keep their short measurement but cannot win
+        timings = list(timings.values())
+    seconds = time.perf_counter() - t0
+    result = TuneResult(method, timings, seconds)
+    result.best  # raises if nothing ran
+    return result
+
+
+def select(built: BuiltGraph, index: int) -> None:
+    """Make plan ``index`` the graph's selected plan (used by ``execute`` and ``serialize``)."""
+    import torch
+
+    try:
+        built.graph.build_plan_at_index(index)
+    except Exception as exc:
+        raise GraphExecutionError(f"graph {built.name!r}: could not select plan {index}: {exc}") from exc
+    need = int(built.graph.get_workspace_size())
+    if built.workspace.numel() < need:
+        built.workspace = torch.empty(need, device="cuda", dtype=torch.uint8)
+    built.report.plan_name = str(built.graph.get_plan_name_at_index(index))

@@ -1,0 +1,93 @@
+"""Capture GPU work into a CUDA graph and replay it; time launch-bound loops.
+
+A cuDNN ``execute()`` costs host time: Python, the frontend's dispatch, the driver launch. For
+a large kernel that hides behind the GPU's work; for a small one the GPU waits on the host.
+Capturing the calls into a CUDA graph records the launches once; a replay submits them all
+with one call.
+
+The cuDNN handle must run on the capture stream during capture, or its kernels land on another
+stream and are not captured. :meth:`~cudnn_guide.graphs.BuiltGraph.execute` and its ``bind``
+launchers rebind the handle to torch's current stream on every call, so capturing them here
+just works; a raw ``graph.execute`` needs ``cudnn.set_stream(handle, capture_stream)`` first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .bench import Measurement, _call, _spread_warnings
+from .errors import BenchmarkError
+
+__all__ = ["CapturedGraph", "capture", "time_loop"]
+
+
+class CapturedGraph:
+    """``calls`` consecutive calls of ``fn`` captured in one ``torch.cuda.CUDAGraph``.
+
+    Inputs and outputs are the tensors ``fn`` used during capture: to feed new data, copy it
+    into those same tensors (``static.copy_(new)``) and replay.
+    """
+
+    def __init__(self, fn: Callable[[], Any], *, calls: int = 1, warmup: int = 3, label: str = "fn") -> None:
+        import torch
+
+        from .environment import require_gpu
+
+        require_gpu(f"capturing {label!r}")
+        if calls < 1:
+            raise ValueError("calls must be >= 1")
+        self.calls, self.label = calls, label
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up on a side stream, as torch requires before capture
+            for _ in range(warmup):
+                _call(fn, label)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph):
+                for _ in range(calls):
+                    fn()
+        except Exception as exc:
+            raise BenchmarkError(f"capturing {label!r} into a CUDA graph failed: {type(exc).__name__}: {exc}") from exc
+        torch.cuda.synchronize()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def capture(fn: Callable[[], Any], *, calls: int = 1, label: str = "fn") -> CapturedGraph:
+    """Capture ``calls`` calls of ``fn`` (see :class:`CapturedGraph`).
+
+    Example
+    -------
+    >>> g = capture(built.bind(pack))  # doctest: +SKIP
+    >>> x_static.copy_(x_new); g.replay()  # doctest: +SKIP
+    """
+    return CapturedGraph(fn, calls=calls, label=label)
+
+
+def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int = 30,
+              flops: float | None = None, bytes: float | None = None, params: dict | None = None) -> Measurement:
+    """Per-call time of ``calls`` back-to-back calls, events around the whole loop, hot L2.
+
+    Unlike :func:`~cudnn_guide.bench.benchmark` (which hides the host behind a GPU spin), this
+    is what a loop of launches really costs: when the host is slower than the GPU, the GPU
+    idles between calls and this time grows to the host's.
+    """
+    import torch
+
+    for _ in range(max(3, calls // 10)):
+        _call(fn, label)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / calls)
+    return Measurement(label, samples, f"loop x{calls} hot-L2", flops, bytes, dict(params or {}), _spread_warnings(samples))

@@ -1,0 +1,87 @@
+"""Dynamic shapes with a kernel cache: one compiled kernel set for many batch sizes.
+
+``cudnn.create_kernel_cache()`` returns a cache that graphs share when built with
+``kernel_cache=cache`` and ``is_dynamic_shape_enabled=True``: a graph that differs from an
+earlier one only in its shapes can reuse that graph's compiled kernels instead of compiling
+its own.
+
+Build times are easily confounded by what a process has already done (lazy library loading,
+heuristics caches). :func:`run_fresh_sequence` therefore builds each sequence of batch sizes in
+its own new process (``python -m cudnn_guide.dynamic_shapes``), so the cache's effect can be
+compared against controls — no cache, and another order — on equal terms.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["build_sequence", "run_fresh_sequence", "main"]
+
+
+def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, k: int = 1024, n: int = 512,
+                   time_execution: bool = True) -> list[dict[str, Any]]:
+    """Build ``matmul → scale → bias → GELU`` for each batch size in order; time each build.
+
+    With ``kernel_cache=True`` all graphs share one ``cudnn.create_kernel_cache()`` and are
+    built with ``is_dynamic_shape_enabled=True``. Each graph's output is checked against PyTorch
+    and, if ``time_execution``, its execution is timed (cold L2).
+    """
+    import cudnn
+    import torch
+
+    from . import bench, check, graphs, recipes, tensors
+
+    handle = graphs.handle_for_current_device()
+    cache = cudnn.create_kernel_cache() if kernel_cache else None
+    extra = dict(kernel_cache=cache, is_dynamic_shape_enabled=True) if kernel_cache else {}
+    rows = []
+    for batch in batches:
+        problem = recipes.MatmulProblem(batch=batch, m=m, k=k, n=n)
+        inputs = problem.make_inputs(seed=batch)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fused = recipes.matmul_epilogue_graph(problem, inputs, handle=handle, amax=False, **extra)
+        build_s = time.perf_counter() - t0
+        pack = fused.pack(**{k_: v for k_, v in inputs.items() if k_ != "amax"}, alpha=tensors.scalar_value(problem.alpha))
+        check.poison(inputs["y"])
+        fused.built.execute(pack)
+        ref, _ = check.reference(problem.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
+        result = check.compare(inputs["y"], ref, name=f"batch {batch}")
+        row = {"batch": batch, "build_s": build_s, "steps_s": fused.built.report.step_seconds,
+               "plan": fused.built.report.plan_name, "rel_error": result.rel_error, "passed": result.passed}
+        if time_execution:
+            m_ = bench.benchmark(fused.built.bind(pack), label=f"batch {batch}", l2="cold", flops=problem.flops,
+                                 budget_ms=60, min_reps=20)
+            row["exec_median_ms"] = m_.median_ms
+            row["exec"] = m_.to_dict()
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    mode, batches = argv[0], [int(b) for b in argv[1].split(",")]
+    if mode not in ("cache", "nocache"):
+        raise SystemExit("usage: python -m cudnn_guide.dynamic_shapes cache|nocache B1,B2,...")
+    print(json.dumps(build_sequence(batches, kernel_cache=mode == "cache")))
+
+
+def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: float = 600) -> list[dict[str, Any]]:
+    """:func:`build_sequence` in a new Python process; returns its rows."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudnn_guide.dynamic_shapes", "cache" if kernel_cache else "nocache",
+         ",".join(str(b) for b in batches)],
+        capture_output=True, text=True, timeout=timeout, cwd=str(Path(__file__).resolve().parent.parent),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"dynamic-shapes run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
