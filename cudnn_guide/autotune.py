@@ -104,11 +104,12 @@ def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
 
 
 def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *, l2: str, reps: int,
-               flops: float | None, bytes: float | None) -> PlanTiming:
+               flops: float | None, bytes: float | None, max_ms_per_plan: float) -> PlanTiming:
     launch = built.bind(pack, plan_index=index)
     try:
-        m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=0.0, warmup_ms=5.0,
-                      min_reps=reps, max_reps=reps, params={"impl": name, "plan_index": index})
+        # reps calls, unless that would take longer than max_ms_per_plan: then as many as fit, at least 20
+        m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=max_ms_per_plan, warmup_ms=5.0,
+                      min_reps=min(20, reps), max_reps=reps, params={"impl": name, "plan_index": index})
     except BenchmarkError as exc:
         return PlanTiming(index, name, error=str(exc.__cause__ or exc))
     return PlanTiming(index, name, m)
@@ -116,7 +117,7 @@ def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str
 
 def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustive", reps: int = 200,
          l2: str = "cold", flops: float | None = None, bytes: float | None = None,
-         first_round_reps: int = 10, keep: float = 0.5) -> TuneResult:
+         first_round_reps: int = 10, keep: float = 0.5, max_ms_per_plan: float = 250.0) -> TuneResult:
     """Time every plan of a graph built with ``policy=build_plan_policy.ALL``.
 
     Parameters
@@ -132,6 +133,9 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
         doubling the calls each round, ending with ``reps`` calls for the last two.
     reps:
         Calls per plan (exhaustive), or in the final round (halving).
+    max_ms_per_plan:
+        A slow plan gets only as many calls as fit in this budget (at least 20): a plan ten times
+        slower than the best needs no 200 samples to lose.
 
     Raises
     ------
@@ -145,7 +149,7 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
     plans = _unique_plans(built)
     ensure_workspace(built, [i for i, _ in plans])
     built.check_pack(pack)
-    kw = dict(l2=l2, flops=flops, bytes=bytes)
+    kw = dict(l2=l2, flops=flops, bytes=bytes, max_ms_per_plan=max_ms_per_plan)
     t0 = time.perf_counter()
     if method == "exhaustive":
         timings = [_time_plan(built, pack, i, n, reps=reps, **kw) for i, n in plans]

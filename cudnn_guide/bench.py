@@ -27,6 +27,7 @@ import dataclasses
 import math
 import statistics
 import time
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import BenchmarkError
@@ -462,16 +463,20 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
     torch.cuda.synchronize()
     flush_names: set[str] = set()
     if flush is not None:  # learn the flush kernel's name so it can be excluded
-        with profile(activities=[ProfilerActivity.CUDA]) as p0:
-            flush.zero_()
-            torch.cuda.synchronize()
-        flush_names = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            if flush is not None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            with profile(activities=[ProfilerActivity.CUDA]) as p0:
                 flush.zero_()
-            _call(fn, label)
-        torch.cuda.synchronize()
+                torch.cuda.synchronize()
+        flush_names = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                if flush is not None:
+                    flush.zero_()
+                _call(fn, label)
+            torch.cuda.synchronize()
     kernels: dict[str, float] = {}
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA or e.name in flush_names:

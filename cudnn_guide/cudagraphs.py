@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .bench import Measurement, _call, _spread_warnings
 from .errors import BenchmarkError
 
-__all__ = ["CapturedGraph", "capture", "time_loop"]
+__all__ = ["CapturedGraph", "capture", "time_loop", "time_replay"]
 
 
 class CapturedGraph:
@@ -70,12 +70,16 @@ def capture(fn: Callable[[], Any], *, calls: int = 1, label: str = "fn") -> Capt
 
 def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int = 30,
               flops: float | None = None, bytes: float | None = None, params: dict | None = None) -> Measurement:
-    """Per-call time of ``calls`` back-to-back calls, events around the whole loop, hot L2.
+    """Per-call time of a loop of ``calls`` back-to-back calls: wall clock from the first launch to
+    the end of a final synchronize, divided by ``calls``; hot L2.
 
-    Unlike :func:`~cudnn_guide.bench.benchmark` (which hides the host behind a GPU spin), this
-    is what a loop of launches really costs: when the host is slower than the GPU, the GPU
-    idles between calls and this time grows to the host's.
+    Unlike :func:`~cudnn_guide.bench.benchmark` (which hides the host behind a GPU spin), this is
+    what a loop of launches really costs: when the host is slower than the GPU, the GPU idles
+    between calls and the loop runs at the host's pace. The one synchronize per sample is
+    amortized over ``calls``.
     """
+    import time
+
     import torch
 
     for _ in range(max(3, calls // 10)):
@@ -83,11 +87,30 @@ def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int 
     torch.cuda.synchronize()
     samples = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / calls)
-    return Measurement(label, samples, f"loop x{calls} hot-L2", flops, bytes, dict(params or {}), _spread_warnings(samples))
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e3 / calls)
+    return Measurement(label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}),
+                       _spread_warnings(samples))
+
+
+def time_replay(graph: CapturedGraph, *, label: str, reps: int = 30, flops: float | None = None,
+                bytes: float | None = None, params: dict | None = None) -> Measurement:
+    """Per-call time of replaying ``graph`` (wall clock, one synchronize per replay, divided by the
+    calls the graph holds): the counterpart of :func:`time_loop`."""
+    import time
+
+    import torch
+
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e3 / graph.calls)
+    return Measurement(label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}),
+                       _spread_warnings(samples))

@@ -20,7 +20,7 @@ from typing import Any
 from . import recording
 from .records import RECORD_SUFFIX
 
-__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "connect"]
+__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "reset_between_examples", "connect"]
 
 HEALTH_EXCEPTIONS: dict[str, str] = {
     # "plot_name": "why this page may lack a figure/output/record",
@@ -86,6 +86,46 @@ def _insert_stamp(text: str, stamp: str) -> str:
     if not m or not stamp:
         return text
     return text[: m.end()] + stamp + text[m.end():]
+
+
+def reset_between_examples(gallery_conf: Any, fname: str, *args: Any) -> None:
+    """Return the process to a clean state before each example (sphinx-gallery ``reset_modules``).
+
+    The gallery runs every example in one process. So that no example inherits another's state,
+    this drops this package's per-process caches (cuDNN handles, measured ceilings, the L2 flush
+    buffer), resets ``torch.compile``'s caches and PyTorch's cuDNN flags, collects garbage and
+    returns cached GPU memory to the driver.
+    """
+    import gc
+    import sys
+
+    from . import bench, graphs
+
+    bench._CEILINGS = None
+    bench._FLUSH.clear()
+    if "cudnn" in sys.modules:
+        import cudnn
+
+        for handle in graphs._HANDLES.values():
+            try:
+                cudnn.destroy_handle(handle)
+            except Exception:
+                pass
+    graphs._HANDLES.clear()
+    if "torch" in sys.modules:
+        import torch
+
+        if "torch._dynamo" in sys.modules:
+            torch._dynamo.reset()
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    else:
+        gc.collect()
 
 
 def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float) -> None:

@@ -159,16 +159,28 @@ class BuiltGraph:
         The launcher binds the handle to the current stream and calls ``graph.execute`` (or
         ``execute_plan_at_index`` when ``plan_index`` is given) with nothing else on the path.
         """
+        import cudnn
+        import torch
+
         self.check_pack(pack)
         graph, ws, handle = self.graph, self.workspace, self.handle
         pack = dict(pack)
+        device = torch.cuda.current_device()
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        current = (lambda: raw_stream(device)) if raw_stream else (lambda: torch.cuda.current_stream().cuda_stream)
+        set_stream = cudnn.set_stream
+        # The hot path: read torch's current stream, rebind only if it changed, execute.
         if plan_index is None:
             def launch() -> None:
-                bind_to_current_stream(handle)
+                s = current()
+                if handle.stream != s:
+                    set_stream(handle, s)
                 graph.execute(pack, ws, handle=handle)
         else:
             def launch() -> None:
-                bind_to_current_stream(handle)
+                s = current()
+                if handle.stream != s:
+                    set_stream(handle, s)
                 graph.execute_plan_at_index(pack, ws, plan_index, handle=handle)
         return launch
 

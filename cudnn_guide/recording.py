@@ -25,6 +25,7 @@ from .errors import GuideError
 __all__ = [
     "MODE_ENV", "MANIFEST", "StaleRecordingError", "ExampleState", "docs_mode", "example_states",
     "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
+    "package_md5", "package_changed_since_recording",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
@@ -99,6 +100,20 @@ def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
         )
 
 
+def package_md5() -> str:
+    """One md5 over the source of every :mod:`cudnn_guide` module (what the examples ran with)."""
+    h = hashlib.md5()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def package_changed_since_recording(gallery_dir: Path) -> bool:
+    """True when ``cudnn_guide`` differs from the code the committed recording ran with."""
+    manifest = read_manifest(gallery_dir)
+    return bool(manifest and manifest.get("package_md5") and manifest["package_md5"] != package_md5())
+
+
 def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
     path = Path(gallery_dir) / MANIFEST
     if not path.exists():
@@ -114,6 +129,7 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
         "environment": environment,
         "build_seconds": build_seconds,
         "examples": {s.name: _md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
+        "package_md5": package_md5(),
     }
     path = Path(gallery_dir) / MANIFEST
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

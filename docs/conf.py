@@ -34,6 +34,9 @@ if MODE == "render":
     RECORDED_ON = recording.describe_recording(GALLERY)
     print(f"cudnn-guide: render mode (no GPU in this process): nothing is executed; "
           f"pages show the committed recording measured on {RECORDED_ON}.", flush=True)
+    if recording.package_changed_since_recording(GALLERY):
+        print("cudnn-guide: note: cudnn_guide has changed since this recording was made; the pages show the "
+              "numbers of the recorded run. Re-record on a GPU to refresh them.", flush=True)
 else:
     from cudnn_guide import environment
 
@@ -96,6 +99,8 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "show_memory": False,
     "write_computation_times": True,
+    # each example starts from a clean process state (no handles, caches or compiled graphs of the last)
+    "reset_modules": ("matplotlib", docs_build.reset_between_examples),
 }
 abort_on_example_error = True
 

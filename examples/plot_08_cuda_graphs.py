@@ -126,9 +126,10 @@ print(f"launcher overhead over raw graph.execute: {overhead_us:+.2f} µs/call")
 # %%
 # Sweep: eager loop against graph replay
 # --------------------------------------
-# For each size: the GPU time of one call (the harness hides the host behind a GPU spin); the
-# per-call time of 100 eager calls back to back (what a loop really costs); and the per-call
-# time of one graph replay holding 100 calls. All hot L2: the point is launch overhead.
+# For each size: the GPU time of one call (the harness hides the host behind a GPU spin, so
+# this is the kernel alone); the per-call time of a loop of 100 eager calls, wall clock to the
+# end of a synchronize (what a loop really costs); and the same for one replay of a CUDA graph
+# holding those 100 calls. All hot L2: the point is launch overhead, not memory.
 from cudnn_guide import bench
 
 sizes = [64, 128, 256, 512, 1024, 2048, 4096]
@@ -144,8 +145,9 @@ for s in sizes:
                           params={"impl": "GPU time of one call", "s": s})
     loop = cudagraphs.time_loop(fn, label=f"eager loop s={s}", calls=100, reps=20, flops=flops,
                                 params={"impl": "eager loop, per call", "s": s})
-    replay = bench.benchmark(fn, label=f"replay s={s}", l2="hot", cuda_graph=True, calls_per_graph=100,
-                             flops=flops, budget_ms=100, params={"impl": "graph replay, per call", "s": s})
+    captured = cudagraphs.capture(fn, calls=100, label=f"s={s}")
+    replay = cudagraphs.time_replay(captured, label=f"replay s={s}", reps=20, flops=flops,
+                                    params={"impl": "graph replay, per call", "s": s})
     rows += [gpu, loop, replay]
     print(f"s={s:5d}: GPU {gpu.median_ms * 1e3:8.2f} µs, host {gpu.host_median_ms * 1e3:6.2f} µs, "
           f"eager loop {loop.median_ms * 1e3:8.2f} µs, replay {replay.median_ms * 1e3:8.2f} µs")

@@ -1,0 +1,129 @@
+"""Tests that need a CUDA GPU and libcudnn (run on the GPU builder: ``pytest -m gpu``)."""
+
+import pytest
+import torch
+
+from cudnn_guide import autotune, bench, check, cudagraphs, graphs, plan_cache, recipes, tensors
+from cudnn_guide.errors import BenchmarkError, GraphBuildError, InputError
+
+pytestmark = pytest.mark.gpu
+
+SMALL_CONV = recipes.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+
+
+@pytest.fixture
+def conv():
+    inputs = SMALL_CONV.make_inputs(seed=3)
+    return inputs, recipes.conv_bias_relu_graph(SMALL_CONV, inputs)
+
+
+def test_build_records_five_steps_and_output_is_correct(conv):
+    inputs, fused = conv
+    assert list(fused.built.report.step_seconds) == list(graphs.STEPS)
+    check.poison(inputs["y"])
+    fused.built.execute(fused.pack(**inputs))
+    ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+
+
+def test_bad_variant_packs_are_input_errors(conv):
+    inputs, fused = conv
+    bad = dict(inputs, x=inputs["x"].contiguous())  # NCHW strides where NHWC was declared
+    with pytest.raises(InputError, match="declared with dims"):
+        fused.built.execute(fused.pack(**bad))
+    with pytest.raises(InputError, match="must be on the GPU"):
+        fused.built.execute(fused.pack(**dict(inputs, w=inputs["w"].cpu())))
+    with pytest.raises(InputError, match="no tensor for"):
+        fused.built.execute({fused.io["x"]: inputs["x"]})
+
+
+def test_a_graph_cudnn_cannot_build_names_the_step():
+    problem = recipes.SdpaProblem(batch=1, heads=1, seq=128, head_dim=1000)
+    inputs = problem.make_inputs()
+    with pytest.raises(GraphBuildError) as info:
+        recipes.sdpa_graph(problem, inputs)
+    assert info.value.step in graphs.STEPS
+    assert "sdpa" in str(info.value)
+
+
+def test_harness_rejects_raising_functions_and_wrong_shapes():
+    def boom():
+        raise RuntimeError("kaput")
+
+    with pytest.raises(BenchmarkError, match="raised RuntimeError: kaput"):
+        bench.benchmark(boom, label="boom", l2="hot")
+    x = torch.ones(4, device="cuda")
+    with pytest.raises(BenchmarkError, match="output shape"):
+        bench.benchmark(lambda: x * 2, label="shape", l2="hot", expect_shape=(5,))
+
+
+def test_harness_agrees_with_the_profiler(conv):
+    problem = recipes.ConvProblem(n=16)
+    inputs = problem.make_inputs()
+    fused = recipes.conv_bias_relu_graph(problem, inputs)
+    launch = fused.built.bind(fused.pack(**inputs))
+    m = bench.benchmark(launch, label="conv", l2="cold", budget_ms=200)
+    prof = bench.profile_kernels(launch, calls=30, l2="cold")
+    assert abs(m.median_ms / prof.per_call_ms - 1) < 0.10
+
+
+def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, conv):
+    inputs, _ = conv
+    cache = plan_cache.PlanCache(tmp_path)
+    key = plan_cache.current_key("small conv")
+    build = lambda: recipes.conv_bias_relu_graph(SMALL_CONV, inputs)  # noqa: E731
+    _, source = cache.get_or_build(key, build)
+    assert source == "built"
+    plan, source = cache.get_or_build(key, build)
+    assert source == "cache" and cache.last_event == "hit"
+    check.poison(inputs["y"])
+    plan.execute(**inputs)
+    ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+    raw = bytearray(cache.path(key).read_bytes())
+    raw[-10] ^= 0xFF
+    cache.path(key).write_bytes(bytes(raw))
+    _, source = cache.get_or_build(key, build)
+    assert source == "built"
+    assert cache.read(key) is not None
+
+
+def test_capture_replays_new_data(conv):
+    inputs, fused = conv
+    graph = cudagraphs.capture(fused.built.bind(fused.pack(**inputs)))
+    new = SMALL_CONV.make_inputs(seed=99)
+    inputs["x"].copy_(new["x"])
+    check.poison(inputs["y"])
+    graph.replay()
+    ref = check.reference(SMALL_CONV.torch_forward, new["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+
+
+def test_tuning_finds_a_plan_and_selects_it(conv):
+    import cudnn
+
+    inputs = SMALL_CONV.make_inputs(seed=5)
+    fused = recipes.conv_bias_relu_graph(SMALL_CONV, inputs, heuristics=("A", "B", "FALLBACK"),
+                                         policy=cudnn.build_plan_policy.ALL)
+    pack = fused.pack(**inputs)
+    ex = autotune.tune(fused.built, pack, reps=20)
+    hv = autotune.tune(fused.built, pack, method="halving", reps=20, first_round_reps=5)
+    assert ex.best.measurement.median_ms > 0 and hv.best.finalist
+    autotune.select(fused.built, ex.best.index)
+    check.poison(inputs["y"])
+    fused.built.execute(pack)
+    ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+
+
+def test_pass_by_value_scalar_changes_the_result():
+    problem = recipes.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=2.0)
+    inputs = problem.make_inputs()
+    fused = recipes.matmul_epilogue_graph(problem, inputs)
+    for alpha in (2.0, -1.0):
+        p = recipes.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=alpha)
+        check.poison(inputs["y"], inputs["amax"])
+        fused.built.execute(fused.pack(**inputs, alpha=tensors.scalar_value(alpha)))
+        ref_y, ref_amax = check.reference(p.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
+        assert check.check(inputs["y"], ref_y).passed
+        assert check.check(inputs["amax"], ref_amax, tol=1e-2).passed
