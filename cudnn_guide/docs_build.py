@@ -88,7 +88,7 @@ def _insert_stamp(text: str, stamp: str) -> str:
     return text[: m.end()] + stamp + text[m.end():]
 
 
-def reset_between_examples(gallery_conf: Any, fname: str, *args: Any) -> None:
+def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     """Return the process to a clean state before each example (sphinx-gallery ``reset_modules``).
 
     The gallery runs every example in one process. So that no example inherits another's state,
