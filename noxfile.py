@@ -51,10 +51,20 @@ def _prepare(session: nox.Session, extras: str, modules: tuple[str, ...]) -> str
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the HTML site into docs/_build/html (record on a GPU, render from the recording without one)."""
+    """Build the HTML site into docs/_build/html (record on a GPU, render from the recording without one).
+
+    With a GPU, each example is first recorded in its own fresh process (no CUDA or cuDNN state
+    shared between examples); the site is then assembled from the recording."""
     python = _prepare(session, "docs", DOCS_MODULES)
+    mode = session.run(python, "-c", "from cudnn_guide.recording import docs_mode; print(docs_mode())",
+                       silent=True, external=True).strip().splitlines()[-1]
+    if mode == "record":
+        session.log("CUDA GPU found: recording every example afresh, each in its own process")
+        session.run(python, "-m", "cudnn_guide.recording", "record", external=True)
+    else:
+        session.log("no CUDA GPU: rendering the committed recording (nothing is executed)")
     session.run(python, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
-                *session.posargs, external=True)
+                *session.posargs, env={"CUDNN_GUIDE_DOCS_MODE": "render"}, external=True)
     session.log("site built: docs/_build/html/index.html (serve: python -m http.server -d docs/_build/html)")
 
 

@@ -28,7 +28,7 @@ import math
 import statistics
 import time
 import warnings
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import BenchmarkError
 
@@ -129,8 +129,9 @@ class Measurement:
             "host_median_ms": self.host_median_ms, "warnings": list(self.warnings),
         }
         if samples:
-            d["samples_ms"] = [round(x, 6) for x in self.samples_ms]
-            d["host_samples_ms"] = [round(x, 5) for x in self.host_samples_ms]
+            # 5 significant digits: finer than the ~0.5 µs resolution of CUDA events
+            d["samples_ms"] = [float(f"{x:.5g}") for x in self.samples_ms]
+            d["host_samples_ms"] = [float(f"{x:.4g}") for x in self.host_samples_ms]
         return d
 
     @classmethod
@@ -209,7 +210,7 @@ def benchmark(
     budget_ms: float = 400.0,
     warmup_ms: float = 50.0,
     min_reps: int = 20,
-    max_reps: int = 20_000,
+    max_reps: int = 5_000,
     cuda_graph: bool = False,
     calls_per_graph: int | None = None,
     expect_shape: Sequence[int] | None = None,
@@ -271,22 +272,18 @@ def benchmark(
 
     flush = _l2_flush_buffer() if l2 == "cold" else None
 
-    def one_call() -> None:
-        if flush is not None:
-            flush.zero_()
-        fn()
-
-    # Estimate one call (with its flush) from a few, then warm up for warmup_ms, measuring the
-    # host time of each call on the way.
-    est = _time_calls(one_call, 5, label) / 5
+    # Warm up for warmup_ms (at least two calls), measuring the host time of each call; the wall
+    # time of the warm-up, synchronized, estimates one call (with its flush) for sizing the run.
     host = []
-    for _ in range(max(3, int(warmup_ms / max(est, 1e-3)))):
+    t_start = time.perf_counter()
+    while len(host) < 2 or ((time.perf_counter() - t_start) * 1e3 < warmup_ms and len(host) < 10_000):
         if flush is not None:
             flush.zero_()
         t0 = time.perf_counter()
         _call(fn, label)
         host.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
+    est = (time.perf_counter() - t_start) * 1e3 / len(host)
 
     host_samples: list[float] = []
     if cuda_graph:
@@ -298,25 +295,13 @@ def benchmark(
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
         samples, host_samples = _time_each(fn, flush, reps, label, spin_ms)
         mode = f"{l2}-L2 events"
-    warnings = _spread_warnings(samples)
+    notes = _spread_warnings(samples)
     if host_samples and statistics.median(host_samples) > statistics.median(samples):
-        warnings.append(
+        notes.append(
             f"host time per call ({_fmt_ms(statistics.median(host_samples))}) exceeds GPU time "
             f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
         )
-    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), warnings, host_samples)
-
-
-def _time_calls(fn: Callable[[], Any], n: int, label: str) -> float:
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(n):
-        _call(fn, label)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end)
+    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples)
 
 
 _CYCLES_PER_MS: dict[int, float] = {}
@@ -390,7 +375,7 @@ class Ceilings:
     copy_gbps: float
     """Device-to-device copy, bytes read plus written per second (GB/s)."""
     bf16_tflops: float
-    """Dense bf16 matmul (8192³ by default), TFLOP/s."""
+    """Dense bf16 matmul, TFLOP/s: the best of the measured sizes."""
     copy: Measurement
     matmul: Measurement
 
@@ -402,11 +387,14 @@ class Ceilings:
 _CEILINGS: Ceilings | None = None
 
 
-def measure_ceilings(copy_mib: int = 2048, matmul_n: int = 8192, refresh: bool = False) -> Ceilings:
+def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096, 6144, 8192),
+                     refresh: bool = False) -> Ceilings:
     """Measure device-copy bandwidth and bf16 matmul throughput once per process.
 
-    Copies a ``copy_mib`` buffer (counting bytes read + written) and multiplies two random
-    ``matmul_n``² bf16 matrices with ``torch.matmul`` (cuBLAS), both with a cold L2.
+    Copies a ``copy_mib`` buffer (counting bytes read + written), and multiplies random square
+    bf16 matrices of each size in ``matmul_sizes`` with ``torch.matmul`` (cuBLAS), all with a
+    cold L2. The compute ceiling is the best of those sizes: a ceiling is what the GPU reaches at
+    its best on dense, random data.
     """
     import torch
 
@@ -417,12 +405,16 @@ def measure_ceilings(copy_mib: int = 2048, matmul_n: int = 8192, refresh: bool =
     src = torch.randn(n_bytes // 4, device="cuda", dtype=torch.float32)
     dst = torch.empty_like(src)
     copy = benchmark(lambda: dst.copy_(src), label="device copy", l2="cold", bytes=2 * n_bytes, budget_ms=300)
-    a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
-    mm = benchmark(lambda: torch.matmul(a, b, out=c), label=f"bf16 matmul {matmul_n}³", l2="cold",
-                   flops=2 * matmul_n**3, budget_ms=500)
-    del src, dst, a, b, c
+    src = dst = None
+    runs = []
+    for n in matmul_sizes:
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+        runs.append(benchmark(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), label=f"bf16 matmul {n}³",
+                              l2="cold", flops=2 * n**3, budget_ms=300))
+    a = b = c = None
+    mm = max(runs, key=lambda m: m.tflops)
     torch.cuda.empty_cache()
     _CEILINGS = Ceilings(copy.gbps or 0.0, mm.tflops or 0.0, copy, mm)
     return _CEILINGS

@@ -128,8 +128,12 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
         gc.collect()
 
 
-def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float) -> None:
-    """Wire the hooks into a Sphinx application (called from ``conf.py``'s ``setup``)."""
+def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float, partial: bool = False) -> None:
+    """Wire the hooks into a Sphinx application (called from ``conf.py``'s ``setup``).
+
+    ``partial``: this build records one example (see :func:`~cudnn_guide.recording.record_examples`);
+    the health check and the manifest wait for the full build.
+    """
     gallery_doc = gallery.name
 
     def on_source_read(app: Any, docname: str, source: list[str]) -> None:
@@ -139,6 +143,8 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             source[0] = _insert_stamp(source[0], stamp_rst(_record(gallery, stem), stem))
 
     def on_builder_inited_late(app: Any) -> None:
+        if partial:
+            return
         problems = recorded_page_problems(gallery, examples)
         if problems:
             from sphinx.errors import ExtensionError
@@ -150,7 +156,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             lines += ["", f".. minigallery:: {name}", "   :add-heading: Examples using this", ""]
 
     def on_finished(app: Any, exc: Exception | None) -> None:
-        if exc is None and mode == "record":
+        if exc is None and mode == "record" and not partial:
             from . import environment
 
             path = recording.write_manifest(gallery, examples, environment.collect().to_dict(),

@@ -25,10 +25,11 @@ from .errors import GuideError
 __all__ = [
     "MODE_ENV", "MANIFEST", "StaleRecordingError", "ExampleState", "docs_mode", "example_states",
     "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
-    "package_md5", "package_changed_since_recording",
+    "package_md5", "package_changed_since_recording", "ONLY_ENV", "record_examples",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
+ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
 MANIFEST = "recording.json"
 
 
@@ -145,3 +146,60 @@ def describe_recording(gallery_dir: Path) -> str:
     return (f"{env.get('gpu', '?')} (driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
             f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
             f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, commit {env.get('commit', '?')}")
+
+
+def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, python: str | None = None,
+                    names: list[str] | None = None) -> dict[str, float]:
+    """Record each example in its own fresh process, then write the manifest.
+
+    For each example: delete its stored md5 (so sphinx-gallery treats it as changed) and run
+    ``sphinx -b dummy`` with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which makes ``conf.py``
+    execute that example alone; every other example's md5 still matches, so it is kept as
+    recorded. Each example thus starts in a new Python process, with no CUDA context, cuDNN
+    handle, compiled graph or warm library left by another. Returns seconds per example.
+    """
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    python = python or sys.executable
+    sources = sorted(Path(examples_dir).glob("plot_*.py"))
+    if names:
+        unknown = set(names) - {s.name for s in sources}
+        if unknown:
+            raise ValueError(f"no such examples: {sorted(unknown)}")
+        sources = [s for s in sources if s.name in names]
+    seconds: dict[str, float] = {}
+    t_all = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        for src in sources:
+            (Path(gallery_dir) / f"{src.name}.md5").unlink(missing_ok=True)
+            env = dict(os.environ, **{MODE_ENV: "record", ONLY_ENV: src.name})
+            t0 = time.perf_counter()
+            print(f"cudnn-guide: recording {src.name} in a fresh process ...", flush=True)
+            proc = subprocess.run([python, "-m", "sphinx", "-b", "dummy", "-q", str(docs_dir), out], env=env)
+            seconds[src.name] = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"recording {src.name} failed (sphinx exit {proc.returncode}); see the output above")
+            print(f"cudnn-guide: recorded {src.name} in {seconds[src.name]:.1f} s", flush=True)
+    from . import environment
+
+    write_manifest(gallery_dir, examples_dir, environment.collect().to_dict(), time.perf_counter() - t_all)
+    return seconds
+
+
+def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "record":
+        raise SystemExit("usage: python -m cudnn_guide.recording record [plot_xx.py ...]")
+    root = Path(__file__).resolve().parent.parent
+    seconds = record_examples(root / "docs", root / "examples", root / "docs" / "auto_examples", names=argv[1:])
+    print(f"cudnn-guide: recorded {len(seconds)} example(s) in {sum(seconds.values()):.0f} s: "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .bench import Measurement
 
-__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio"]
+__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio", "versus"]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)
@@ -26,6 +26,19 @@ METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
 def ratio(slow: Measurement, fast: Measurement) -> float:
     """Speed-up of ``fast`` over ``slow`` from their medians (``slow.median / fast.median``)."""
     return slow.median_ms / fast.median_ms
+
+
+def versus(ours: Measurement, other: Measurement, tie: float = 0.02) -> str:
+    """How ``ours`` compares with ``other``, in words computed from the medians.
+
+    Within ``tie`` (2 %) of each other the two are called a tie, with the difference stated,
+    because a smaller difference is inside the run-to-run spread of a GPU timing. Returns, for
+    example, ``"1.93× faster than"``, ``"1.15× slower than"`` or ``"within 0.4% of (a tie with)"``.
+    """
+    r = ratio(other, ours)
+    if abs(r - 1) <= tie:
+        return f"within {100 * abs(r - 1):.1f}% of (a tie with)"
+    return f"{r:.2f}× faster than" if r > 1 else f"{1 / r:.2f}× slower than"
 
 
 class ComparisonTable:

@@ -13,6 +13,7 @@ Two modes (see :mod:`cudnn_guide.recording`):
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,12 +28,13 @@ from cudnn_guide import docs_build  # noqa: E402
 EXAMPLES = ROOT / "examples"
 GALLERY = DOCS / "auto_examples"
 MODE = recording.docs_mode()
+RECORD_ONLY = os.environ.get(recording.ONLY_ENV, "")  # one example, in this fresh process
 _BUILD_START = time.perf_counter()
 
 if MODE == "render":
     recording.require_fresh_recording(EXAMPLES, GALLERY)
     RECORDED_ON = recording.describe_recording(GALLERY)
-    print(f"cudnn-guide: render mode (no GPU in this process): nothing is executed; "
+    print(f"cudnn-guide: render mode: nothing is executed; "
           f"pages show the committed recording measured on {RECORDED_ON}.", flush=True)
     if recording.package_changed_since_recording(GALLERY):
         print("cudnn-guide: note: cudnn_guide has changed since this recording was made; the pages show the "
@@ -44,7 +46,8 @@ else:
     _ENV = environment.collect()
     RECORDED_ON = (f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
                    f"frontend {_ENV.cudnn_frontend}, torch {_ENV.torch}) on {_ENV.date_utc}, commit {_ENV.commit}")
-    print(f"cudnn-guide: record mode: executing every example on {RECORDED_ON}; "
+    what = RECORD_ONLY or "every example"
+    print(f"cudnn-guide: record mode: executing {what} on {RECORDED_ON}; "
           f"outputs go to {GALLERY.relative_to(ROOT)} (commit them).", flush=True)
 
 # -- Project -----------------------------------------------------------------------------------
@@ -85,9 +88,10 @@ suppress_warnings = ["config.cache"]
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
-    "filename_pattern": r"/plot_",
-    # record: run everything afresh; render: every md5 matches (checked above), nothing runs.
-    "run_stale_examples": MODE == "record",
+    # record one (RECORD_ONLY: its md5 was deleted; the others match and are kept) or all;
+    # render: every md5 matches (checked above) and nothing runs.
+    "filename_pattern": re.escape(os.sep + RECORD_ONLY) + "$" if RECORD_ONLY else r"/plot_",
+    "run_stale_examples": MODE == "record" and not RECORD_ONLY,
     "abort_on_example_error": True,
     "doc_module": ("cudnn_guide",),
     "backreferences_dir": "api/generated/backreferences",
@@ -127,4 +131,5 @@ html_show_sourcelink = True
 
 
 def setup(app):
-    docs_build.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START)
+    docs_build.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START,
+                       partial=bool(RECORD_ONLY))

@@ -37,13 +37,37 @@ def test_bad_variant_packs_are_input_errors(conv):
         fused.built.execute({fused.io["x"]: inputs["x"]})
 
 
-def test_a_graph_cudnn_cannot_build_names_the_step():
-    problem = recipes.SdpaProblem(batch=1, heads=1, seq=128, head_dim=1000)
-    inputs = problem.make_inputs()
-    with pytest.raises(GraphBuildError) as info:
-        recipes.sdpa_graph(problem, inputs)
+def test_an_unsupported_graph_is_distinguishable_and_names_the_step():
+    # An int32 convolution: cuDNN has no engine for it on Hopper (seen on the H200 builder).
+    import cudnn
+
+    from cudnn_guide.errors import GraphNotSupportedError
+
+    handle = graphs.handle_for_current_device()
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.INT32, compute_data_type=cudnn.data_type.INT32, handle=handle)
+    x = g.tensor(name="x", dim=[1, 8, 8, 8], stride=[512, 1, 64, 8], data_type=cudnn.data_type.INT32)
+    w = g.tensor(name="w", dim=[8, 8, 3, 3], stride=[72, 1, 24, 8], data_type=cudnn.data_type.INT32)
+    y = g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1], compute_data_type=cudnn.data_type.INT32)
+    y.set_output(True).set_data_type(cudnn.data_type.INT32)
+    with pytest.raises(GraphNotSupportedError) as info:
+        graphs.build(g, name="int32 conv")
     assert info.value.step in graphs.STEPS
-    assert "sdpa" in str(info.value)
+    assert "int32 conv" in str(info.value) and "not supported" in str(info.value)
+
+
+def test_a_malformed_graph_is_a_build_error_not_unsupported():
+    import cudnn
+
+
+    handle = graphs.handle_for_current_device()
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    a = g.tensor(name="a", dim=[1, 64, 32], stride=[2048, 32, 1])
+    b = g.tensor(name="b", dim=[1, 48, 64], stride=[3072, 64, 1])  # inner dimensions disagree: 32 vs 48
+    c = g.matmul(a, b)
+    c.set_output(True)
+    with pytest.raises(GraphBuildError) as info:
+        graphs.build(g, name="mismatched matmul")
+    assert info.value.step in graphs.STEPS
 
 
 def test_harness_rejects_raising_functions_and_wrong_shapes():

@@ -1,0 +1,171 @@
+"""
+Environment, libcudnn and this GPU's ceilings
+=============================================
+
+Before any graph: what is this machine, where does cuDNN come from, and how fast can this GPU
+move bytes and multiply matrices at best? Every later page compares its results with the two
+ceilings measured here, rather than with datasheet numbers.
+
+What you will learn:
+
+* how cuDNN Frontend finds ``libcudnn`` (it does not ship it), how to see what it loaded, and
+  how to fix a missing library;
+* what goes into the environment record printed on every page;
+* how to measure the two roofline ceilings — device-copy bandwidth and bf16 matmul throughput —
+  and why the L2 cache must be flushed to measure bandwidth honestly.
+"""
+
+# %%
+# Where libcudnn comes from
+# -------------------------
+# ``import cudnn`` loads the frontend's bindings only. At import it looks for ``libcudnn.so.9``
+# in ``LD_LIBRARY_PATH``, then in site-packages (``nvidia/cudnn/lib``, installed by the
+# ``nvidia-cudnn-cu12``/``-cu13`` wheel that a CUDA build of PyTorch depends on), then through
+# the system loader. The import succeeds even if nothing is found; the first backend call then
+# fails. :func:`cudnn_guide.environment.find_libcudnn` retraces that search:
+from cudnn_guide import environment
+
+print(environment.find_libcudnn().explain())
+
+# %%
+# and :func:`~cudnn_guide.environment.require_cudnn` makes the first backend call. Had it
+# failed, it would have raised :class:`~cudnn_guide.errors.CudnnLibraryError` listing the
+# places above and the fix (install the cuDNN wheel matching your CUDA major version, or point
+# ``LD_LIBRARY_PATH`` at ``libcudnn.so.9``). The library actually mapped into this process:
+backend = environment.require_cudnn()
+print(f"cuDNN backend {backend} loaded from {environment.loaded_libcudnn()}")
+
+# %%
+# The environment record
+# ----------------------
+# This is what every page of the gallery prints first and stores in its JSON record.
+env = environment.collect()
+env
+
+# %%
+# Copy bandwidth: the memory ceiling
+# ----------------------------------
+# A device-to-device copy reads and writes every byte once, so ``2 × size / time`` is the
+# bandwidth a memory-bound kernel can hope for. Small copies fit in the L2 cache: timed
+# back-to-back with a **hot** L2 they report the cache's bandwidth, not HBM's. With a **cold**
+# L2 (a buffer of twice the L2 size written before every call, outside the timed region) they
+# report what a kernel reading fresh data sees. The sweep shows both.
+import torch
+
+from cudnn_guide import bench, sweep
+
+sizes_mib = [1, 4, 16, 64, 256, 1024, 4096]
+buffers = {}
+
+
+def copy_of(size_mib):
+    n = size_mib * 2**20 // 4
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    buffers[size_mib] = (src, dst)
+    return lambda: dst.copy_(src)
+
+
+# %%
+# Check first: a timed copy must actually copy.
+from cudnn_guide import check
+
+copy_check = check.check(copy_of(64)(), buffers[64][0], name="device copy")
+print(copy_check)
+buffers.clear()
+
+# %%
+copy_results = {}
+for l2 in ("hot", "cold"):
+    copy_results[l2] = sweep.sweep(sizes_mib, {f"copy, {l2} L2": copy_of}, x="size_mib", l2=l2,
+                                   bytes=lambda s: 2 * s * 2**20, budget_ms=150)
+    buffers.clear()
+copy_measurements = copy_results["hot"].measurements + copy_results["cold"].measurements
+
+# %%
+# bf16 matmul: the compute ceiling
+# --------------------------------
+# cuBLAS through ``torch.matmul`` on random bf16 square matrices (random, not zeros: zeros run
+# faster and would inflate the ceiling), cold L2.
+matrices = {}
+
+
+def matmul_of(n):
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    matrices[n] = (a, b, c)
+    return lambda: torch.matmul(a, b, out=c)
+
+
+# The matmul we time must compute the product: checked against an fp32 reference, TF32 off.
+matmul_of(2048)()
+a, b, c = matrices.pop(2048)
+matmul_check = check.check(c, check.reference(torch.matmul, a, b), name="bf16 matmul (cuBLAS)")
+print(matmul_check)
+
+matmul_result = sweep.sweep([1024, 2048, 4096, 8192, 16384], {"bf16 matmul (cuBLAS)": matmul_of}, x="n", l2="cold",
+                            flops=lambda n: 2 * n**3, budget_ms=300)
+matrices.clear()
+torch.cuda.empty_cache()
+
+# %%
+# The two ceilings every other page uses are measured by
+# :func:`~cudnn_guide.bench.measure_ceilings` (a 2 GiB copy and an 8192³ matmul, cold L2):
+ceilings = bench.measure_ceilings()
+print(ceilings.copy)
+print(ceilings.matmul)
+
+# %%
+# Plots
+# -----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_lines
+
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+plot_lines(copy_measurements, x="size_mib", metric="gbps", ax=ax1, logx=True, title="device copy (read + write)",
+           ceiling=ceilings.copy_gbps, ceiling_label=f"ceiling: {ceilings.copy_gbps:.0f} GB/s")
+ax1.axvline(env.l2_mib, color="0.6", linestyle=":", label=f"L2 = {env.l2_mib:.0f} MiB")
+ax1.legend(fontsize=8)
+ax1.set_xlabel("buffer size (MiB)")
+plot_lines(matmul_result.measurements, x="n", metric="tflops", ax=ax2, logx=True, title="bf16 matmul n×n×n, cold L2",
+           ceiling=ceilings.bf16_tflops, ceiling_label=f"ceiling: {ceilings.bf16_tflops:.0f} TFLOP/s")
+ax2.set_xlabel("n")
+ax2.legend(fontsize=8)
+plt.show()
+
+# %%
+# Tables
+# ------
+copy_table = sweep.SweepResult("size_mib", copy_measurements).table("gbps", title="copy bandwidth")
+copy_table
+
+# %%
+matmul_result.table("tflops", title="bf16 matmul")
+
+# %%
+# Takeaways
+# ---------
+hot_small = copy_results["hot"].get("copy, hot L2", 16)
+cold_small = copy_results["cold"].get("copy, cold L2", 16)
+peak_mm = max(matmul_result.measurements, key=lambda m: m.tflops)
+print(f"* This {env.gpu} copies at {ceilings.copy_gbps:.0f} GB/s (2 GiB, cold L2) and multiplies bf16 matrices "
+      f"at {ceilings.bf16_tflops:.0f} TFLOP/s (8192³): the ridge point is "
+      f"{ceilings.bf16_tflops * 1e12 / (ceilings.copy_gbps * 1e9):.0f} FLOP per byte.")
+print(f"* A 16 MiB copy reports {hot_small.gbps:.0f} GB/s with a hot L2 but {cold_small.gbps:.0f} GB/s with a cold one: "
+      f"timing small inputs without flushing L2 overstates bandwidth by {hot_small.gbps / cold_small.gbps:.2f}×.")
+print(f"* The fastest matmul in the sweep is n={peak_mm.params['n']} at {peak_mm.tflops:.0f} TFLOP/s.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_01_environment", title="Environment, libcudnn and this GPU's ceilings", environment=env)
+rec.add(copy_measurements, matmul_result.measurements, ceilings.copy, ceilings.matmul)
+rec.add_check(copy_check)
+rec.add_check(matmul_check)
+rec.headline("copy bandwidth ceiling", ceilings.copy_gbps, "GB/s")
+rec.headline("bf16 matmul ceiling", ceilings.bf16_tflops, "TFLOP/s")
+rec.extra["ceilings"] = ceilings.to_dict()
+rec.write()
+# sphinx_gallery_end_ignore

@@ -1,0 +1,136 @@
+"""
+Dynamic shapes with a kernel cache
+==================================
+
+A serving process sees many batch sizes. Without help, each new shape is a new graph with its
+own build — heuristics, and for runtime-fused kernels, compilation. ``cudnn.create_kernel_cache()``
+lets graphs that differ only in shape share compiled kernels: build the graphs with
+``kernel_cache=cache`` and ``is_dynamic_shape_enabled=True``.
+
+Build times are easy to fool yourself with: the first graph of any process pays for loading
+cuDNN's libraries, so "the second build was faster" proves nothing. This page builds the same
+sequence of batch sizes four ways, **each in a fresh process**: with and without the cache, in
+ascending and descending order. The cache's own effect is the difference between matching runs.
+
+What you will learn:
+
+* how to share a kernel cache across graphs of different batch sizes;
+* how to separate the cache's effect from first-build and order effects with controls;
+* whether dynamic-shape kernels cost anything at execution time.
+
+Graph: batch × 512×1024 @ 1024×512 → scale → bias → GELU, bf16, batch 1 to 256.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+env = environment.collect()
+env
+
+# %%
+# Four runs, four fresh processes
+# -------------------------------
+# :func:`cudnn_guide.dynamic_shapes.run_fresh_sequence` builds the graph for each batch size in
+# order, checks each output against PyTorch, and times each build and each execution.
+from cudnn_guide import dynamic_shapes
+
+batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+runs = {
+    "cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=True),
+    "no cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=False),
+    "cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=True),
+    "no cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=False),
+}
+for name, rows in runs.items():
+    assert all(r["passed"] for r in rows), f"{name}: a graph failed its check"
+    print(f"{name:22s} builds (ms): " + " ".join(f"{r['batch']}:{r['build_s'] * 1e3:.0f}" for r in rows))
+print(f"all {sum(len(r) for r in runs.values())} graphs passed their check "
+      f"(largest rel. error {max(r['rel_error'] for rows in runs.values() for r in rows):.1e})")
+
+# %%
+# Build time per graph
+# --------------------
+# Left: each run in the order it built its graphs. Right: the same builds arranged by batch
+# size. The first graph of every process is slow whatever the cache; the question is what
+# happens to the graphs after it.
+import matplotlib.pyplot as plt
+
+styles = {"cache, ascending": ("#76b900", "-"), "no cache, ascending": ("0.4", "-"),
+          "cache, descending": ("#76b900", "--"), "no cache, descending": ("0.4", "--")}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+for name, rows in runs.items():
+    color, ls = styles[name]
+    ax1.plot(range(1, len(rows) + 1), [r["build_s"] * 1e3 for r in rows], marker="o", color=color, linestyle=ls, label=name)
+    by_batch = sorted(rows, key=lambda r: r["batch"])
+    ax2.plot([r["batch"] for r in by_batch], [r["build_s"] * 1e3 for r in by_batch], marker="o", color=color,
+             linestyle=ls, label=name)
+ax1.set_xlabel("build number within the process")
+ax2.set_xlabel("batch size")
+ax2.set_xscale("log", base=2)
+for ax in (ax1, ax2):
+    ax.set_yscale("log")
+    ax.set_ylabel("build time (ms)")
+    ax.grid(True, alpha=0.3, which="both")
+ax1.legend(fontsize=8)
+ax1.set_title("in build order")
+ax2.set_title("by batch size")
+plt.show()
+
+# %%
+# Execution: do dynamic-shape kernels cost anything?
+# --------------------------------------------------
+# Median execution time with and without the cache (ascending runs), cold L2.
+import statistics
+
+from cudnn_guide.bench import Measurement
+from cudnn_guide.report import ComparisonTable
+
+rows = []
+for name in ("cache, ascending", "no cache, ascending"):
+    for r in runs[name]:
+        m = Measurement.from_dict(r["exec"])
+        m.params = {"impl": name, "batch": r["batch"]}
+        rows.append(m)
+ComparisonTable(rows, row="impl", column="batch", metric="median_us", title="execution time (µs)")
+
+# %%
+# Takeaways
+# ---------
+# "Later builds" are every build after the first of its process.
+
+
+def later(name):
+    return statistics.median(r["build_s"] for r in runs[name][1:]) * 1e3
+
+
+def first(name):
+    return runs[name][0]["build_s"] * 1e3
+
+
+exec_ratio = statistics.median(
+    a["exec_median_ms"] / b["exec_median_ms"] for a, b in zip(runs["cache, ascending"], runs["no cache, ascending"]))
+for order in ("ascending", "descending"):
+    c, n = later(f"cache, {order}"), later(f"no cache, {order}")
+    print(f"* {order}: later builds take {c:.1f} ms with the cache and {n:.1f} ms without "
+          f"({n / c:.2f}× {'faster' if n > c else 'slower'} with it); first builds {first(f'cache, {order}'):.0f} ms "
+          f"and {first(f'no cache, {order}'):.0f} ms.")
+print(f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time of the static ones "
+      f"(median over batch sizes).")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import check, records
+
+rec = records.Record("plot_07_kernel_cache", title="Dynamic shapes with a kernel cache", environment=env)
+for name, rs in runs.items():
+    worst = max(rs, key=lambda r: r["rel_error"])
+    rec.add_check(check.CheckResult(f"{name} (worst of {len(rs)})", "bfloat16", worst["rel_error"], 1.6e-2, 0, 1))
+rec.add(rows)
+for order in ("ascending", "descending"):
+    rec.headline(f"later-build speed-up from the kernel cache, {order}",
+                 later(f"no cache, {order}") / later(f"cache, {order}"), "x")
+rec.headline("dynamic / static execution time", exec_ratio, "x")
+rec.extra["runs"] = runs
+rec.write()
+# sphinx_gallery_end_ignore

@@ -1,0 +1,206 @@
+"""
+CUDA graphs around an execution plan
+====================================
+
+Every ``graph.execute()`` costs host time — Python, the frontend's dispatch, the driver launch —
+before the GPU does anything. When the kernel is long, that cost hides behind the GPU's work of
+the previous call. When it is short, the GPU waits for the host, and the host cost *is* the
+time per call. Capturing the calls into a CUDA graph records the launches once; replaying them
+is one cheap call.
+
+Showing this on a big kernel shows nothing: there, launch overhead is invisible. This page
+sweeps the problem size from tiny to large to find where the host stops mattering.
+
+What you will learn:
+
+* how to capture ``execute`` into a ``torch.cuda.CUDAGraph`` with the cuDNN handle bound to
+  the capture stream;
+* the host cost of ``execute()``, and how much this package's launcher adds to it;
+* per-iteration time of an eager loop against graph replay, across sizes;
+* that a replay reads whatever is in the captured input buffers: new data is copied in, not
+  re-captured.
+
+Graph: 1 × s×s @ s×s → scale → bias → GELU, bf16, s from 64 to 4096.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+env = environment.collect()
+env
+
+# %%
+# Capture with the handle on the capture stream
+# ---------------------------------------------
+# ``torch.cuda.graph`` captures on its own stream. A cuDNN handle still bound to the default
+# stream would launch there, outside the capture. The launchers of
+# :meth:`~cudnn_guide.graphs.BuiltGraph.bind` rebind the handle to torch's *current* stream on
+# every call (:func:`~cudnn_guide.graphs.bind_to_current_stream`), so inside the capture they
+# launch on the capture stream.
+import torch
+
+from cudnn_guide import check, cudagraphs, graphs, recipes, tensors
+
+
+def build(s, seed=0):
+    p = recipes.MatmulProblem(batch=1, m=s, k=s, n=s, alpha=0.5)
+    ins = p.make_inputs(seed=seed)
+    f = recipes.matmul_epilogue_graph(p, ins, amax=False)
+    pack = f.pack(**{k: v for k, v in ins.items() if k != "amax"}, alpha=tensors.scalar_value(p.alpha))
+    return p, ins, f, pack
+
+
+p, ins, f, pack = build(1024)
+launch = f.built.bind(pack)
+streams = {}
+g = torch.cuda.CUDAGraph()
+launch()  # warm-up before capture
+torch.cuda.synchronize()
+with torch.cuda.graph(g):
+    streams["capture"] = torch.cuda.current_stream().cuda_stream
+    launch()
+    streams["handle during capture"] = f.built.handle.stream
+streams["default"] = torch.cuda.default_stream().cuda_stream
+print({k: hex(v) for k, v in streams.items()})
+assert streams["handle during capture"] == streams["capture"] != streams["default"]
+
+# %%
+# A replay reads new data
+# -----------------------
+# The captured graph holds the *addresses* of ``a``, ``b`` and ``y``. To run it on new inputs,
+# copy them into those buffers and replay. We check the replay's output against a reference for
+# the new inputs, and that it differs from the old output.
+check.poison(ins["y"])
+g.replay()
+old_out = ins["y"].clone()
+first_check = check.check(old_out, check.reference(p.torch_forward, ins["a"], ins["b"], ins["bias"])[0],
+                          name="first replay")
+new = p.make_inputs(seed=42)
+ins["a"].copy_(new["a"])
+ins["b"].copy_(new["b"])
+check.poison(ins["y"])
+g.replay()
+replay_check = check.check(ins["y"], check.reference(p.torch_forward, new["a"], new["b"], ins["bias"])[0],
+                           name="replay after copying new inputs")
+print(first_check)
+print(replay_check)
+print(f"output changed with the inputs: {not torch.equal(old_out, ins['y'])}")
+
+# %%
+# The host cost of ``execute()``
+# ------------------------------
+# Host time per call, measured over 2000 back-to-back calls on a tiny problem (s = 64), for the
+# frontend's raw ``graph.execute`` with the handle already bound, this package's ``bind``
+# launcher (rebinds the handle, then calls ``graph.execute``), and ``BuiltGraph.execute`` (which
+# also checks the variant pack on every call).
+import statistics
+import time
+
+import cudnn
+
+tp, tins, tf, tpack = build(64)
+tl = tf.built.bind(tpack)
+raw_graph, ws, h = tf.built.graph, tf.built.workspace, tf.built.handle
+graphs.bind_to_current_stream(h)
+variants = {
+    "raw graph.execute": lambda: raw_graph.execute(tpack, ws, handle=h),
+    "cudnn_guide bind() launcher": tl,
+    "cudnn_guide BuiltGraph.execute (checks pack)": lambda: tf.built.execute(tpack),
+}
+host_us = {name: [] for name in variants}
+for _ in range(7):  # interleave the variants, 7 rounds of 2000 calls each
+    for name, fn in variants.items():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            fn()
+        host_us[name].append((time.perf_counter() - t0) / 2000 * 1e6)
+        torch.cuda.synchronize()
+for name, xs in host_us.items():
+    print(f"{name:46s} {statistics.median(xs):6.2f} µs/call (range {min(xs):.2f}–{max(xs):.2f})")
+overhead_us = statistics.median(host_us["cudnn_guide bind() launcher"]) - statistics.median(host_us["raw graph.execute"])
+print(f"launcher overhead over raw graph.execute: {overhead_us:+.2f} µs/call")
+
+# %%
+# Sweep: eager loop against graph replay
+# --------------------------------------
+# For each size: the GPU time of one call (the harness hides the host behind a GPU spin, so
+# this is the kernel alone); the per-call time of a loop of 100 eager calls, wall clock to the
+# end of a synchronize (what a loop really costs); and the same for one replay of a CUDA graph
+# holding those 100 calls. All hot L2: the point is launch overhead, not memory.
+from cudnn_guide import bench
+
+sizes = [64, 128, 256, 512, 1024, 2048, 4096]
+rows = []
+for s in sizes:
+    sp, sins, sf, spack = build(s, seed=s)
+    check.poison(sins["y"])
+    sf.built.execute(spack)
+    check.check(sins["y"], check.reference(sp.torch_forward, sins["a"], sins["b"], sins["bias"])[0], name=f"s={s}")
+    fn = sf.built.bind(spack)
+    flops = sp.flops
+    gpu = bench.benchmark(fn, label=f"GPU time s={s}", l2="hot", flops=flops, budget_ms=100,
+                          params={"impl": "GPU time of one call", "s": s})
+    loop = cudagraphs.time_loop(fn, label=f"eager loop s={s}", calls=100, reps=20, flops=flops,
+                                params={"impl": "eager loop, per call", "s": s})
+    captured = cudagraphs.capture(fn, calls=100, label=f"s={s}")
+    replay = cudagraphs.time_replay(captured, label=f"replay s={s}", reps=20, flops=flops,
+                                    params={"impl": "graph replay, per call", "s": s})
+    rows += [gpu, loop, replay]
+    print(f"s={s:5d}: GPU {gpu.median_ms * 1e3:8.2f} µs, host {gpu.host_median_ms * 1e3:6.2f} µs, "
+          f"eager loop {loop.median_ms * 1e3:8.2f} µs, replay {replay.median_ms * 1e3:8.2f} µs")
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_lines
+
+host_line = statistics.median(m.host_median_ms for m in rows if m.params["impl"] == "GPU time of one call") * 1e3
+ax = plot_lines(rows, x="s", metric="median_us", logx=True, logy=True,
+                title="per-call time: eager loop vs. CUDA-graph replay",
+                ceiling=host_line, ceiling_label=f"host cost of one execute() ≈ {host_line:.0f} µs")
+ax.set_xlabel("s (problem: s×s @ s×s + epilogue)")
+plt.show()
+
+# %%
+from cudnn_guide.report import ComparisonTable
+
+ComparisonTable(rows, row="impl", column="s", metric="median_us", title="per-call time (µs)")
+
+# %%
+# Takeaways
+# ---------
+from cudnn_guide.report import ratio
+
+by = {(m.params["impl"], m.params["s"]): m for m in rows}
+crossover = next((s for s in sizes if by[("GPU time of one call", s)].median_ms * 1e3 > host_line), None)
+small, large = sizes[0], sizes[-1]
+print(f"* One execute() costs about {host_line:.0f} µs of host time; this package's launcher adds "
+      f"{overhead_us:+.2f} µs to the raw call.")
+print(f"* At s={small}, an eager loop takes {by[('eager loop, per call', small)].median_ms * 1e3:.1f} µs per call for "
+      f"{by[('GPU time of one call', small)].median_ms * 1e3:.1f} µs of GPU work; replay takes "
+      f"{by[('graph replay, per call', small)].median_ms * 1e3:.1f} µs: "
+      f"{ratio(by[('eager loop, per call', small)], by[('graph replay, per call', small)]):.1f}× faster.")
+print(f"* At s={large}, eager and replay are {ratio(by[('eager loop, per call', large)], by[('graph replay, per call', large)]):.2f}× "
+      f"apart: the GPU work hides the host.")
+print(f"* The GPU time of one call first exceeds the host cost at s={crossover}." if crossover
+      else "* The GPU time never exceeds the host cost in this sweep.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_08_cuda_graphs", title="CUDA graphs around an execution plan", environment=env)
+rec.add_check(first_check)
+rec.add_check(replay_check)
+rec.add(rows)
+rec.headline("host cost of execute()", host_line, "µs")
+rec.headline("launcher overhead over raw graph.execute", overhead_us, "µs")
+rec.headline(f"replay speed-up at s={small}", ratio(by[("eager loop, per call", small)], by[("graph replay, per call", small)]), "x")
+rec.extra["host_us"] = host_us
+rec.extra["crossover_s"] = crossover
+rec.write()
+# sphinx_gallery_end_ignore
