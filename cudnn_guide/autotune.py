@@ -5,8 +5,9 @@ good guess, not a measurement. Tuning builds every plan (``build_plan_policy.ALL
 each one. :func:`tune` does that exhaustively or by successive halving, which gives many plans a
 few calls each, keeps the faster half, and spends the rest of its time on the survivors.
 
-Plans are timed exactly like everything else (:func:`~cudnn_guide.bench.benchmark`: events,
-warm-up, cold L2, spread). The winner is selected on the graph with ``build_plan_at_index``, so
+Each plan is selected in turn (``build_plan_at_index``) and timed through the ordinary execute
+path, exactly like everything else (:func:`~cudnn_guide.bench.benchmark`: events, warm-up, cold
+L2, spread); the graph is left on the plan it had. The winner is selected on the graph with ``build_plan_at_index``, so
 :meth:`~cudnn_guide.graphs.BuiltGraph.execute` and ``serialize()`` then use it.
 """
 
@@ -105,7 +106,12 @@ def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
 
 def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *, l2: str, reps: int,
                flops: float | None, bytes: float | None, max_ms_per_plan: float) -> PlanTiming:
-    launch = built.bind(pack, plan_index=index)
+    # Select the plan, then time the ordinary execute path: exactly what runs once this plan wins.
+    try:
+        built.graph.build_plan_at_index(index)
+    except Exception as exc:
+        return PlanTiming(index, name, error=f"could not select: {exc}")
+    launch = built.bind(pack)
     try:
         # reps calls, unless that would take longer than max_ms_per_plan: then as many as fit, at least 20
         m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=max_ms_per_plan, warmup_ms=5.0,
@@ -149,6 +155,7 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
     plans = _unique_plans(built)
     ensure_workspace(built, [i for i, _ in plans])
     built.check_pack(pack)
+    original = next((i for i, n in plans if n == built.report.plan_name), plans[0][0])
     kw = dict(l2=l2, flops=flops, bytes=bytes, max_ms_per_plan=max_ms_per_plan)
     t0 = time.perf_counter()
     if method == "exhaustive":
@@ -174,6 +181,7 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
         # plans eliminated early keep their short measurement but cannot win
         timings = list(timings.values())
     seconds = time.perf_counter() - t0
+    built.graph.build_plan_at_index(original)  # leave the graph on the plan it had; select() the winner
     result = TuneResult(method, timings, seconds)
     result.best  # raises if nothing ran
     return result

@@ -87,7 +87,7 @@ class Record:
         out = Path(directory) if directory is not None else record_dir()
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{self.example}{RECORD_SUFFIX}"
-        path.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(self.to_dict(), separators=(",", ":"), default=_json_default) + "\n", encoding="utf-8")
         return path
 
 

@@ -167,5 +167,5 @@ rec.add_check(matmul_check)
 rec.headline("copy bandwidth ceiling", ceilings.copy_gbps, "GB/s")
 rec.headline("bf16 matmul ceiling", ceilings.bf16_tflops, "TFLOP/s")
 rec.extra["ceilings"] = ceilings.to_dict()
-rec.write()
+_record_path = rec.write()
 # sphinx_gallery_end_ignore

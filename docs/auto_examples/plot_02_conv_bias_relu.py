@@ -77,10 +77,9 @@ print(result)
 # %%
 # The baselines get the same check: the eager bf16 path is what you would run without cuDNN
 # graphs, so it must compute the same function.
-import logging
-import warnings
-
 import torch
+
+from cudnn_guide import baselines
 
 eager_out = problem.torch_forward(inputs["x"], inputs["w"], inputs["b"])
 print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
@@ -124,11 +123,7 @@ torch.backends.cudnn.benchmark = False
 # torch.compile needs a working Triton toolchain; if it is missing here the page says so.
 compile_note = ""
 try:
-    # Inductor's autotuner logs each Triton candidate that does not fit in shared memory; such
-    # candidates are skipped, not errors of the result, so that log is silenced here.
-    logging.getLogger("torch._inductor").setLevel(logging.CRITICAL)
-    warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
-    compiled = torch.compile(problem.torch_forward, mode="max-autotune-no-cudagraphs")
+    compiled = baselines.compile_quietly(problem.torch_forward)
     print(check.check(compiled(x, w, b), reference, name="torch.compile"))
     measurements.append(bench.benchmark(lambda: compiled(x, w, b), label="torch.compile", l2="cold",
                                         flops=problem.flops, bytes=problem.bytes, params={"impl": "torch.compile"}))
@@ -205,7 +200,7 @@ plt.show()
 # ---------
 # The numbers in this paragraph are computed from the measurements above.
 from cudnn_guide import records
-from cudnn_guide.report import ratio
+from cudnn_guide.report import ratio, versus
 
 fused_m = measurements[0]
 best_baseline = min(measurements[1:], key=lambda m: m.median_ms)
@@ -213,10 +208,13 @@ speedup = ratio(best_baseline, fused_m)
 print(f"* The fused cuDNN graph runs in {fused_m.median_ms * 1e3:.1f} µs "
       f"({fused_m.tflops:.0f} TFLOP/s, {fused_m.percent_of(ceilings)['compute']:.0f}% of the measured bf16 ceiling).")
 print(f"* The best baseline is '{best_baseline.label}' at {best_baseline.median_ms * 1e3:.1f} µs: "
-      f"the fused graph is {speedup:.2f}× {'faster' if speedup > 1 else 'slower'} than it.")
+      f"the fused graph is {versus(fused_m, best_baseline)} it.")
+for m in measurements[1:]:
+    if m is not best_baseline:
+        print(f"  Against '{m.label}' ({m.median_ms * 1e3:.1f} µs) it is {versus(fused_m, m)} it.")
 print(f"* The layer is {'compute' if compute_floor_ms > memory_floor_ms else 'memory'}-bound: the floor is "
-      f"{max(compute_floor_ms, memory_floor_ms) * 1e3:.1f} µs, so the fused graph is within "
-      f"{fused_m.median_ms / max(compute_floor_ms, memory_floor_ms):.2f}× of it.")
+      f"{max(compute_floor_ms, memory_floor_ms) * 1e3:.1f} µs, and the fused graph takes "
+      f"{fused_m.median_ms / max(compute_floor_ms, memory_floor_ms):.2f}× that.")
 for note in (compile_note, fused_op_note):
     if note:
         print(f"* {note}")
@@ -231,5 +229,5 @@ rec.headline("speed-up over best baseline", speedup, "x", baseline=best_baseline
 rec.extra["build"] = {"step_seconds": fused.built.report.step_seconds, "plan": fused.built.report.plan_name}
 rec.extra["ceilings"] = {"copy_gbps": ceilings.copy_gbps, "bf16_tflops": ceilings.bf16_tflops}
 rec.extra["profiler_crosscheck"] = {k: v.per_call_ms for k, v in profiled.items()}
-print(f"record written to {rec.write()}")
+_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -219,5 +219,5 @@ rec.extra["passes"] = {
     "build": report.step_seconds,
     "could_not_run": failed_plans,
 }
-rec.write()
+_record_path = rec.write()
 # sphinx_gallery_end_ignore

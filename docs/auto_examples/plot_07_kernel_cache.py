@@ -132,5 +132,5 @@ for order in ("ascending", "descending"):
                  later(f"no cache, {order}") / later(f"cache, {order}"), "x")
 rec.headline("dynamic / static execution time", exec_ratio, "x")
 rec.extra["runs"] = runs
-rec.write()
+_record_path = rec.write()
 # sphinx_gallery_end_ignore

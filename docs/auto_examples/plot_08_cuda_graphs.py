@@ -98,7 +98,6 @@ print(f"output changed with the inputs: {not torch.equal(old_out, ins['y'])}")
 import statistics
 import time
 
-import cudnn
 
 tp, tins, tf, tpack = build(64)
 tl = tf.built.bind(tpack)
@@ -202,5 +201,5 @@ rec.headline("launcher overhead over raw graph.execute", overhead_us, "µs")
 rec.headline(f"replay speed-up at s={small}", ratio(by[("eager loop, per call", small)], by[("graph replay, per call", small)]), "x")
 rec.extra["host_us"] = host_us
 rec.extra["crossover_s"] = crossover
-rec.write()
+_record_path = rec.write()
 # sphinx_gallery_end_ignore
