@@ -111,7 +111,8 @@ torch.cuda.empty_cache()
 
 # %%
 # The two ceilings every other page uses are measured by
-# :func:`~cudnn_guide.bench.measure_ceilings` (a 2 GiB copy and an 8192³ matmul, cold L2):
+# :func:`~cudnn_guide.bench.measure_ceilings`: a 2 GiB copy, and the best of 4096³, 6144³ and
+# 8192³ bf16 matmuls, all with a cold L2.
 ceilings = bench.measure_ceilings()
 print(ceilings.copy)
 print(ceilings.matmul)
@@ -151,7 +152,7 @@ hot_small = copy_results["hot"].get("copy, hot L2", 16)
 cold_small = copy_results["cold"].get("copy, cold L2", 16)
 peak_mm = max(matmul_result.measurements, key=lambda m: m.tflops)
 print(f"* This {env.gpu} copies at {ceilings.copy_gbps:.0f} GB/s (2 GiB, cold L2) and multiplies bf16 matrices "
-      f"at {ceilings.bf16_tflops:.0f} TFLOP/s (8192³): the ridge point is "
+      f"at {ceilings.bf16_tflops:.0f} TFLOP/s ({ceilings.matmul.label}, the best of the ceiling's sizes): the ridge point is "
       f"{ceilings.bf16_tflops * 1e12 / (ceilings.copy_gbps * 1e9):.0f} FLOP per byte.")
 print(f"* A 16 MiB copy reports {hot_small.gbps:.0f} GB/s with a hot L2 but {cold_small.gbps:.0f} GB/s with a cold one: "
       f"timing small inputs without flushing L2 overstates bandwidth by {hot_small.gbps / cold_small.gbps:.2f}×.")

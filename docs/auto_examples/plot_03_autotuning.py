@@ -60,7 +60,8 @@ for index, name in enumerate(names):
         continue
     check.poison(inputs["y"])
     try:
-        fused.built.bind(pack, plan_index=index)()
+        autotune.select(fused.built, index)
+        fused.built.execute(pack)
     except Exception as exc:  # a plan that built but cannot run here is reported, not timed
         failed_plans[name] = f"{type(exc).__name__}: {exc}"[:160]
         continue
@@ -97,7 +98,11 @@ common = [t.index for t in pass1.ranked if pass2.by_index(t.index) and pass2.by_
 rho = spearman([pass1.by_index(i).median_ms for i in common], [pass2.by_index(i).median_ms for i in common])
 top5_1 = [t.index for t in pass1.ranked[:5]]
 top5_2 = [t.index for t in pass2.ranked[:5]]
-print(f"exhaustive pass: {pass1.seconds:.2f} s and {pass2.seconds:.2f} s for {len(pass1.ranked)} plans")
+import statistics
+
+host_ms = statistics.median(t.measurement.host_median_ms for t in pass1.ranked)
+print(f"exhaustive pass: {pass1.seconds:.2f} s and {pass2.seconds:.2f} s for {len(pass1.ranked)} plans; "
+      f"median host time per execute {host_ms * 1e3:.1f} µs")
 print(f"rank correlation between the passes: {rho:.3f}; same winner: {pass1.best.index == pass2.best.index}; "
       f"top five, pass 1: {top5_1}, pass 2: {top5_2}")
 
