@@ -121,9 +121,35 @@ def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str
     return PlanTiming(index, name, m)
 
 
+def _screen(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *, l2: str,
+            flops: float | None, bytes: float | None) -> PlanTiming:
+    """One warm call, then one timed call (events, L2 as asked): enough to drop hopeless plans."""
+    import torch
+
+    from .bench import l2_flush_buffer
+
+    try:
+        built.graph.build_plan_at_index(index)
+        launch = built.bind(pack)
+        launch()
+        if l2 == "cold":
+            l2_flush_buffer().zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+    except Exception as exc:
+        return PlanTiming(index, name, error=f"{type(exc).__name__}: {exc}", finalist=False)
+    m = Measurement(name, [start.elapsed_time(end)], f"{l2}-L2 screen x1", flops, bytes,
+                    {"impl": name, "plan_index": index})
+    return PlanTiming(index, name, m, finalist=False)
+
+
 def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustive", reps: int = 200,
          l2: str = "cold", flops: float | None = None, bytes: float | None = None,
-         first_round_reps: int = 10, keep: float = 0.5, max_ms_per_plan: float = 250.0) -> TuneResult:
+         first_round_reps: int = 10, keep: float = 0.5, max_ms_per_plan: float = 250.0,
+         screen_cutoff: float = 3.0) -> TuneResult:
     """Time every plan of a graph built with ``policy=build_plan_policy.ALL``.
 
     Parameters
@@ -134,9 +160,11 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
     pack:
         The variant pack to run the plans on.
     method:
-        ``"exhaustive"``: ``reps`` timed calls per plan. ``"halving"``: successive halving,
-        starting at ``first_round_reps`` calls per plan, keeping the fastest ``keep`` fraction and
-        doubling the calls each round, ending with ``reps`` calls for the last two.
+        ``"exhaustive"``: ``reps`` timed calls per plan. ``"halving"``: a screen of one timed
+        call per plan drops plans more than ``screen_cutoff`` times slower than the best
+        screened; then successive halving, starting at ``first_round_reps`` calls per plan,
+        keeping the fastest ``keep`` fraction and doubling the calls each round, ending with
+        ``reps`` calls for the last two.
     reps:
         Calls per plan (exhaustive), or in the final round (halving).
     max_ms_per_plan:
@@ -161,8 +189,12 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
     if method == "exhaustive":
         timings = [_time_plan(built, pack, i, n, reps=reps, **kw) for i, n in plans]
     else:
-        timings = {i: PlanTiming(i, n) for i, n in plans}
-        alive = list(plans)
+        timings = {i: _screen(built, pack, i, n, l2=l2, flops=flops, bytes=bytes) for i, n in plans}
+        screened = [t.median_ms for t in timings.values() if t.measurement]
+        if not screened:
+            raise BenchmarkError("no plan could run")
+        cutoff = screen_cutoff * min(screened)
+        alive = [(i, n) for i, n in plans if timings[i].median_ms <= cutoff]
         r = first_round_reps
         while True:
             final = len(alive) <= 2

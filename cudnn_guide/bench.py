@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .errors import BenchmarkError
 
-__all__ = ["Measurement", "benchmark", "Ceilings", "measure_ceilings", "ProfiledKernels", "profile_kernels"]
+__all__ = ["Measurement", "benchmark", "l2_flush_buffer", "Ceilings", "measure_ceilings", "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
 
@@ -189,7 +189,8 @@ def _call(fn: Callable[[], Any], label: str) -> Any:
 _FLUSH: dict[int, Any] = {}
 
 
-def _l2_flush_buffer() -> Any:
+def l2_flush_buffer() -> Any:
+    """A device buffer twice the L2 size; writing it (``.zero_()``) evicts the L2."""
     import torch
 
     dev = torch.cuda.current_device()
@@ -270,7 +271,7 @@ def benchmark(
         raise BenchmarkError(f"benchmark {label!r}: output shape {tuple(out.shape)} != expected {tuple(expect_shape)}")
     torch.cuda.synchronize()
 
-    flush = _l2_flush_buffer() if l2 == "cold" else None
+    flush = l2_flush_buffer() if l2 == "cold" else None
 
     # Warm up for warmup_ms (at least two calls), measuring the host time of each call; the wall
     # time of the warm-up, synchronized, estimates one call (with its flush) for sizing the run.
@@ -450,7 +451,7 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
 
     if l2 not in L2_MODES:
         raise ValueError(f"l2 must be one of {L2_MODES}, got {l2!r}")
-    flush = _l2_flush_buffer() if l2 == "cold" else None
+    flush = l2_flush_buffer() if l2 == "cold" else None
     _call(fn, label)
     torch.cuda.synchronize()
     flush_names: set[str] = set()
