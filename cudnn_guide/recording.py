@@ -156,7 +156,8 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
     ``sphinx -b dummy`` with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which makes ``conf.py``
     execute that example alone; every other example's md5 still matches, so it is kept as
     recorded. Each example thus starts in a new Python process, with no CUDA context, cuDNN
-    handle, compiled graph or warm library left by another. Returns seconds per example.
+    handle, compiled graph or warm library left by another. Appends the new records to
+    ``docs/data/history.jsonl`` (:mod:`cudnn_guide.history`). Returns seconds per example.
     """
     import subprocess
     import sys
@@ -183,9 +184,11 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
             if proc.returncode != 0:
                 raise RuntimeError(f"recording {src.name} failed (sphinx exit {proc.returncode}); see the output above")
             print(f"cudnn-guide: recorded {src.name} in {seconds[src.name]:.1f} s", flush=True)
-    from . import environment
+    from . import environment, history
 
     write_manifest(gallery_dir, examples_dir, environment.collect().to_dict(), time.perf_counter() - t_all)
+    history.append(Path(docs_dir) / "data" / "history.jsonl",
+                   history.entries_from_gallery(gallery_dir, [s.name for s in sources]))
     return seconds
 
 

@@ -77,8 +77,13 @@ exclude_patterns = [
     "Thumbs.db",
     ".DS_Store",
 ]
-nb_execution_mode = "off"
+# Only the results and methodology pages are notebooks (MyST with a kernelspec); they read the
+# committed records and measure nothing, so they run on every build, CPU or GPU.
+nb_execution_mode = "force"
 nb_execution_excludepatterns = ["auto_examples/*"]
+nb_execution_raise_on_error = True
+nb_execution_timeout = 120
+nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
 myst_substitutions = {"recorded_on": RECORDED_ON, "docs_mode": MODE}
 myst_heading_anchors = 3

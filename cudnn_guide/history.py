@@ -1,0 +1,100 @@
+"""The history of recordings, and which numbers moved between them.
+
+Every recording run appends one entry per example to a committed JSON-lines file
+(``docs/data/history.jsonl``): when, at which commit, on which GPU, and for each measurement its
+median and inter-quartile range. :func:`changes` compares each example's latest entry with the
+one before and flags a measurement that moved beyond its noise band.
+
+The noise band of a measurement is the larger of the two recordings' inter-quartile ranges,
+times 1.5, and never less than 2% of the earlier median: a change inside it is what repeating
+the same run can produce; a change outside it needs an explanation (a new driver, a changed
+example, a regression).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from .records import RECORD_SUFFIX
+
+__all__ = ["BAND_IQR_FACTOR", "BAND_MIN_FRACTION", "entry_from_record", "entries_from_gallery", "append", "load", "changes"]
+
+BAND_IQR_FACTOR = 1.5
+BAND_MIN_FRACTION = 0.02
+
+
+def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The history entry of one example record: its measurements reduced to median and IQR."""
+    env = record.get("environment") or {}
+    return {
+        "example": record["example"],
+        "recorded_utc": record.get("created_utc"),
+        "commit": env.get("commit"),
+        "gpu": env.get("gpu"),
+        "measurements": {
+            m["label"]: {"median_ms": m["median_ms"], "q1_ms": m["q1_ms"], "q3_ms": m["q3_ms"], "n": m["n"]}
+            for m in record.get("measurements", [])
+        },
+        "headlines": record.get("headlines", []),
+    }
+
+
+def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """History entries for the records in ``gallery_dir`` (all, or the examples in ``names``)."""
+    wanted = None if names is None else {Path(n).stem for n in names}
+    out = []
+    for path in sorted(Path(gallery_dir).glob(f"*{RECORD_SUFFIX}")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if wanted is None or record["example"] in wanted:
+            out.append(entry_from_record(record))
+    return out
+
+
+def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
+    """Append entries to the JSON-lines history, creating it if needed."""
+    history_path = Path(history_path)
+    history_path.parent.mkdir(parents=True, exist_ok=True)
+    with history_path.open("a", encoding="utf-8") as f:
+        for e in entries:
+            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+
+
+def load(history_path: Path) -> list[dict[str, Any]]:
+    path = Path(history_path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each example, compare its latest entry with the previous one, measurement by measurement.
+
+    Returns one row per measurement present in both: the two medians, the change in percent,
+    the noise band in percent, and ``moved`` (the change exceeds the band).
+    """
+    by_example: dict[str, list[dict[str, Any]]] = {}
+    for e in history:
+        by_example.setdefault(e["example"], []).append(e)
+    rows = []
+    for example, entries in sorted(by_example.items()):
+        entries = sorted(entries, key=lambda e: e.get("recorded_utc") or "")
+        if len(entries) < 2:
+            continue
+        prev, cur = entries[-2], entries[-1]
+        for label, c in cur["measurements"].items():
+            p = prev["measurements"].get(label)
+            if p is None or p["median_ms"] <= 0:
+                continue
+            delta = c["median_ms"] - p["median_ms"]
+            iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
+            band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
+            rows.append({
+                "example": example, "measurement": label,
+                "previous_ms": p["median_ms"], "latest_ms": c["median_ms"],
+                "change_pct": 100 * delta / p["median_ms"], "band_pct": 100 * band / p["median_ms"],
+                "moved": abs(delta) > band,
+                "previous_commit": prev.get("commit"), "latest_commit": cur.get("commit"),
+            })
+    return rows
