@@ -23,7 +23,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 TORCH = os.environ.get("CUDNN_GUIDE_TORCH", "torch==2.13.0")
 DOCS_MODULES = ("sphinx", "sphinx_gallery", "myst_nb", "furo", "sphinx_copybutton", "matplotlib", "torch", "cudnn")
-TEST_MODULES = ("pytest", "hypothesis", *DOCS_MODULES)
+TEST_MODULES = ("pytest", "hypothesis", "selenium", *DOCS_MODULES)
 
 
 def _no_venv(session: nox.Session) -> bool:

@@ -74,6 +74,8 @@ exclude_patterns = [
     "auto_examples/*.zip",
     "auto_examples/*.json",
     "auto_examples/*.md5",
+    "sg_execution_times.rst",
+    "auto_examples/sg_execution_times.rst",
     "Thumbs.db",
     ".DS_Store",
 ]
@@ -107,7 +109,9 @@ sphinx_gallery_conf = {
     "min_reported_time": 0,
     "within_subsection_order": "FileNameSortKey",
     "show_memory": False,
-    "write_computation_times": True,
+    # run times stay in each example's .cost.json (shown on the results page); the
+    # sg_execution_times pages would pull jQuery/DataTables from a CDN, which offline readers lack
+    "write_computation_times": False,
     # each example starts from a clean process state (no handles, caches or compiled graphs of the last)
     "reset_modules": ("matplotlib", docs_build.reset_between_examples),
 }
@@ -125,6 +129,7 @@ napoleon_custom_sections = [("Example", "Examples")]
 html_theme = "furo"
 html_title = "cudnn-guide"
 html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"
 html_css_files = ["cudnn-guide.css"]
 html_theme_options = {
     "source_repository": "https://github.com/cudnn-guide/cudnn-guide/",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,3 +37,21 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+def sphinx_render(src: Path, out: Path) -> subprocess.CompletedProcess:
+    """Build the site from the committed recording (render mode), warnings as errors."""
+    env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render")
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The site, built once per test session from the committed recording."""
+    out = tmp_path_factory.mktemp("html")
+    proc = sphinx_render(ROOT / "docs", out)
+    assert proc.returncode == 0, f"sphinx failed (warnings are errors):\n{proc.stdout}\n{proc.stderr}"
+    return out

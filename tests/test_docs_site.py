@@ -1,32 +1,14 @@
 """Build the site from the committed recording, as a CPU machine does, and look at the result."""
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import sphinx_render
+
 pytestmark = pytest.mark.docs
-
-
-def _sphinx(src: Path, out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render")
-    return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)],
-        capture_output=True, text=True, env=env, timeout=900,
-    )
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory, ) -> Path:
-    root = Path(__file__).resolve().parent.parent
-    out = tmp_path_factory.mktemp("html")
-    proc = _sphinx(root / "docs", out)
-    assert proc.returncode == 0, f"sphinx failed (warnings are errors):\n{proc.stdout}\n{proc.stderr}"
-    return out
 
 
 def test_render_mode_says_where_numbers_come_from(site):
@@ -71,7 +53,7 @@ def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
     shutil.copytree(root / "cudnn_guide", tmp_path / "cudnn_guide")
     ex = tmp_path / "examples" / "plot_02_conv_bias_relu.py"
     ex.write_text(ex.read_text() + "\n# an edit after recording\n")
-    proc = _sphinx(tmp_path / "docs", tmp_path / "out")
+    proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "plot_02_conv_bias_relu.py: changed since it was recorded" in text

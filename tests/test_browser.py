@@ -1,0 +1,160 @@
+"""Open the built site in a real headless Chromium and check what a reader sees.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` and the ``selenium`` package; ``.ci/run``
+installs them. Without them the test is skipped, unless ``CUDNN_GUIDE_REQUIRE_BROWSER=1`` (set
+in CI), which turns a missing browser into a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urljoin, urlparse
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def _require_browser():
+    missing = [n for n, ok in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not ok]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium")
+    if missing:
+        msg = f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
+        if os.environ.get("CUDNN_GUIDE_REQUIRE_BROWSER") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep the test output readable
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _pages(site: Path) -> list[str]:
+    skip = {"genindex.html", "py-modindex.html"}
+    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
+                  if not p.relative_to(site).as_posix().startswith(("_", "api/generated")) and p.name not in skip)
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.ids = [], set()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        for key in ("href", "src"):
+            if a.get(key) and tag in ("a", "img", "link", "script"):
+                self.links.append(a[key])
+
+
+def _parse(path: Path) -> _Links:
+    p = _Links()
+    p.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return p
+
+
+def test_every_page_loads_without_console_errors_and_all_images_load(browser, server, site):
+    problems = []
+    for page in _pages(site):
+        browser.get(server + page)
+        errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        if errors:
+            problems.append(f"{page}: console errors: {errors[:3]}")
+        broken = browser.execute_script(
+            "return Array.from(document.images)"
+            ".filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+        if broken:
+            problems.append(f"{page}: images not loaded: {broken[:3]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_internal_link_resolves(site):
+    bad = []
+    cache: dict[Path, _Links] = {}
+    for page in _pages(site):
+        path = site / page
+        parsed = cache.setdefault(path, _parse(path))
+        for link in parsed.links:
+            url = urlparse(link)
+            if url.scheme or link.startswith(("mailto:", "//", "javascript:")):
+                continue
+            target, frag = urldefrag(urljoin(page, unquote(link)))
+            target = urlparse(target).path  # drop ?v=... cache busters
+            tpath = (site / target) if target else path
+            if target.endswith("/") or tpath.is_dir():
+                tpath = tpath / "index.html"
+            if not tpath.exists():
+                bad.append(f"{page}: {link} (no such file)")
+                continue
+            if frag and tpath.suffix == ".html":
+                tparsed = cache.setdefault(tpath, _parse(tpath))
+                if frag not in tparsed.ids:
+                    bad.append(f"{page}: {link} (no anchor #{frag})")
+    assert not bad, f"{len(bad)} broken internal links:\n" + "\n".join(bad[:30])
+
+
+def test_gallery_shows_one_thumbnail_per_example(browser, server, site):
+    examples = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "examples").glob("plot_*.py"))
+    browser.get(server + "auto_examples/index.html")
+    thumbs = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.sphx-glr-thumbcontainer'))"
+        ".map(t => [t.querySelector('img').naturalWidth, t.querySelector('a').getAttribute('href')])")
+    linked = sorted(re.sub(r"\.html(#.*)?$", "", href.split("/")[-1]) for _, href in thumbs)
+    assert linked == examples
+    assert all(width > 0 for width, _ in thumbs)
+
+
+def test_search_finds_a_term(browser, server):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "search.html?q=kernel+cache")
+    WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script("return document.querySelectorAll('#search-results li, ul.search li').length") > 0)
+    hits = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#search-results li a, ul.search li a')).map(a => a.textContent)")
+    assert any("kernel cache" in h.lower() for h in hits), hits
