@@ -61,6 +61,7 @@ def _reference(graph: str, problem: Any, inputs: dict[str, Any]) -> tuple[Any, A
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Entry point of the child process: ``GRAPH MODE CACHE_DIR``; prints and returns the JSON result."""
     t_process = time.perf_counter()
     argv = sys.argv[1:] if argv is None else argv
     graph, mode, cache_dir = argv

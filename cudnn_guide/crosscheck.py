@@ -43,6 +43,7 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
 
 
 def crosscheck() -> list[dict[str, Any]]:
+    """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel."""
     from . import bench, cudagraphs
 
     rows = []
@@ -63,6 +64,7 @@ def crosscheck() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
+    """``python -m cudnn_guide.crosscheck [OUT.json]``: run :func:`crosscheck`, print and save the table."""
     from . import environment
 
     argv = sys.argv[1:] if argv is None else argv

@@ -64,6 +64,7 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of the child process: ``cache|nocache B1,B2,...``; prints the rows as JSON."""
     argv = sys.argv[1:] if argv is None else argv
     mode, batches = argv[0], [int(b) for b in argv[1].split(",")]
     if mode not in ("cache", "nocache"):

@@ -62,6 +62,7 @@ def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
 
 
 def load(history_path: Path) -> list[dict[str, Any]]:
+    """Every entry of the JSON-lines history, oldest first (an empty list if there is none)."""
     path = Path(history_path)
     if not path.exists():
         return []

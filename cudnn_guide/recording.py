@@ -116,6 +116,7 @@ def package_changed_since_recording(gallery_dir: Path) -> bool:
 
 
 def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
+    """The recording's ``recording.json`` (environment, md5s, build time), or ``None``."""
     path = Path(gallery_dir) / MANIFEST
     if not path.exists():
         return None

@@ -89,7 +89,9 @@ nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
 myst_substitutions = {"recorded_on": RECORDED_ON, "docs_mode": MODE}
 myst_heading_anchors = 3
-suppress_warnings = ["config.cache"]
+# ref.python: the builtin type `bytes` in type hints is ambiguous with the `bytes` attributes of
+# the problem classes; Sphinx would warn on every such hint.
+suppress_warnings = ["config.cache", "ref.python"]
 
 # -- Gallery -----------------------------------------------------------------------------------
 sphinx_gallery_conf = {
@@ -131,12 +133,13 @@ html_title = "cudnn-guide"
 html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"
 html_css_files = ["cudnn-guide.css"]
-html_theme_options = {
-    "source_repository": "https://github.com/cudnn-guide/cudnn-guide/",
-    "source_branch": "main",
-    "source_directory": "docs/",
-    "navigation_with_keys": True,
-}
+html_theme_options = {"navigation_with_keys": True}
+# "Edit this page" links need to know where the repository is hosted; set it when publishing:
+#   CUDNN_GUIDE_SOURCE_REPOSITORY=https://github.com/<owner>/cudnn-guide/ nox -s docs
+if os.environ.get("CUDNN_GUIDE_SOURCE_REPOSITORY"):
+    html_theme_options.update(source_repository=os.environ["CUDNN_GUIDE_SOURCE_REPOSITORY"],
+                              source_branch=os.environ.get("CUDNN_GUIDE_SOURCE_BRANCH", "main"),
+                              source_directory="docs/")
 html_show_sourcelink = True
 
 
