@@ -34,8 +34,32 @@ class Fused:
         return {k: int(t.get_uid()) for k, t in self.io.items()}
 
 
+def _new_graph(problem: Any, name: str, handle: Any, graph_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """A ``cudnn.pygraph`` with the problem's I/O dtype, fp32 intermediates and compute, on ``handle``."""
+    import cudnn
+
+    handle = handle if handle is not None else graphs.handle_for_current_device()
+    graph = cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
+                          intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
+                          handle=handle, **graph_kwargs)
+    return graph, handle
+
+
+class _Problem:
+    """Shared by the problem classes: ``dtype`` names a torch dtype."""
+
+    dtype: str
+
+    @property
+    def torch_dtype(self) -> Any:
+        """The problem's ``dtype`` as a ``torch.dtype``."""
+        import torch
+
+        return getattr(torch, self.dtype)
+
+
 @dataclasses.dataclass(frozen=True)
-class ConvProblem:
+class ConvProblem(_Problem):
     """A 2-D convolution ``y = relu(conv(x, w) + b)`` in NHWC.
 
     ``x`` is N×C×H×W, ``w`` K×C×R×S, ``b`` 1×K×1×1, all channels-last; ``y`` is N×K×P×Q.
@@ -59,12 +83,6 @@ class ConvProblem:
     @property
     def q(self) -> int:
         return (self.w + 2 * self.padding - self.s) // self.stride + 1
-
-    @property
-    def torch_dtype(self) -> Any:
-        import torch
-
-        return getattr(torch, self.dtype)
 
     @property
     def flops(self) -> int:
@@ -112,15 +130,7 @@ def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle
     """
     import cudnn
 
-    handle = handle if handle is not None else graphs.handle_for_current_device()
-    g = cudnn.pygraph(
-        name=name,
-        io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
-        intermediate_data_type=cudnn.data_type.FLOAT,
-        compute_data_type=cudnn.data_type.FLOAT,
-        handle=handle,
-        **graph_kwargs,
-    )
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
     X = tensors.graph_tensor(g, inputs["x"], "x")
     W = tensors.graph_tensor(g, inputs["w"], "w")
     B = tensors.graph_tensor(g, inputs["b"], "b")
@@ -140,7 +150,7 @@ def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle
 
 
 @dataclasses.dataclass(frozen=True)
-class MatmulProblem:
+class MatmulProblem(_Problem):
     """``y = gelu(alpha · (a @ b) + bias)`` and ``amax = max|y|``, batched, row-major.
 
     ``a`` is batch×M×K, ``b`` batch×K×N, ``bias`` 1×1×N; ``alpha`` is a host scalar.
@@ -152,12 +162,6 @@ class MatmulProblem:
     n: int = 512
     alpha: float = 0.5
     dtype: str = "bfloat16"
-
-    @property
-    def torch_dtype(self) -> Any:
-        import torch
-
-        return getattr(torch, self.dtype)
 
     @property
     def flops(self) -> int:
@@ -203,10 +207,7 @@ def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, han
     """
     import cudnn
 
-    handle = handle if handle is not None else graphs.handle_for_current_device()
-    g = cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
-                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
-                      handle=handle, **graph_kwargs)
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
     A = tensors.graph_tensor(g, inputs["a"], "a")
     B = tensors.graph_tensor(g, inputs["b"], "b")
     bias = tensors.graph_tensor(g, inputs["bias"], "bias")
@@ -232,7 +233,7 @@ def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, han
 
 
 @dataclasses.dataclass(frozen=True)
-class SdpaProblem:
+class SdpaProblem(_Problem):
     """Causal (or full) attention ``softmax(q kᵀ · scale) v`` on B×H×S×D tensors (BHSD, contiguous)."""
 
     batch: int = 4
@@ -241,12 +242,6 @@ class SdpaProblem:
     head_dim: int = 128
     causal: bool = True
     dtype: str = "bfloat16"
-
-    @property
-    def torch_dtype(self) -> Any:
-        import torch
-
-        return getattr(torch, self.dtype)
 
     @property
     def scale(self) -> float:
@@ -290,10 +285,7 @@ def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = No
     """
     import cudnn
 
-    handle = handle if handle is not None else graphs.handle_for_current_device()
-    g = cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
-                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
-                      handle=handle, **graph_kwargs)
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
     Q = tensors.graph_tensor(g, inputs["q"], "q")
     K = tensors.graph_tensor(g, inputs["k"], "k")
     V = tensors.graph_tensor(g, inputs["v"], "v")
