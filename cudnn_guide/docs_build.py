@@ -50,6 +50,11 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
             problems.append(f"{stem}: no recorded page ({rst.name} missing)")
             continue
         text = rst.read_text(encoding="utf-8")
+        rec = _record(Path(gallery), stem)
+        if rec is not None and rec.get("extra", {}).get("skipped"):
+            if "skipped: needs" not in text:
+                problems.append(f"{stem}: skipped on the recording GPU, but its page does not say why")
+            continue  # a skipped page has no output, figure or checks by design
         if "sphx-glr-script-out" not in text:
             problems.append(f"{stem}: the recorded page has no captured output")
         if not list((Path(gallery) / "images").glob(f"sphx_glr_{stem}_*.png")):
@@ -57,7 +62,6 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
         m = _RUNTIME.search(text)
         if not m or (int(m.group(1)) == 0 and float(m.group(2)) == 0.0):
             problems.append(f"{stem}: the recorded run time is zero or missing")
-        rec = _record(Path(gallery), stem)
         if rec is None:
             problems.append(f"{stem}: no JSON record ({stem}{RECORD_SUFFIX})")
         elif not rec.get("all_checks_passed"):
@@ -70,9 +74,10 @@ def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
     if not record or not record.get("environment"):
         return ""
     env = record["environment"]
+    verb = "Skipped on" if record.get("extra", {}).get("skipped") else "Measured on"
     return (
         "\n.. rst-class:: cg-stamp\n\n"
-        f"   Measured on **{env.get('gpu', '?')}** · {env.get('date_utc', '?')} · commit ``{env.get('commit', '?')}`` · "
+        f"   {verb} **{env.get('gpu', '?')}** · {env.get('date_utc', '?')} · commit ``{env.get('commit', '?')}`` · "
         f"cuDNN {env.get('cudnn_backend', '?')} · frontend {env.get('cudnn_frontend', '?')} · torch {env.get('torch', '?')} · "
         f":download:`JSON record <{stem}{RECORD_SUFFIX}>`\n"
     )

@@ -26,6 +26,7 @@ __all__ = [
     "MODE_ENV", "MANIFEST", "StaleRecordingError", "ExampleState", "docs_mode", "example_states",
     "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
     "package_md5", "package_changed_since_recording", "ONLY_ENV", "record_examples",
+    "declared_requirements", "unmet_requirements", "write_skip_page",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
@@ -149,6 +150,96 @@ def describe_recording(gallery_dir: Path) -> str:
             f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, commit {env.get('commit', '?')}")
 
 
+def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
+    """The ``(minimum SM, feature)`` of every ``require_sm((M, m), "feature")`` call in an example.
+
+    Read from the source without running it, so a recording run knows before executing a page
+    whether this GPU can run it. The call in the page stays the single statement of the
+    requirement, and a reader running the script on a smaller GPU gets its clear error.
+    """
+    import ast
+
+    tree = ast.parse(Path(example).read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name != "require_sm" or len(node.args) < 2:
+            continue
+        try:
+            sm, feature = ast.literal_eval(node.args[0]), ast.literal_eval(node.args[1])
+        except ValueError:
+            continue
+        found.append(((int(sm[0]), int(sm[1])), str(feature)))
+    return found
+
+
+def unmet_requirements(example: Path, capability: tuple[int, int]) -> list[str]:
+    """What ``example`` needs that a GPU of compute ``capability`` lacks, as readable phrases."""
+    return [f"SM {sm[0]}.{sm[1]} or newer ({feature})"
+            for sm, feature in declared_requirements(example) if tuple(capability) < sm]
+
+
+def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environment: dict[str, Any]) -> None:
+    """Record, instead of a run, a page saying the example was skipped on this GPU and why.
+
+    Writes what sphinx-gallery would (the page, the md5 that marks it current, a thumbnail, the
+    script download) and a JSON record carrying ``skipped``, so the build stays green and the page
+    stays honest: it shows no numbers, only what it needs.
+    """
+    import ast
+    import shutil
+
+    example, gallery_dir = Path(example), Path(gallery_dir)
+    stem = example.stem
+    doc = ast.get_docstring(ast.parse(example.read_text(encoding="utf-8"))) or stem
+    title = next((line for line in doc.splitlines() if line.strip() and not set(line.strip()) <= set("=-")), stem)
+    gpu = f"{environment.get('gpu', '?')} (SM {environment.get('sm', '?')})"
+    reason = "; ".join(needs)
+    (gallery_dir / "images" / "thumb").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(example, gallery_dir / example.name)
+    page = (
+        f".. _sphx_glr_{gallery_dir.name}_{stem}.py:\n\n{title}\n{'=' * len(title)}\n\n"
+        f".. admonition:: skipped: needs {reason}\n   :class: warning\n\n"
+        f"   This page was not run on {gpu}, which lacks what it needs; it shows no numbers. "
+        f"Rebuild on a GPU that has it to record the page.\n\n"
+        f":download:`Download the script <{example.name}>`\n"
+    )
+    (gallery_dir / f"{stem}.rst").write_text(page, encoding="utf-8")
+    notebook = {  # the notebook download sphinx-gallery expects beside each page
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": [f"# {title}\n\nSkipped on {gpu}: needs {reason}."]},
+            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+             "source": example.read_text(encoding="utf-8").splitlines(keepends=True)},
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    (gallery_dir / f"{stem}.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    (gallery_dir / f"{example.name}.md5").write_text(_md5(example), encoding="utf-8")
+    _skip_thumbnail(gallery_dir / "images" / "thumb" / f"sphx_glr_{stem}_thumb.png", reason)
+    from .records import Record
+
+    rec = Record(stem, title=title, environment=environment)
+    rec.extra["skipped"] = f"needs {reason}"
+    rec.write(gallery_dir)
+
+
+def _skip_thumbnail(path: Path, reason: str) -> None:
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(4, 2.8), dpi=100)
+    fig.text(0.5, 0.5, "skipped: needs\n" + textwrap.fill(reason, 28), ha="center", va="center", fontsize=12)
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, python: str | None = None,
                     names: list[str] | None = None) -> dict[str, float]:
     """Record each example in its own fresh process, then write the manifest.
@@ -174,8 +265,18 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
         sources = [s for s in sources if s.name in names]
     seconds: dict[str, float] = {}
     t_all = time.perf_counter()
+    from . import environment
+
+    env_record = environment.collect().to_dict()
+    capability = tuple(int(x) for x in env_record["sm"].split("."))
     with tempfile.TemporaryDirectory() as out:
         for src in sources:
+            needs = unmet_requirements(src, capability)
+            if needs:
+                write_skip_page(src, gallery_dir, needs, env_record)
+                seconds[src.name] = 0.0
+                print(f"cudnn-guide: skipped {src.name}: this GPU lacks {'; '.join(needs)}", flush=True)
+                continue
             (Path(gallery_dir) / f"{src.name}.md5").unlink(missing_ok=True)
             env = dict(os.environ, **{MODE_ENV: "record", ONLY_ENV: src.name})
             t0 = time.perf_counter()
@@ -185,9 +286,9 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
             if proc.returncode != 0:
                 raise RuntimeError(f"recording {src.name} failed (sphinx exit {proc.returncode}); see the output above")
             print(f"cudnn-guide: recorded {src.name} in {seconds[src.name]:.1f} s", flush=True)
-    from . import environment, history
+    from . import history
 
-    write_manifest(gallery_dir, examples_dir, environment.collect().to_dict(), time.perf_counter() - t_all)
+    write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all)
     history.append(Path(docs_dir) / "data" / "history.jsonl",
                    history.entries_from_gallery(gallery_dir, [s.name for s in sources]))
     return seconds

@@ -58,3 +58,24 @@ def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
     text = proc.stdout + proc.stderr
     assert "plot_02_conv_bias_relu.py: changed since it was recorded" in text
     assert "re-recorded on a GPU" in text
+
+
+def test_a_page_skipped_for_lack_of_hardware_renders_a_clear_note(tmp_path):
+    from cudnn_guide import recording
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
+    shutil.copytree(root / "examples", tmp_path / "examples")
+    shutil.copytree(root / "cudnn_guide", tmp_path / "cudnn_guide")
+    gal = tmp_path / "docs" / "auto_examples"
+    for old in list(gal.glob("*plot_05_sdpa_causal*")) + list((gal / "images").rglob("*plot_05_sdpa_causal*")):
+        old.unlink()
+    recording.write_skip_page(tmp_path / "examples" / "plot_05_sdpa_causal.py", gal,
+                              ["SM 8.0 or newer (cuDNN fused attention)"],
+                              {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "2026-11-29 12:00 UTC", "commit": "abc"})
+    proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "out" / "auto_examples" / "plot_05_sdpa_causal.html").read_text()
+    assert "skipped: needs SM 8.0 or newer (cuDNN fused attention)" in page
+    assert "Skipped on <strong>Tesla T4</strong>" in page
+    assert "sphx-glr-script-out" not in page

@@ -93,3 +93,33 @@ def test_stamp_goes_under_the_title():
     assert out.index("Measured on") < out.index("Body")
     assert ":download:`JSON record <plot_x.record.json>`" in out
     assert docs_build._insert_stamp(text, "") == text
+
+
+# -- GPUs below a page's requirement -------------------------------------------------------------
+
+def test_requirements_are_read_from_the_page_without_running_it(root):
+    sdpa = root / "examples" / "plot_05_sdpa_causal.py"
+    assert recording.declared_requirements(sdpa) == [((8, 0), "cuDNN fused attention")]
+    assert recording.unmet_requirements(sdpa, (7, 5)) == ["SM 8.0 or newer (cuDNN fused attention)"]
+    assert recording.unmet_requirements(sdpa, (9, 0)) == []
+    assert recording.declared_requirements(root / "examples" / "plot_02_conv_bias_relu.py") == []
+
+
+def test_skip_page_is_healthy_and_says_why(tmp_path, root):
+    gal = tmp_path / "auto_examples"
+    shutil.copytree(root / "docs" / "auto_examples", gal)
+    src = root / "examples" / "plot_05_sdpa_causal.py"
+    for old in gal.glob("*plot_05_sdpa_causal*"):
+        old.unlink()
+    for old in (gal / "images").rglob("*plot_05_sdpa_causal*"):
+        old.unlink()
+    env = {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "d", "commit": "c"}
+    recording.write_skip_page(src, gal, ["SM 8.0 or newer (cuDNN fused attention)"], env)
+    text = (gal / "plot_05_sdpa_causal.rst").read_text()
+    assert "skipped: needs SM 8.0 or newer (cuDNN fused attention)" in text
+    assert "Tesla T4 (SM 7.5)" in text
+    assert (gal / "images" / "thumb" / "sphx_glr_plot_05_sdpa_causal_thumb.png").stat().st_size > 1000
+    assert recording.example_states(root / "examples", gal)[4].state == "fresh"
+    assert docs_build.recorded_page_problems(gal, root / "examples") == []
+    stamp = docs_build.stamp_rst(json.loads((gal / "plot_05_sdpa_causal.record.json").read_text()), "plot_05_sdpa_causal")
+    assert "Skipped on **Tesla T4**" in stamp
