@@ -123,3 +123,20 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     assert docs_build.recorded_page_problems(gal, root / "examples") == []
     stamp = docs_build.stamp_rst(json.loads((gal / "plot_05_sdpa_causal.record.json").read_text()), "plot_05_sdpa_causal")
     assert "Skipped on **Tesla T4**" in stamp
+
+
+def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkeypatch):
+    from cudnn_guide import environment, history
+
+    docs = tmp_path / "docs"
+    shutil.copytree(root / "docs" / "auto_examples", docs / "auto_examples")
+    (docs / "data").mkdir()
+    fake = dict(json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"],
+                gpu="Tesla T4", sm="7.5")
+    monkeypatch.setattr(environment, "collect", lambda: environment.EnvironmentRecord.from_dict(fake))
+    seconds = recording.record_examples(docs, root / "examples", docs / "auto_examples", names=["plot_05_sdpa_causal.py"])
+    assert seconds == {"plot_05_sdpa_causal.py": 0.0}  # skipped: nothing was executed
+    assert "skipped: needs SM 8.0" in (docs / "auto_examples" / "plot_05_sdpa_causal.rst").read_text()
+    assert recording.read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
+    entries = history.load(docs / "data" / "history.jsonl")
+    assert [e["example"] for e in entries] == ["plot_05_sdpa_causal"] and entries[0]["measurements"] == {}
