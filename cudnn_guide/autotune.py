@@ -27,7 +27,13 @@ __all__ = ["PlanTiming", "TuneResult", "plan_names", "ensure_workspace", "tune",
 
 @dataclasses.dataclass
 class PlanTiming:
-    """One plan's measurement, or why it could not be timed."""
+    """One plan's measurement, or why it could not be timed.
+
+    Example
+    -------
+    >>> t = result.best
+    >>> print(t.index, t.name, t.median_ms)
+    """
 
     index: int
     name: str
@@ -43,7 +49,13 @@ class PlanTiming:
 
 @dataclasses.dataclass
 class TuneResult:
-    """The outcome of tuning: per-plan timings, the winner, and what tuning cost."""
+    """The outcome of tuning: per-plan timings, the winner, and what tuning cost.
+
+    Example
+    -------
+    >>> result = tune(built, pack)
+    >>> print(result.best.index, result.rank_of(0), result.seconds)
+    """
 
     method: str
     timings: list[PlanTiming]
@@ -74,7 +86,13 @@ class TuneResult:
 
 
 def plan_names(built: BuiltGraph) -> list[str]:
-    """Names of every plan in the graph's ranked list (heuristics' order)."""
+    """Names of every plan in the graph's ranked list (heuristics' order).
+
+    Example
+    -------
+    >>> names = plan_names(fused.built)
+    >>> print(len(names), names[0])
+    """
     g = built.graph
     return [str(g.get_plan_name_at_index(i)) for i in range(int(g.get_execution_plan_count()))]
 
@@ -90,7 +108,12 @@ def _unique_plans(built: BuiltGraph) -> list[tuple[int, str]]:
 
 
 def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
-    """Grow the graph's workspace to the largest any of the plans at ``indices`` needs."""
+    """Grow the graph's workspace to the largest any of the plans at ``indices`` needs.
+
+    Example
+    -------
+    >>> ensure_workspace(fused.built, range(len(plan_names(fused.built))))
+    """
     import torch
 
     need = 1
@@ -177,6 +200,13 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
         Unknown method.
     BenchmarkError
         No plan could run.
+
+    Example
+    -------
+    >>> fused = recipes.conv_bias_relu_graph(problem, inputs, heuristics=('A', 'B', 'FALLBACK'),
+    ...                                      policy=cudnn.build_plan_policy.ALL)
+    >>> result = tune(fused.built, fused.pack(**inputs), method='halving')
+    >>> select(fused.built, result.best.index)
     """
     if method not in ("exhaustive", "halving"):
         raise ValueError(f"method must be 'exhaustive' or 'halving', got {method!r}")
@@ -220,7 +250,13 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
 
 
 def select(built: BuiltGraph, index: int) -> None:
-    """Make plan ``index`` the graph's selected plan (used by ``execute`` and ``serialize``)."""
+    """Make plan ``index`` the graph's selected plan (used by ``execute`` and ``serialize``).
+
+    Example
+    -------
+    >>> select(fused.built, result.best.index)
+    >>> fused.built.execute(pack)  # now runs the winner
+    """
     import torch
 
     try:

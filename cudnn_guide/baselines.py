@@ -20,6 +20,11 @@ def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagra
     Inductor prints a table of the candidates it benchmarked, and logs each Triton candidate that
     does not fit in shared memory (those are skipped, not errors of the result). Both would
     bury the page's own output, so this turns them off; nothing about the compiled code changes.
+
+    Example
+    -------
+    >>> compiled = compile_quietly(problem.torch_forward)
+    >>> y = compiled(x, w, b)
     """
     import torch
     import torch._inductor.config as inductor_config

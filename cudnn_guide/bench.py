@@ -52,6 +52,11 @@ class Measurement:
 
     ``samples_ms`` holds one entry per timed call (in CUDA-graph mode, one per replay divided by
     the calls it holds). Derived rates use the median.
+
+    Example
+    -------
+    >>> m = benchmark(launch, label='fused', l2='cold', flops=problem.flops)
+    >>> print(m.median_ms, m.iqr_ms, m.tflops, m.percent_of(measure_ceilings()))
     """
 
     label: str
@@ -190,7 +195,12 @@ _FLUSH: dict[int, Any] = {}
 
 
 def l2_flush_buffer() -> Any:
-    """A device buffer twice the L2 size; writing it (``.zero_()``) evicts the L2."""
+    """A device buffer twice the L2 size; writing it (``.zero_()``) evicts the L2.
+
+    Example
+    -------
+    >>> l2_flush_buffer().zero_()  # evict the L2 before a cold call
+    """
     import torch
 
     dev = torch.cuda.current_device()
@@ -251,8 +261,8 @@ def benchmark(
 
     Example
     -------
-    >>> m = benchmark(launch, label="cudnn fused", l2="cold", flops=2 * M * N * K)  # doctest: +SKIP
-    >>> print(m)  # doctest: +SKIP
+    >>> m = benchmark(launch, label="cudnn fused", l2="cold", flops=2 * M * N * K)
+    >>> print(m)
     """
     import torch
 
@@ -371,7 +381,13 @@ def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) ->
 
 @dataclasses.dataclass(frozen=True)
 class Ceilings:
-    """Measured ceilings of this GPU, the roofline every page compares against."""
+    """Measured ceilings of this GPU, the roofline every page compares against.
+
+    Example
+    -------
+    >>> c = measure_ceilings()
+    >>> print(c.copy_gbps, c.bf16_tflops)
+    """
 
     copy_gbps: float
     """Device-to-device copy, bytes read plus written per second (GB/s)."""
@@ -396,6 +412,11 @@ def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096
     bf16 matrices of each size in ``matmul_sizes`` with ``torch.matmul`` (cuBLAS), all with a
     cold L2. The compute ceiling is the best of those sizes: a ceiling is what the GPU reaches at
     its best on dense, random data.
+
+    Example
+    -------
+    >>> c = measure_ceilings()
+    >>> floor_ms = max(flops / (c.bf16_tflops * 1e12), nbytes / (c.copy_gbps * 1e9)) * 1e3
     """
     import torch
 
@@ -428,7 +449,13 @@ def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096
 
 @dataclasses.dataclass(frozen=True)
 class ProfiledKernels:
-    """Per-call GPU kernel time seen by the PyTorch profiler (CUPTI), independent of CUDA events."""
+    """Per-call GPU kernel time seen by the PyTorch profiler (CUPTI), independent of CUDA events.
+
+    Example
+    -------
+    >>> prof = profile_kernels(launch)
+    >>> print(prof.per_call_ms, prof.top(3))
+    """
 
     per_call_ms: float
     calls: int
@@ -445,6 +472,11 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
     With ``l2="cold"`` the L2 flush runs between calls as in :func:`benchmark`, and its own
     kernel is excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
     timestamps, no launch gaps), which makes it a cross-check of :func:`benchmark`.
+
+    Example
+    -------
+    >>> prof = profile_kernels(launch, calls=30, l2='cold')
+    >>> print(f'{prof.per_call_ms * 1e3:.1f} µs per call in kernels')
     """
     import torch
     from torch.profiler import ProfilerActivity, profile

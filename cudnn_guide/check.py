@@ -38,6 +38,10 @@ def tolerance(dtype: Any) -> float:
     About four units of the dtype's rounding error (2⁻⁸ for bf16, 2⁻¹¹ for fp16, 2⁻²⁴ for fp32):
     rounding the output alone costs about one unit, accumulation order a little more; a real bug
     (a wrong index, a missing bias, an unwritten tile) costs orders of magnitude more.
+
+    Example
+    -------
+    >>> tolerance(torch.bfloat16)  # 1.6e-2
     """
     try:
         return _tolerances()[dtype]
@@ -46,7 +50,14 @@ def tolerance(dtype: Any) -> float:
 
 
 def poison(*tensors: Any) -> None:
-    """Fill floating-point outputs with NaN before a run, so unwritten elements fail the check."""
+    """Fill floating-point outputs with NaN before a run, so unwritten elements fail the check.
+
+    Example
+    -------
+    >>> poison(y)  # NaN everywhere
+    >>> built.execute(pack)
+    >>> check(y, y_ref)  # fails if any element was not written
+    """
     for t in tensors:
         if t.is_floating_point():
             t.fill_(float("nan"))
@@ -56,7 +67,13 @@ def poison(*tensors: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one comparison."""
+    """The outcome of one comparison.
+
+    Example
+    -------
+    >>> r = compare(y, y_ref)
+    >>> print(r.passed, r.rel_error, r.tolerance)
+    """
 
     name: str
     dtype: str
@@ -85,6 +102,11 @@ def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | No
     ------
     InputError
         If the shapes differ (a shape mismatch is a bug, not a numerical error).
+
+    Example
+    -------
+    >>> r = compare(y, y_ref, name='conv')
+    >>> if not r.passed: print(r)
     """
     import torch
 
@@ -108,8 +130,8 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
 
     Example
     -------
-    >>> result = check(y, y_ref, name="conv_bias_relu")  # doctest: +SKIP
-    >>> print(result)  # doctest: +SKIP
+    >>> result = check(y, y_ref, name="conv_bias_relu")
+    >>> print(result)
     check conv_bias_relu: PASS rel. error 2.1e-03 (tolerance 1.6e-02, bfloat16)
     """
     result = compare(actual, expected, name=name, tol=tol)
@@ -125,7 +147,13 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
 
 @contextlib.contextmanager
 def full_precision() -> Iterator[None]:
-    """Turn off TF32 in matmuls and convolutions for the duration (for references)."""
+    """Turn off TF32 in matmuls and convolutions for the duration (for references).
+
+    Example
+    -------
+    >>> with full_precision():
+    ...     ref = a.float() @ b.float()
+    """
     import torch
 
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -141,6 +169,10 @@ def reference(fn: Callable[..., Any], *inputs: Any, dtype: Any = None) -> Any:
     """Run ``fn`` on copies of ``inputs`` upcast to ``dtype`` (float32 by default), TF32 off.
 
     Non-floating inputs and non-tensors pass through unchanged.
+
+    Example
+    -------
+    >>> y_ref = reference(problem.torch_forward, x, w, b)  # fp32, TF32 off
     """
     import torch
 

@@ -61,7 +61,14 @@ def _reference(graph: str, problem: Any, inputs: dict[str, Any]) -> tuple[Any, A
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Entry point of the child process: ``GRAPH MODE CACHE_DIR``; prints and returns the JSON result."""
+    """Entry point of the child process: ``GRAPH MODE CACHE_DIR``; prints and returns the JSON result.
+
+    Example
+    -------
+    .. code-block:: bash
+
+       python -m cudnn_guide.coldstart conv build /tmp/plans
+    """
     t_process = time.perf_counter()
     argv = sys.argv[1:] if argv is None else argv
     graph, mode, cache_dir = argv
@@ -113,7 +120,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def run_fresh(graph: str, mode: str, cache_dir: str | Path, timeout: float = 300) -> dict[str, Any]:
     """Run :func:`main` in a new Python process and return its JSON result, plus ``process_s``
-    (the parent's wall time for the whole process, interpreter start-up included)."""
+    (the parent's wall time for the whole process, interpreter start-up included).
+
+    Example
+    -------
+    >>> cold = run_fresh('sdpa', 'build', cache_dir)
+    >>> warm = run_fresh('sdpa', 'cache', cache_dir)
+    >>> print(cold['first_result_s'] / warm['first_result_s'])
+    """
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "cudnn_guide.coldstart", graph, mode, str(cache_dir)],
                           capture_output=True, text=True, timeout=timeout,

@@ -17,7 +17,12 @@ __all__ = ["kernels", "crosscheck", "main"]
 
 
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
-    """The gallery's main kernels as launchers: name → (launch, flops)."""
+    """The gallery's main kernels as launchers: name → (launch, flops).
+
+    Example
+    -------
+    >>> for name, (launch, flops) in kernels().items(): print(name)
+    """
     import torch
 
     from . import recipes, tensors
@@ -43,7 +48,13 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
 
 
 def crosscheck() -> list[dict[str, Any]]:
-    """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel."""
+    """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel.
+
+    Example
+    -------
+    >>> rows = crosscheck()
+    >>> print(rows[0]['harness_vs_profiler_pct'])
+    """
     from . import bench, cudagraphs
 
     rows = []
@@ -64,7 +75,14 @@ def crosscheck() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
-    """``python -m cudnn_guide.crosscheck [OUT.json]``: run :func:`crosscheck`, print and save the table."""
+    """``python -m cudnn_guide.crosscheck [OUT.json]``: run :func:`crosscheck`, print and save the table.
+
+    Example
+    -------
+    .. code-block:: bash
+
+       python -m cudnn_guide.crosscheck docs/data/crosscheck.json
+    """
     from . import environment
 
     argv = sys.argv[1:] if argv is None else argv

@@ -26,6 +26,11 @@ class CapturedGraph:
 
     Inputs and outputs are the tensors ``fn`` used during capture: to feed new data, copy it
     into those same tensors (``static.copy_(new)``) and replay.
+
+    Example
+    -------
+    >>> g = CapturedGraph(built.bind(pack), calls=100)
+    >>> g.replay()
     """
 
     def __init__(self, fn: Callable[[], Any], *, calls: int = 1, warmup: int = 3, label: str = "fn") -> None:
@@ -62,8 +67,8 @@ def capture(fn: Callable[[], Any], *, calls: int = 1, label: str = "fn") -> Capt
 
     Example
     -------
-    >>> g = capture(built.bind(pack))  # doctest: +SKIP
-    >>> x_static.copy_(x_new); g.replay()  # doctest: +SKIP
+    >>> g = capture(built.bind(pack))
+    >>> x_static.copy_(x_new); g.replay()
     """
     return CapturedGraph(fn, calls=calls, label=label)
 
@@ -77,6 +82,11 @@ def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int 
     what a loop of launches really costs: when the host is slower than the GPU, the GPU idles
     between calls and the loop runs at the host's pace. The one synchronize per sample is
     amortized over ``calls``.
+
+    Example
+    -------
+    >>> m = time_loop(built.bind(pack), label='eager', calls=100)
+    >>> print(m.median_ms)
     """
     import time
 
@@ -99,7 +109,13 @@ def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int 
 def time_replay(graph: CapturedGraph, *, label: str, reps: int = 30, flops: float | None = None,
                 bytes: float | None = None, params: dict | None = None) -> Measurement:
     """Per-call time of replaying ``graph`` (wall clock, one synchronize per replay, divided by the
-    calls the graph holds): the counterpart of :func:`time_loop`."""
+    calls the graph holds): the counterpart of :func:`time_loop`.
+
+    Example
+    -------
+    >>> m = time_replay(capture(built.bind(pack), calls=100), label='replay')
+    >>> print(m.median_ms)
+    """
     import time
 
     import torch

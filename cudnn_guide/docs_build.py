@@ -38,7 +38,13 @@ def _record(gallery: Path, stem: str) -> dict[str, Any] | None:
 
 
 def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, str] | None = None) -> list[str]:
-    """Every way a recorded example page falls short; empty when all are healthy."""
+    """Every way a recorded example page falls short; empty when all are healthy.
+
+    Example
+    -------
+    >>> problems = recorded_page_problems(Path('docs/auto_examples'), Path('examples'))
+    >>> assert not problems, problems
+    """
     exceptions = HEALTH_EXCEPTIONS if exceptions is None else exceptions
     problems = []
     for src in sorted(Path(examples).glob("plot_*.py")):
@@ -70,7 +76,12 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
 
 
 def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
-    """The reST block inserted under a gallery page's title."""
+    """The reST block inserted under a gallery page's title.
+
+    Example
+    -------
+    >>> print(stamp_rst(records.load(path), 'plot_02_conv_bias_relu'))
+    """
     if not record or not record.get("environment"):
         return ""
     env = record["environment"]
@@ -100,6 +111,10 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     this drops this package's per-process caches (cuDNN handles, measured ceilings, the L2 flush
     buffer), resets ``torch.compile``'s caches and PyTorch's cuDNN flags, collects garbage and
     returns cached GPU memory to the driver.
+
+    Example
+    -------
+    >>> sphinx_gallery_conf['reset_modules'] = ('matplotlib', reset_between_examples)
     """
     import gc
     import sys
@@ -138,6 +153,11 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
 
     ``partial``: this build records one example (see :func:`~cudnn_guide.recording.record_examples`);
     the health check and the manifest wait for the full build.
+
+    Example
+    -------
+    >>> def setup(app):
+    ...     connect(app, gallery=GALLERY, examples=EXAMPLES, mode='render', started=time.perf_counter())
     """
     gallery_doc = gallery.name
 

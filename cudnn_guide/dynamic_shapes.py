@@ -30,6 +30,11 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
     With ``kernel_cache=True`` all graphs share one ``cudnn.create_kernel_cache()`` and are
     built with ``is_dynamic_shape_enabled=True``. Each graph's output is checked against PyTorch
     and, if ``time_execution``, its execution is timed (cold L2).
+
+    Example
+    -------
+    >>> rows = build_sequence([1, 2, 4, 8], kernel_cache=True)
+    >>> print([r['build_s'] for r in rows])
     """
     import cudnn
     import torch
@@ -64,7 +69,14 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the child process: ``cache|nocache B1,B2,...``; prints the rows as JSON."""
+    """Entry point of the child process: ``cache|nocache B1,B2,...``; prints the rows as JSON.
+
+    Example
+    -------
+    .. code-block:: bash
+
+       python -m cudnn_guide.dynamic_shapes cache 1,2,4,8
+    """
     argv = sys.argv[1:] if argv is None else argv
     mode, batches = argv[0], [int(b) for b in argv[1].split(",")]
     if mode not in ("cache", "nocache"):
@@ -73,7 +85,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: float = 600) -> list[dict[str, Any]]:
-    """:func:`build_sequence` in a new Python process; returns its rows."""
+    """:func:`build_sequence` in a new Python process; returns its rows.
+
+    Example
+    -------
+    >>> rows = run_fresh_sequence([1, 2, 4, 8], kernel_cache=False)  # a control run
+    """
     proc = subprocess.run(
         [sys.executable, "-m", "cudnn_guide.dynamic_shapes", "cache" if kernel_cache else "nocache",
          ",".join(str(b) for b in batches)],

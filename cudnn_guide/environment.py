@@ -50,6 +50,11 @@ class LibcudnnSearch:
     ``LD_LIBRARY_PATH``; ``nvidia/cudnn/lib`` in the interpreter's site-packages (the
     ``nvidia-cudnn-cu12``/``-cu13`` wheel, which a CUDA build of PyTorch brings); then the system
     loader (``ldconfig``). Import succeeds even when nothing is found: the first backend call fails.
+
+    Example
+    -------
+    >>> s = find_libcudnn()
+    >>> print(s.found, s.source)
     """
 
     candidates: tuple[str, ...]
@@ -81,7 +86,7 @@ def find_libcudnn() -> LibcudnnSearch:
     Example
     -------
     >>> from cudnn_guide.environment import find_libcudnn
-    >>> print(find_libcudnn().explain())  # doctest: +SKIP
+    >>> print(find_libcudnn().explain())
     """
     candidates: list[str] = []
     for directory in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
@@ -119,7 +124,13 @@ def _system_library(name: str) -> str | None:
 
 
 def loaded_libcudnn() -> str | None:
-    """The path of the libcudnn mapped into this process, read from ``/proc/self/maps``."""
+    """The path of the libcudnn mapped into this process, read from ``/proc/self/maps``.
+
+    Example
+    -------
+    >>> require_cudnn()
+    >>> print(loaded_libcudnn())
+    """
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
@@ -139,6 +150,10 @@ def require_cudnn() -> int:
     CudnnLibraryError
         If the frontend cannot reach libcudnn. The message lists where it was looked for and how
         to install it.
+
+    Example
+    -------
+    >>> version = require_cudnn()  # 91900 for cuDNN 9.19.0
     """
     import cudnn
 
@@ -156,7 +171,12 @@ def require_cudnn() -> int:
 
 
 def require_gpu(what: str = "this operation") -> None:
-    """Raise :class:`~cudnn_guide.errors.NoGPUError` unless PyTorch sees a CUDA GPU."""
+    """Raise :class:`~cudnn_guide.errors.NoGPUError` unless PyTorch sees a CUDA GPU.
+
+    Example
+    -------
+    >>> require_gpu('my benchmark')  # NoGPUError without a CUDA GPU
+    """
     import torch
 
     if not torch.cuda.is_available():
@@ -168,7 +188,7 @@ def require_sm(minimum: tuple[int, int], feature: str) -> None:
 
     Example
     -------
-    >>> require_sm((9, 0), "FP8 SDPA")  # doctest: +SKIP
+    >>> require_sm((9, 0), "FP8 SDPA")
     """
     import torch
 
@@ -193,6 +213,12 @@ class EnvironmentRecord:
 
     Serialises to JSON (:meth:`to_dict`), renders as a one-line stamp (:meth:`stamp`) and as an
     HTML table in a gallery page (``_repr_html_``).
+
+    Example
+    -------
+    >>> env = collect()
+    >>> print(env.stamp())
+    >>> json_text = env.to_json()
     """
 
     gpu: str
@@ -258,6 +284,10 @@ def git_commit() -> str:
 
     ``CUDNN_GUIDE_COMMIT`` wins (a GPU builder that received a copy of the tree without ``.git``);
     otherwise ``git rev-parse``. A ``+dirty`` suffix marks uncommitted changes to the code.
+
+    Example
+    -------
+    >>> print(git_commit())  # e.g. 'b7d79cf50f67' or 'b7d79cf50f67+dirty'
     """
     env = os.environ.get("CUDNN_GUIDE_COMMIT")
     if env:
@@ -313,8 +343,8 @@ def collect() -> EnvironmentRecord:
 
     Example
     -------
-    >>> env = collect()  # doctest: +SKIP
-    >>> print(env.stamp())  # doctest: +SKIP
+    >>> env = collect()
+    >>> print(env.stamp())
     """
     import cudnn
     import torch

@@ -22,11 +22,27 @@ __all__ = [
 
 
 class GuideError(Exception):
-    """Base class of every error raised by :mod:`cudnn_guide`."""
+    """Base class of every error raised by :mod:`cudnn_guide`.
+
+    Example
+    -------
+    >>> try:
+    ...     fused = recipes.sdpa_graph(problem, inputs)
+    ... except GuideError as exc:
+    ...     print(exc)
+    """
 
 
 class NoGPUError(GuideError):
-    """No CUDA GPU is visible to PyTorch in this process."""
+    """No CUDA GPU is visible to PyTorch in this process.
+
+    Example
+    -------
+    >>> try:
+    ...     environment.collect()
+    ... except NoGPUError as exc:
+    ...     print(exc)  # names the missing GPU and the fix
+    """
 
     def __init__(self, what: str = "this operation") -> None:
         super().__init__(
@@ -38,7 +54,12 @@ class NoGPUError(GuideError):
 
 
 class CapabilityError(GuideError):
-    """The GPU is present but lacks a feature (SM version, dtype, memory) that is needed."""
+    """The GPU is present but lacks a feature (SM version, dtype, memory) that is needed.
+
+    Example
+    -------
+    >>> environment.require_sm((9, 0), 'FP8 SDPA')  # CapabilityError on an A100
+    """
 
     def __init__(self, feature: str, needed: str, found: str) -> None:
         self.feature, self.needed, self.found = feature, needed, found
@@ -46,11 +67,21 @@ class CapabilityError(GuideError):
 
 
 class CudnnLibraryError(GuideError):
-    """libcudnn could not be loaded, or the frontend cannot reach it."""
+    """libcudnn could not be loaded, or the frontend cannot reach it.
+
+    Example
+    -------
+    >>> environment.require_cudnn()  # CudnnLibraryError lists where libcudnn was looked for
+    """
 
 
 class InputError(GuideError, ValueError):
-    """A tensor or argument handed to the package is unusable (device, dtype, shape, stride)."""
+    """A tensor or argument handed to the package is unusable (device, dtype, shape, stride).
+
+    Example
+    -------
+    >>> tensors.describe(torch.empty(0, 3, device='cuda'))  # InputError: zero-size dimension
+    """
 
 
 class GraphBuildError(GuideError):
@@ -65,6 +96,13 @@ class GraphBuildError(GuideError):
         The graph's name.
     cudnn_message:
         cuDNN's own message, verbatim.
+
+    Example
+    -------
+    >>> try:
+    ...     graphs.build(g)
+    ... except GraphBuildError as exc:
+    ...     print(exc.step, exc.graph, exc.cudnn_message)
     """
 
     def __init__(self, step: str, graph: str, cudnn_message: str) -> None:
@@ -77,6 +115,15 @@ class GraphNotSupportedError(GraphBuildError):
 
     Unlike other build failures this is not a bug in the graph: the same graph may run on another
     GPU, cuDNN version, layout or dtype.
+
+    Example
+    -------
+    >>> try:
+    ...     graphs.build(g)
+    ... except GraphNotSupportedError:
+    ...     ...  # try another layout or dtype
+    ... except GraphBuildError:
+    ...     raise  # a real bug
     """
 
     def __init__(self, step: str, graph: str, cudnn_message: str) -> None:
@@ -88,12 +135,27 @@ class GraphNotSupportedError(GraphBuildError):
 
 
 class GraphExecutionError(GuideError):
-    """Executing a built graph failed."""
+    """Executing a built graph failed.
+
+    Example
+    -------
+    >>> built.execute(pack)  # GraphExecutionError if cuDNN fails at run time
+    """
 
 
 class CheckFailedError(GuideError, AssertionError):
-    """An output disagrees with its reference, holds NaN, or was never written."""
+    """An output disagrees with its reference, holds NaN, or was never written.
+
+    Example
+    -------
+    >>> check.check(y, y_ref)  # CheckFailedError: relative error 3e-1 exceeds 1.6e-02
+    """
 
 
 class BenchmarkError(GuideError):
-    """The benchmark harness could not produce a trustworthy measurement."""
+    """The benchmark harness could not produce a trustworthy measurement.
+
+    Example
+    -------
+    >>> bench.benchmark(lambda: 1 / 0, label='bad', l2='hot')  # BenchmarkError: ... raised ZeroDivisionError
+    """

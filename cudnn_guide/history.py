@@ -26,7 +26,12 @@ BAND_MIN_FRACTION = 0.02
 
 
 def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
-    """The history entry of one example record: its measurements reduced to median and IQR."""
+    """The history entry of one example record: its measurements reduced to median and IQR.
+
+    Example
+    -------
+    >>> entry = entry_from_record(records.load(path))
+    """
     env = record.get("environment") or {}
     return {
         "example": record["example"],
@@ -42,7 +47,12 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """History entries for the records in ``gallery_dir`` (all, or the examples in ``names``)."""
+    """History entries for the records in ``gallery_dir`` (all, or the examples in ``names``).
+
+    Example
+    -------
+    >>> append(Path('docs/data/history.jsonl'), entries_from_gallery(Path('docs/auto_examples')))
+    """
     wanted = None if names is None else {Path(n).stem for n in names}
     out = []
     for path in sorted(Path(gallery_dir).glob(f"*{RECORD_SUFFIX}")):
@@ -53,7 +63,12 @@ def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) 
 
 
 def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
-    """Append entries to the JSON-lines history, creating it if needed."""
+    """Append entries to the JSON-lines history, creating it if needed.
+
+    Example
+    -------
+    >>> append(Path('docs/data/history.jsonl'), entries)
+    """
     history_path = Path(history_path)
     history_path.parent.mkdir(parents=True, exist_ok=True)
     with history_path.open("a", encoding="utf-8") as f:
@@ -62,7 +77,12 @@ def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
 
 
 def load(history_path: Path) -> list[dict[str, Any]]:
-    """Every entry of the JSON-lines history, oldest first (an empty list if there is none)."""
+    """Every entry of the JSON-lines history, oldest first (an empty list if there is none).
+
+    Example
+    -------
+    >>> hist = load(Path('docs/data/history.jsonl'))
+    """
     path = Path(history_path)
     if not path.exists():
         return []
@@ -74,6 +94,10 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Returns one row per measurement present in both: the two medians, the change in percent,
     the noise band in percent, and ``moved`` (the change exceeds the band).
+
+    Example
+    -------
+    >>> moved = [r for r in changes(load(path)) if r['moved']]
     """
     by_example: dict[str, list[dict[str, Any]]] = {}
     for e in history:

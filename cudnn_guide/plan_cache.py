@@ -31,7 +31,13 @@ FORMAT = 1
 
 @dataclasses.dataclass(frozen=True)
 class PlanKey:
-    """Everything a saved plan depends on."""
+    """Everything a saved plan depends on.
+
+    Example
+    -------
+    >>> key = current_key('conv_bias_relu|N32 C128 ...')
+    >>> print(key.digest[:12])
+    """
 
     graph: str
     gpu: str
@@ -48,7 +54,12 @@ class PlanKey:
 
 
 def current_key(graph_description: str) -> PlanKey:
-    """The key of ``graph_description`` on this process's GPU and cuDNN."""
+    """The key of ``graph_description`` on this process's GPU and cuDNN.
+
+    Example
+    -------
+    >>> key = current_key(f'conv_bias_relu_graph|{problem!r}')
+    """
     import cudnn
     import torch
 
@@ -60,7 +71,13 @@ def current_key(graph_description: str) -> PlanKey:
 
 
 class LoadedPlan:
-    """A deserialized plan, executed by tensor UID."""
+    """A deserialized plan, executed by tensor UID.
+
+    Example
+    -------
+    >>> plan, source = cache.get_or_build(key, build)
+    >>> plan.execute(x=x, w=w, b=b, y=y)  # if source == 'cache'
+    """
 
     def __init__(self, graph: Any, handle: Any, uids: dict[str, int]) -> None:
         import torch
@@ -80,7 +97,13 @@ class LoadedPlan:
 
 
 def load_plan(blob: bytes, uids: dict[str, int], handle: Any = None) -> LoadedPlan:
-    """Deserialize plan bytes into a :class:`LoadedPlan` (no validation: use :class:`PlanCache`)."""
+    """Deserialize plan bytes into a :class:`LoadedPlan` (no validation: use :class:`PlanCache`).
+
+    Example
+    -------
+    >>> plan = load_plan(bytes(g.serialize(as_bytes=True)), fused.uids)
+    >>> plan.execute(**inputs)
+    """
     import cudnn
 
     from .graphs import handle_for_current_device
@@ -96,8 +119,8 @@ class PlanCache:
 
     Example
     -------
-    >>> cache = PlanCache("~/.cache/cudnn-guide/plans")  # doctest: +SKIP
-    >>> plan, source = cache.get_or_build(current_key(desc), build)  # doctest: +SKIP
+    >>> cache = PlanCache("~/.cache/cudnn-guide/plans")
+    >>> plan, source = cache.get_or_build(current_key(desc), build)
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:

@@ -17,7 +17,13 @@ __all__ = ["Fused", "ConvProblem", "conv_bias_relu_graph", "MatmulProblem", "mat
 
 @dataclasses.dataclass
 class Fused:
-    """A built graph and its named I/O tensors; :meth:`pack` maps torch tensors onto them."""
+    """A built graph and its named I/O tensors; :meth:`pack` maps torch tensors onto them.
+
+    Example
+    -------
+    >>> fused = conv_bias_relu_graph(problem, inputs)
+    >>> fused.built.execute(fused.pack(**inputs))
+    """
 
     built: graphs.BuiltGraph
     io: dict[str, Any]
@@ -63,6 +69,12 @@ class ConvProblem(_Problem):
     """A 2-D convolution ``y = relu(conv(x, w) + b)`` in NHWC.
 
     ``x`` is N×C×H×W, ``w`` K×C×R×S, ``b`` 1×K×1×1, all channels-last; ``y`` is N×K×P×Q.
+
+    Example
+    -------
+    >>> p = ConvProblem(n=32, c=128, h=56, w=56, k=256)
+    >>> inputs = p.make_inputs()
+    >>> print(p, p.flops / 1e9, 'GFLOP')
     """
 
     n: int = 32
@@ -127,6 +139,12 @@ def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle
     ``inputs`` supplies tensors of the right shape, layout and dtype (from
     :meth:`ConvProblem.make_inputs`); their data is not read. Extra keyword arguments go to
     ``cudnn.pygraph`` (for example ``kernel_cache``).
+
+    Example
+    -------
+    >>> inputs = problem.make_inputs()
+    >>> fused = conv_bias_relu_graph(problem, inputs)
+    >>> fused.built.execute(fused.pack(**inputs))
     """
     import cudnn
 
@@ -154,6 +172,11 @@ class MatmulProblem(_Problem):
     """``y = gelu(alpha · (a @ b) + bias)`` and ``amax = max|y|``, batched, row-major.
 
     ``a`` is batch×M×K, ``b`` batch×K×N, ``bias`` 1×1×N; ``alpha`` is a host scalar.
+
+    Example
+    -------
+    >>> p = MatmulProblem(batch=16, m=512, k=1024, n=512, alpha=0.5)
+    >>> inputs = p.make_inputs()
     """
 
     batch: int = 16
@@ -204,6 +227,11 @@ def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, han
     ``alpha`` is a pass-by-value scalar: feed it with ``tensors.scalar_value(problem.alpha)``
     under the key ``"alpha"`` in :meth:`Fused.pack`. ``amax=False`` leaves the reduction out
     (and the ``amax`` tensor out of the pack).
+
+    Example
+    -------
+    >>> fused = matmul_epilogue_graph(p, inputs)
+    >>> fused.built.execute(fused.pack(**inputs, alpha=tensors.scalar_value(p.alpha)))
     """
     import cudnn
 
@@ -234,7 +262,13 @@ def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, han
 
 @dataclasses.dataclass(frozen=True)
 class SdpaProblem(_Problem):
-    """Causal (or full) attention ``softmax(q kᵀ · scale) v`` on B×H×S×D tensors (BHSD, contiguous)."""
+    """Causal (or full) attention ``softmax(q kᵀ · scale) v`` on B×H×S×D tensors (BHSD, contiguous).
+
+    Example
+    -------
+    >>> p = SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128, causal=True)
+    >>> print(p.flops / 1e12, 'TFLOP')
+    """
 
     batch: int = 4
     heads: int = 16
@@ -282,6 +316,11 @@ def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = No
     Causal masking uses the current API, ``diagonal_alignment=TOP_LEFT`` with
     ``diagonal_band_right_bound=0`` (key j is visible to query i when j ≤ i), and
     ``generate_stats=False`` for inference (it replaces the deprecated ``is_inference``).
+
+    Example
+    -------
+    >>> fused = sdpa_graph(p, inputs)
+    >>> fused.built.execute(fused.pack(**inputs))
     """
     import cudnn
 

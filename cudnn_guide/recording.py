@@ -35,11 +35,22 @@ MANIFEST = "recording.json"
 
 
 class StaleRecordingError(GuideError):
-    """An example changed since its GPU recording (or was never recorded)."""
+    """An example changed since its GPU recording (or was never recorded).
+
+    Example
+    -------
+    >>> require_fresh_recording(Path('examples'), Path('docs/auto_examples'))  # raises if stale
+    """
 
 
 def docs_mode() -> str:
-    """``"record"`` or ``"render"``: ``$CUDNN_GUIDE_DOCS_MODE`` if set, else record iff a CUDA GPU is visible."""
+    """``"record"`` or ``"render"``: ``$CUDNN_GUIDE_DOCS_MODE`` if set, else record iff a CUDA GPU is visible.
+
+    Example
+    -------
+    >>> os.environ['CUDNN_GUIDE_DOCS_MODE'] = 'render'
+    >>> assert docs_mode() == 'render'
+    """
     mode = os.environ.get(MODE_ENV, "auto").strip().lower()
     if mode in ("record", "render"):
         return mode
@@ -58,7 +69,12 @@ def _md5(path: Path) -> str:
 
 
 class ExampleState:
-    """One example and the state of its recording: ``fresh``, ``stale`` or ``missing``."""
+    """One example and the state of its recording: ``fresh``, ``stale`` or ``missing``.
+
+    Example
+    -------
+    >>> [s.state for s in example_states(Path('examples'), Path('docs/auto_examples'))]
+    """
 
     def __init__(self, source: Path, state: str) -> None:
         self.source, self.state = source, state
@@ -68,7 +84,12 @@ class ExampleState:
 
 
 def example_states(examples_dir: Path, gallery_dir: Path, pattern: str = "plot_*.py") -> list[ExampleState]:
-    """Compare each example's md5 with the one sphinx-gallery stored when it was recorded."""
+    """Compare each example's md5 with the one sphinx-gallery stored when it was recorded.
+
+    Example
+    -------
+    >>> for s in example_states(Path('examples'), Path('docs/auto_examples')): print(s)
+    """
     states = []
     for src in sorted(Path(examples_dir).glob(pattern)):
         stored = Path(gallery_dir) / (src.name + ".md5")
@@ -83,12 +104,22 @@ def example_states(examples_dir: Path, gallery_dir: Path, pattern: str = "plot_*
 
 
 def stale_examples(examples_dir: Path, gallery_dir: Path) -> list[ExampleState]:
-    """Examples whose recording is stale or missing."""
+    """Examples whose recording is stale or missing.
+
+    Example
+    -------
+    >>> [s.source.name for s in stale_examples(Path('examples'), Path('docs/auto_examples'))]
+    """
     return [s for s in example_states(examples_dir, gallery_dir) if s.state != "fresh"]
 
 
 def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
-    """Raise :class:`StaleRecordingError` naming every example that must be re-recorded on a GPU."""
+    """Raise :class:`StaleRecordingError` naming every example that must be re-recorded on a GPU.
+
+    Example
+    -------
+    >>> require_fresh_recording(Path('examples'), Path('docs/auto_examples'))
+    """
     bad = stale_examples(examples_dir, gallery_dir)
     if bad:
         lines = [
@@ -103,7 +134,12 @@ def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
 
 
 def package_md5() -> str:
-    """One md5 over the source of every :mod:`cudnn_guide` module (what the examples ran with)."""
+    """One md5 over the source of every :mod:`cudnn_guide` module (what the examples ran with).
+
+    Example
+    -------
+    >>> print(package_md5())
+    """
     h = hashlib.md5()
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -111,13 +147,23 @@ def package_md5() -> str:
 
 
 def package_changed_since_recording(gallery_dir: Path) -> bool:
-    """True when ``cudnn_guide`` differs from the code the committed recording ran with."""
+    """True when ``cudnn_guide`` differs from the code the committed recording ran with.
+
+    Example
+    -------
+    >>> if package_changed_since_recording(gallery): print('re-record to refresh')
+    """
     manifest = read_manifest(gallery_dir)
     return bool(manifest and manifest.get("package_md5") and manifest["package_md5"] != package_md5())
 
 
 def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
-    """The recording's ``recording.json`` (environment, md5s, build time), or ``None``."""
+    """The recording's ``recording.json`` (environment, md5s, build time), or ``None``.
+
+    Example
+    -------
+    >>> print(read_manifest(Path('docs/auto_examples'))['recorded_utc'])
+    """
     path = Path(gallery_dir) / MANIFEST
     if not path.exists():
         return None
@@ -126,7 +172,12 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
 
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
                    build_seconds: float | None = None) -> Path:
-    """Write ``recording.json``: the environment, each example's md5, the date and the build time."""
+    """Write ``recording.json``: the environment, each example's md5, the date and the build time.
+
+    Example
+    -------
+    >>> write_manifest(gallery, examples, environment.collect().to_dict(), build_seconds=230.0)
+    """
     data = {
         "recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "environment": environment,
@@ -140,7 +191,12 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
 
 
 def describe_recording(gallery_dir: Path) -> str:
-    """One line for the console and the home page: where and when the recording was measured."""
+    """One line for the console and the home page: where and when the recording was measured.
+
+    Example
+    -------
+    >>> print(describe_recording(Path('docs/auto_examples')))
+    """
     manifest = read_manifest(gallery_dir)
     if not manifest or not manifest.get("environment"):
         return "no GPU recording has been committed yet"
@@ -156,6 +212,10 @@ def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
     Read from the source without running it, so a recording run knows before executing a page
     whether this GPU can run it. The call in the page stays the single statement of the
     requirement, and a reader running the script on a smaller GPU gets its clear error.
+
+    Example
+    -------
+    >>> declared_requirements(Path('examples/plot_05_sdpa_causal.py'))  # [((8, 0), 'cuDNN fused attention')]
     """
     import ast
 
@@ -176,7 +236,12 @@ def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
 
 
 def unmet_requirements(example: Path, capability: tuple[int, int]) -> list[str]:
-    """What ``example`` needs that a GPU of compute ``capability`` lacks, as readable phrases."""
+    """What ``example`` needs that a GPU of compute ``capability`` lacks, as readable phrases.
+
+    Example
+    -------
+    >>> unmet_requirements(Path('examples/plot_05_sdpa_causal.py'), (7, 5))
+    """
     return [f"SM {sm[0]}.{sm[1]} or newer ({feature})"
             for sm, feature in declared_requirements(example) if tuple(capability) < sm]
 
@@ -187,6 +252,10 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     Writes what sphinx-gallery would (the page, the md5 that marks it current, a thumbnail, the
     script download) and a JSON record carrying ``skipped``, so the build stays green and the page
     stays honest: it shows no numbers, only what it needs.
+
+    Example
+    -------
+    >>> write_skip_page(src, gallery, ['SM 9.0 or newer (FP8)'], environment.collect().to_dict())
     """
     import ast
     import shutil
@@ -250,6 +319,11 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
     recorded. Each example thus starts in a new Python process, with no CUDA context, cuDNN
     handle, compiled graph or warm library left by another. Appends the new records to
     ``docs/data/history.jsonl`` (:mod:`cudnn_guide.history`). Returns seconds per example.
+
+    Example
+    -------
+    >>> record_examples(Path('docs'), Path('examples'), Path('docs/auto_examples'), names=['plot_08_cuda_graphs.py'])
+    ... # or: python -m cudnn_guide.recording record plot_08_cuda_graphs.py
     """
     import subprocess
     import sys

@@ -25,7 +25,13 @@ RECORD_SUFFIX = ".record.json"
 
 
 def record_dir() -> Path:
-    """Where records go: ``$CUDNN_GUIDE_RECORD_DIR`` (set by the docs build), else ``./cudnn_guide_records``."""
+    """Where records go: ``$CUDNN_GUIDE_RECORD_DIR`` (set by the docs build), else ``./cudnn_guide_records``.
+
+    Example
+    -------
+    >>> os.environ['CUDNN_GUIDE_RECORD_DIR'] = 'docs/auto_examples'
+    >>> print(record_dir())
+    """
     return Path(os.environ.get("CUDNN_GUIDE_RECORD_DIR", "cudnn_guide_records"))
 
 
@@ -34,10 +40,10 @@ class Record:
 
     Example
     -------
-    >>> rec = Record("plot_conv_bias_relu", title="Fused conv → bias → ReLU")  # doctest: +SKIP
-    >>> rec.add_check(result); rec.add(measurement)  # doctest: +SKIP
-    >>> rec.headline("speed-up over eager", 1.7, "x", baseline="PyTorch eager")  # doctest: +SKIP
-    >>> rec.write()  # doctest: +SKIP
+    >>> rec = Record("plot_conv_bias_relu", title="Fused conv → bias → ReLU")
+    >>> rec.add_check(result); rec.add(measurement)
+    >>> rec.headline("speed-up over eager", 1.7, "x", baseline="PyTorch eager")
+    >>> rec.write()
     """
 
     def __init__(self, example: str, *, title: str = "", environment: Any = None) -> None:
@@ -106,6 +112,11 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     ------
     ValueError
         Not a cudnn-guide record, or a newer schema than this package understands.
+
+    Example
+    -------
+    >>> rec = load('docs/auto_examples/plot_02_conv_bias_relu.record.json')
+    >>> print(rec['headlines'])
     """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:

@@ -47,7 +47,7 @@ def cudnn_dtype(dtype: Any) -> Any:
     Example
     -------
     >>> import torch
-    >>> cudnn_dtype(torch.bfloat16)  # doctest: +SKIP
+    >>> cudnn_dtype(torch.bfloat16)
     <data_type.BFLOAT16: 9>
     """
     table = _dtype_table()
@@ -60,7 +60,13 @@ def cudnn_dtype(dtype: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """The dims, strides and dtype that describe one tensor to cuDNN."""
+    """The dims, strides and dtype that describe one tensor to cuDNN.
+
+    Example
+    -------
+    >>> spec = describe(x)
+    >>> print(spec.dims, spec.strides, spec.layout)
+    """
 
     dims: tuple[int, ...]
     strides: tuple[int, ...]
@@ -100,7 +106,7 @@ def describe(t: Any, *, name: str = "tensor", allow_cpu: bool = False) -> Tensor
     -------
     >>> import torch
     >>> x = torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last)
-    >>> describe(x, allow_cpu=True).layout  # doctest: +SKIP
+    >>> describe(x, allow_cpu=True).layout
     'NHWC'
     """
     import torch
@@ -141,7 +147,7 @@ def graph_tensor(graph: Any, t: Any, name: str) -> Any:
 
     Example
     -------
-    >>> X = graph_tensor(graph, x, "X")  # doctest: +SKIP
+    >>> X = graph_tensor(graph, x, "X")
     """
     spec = describe(t, name=name)
     return graph.tensor(name=name, dim=list(spec.dims), stride=list(spec.strides), data_type=cudnn_dtype(spec.dtype))
@@ -154,8 +160,8 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
 
     Example
     -------
-    >>> alpha = scalar(graph, "alpha")  # doctest: +SKIP
-    >>> pack = {alpha: scalar_value(0.5)}  # doctest: +SKIP
+    >>> alpha = scalar(graph, "alpha")
+    >>> pack = {alpha: scalar_value(0.5)}
     """
     import torch
 
@@ -166,14 +172,24 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
 
 
 def scalar_value(value: float, dtype: Any = None) -> Any:
-    """The host tensor that carries a pass-by-value scalar's value into ``execute``."""
+    """The host tensor that carries a pass-by-value scalar's value into ``execute``.
+
+    Example
+    -------
+    >>> pack[alpha] = scalar_value(0.5)
+    """
     import torch
 
     return torch.full((1, 1, 1), value, dtype=torch.float32 if dtype is None else dtype)
 
 
 def nhwc(t: Any) -> Any:
-    """Return ``t`` in channels-last (NHWC/NDHWC) memory order, logical NCHW dims unchanged."""
+    """Return ``t`` in channels-last (NHWC/NDHWC) memory order, logical NCHW dims unchanged.
+
+    Example
+    -------
+    >>> x = nhwc(torch.randn(8, 64, 56, 56, device='cuda'))  # same dims, channels-last strides
+    """
     import torch
 
     if t.dim() == 4:
@@ -184,5 +200,10 @@ def nhwc(t: Any) -> Any:
 
 
 def is_nhwc(t: Any) -> bool:
-    """True when ``t`` is 4-D/5-D with channels innermost in memory."""
+    """True when ``t`` is 4-D/5-D with channels innermost in memory.
+
+    Example
+    -------
+    >>> assert is_nhwc(nhwc(x))
+    """
     return t.dim() in (4, 5) and describe(t, allow_cpu=True).layout in ("NHWC", "NDHWC")

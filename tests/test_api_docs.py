@@ -26,6 +26,8 @@ def test_public_api_is_documented(modname):
     assert (module.__doc__ or "").strip(), f"cudnn_guide.{modname} has no module docstring"
     missing = [name for name, obj in _public(module) if len((inspect.getdoc(obj) or "").strip()) < 20]
     assert not missing, f"cudnn_guide.{modname}: undocumented: {missing}"
+    no_example = [name for name, obj in _public(module) if "Example\n-------" not in (inspect.getdoc(obj) or "")]
+    assert not no_example, f"cudnn_guide.{modname}: no Example section: {no_example}"
 
 
 def test_every_module_is_in_the_api_reference(root):
