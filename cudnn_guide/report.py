@@ -161,15 +161,17 @@ def plot_lines(measurements: Sequence[Measurement], *, x: str, line: str = "impl
         ms = sorted(ms, key=lambda m: m.params[x])
         xs = [m.params[x] for m in ms]
         ys = [getter(m) for m in ms]
+        # The band is the samples' 25th–75th percentile, mapped through the metric: a time scales
+        # with the time, a rate with its inverse (so the slow quartile is the band's lower edge).
         lo, hi = [], []
         for m in ms:
-            med = m.median_ms
-            scale = (lambda t, med=med, m=m: getter(m) * med / t)  # rate ∝ 1/time; time ∝ time
+            at_median = getter(m)
             if metric in ("tflops", "gbps"):
-                lo.append(scale(m.q3_ms)), hi.append(scale(m.q1_ms))
+                lo.append(at_median * m.median_ms / m.q3_ms)
+                hi.append(at_median * m.median_ms / m.q1_ms)
             else:
-                factor = getter(m) / med
-                lo.append(m.q1_ms * factor), hi.append(m.q3_ms * factor)
+                lo.append(at_median * m.q1_ms / m.median_ms)
+                hi.append(at_median * m.q3_ms / m.median_ms)
         (handle,) = ax.plot(xs, ys, marker="o", label=str(name))
         ax.fill_between(xs, lo, hi, alpha=0.25, color=handle.get_color(), linewidth=0)
     if ceiling is not None:
