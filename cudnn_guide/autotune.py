@@ -88,6 +88,16 @@ class TuneResult:
 def plan_names(built: BuiltGraph) -> list[str]:
     """Names of every plan in the graph's ranked list (heuristics' order).
 
+    Parameters
+    ----------
+    built
+        A graph built with ``policy=build_plan_policy.ALL``.
+
+    Returns
+    -------
+    list[str]
+        Plan names, in the heuristics' order.
+
     Example
     -------
     >>> names = plan_names(fused.built)
@@ -109,6 +119,18 @@ def _unique_plans(built: BuiltGraph) -> list[tuple[int, str]]:
 
 def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
     """Grow the graph's workspace to the largest any of the plans at ``indices`` needs.
+
+    Parameters
+    ----------
+    built
+        The built graph.
+    indices
+        Plan indices that may run.
+
+    Returns
+    -------
+    Any
+        The (possibly enlarged) workspace tensor.
 
     Example
     -------
@@ -190,9 +212,26 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
         ``reps`` calls for the last two.
     reps:
         Calls per plan (exhaustive), or in the final round (halving).
+    l2:
+        ``"cold"`` (default) or ``"hot"``, as in :func:`~cudnn_guide.bench.benchmark`.
+    flops:
+        FLOPs per call, for TFLOP/s.
+    bytes:
+        Bytes per call, for GB/s.
+    first_round_reps:
+        Calls per plan in halving's first round.
+    keep:
+        Fraction of plans kept after each halving round.
+    screen_cutoff:
+        Halving drops plans whose one screened call is more than this many times the best.
     max_ms_per_plan:
         A slow plan gets only as many calls as fit in this budget (at least 20): a plan ten times
         slower than the best needs no 200 samples to lose.
+
+    Returns
+    -------
+    TuneResult
+        Per-plan timings, the winner (``.best``) and the seconds spent timing.
 
     Raises
     ------
@@ -251,6 +290,13 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
 
 def select(built: BuiltGraph, index: int) -> None:
     """Make plan ``index`` the graph's selected plan (used by ``execute`` and ``serialize``).
+
+    Parameters
+    ----------
+    built
+        The built graph.
+    index
+        The plan to make current (an index into its ranked list).
 
     Example
     -------

@@ -21,6 +21,18 @@ def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagra
     does not fit in shared memory (those are skipped, not errors of the result). Both would
     bury the page's own output, so this turns them off; nothing about the compiled code changes.
 
+    Parameters
+    ----------
+    fn
+        The function to compile.
+    mode
+        ``torch.compile`` mode.
+
+    Returns
+    -------
+    Callable[..., Any]
+        The compiled function.
+
     Example
     -------
     >>> compiled = compile_quietly(problem.torch_forward)

@@ -197,6 +197,11 @@ _FLUSH: dict[int, Any] = {}
 def l2_flush_buffer() -> Any:
     """A device buffer twice the L2 size; writing it (``.zero_()``) evicts the L2.
 
+    Returns
+    -------
+    Any
+        An int8 CUDA tensor of twice the L2 size, allocated once per device.
+
     Example
     -------
     >>> l2_flush_buffer().zero_()  # evict the L2 before a cold call
@@ -239,18 +244,33 @@ def benchmark(
     l2:
         ``"cold"`` (flush L2 before each call) or ``"hot"``. Required: the choice changes the
         answer, so it is never implicit.
-    flops, bytes:
-        Work per call you counted, for TFLOP/s and GB/s.
-    budget_ms, warmup_ms:
-        Time budgets. Warm-up runs for ``warmup_ms``; the number of timed calls is
-        ``budget_ms`` over a first estimate of one call, clamped to ``[min_reps, max_reps]``.
+    flops:
+        FLOPs per call you counted, for TFLOP/s.
+    bytes:
+        Bytes per call you counted, for GB/s.
+    budget_ms:
+        Time budget of the timed calls: their number is ``budget_ms`` over a first estimate of
+        one call, clamped to ``[min_reps, max_reps]``.
+    warmup_ms:
+        Warm-up runs for this long (at least two calls) before timing.
+    min_reps:
+        Fewest timed calls.
+    max_reps:
+        Most timed calls.
     cuda_graph:
         Capture ``calls_per_graph`` calls in one CUDA graph and time replays (``l2`` must be
         ``"hot"``). For kernels of a few microseconds, where launch gaps would dominate events.
+    calls_per_graph:
+        Calls captured per graph (default: about 2 ms of work).
     expect_shape:
         If given and ``fn`` returns a tensor, its shape must match.
     params:
         Free-form metadata (implementation, problem size) carried into tables and records.
+
+    Returns
+    -------
+    Measurement
+        The samples and their statistics.
 
     Raises
     ------
@@ -413,6 +433,20 @@ def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096
     cold L2. The compute ceiling is the best of those sizes: a ceiling is what the GPU reaches at
     its best on dense, random data.
 
+    Parameters
+    ----------
+    copy_mib
+        Size of the copied buffer, MiB.
+    matmul_sizes
+        Square matmul sizes to try; the best counts.
+    refresh
+        Measure again even if this process already did.
+
+    Returns
+    -------
+    Ceilings
+        Bandwidth and compute ceilings, with their measurements.
+
     Example
     -------
     >>> c = measure_ceilings()
@@ -472,6 +506,22 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
     With ``l2="cold"`` the L2 flush runs between calls as in :func:`benchmark`, and its own
     kernel is excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
     timestamps, no launch gaps), which makes it a cross-check of :func:`benchmark`.
+
+    Parameters
+    ----------
+    fn
+        Zero-argument callable that launches the work.
+    calls
+        Profiled calls.
+    l2
+        ``"cold"`` or ``"hot"``.
+    label
+        Name in errors.
+
+    Returns
+    -------
+    ProfiledKernels
+        Kernel time per call and per kernel name.
 
     Example
     -------

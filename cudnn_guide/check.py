@@ -39,6 +39,16 @@ def tolerance(dtype: Any) -> float:
     rounding the output alone costs about one unit, accumulation order a little more; a real bug
     (a wrong index, a missing bias, an unwritten tile) costs orders of magnitude more.
 
+    Parameters
+    ----------
+    dtype
+        The output's ``torch.dtype``.
+
+    Returns
+    -------
+    float
+        The relative-norm tolerance.
+
     Example
     -------
     >>> tolerance(torch.bfloat16)  # 1.6e-2
@@ -51,6 +61,11 @@ def tolerance(dtype: Any) -> float:
 
 def poison(*tensors: Any) -> None:
     """Fill floating-point outputs with NaN before a run, so unwritten elements fail the check.
+
+    Parameters
+    ----------
+    tensors
+        Floating-point tensors to fill with NaN.
 
     Example
     -------
@@ -98,6 +113,22 @@ class CheckResult:
 def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
     """Compare ``actual`` with ``expected`` by relative L2 norm, in float64. Never raises on a mismatch.
 
+    Parameters
+    ----------
+    actual
+        The output under test.
+    expected
+        The reference (any dtype; compared in float64).
+    name
+        Name in the result.
+    tol
+        Tolerance; default :func:`tolerance` of ``actual``'s dtype.
+
+    Returns
+    -------
+    CheckResult
+        Relative error, NaN count and verdict.
+
     Raises
     ------
     InputError
@@ -128,6 +159,22 @@ def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | No
 def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
     """Like :func:`compare`, but raise :class:`~cudnn_guide.errors.CheckFailedError` on failure.
 
+    Parameters
+    ----------
+    actual
+        The output under test.
+    expected
+        The reference.
+    name
+        Name in the result and the error.
+    tol
+        Tolerance; default by dtype.
+
+    Returns
+    -------
+    CheckResult
+        The passing result.
+
     Example
     -------
     >>> result = check(y, y_ref, name="conv_bias_relu")
@@ -149,6 +196,11 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
 def full_precision() -> Iterator[None]:
     """Turn off TF32 in matmuls and convolutions for the duration (for references).
 
+    Returns
+    -------
+    Iterator[None]
+        A context manager.
+
     Example
     -------
     >>> with full_precision():
@@ -169,6 +221,20 @@ def reference(fn: Callable[..., Any], *inputs: Any, dtype: Any = None) -> Any:
     """Run ``fn`` on copies of ``inputs`` upcast to ``dtype`` (float32 by default), TF32 off.
 
     Non-floating inputs and non-tensors pass through unchanged.
+
+    Parameters
+    ----------
+    fn
+        The computation, e.g. ``problem.torch_forward``.
+    inputs
+        Its inputs; floating tensors are upcast.
+    dtype
+        Reference precision (default float32).
+
+    Returns
+    -------
+    Any
+        ``fn``'s output in the higher precision.
 
     Example
     -------

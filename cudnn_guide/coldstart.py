@@ -63,6 +63,16 @@ def _reference(graph: str, problem: Any, inputs: dict[str, Any]) -> tuple[Any, A
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Entry point of the child process: ``GRAPH MODE CACHE_DIR``; prints and returns the JSON result.
 
+    Parameters
+    ----------
+    argv
+        ``[GRAPH, MODE, CACHE_DIR]``; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    dict[str, Any]
+        The timings and check that were printed.
+
     Example
     -------
     .. code-block:: bash
@@ -121,6 +131,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def run_fresh(graph: str, mode: str, cache_dir: str | Path, timeout: float = 300) -> dict[str, Any]:
     """Run :func:`main` in a new Python process and return its JSON result, plus ``process_s``
     (the parent's wall time for the whole process, interpreter start-up included).
+
+    Parameters
+    ----------
+    graph
+        ``"matmul"``, ``"conv"`` or ``"sdpa"``.
+    mode
+        ``"build"`` or ``"cache"``.
+    cache_dir
+        Directory of the plan cache.
+    timeout
+        Seconds before the child is killed.
+
+    Returns
+    -------
+    dict[str, Any]
+        The child's timings and check, plus ``process_s``.
 
     Example
     -------

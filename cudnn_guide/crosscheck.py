@@ -19,6 +19,11 @@ __all__ = ["kernels", "crosscheck", "main"]
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     """The gallery's main kernels as launchers: name → (launch, flops).
 
+    Returns
+    -------
+    dict[str, tuple[Callable[[], Any], float | None]]
+        Name → (launcher, FLOPs per call).
+
     Example
     -------
     >>> for name, (launch, flops) in kernels().items(): print(name)
@@ -50,6 +55,11 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
 def crosscheck() -> list[dict[str, Any]]:
     """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel.
 
+    Returns
+    -------
+    list[dict[str, Any]]
+        One dict per kernel: the three times and their ratio.
+
     Example
     -------
     >>> rows = crosscheck()
@@ -76,6 +86,11 @@ def crosscheck() -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
     """``python -m cudnn_guide.crosscheck [OUT.json]``: run :func:`crosscheck`, print and save the table.
+
+    Parameters
+    ----------
+    argv
+        Optional output path; default ``sys.argv[1:]``.
 
     Example
     -------

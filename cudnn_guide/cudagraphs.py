@@ -65,6 +65,20 @@ class CapturedGraph:
 def capture(fn: Callable[[], Any], *, calls: int = 1, label: str = "fn") -> CapturedGraph:
     """Capture ``calls`` calls of ``fn`` (see :class:`CapturedGraph`).
 
+    Parameters
+    ----------
+    fn
+        Zero-argument launcher.
+    calls
+        Calls to capture in the graph.
+    label
+        Name in errors.
+
+    Returns
+    -------
+    CapturedGraph
+        The captured graph.
+
     Example
     -------
     >>> g = capture(built.bind(pack))
@@ -82,6 +96,28 @@ def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int 
     what a loop of launches really costs: when the host is slower than the GPU, the GPU idles
     between calls and the loop runs at the host's pace. The one synchronize per sample is
     amortized over ``calls``.
+
+    Parameters
+    ----------
+    fn
+        Zero-argument launcher.
+    label
+        Name in tables.
+    calls
+        Calls per sample.
+    reps
+        Samples.
+    flops
+        FLOPs per call.
+    bytes
+        Bytes per call.
+    params
+        Metadata for tables.
+
+    Returns
+    -------
+    Measurement
+        Per-call wall-clock samples.
 
     Example
     -------
@@ -110,6 +146,26 @@ def time_replay(graph: CapturedGraph, *, label: str, reps: int = 30, flops: floa
                 bytes: float | None = None, params: dict | None = None) -> Measurement:
     """Per-call time of replaying ``graph`` (wall clock, one synchronize per replay, divided by the
     calls the graph holds): the counterpart of :func:`time_loop`.
+
+    Parameters
+    ----------
+    graph
+        A :class:`CapturedGraph`.
+    label
+        Name in tables.
+    reps
+        Replays timed.
+    flops
+        FLOPs per call.
+    bytes
+        Bytes per call.
+    params
+        Metadata for tables.
+
+    Returns
+    -------
+    Measurement
+        Per-call wall-clock samples.
 
     Example
     -------

@@ -40,6 +40,20 @@ def _record(gallery: Path, stem: str) -> dict[str, Any] | None:
 def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, str] | None = None) -> list[str]:
     """Every way a recorded example page falls short; empty when all are healthy.
 
+    Parameters
+    ----------
+    gallery
+        The recorded gallery (``docs/auto_examples``).
+    examples
+        The example sources.
+    exceptions
+        Stems exempt, with reasons; default :data:`HEALTH_EXCEPTIONS`.
+
+    Returns
+    -------
+    list[str]
+        One message per problem; empty when healthy.
+
     Example
     -------
     >>> problems = recorded_page_problems(Path('docs/auto_examples'), Path('examples'))
@@ -78,6 +92,18 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
 def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
     """The reST block inserted under a gallery page's title.
 
+    Parameters
+    ----------
+    record
+        The example's JSON record (``None``: no stamp).
+    stem
+        The example's file stem.
+
+    Returns
+    -------
+    str
+        reST to insert under the title (empty without an environment).
+
     Example
     -------
     >>> print(stamp_rst(records.load(path), 'plot_02_conv_bias_relu'))
@@ -111,6 +137,15 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     this drops this package's per-process caches (cuDNN handles, measured ceilings, the L2 flush
     buffer), resets ``torch.compile``'s caches and PyTorch's cuDNN flags, collects garbage and
     returns cached GPU memory to the driver.
+
+    Parameters
+    ----------
+    gallery_conf
+        sphinx-gallery's configuration.
+    fname
+        The example about to run.
+    when
+        ``"before"`` or ``"after"``.
 
     Example
     -------
@@ -153,6 +188,21 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
 
     ``partial``: this build records one example (see :func:`~cudnn_guide.recording.record_examples`);
     the health check and the manifest wait for the full build.
+
+    Parameters
+    ----------
+    app
+        The Sphinx application.
+    gallery
+        The gallery directory.
+    examples
+        The examples directory.
+    mode
+        ``"record"`` or ``"render"``.
+    started
+        ``time.perf_counter()`` at configuration.
+    partial
+        This build records a single example.
 
     Example
     -------

@@ -31,6 +31,26 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
     built with ``is_dynamic_shape_enabled=True``. Each graph's output is checked against PyTorch
     and, if ``time_execution``, its execution is timed (cold L2).
 
+    Parameters
+    ----------
+    batches
+        Batch sizes, in build order.
+    kernel_cache
+        Share one kernel cache with dynamic shapes on.
+    m
+        Rows of each matrix product.
+    k
+        Reduction dimension.
+    n
+        Columns.
+    time_execution
+        Also time each graph's execution.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One row per batch size: build time, plan, check, execution time.
+
     Example
     -------
     >>> rows = build_sequence([1, 2, 4, 8], kernel_cache=True)
@@ -71,6 +91,11 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the child process: ``cache|nocache B1,B2,...``; prints the rows as JSON.
 
+    Parameters
+    ----------
+    argv
+        ``[cache|nocache, B1,B2,...]``; default ``sys.argv[1:]``.
+
     Example
     -------
     .. code-block:: bash
@@ -86,6 +111,20 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: float = 600) -> list[dict[str, Any]]:
     """:func:`build_sequence` in a new Python process; returns its rows.
+
+    Parameters
+    ----------
+    batches
+        Batch sizes, in build order.
+    kernel_cache
+        Use the kernel cache.
+    timeout
+        Seconds before the child is killed.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        The child's rows.
 
     Example
     -------

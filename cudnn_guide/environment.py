@@ -126,6 +126,11 @@ def _system_library(name: str) -> str | None:
 def loaded_libcudnn() -> str | None:
     """The path of the libcudnn mapped into this process, read from ``/proc/self/maps``.
 
+    Returns
+    -------
+    str | None
+        The resolved path, or ``None`` if no libcudnn is mapped.
+
     Example
     -------
     >>> require_cudnn()
@@ -144,6 +149,11 @@ def loaded_libcudnn() -> str | None:
 
 def require_cudnn() -> int:
     """Return cuDNN's backend version as an integer (``91900`` for 9.19.0).
+
+    Returns
+    -------
+    int
+        cuDNN's version as an integer.
 
     Raises
     ------
@@ -173,6 +183,11 @@ def require_cudnn() -> int:
 def require_gpu(what: str = "this operation") -> None:
     """Raise :class:`~cudnn_guide.errors.NoGPUError` unless PyTorch sees a CUDA GPU.
 
+    Parameters
+    ----------
+    what
+        The operation, named in the error.
+
     Example
     -------
     >>> require_gpu('my benchmark')  # NoGPUError without a CUDA GPU
@@ -185,6 +200,13 @@ def require_gpu(what: str = "this operation") -> None:
 
 def require_sm(minimum: tuple[int, int], feature: str) -> None:
     """Raise :class:`~cudnn_guide.errors.CapabilityError` unless the GPU's SM version is high enough.
+
+    Parameters
+    ----------
+    minimum
+        ``(major, minor)`` compute capability.
+    feature
+        What needs it, named in the error.
 
     Example
     -------
@@ -285,6 +307,11 @@ def git_commit() -> str:
     ``CUDNN_GUIDE_COMMIT`` wins (a GPU builder that received a copy of the tree without ``.git``);
     otherwise ``git rev-parse``. A ``+dirty`` suffix marks uncommitted changes to the code.
 
+    Returns
+    -------
+    str
+        A 12-character commit, ``+dirty`` if the code has uncommitted changes, or ``unknown``.
+
     Example
     -------
     >>> print(git_commit())  # e.g. 'b7d79cf50f67' or 'b7d79cf50f67+dirty'
@@ -333,6 +360,11 @@ def _version_string(v: int) -> str:
 
 def collect() -> EnvironmentRecord:
     """Measure the environment of this process: GPU, driver, CUDA, cuDNN, versions, commit, date.
+
+    Returns
+    -------
+    EnvironmentRecord
+        The environment of this process.
 
     Raises
     ------

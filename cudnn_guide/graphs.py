@@ -33,6 +33,11 @@ def handle_for_current_device() -> Any:
     A handle is expensive to create (it loads kernels and allocates); every graph on a device can
     share one.
 
+    Returns
+    -------
+    Any
+        The device's ``cudnn.Handle``.
+
     Example
     -------
     >>> handle = handle_for_current_device()
@@ -71,6 +76,16 @@ def bind_to_current_stream(handle: Any) -> int:
     stream changes, and a handle left on another stream would run the work outside the timed
     region or outside the capture. ``cudnn.set_stream`` skips the backend call when the stream is
     unchanged, so a steady loop pays almost nothing.
+
+    Parameters
+    ----------
+    handle
+        A ``cudnn.Handle``.
+
+    Returns
+    -------
+    int
+        The raw stream the handle now runs on.
 
     Example
     -------
@@ -268,6 +283,11 @@ def build(
         frontend's (the first plan that builds).
     handle:
         A ``cudnn.Handle``; default: :func:`handle_for_current_device`.
+
+    Returns
+    -------
+    BuiltGraph
+        The graph with its handle, workspace and build report.
 
     Raises
     ------

@@ -28,6 +28,16 @@ BAND_MIN_FRACTION = 0.02
 def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
     """The history entry of one example record: its measurements reduced to median and IQR.
 
+    Parameters
+    ----------
+    record
+        A loaded example record.
+
+    Returns
+    -------
+    dict[str, Any]
+        The history entry.
+
     Example
     -------
     >>> entry = entry_from_record(records.load(path))
@@ -49,6 +59,18 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
 def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """History entries for the records in ``gallery_dir`` (all, or the examples in ``names``).
 
+    Parameters
+    ----------
+    gallery_dir
+        Directory of ``*.record.json``.
+    names
+        Example file names to include; default all.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One entry per record.
+
     Example
     -------
     >>> append(Path('docs/data/history.jsonl'), entries_from_gallery(Path('docs/auto_examples')))
@@ -65,6 +87,13 @@ def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) 
 def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
     """Append entries to the JSON-lines history, creating it if needed.
 
+    Parameters
+    ----------
+    history_path
+        The JSON-lines file.
+    entries
+        Entries to add.
+
     Example
     -------
     >>> append(Path('docs/data/history.jsonl'), entries)
@@ -78,6 +107,16 @@ def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
 
 def load(history_path: Path) -> list[dict[str, Any]]:
     """Every entry of the JSON-lines history, oldest first (an empty list if there is none).
+
+    Parameters
+    ----------
+    history_path
+        The JSON-lines file.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        The entries, oldest first.
 
     Example
     -------
@@ -94,6 +133,16 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Returns one row per measurement present in both: the two medians, the change in percent,
     the noise band in percent, and ``moved`` (the change exceeds the band).
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One row per measurement in both of an example's last two entries.
 
     Example
     -------

@@ -56,6 +56,16 @@ class PlanKey:
 def current_key(graph_description: str) -> PlanKey:
     """The key of ``graph_description`` on this process's GPU and cuDNN.
 
+    Parameters
+    ----------
+    graph_description
+        A string that determines the graph (recipe and problem).
+
+    Returns
+    -------
+    PlanKey
+        The key.
+
     Example
     -------
     >>> key = current_key(f'conv_bias_relu_graph|{problem!r}')
@@ -98,6 +108,20 @@ class LoadedPlan:
 
 def load_plan(blob: bytes, uids: dict[str, int], handle: Any = None) -> LoadedPlan:
     """Deserialize plan bytes into a :class:`LoadedPlan` (no validation: use :class:`PlanCache`).
+
+    Parameters
+    ----------
+    blob
+        Bytes from ``serialize()``.
+    uids
+        Tensor name → UID.
+    handle
+        The cuDNN handle; default the device's.
+
+    Returns
+    -------
+    LoadedPlan
+        The executable plan.
 
     Example
     -------

@@ -140,6 +140,28 @@ def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle
     :meth:`ConvProblem.make_inputs`); their data is not read. Extra keyword arguments go to
     ``cudnn.pygraph`` (for example ``kernel_cache``).
 
+    Parameters
+    ----------
+    problem
+        The convolution's shapes and dtype.
+    inputs
+        Tensors from :meth:`ConvProblem.make_inputs` (layout and dtype only).
+    handle
+        cuDNN handle; default the device's.
+    heuristics
+        Heuristic modes for the plan list.
+    policy
+        ``cudnn.build_plan_policy``; ``ALL`` for tuning.
+    name
+        Graph name.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments (``kernel_cache``, ...).
+
+    Returns
+    -------
+    Fused
+        The built graph and its tensors ``x``, ``w``, ``b``, ``y``.
+
     Example
     -------
     >>> inputs = problem.make_inputs()
@@ -227,6 +249,26 @@ def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, han
     ``alpha`` is a pass-by-value scalar: feed it with ``tensors.scalar_value(problem.alpha)``
     under the key ``"alpha"`` in :meth:`Fused.pack`. ``amax=False`` leaves the reduction out
     (and the ``amax`` tensor out of the pack).
+
+    Parameters
+    ----------
+    problem
+        Shapes, ``alpha`` and dtype.
+    inputs
+        Tensors from :meth:`MatmulProblem.make_inputs`.
+    handle
+        cuDNN handle; default the device's.
+    name
+        Graph name.
+    amax
+        Include the AMAX reduction.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments.
+
+    Returns
+    -------
+    Fused
+        The built graph and its tensors ``a``, ``b``, ``bias``, ``alpha``, ``y`` (and ``amax``).
 
     Example
     -------
@@ -316,6 +358,24 @@ def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = No
     Causal masking uses the current API, ``diagonal_alignment=TOP_LEFT`` with
     ``diagonal_band_right_bound=0`` (key j is visible to query i when j ≤ i), and
     ``generate_stats=False`` for inference (it replaces the deprecated ``is_inference``).
+
+    Parameters
+    ----------
+    problem
+        Shapes, masking and dtype.
+    inputs
+        Tensors from :meth:`SdpaProblem.make_inputs`.
+    handle
+        cuDNN handle; default the device's.
+    name
+        Graph name.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments.
+
+    Returns
+    -------
+    Fused
+        The built graph and its tensors ``q``, ``k``, ``v``, ``o``.
 
     Example
     -------

@@ -46,6 +46,11 @@ class StaleRecordingError(GuideError):
 def docs_mode() -> str:
     """``"record"`` or ``"render"``: ``$CUDNN_GUIDE_DOCS_MODE`` if set, else record iff a CUDA GPU is visible.
 
+    Returns
+    -------
+    str
+        ``"record"`` or ``"render"``.
+
     Example
     -------
     >>> os.environ['CUDNN_GUIDE_DOCS_MODE'] = 'render'
@@ -86,6 +91,20 @@ class ExampleState:
 def example_states(examples_dir: Path, gallery_dir: Path, pattern: str = "plot_*.py") -> list[ExampleState]:
     """Compare each example's md5 with the one sphinx-gallery stored when it was recorded.
 
+    Parameters
+    ----------
+    examples_dir
+        The example sources.
+    gallery_dir
+        The recorded gallery.
+    pattern
+        Which sources are examples.
+
+    Returns
+    -------
+    list[ExampleState]
+        One state per example.
+
     Example
     -------
     >>> for s in example_states(Path('examples'), Path('docs/auto_examples')): print(s)
@@ -106,6 +125,18 @@ def example_states(examples_dir: Path, gallery_dir: Path, pattern: str = "plot_*
 def stale_examples(examples_dir: Path, gallery_dir: Path) -> list[ExampleState]:
     """Examples whose recording is stale or missing.
 
+    Parameters
+    ----------
+    examples_dir
+        The example sources.
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    list[ExampleState]
+        The stale or missing ones.
+
     Example
     -------
     >>> [s.source.name for s in stale_examples(Path('examples'), Path('docs/auto_examples'))]
@@ -115,6 +146,13 @@ def stale_examples(examples_dir: Path, gallery_dir: Path) -> list[ExampleState]:
 
 def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
     """Raise :class:`StaleRecordingError` naming every example that must be re-recorded on a GPU.
+
+    Parameters
+    ----------
+    examples_dir
+        The example sources.
+    gallery_dir
+        The recorded gallery.
 
     Example
     -------
@@ -136,6 +174,11 @@ def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
 def package_md5() -> str:
     """One md5 over the source of every :mod:`cudnn_guide` module (what the examples ran with).
 
+    Returns
+    -------
+    str
+        A hex digest.
+
     Example
     -------
     >>> print(package_md5())
@@ -149,6 +192,16 @@ def package_md5() -> str:
 def package_changed_since_recording(gallery_dir: Path) -> bool:
     """True when ``cudnn_guide`` differs from the code the committed recording ran with.
 
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    bool
+        Whether the package differs from the recorded one.
+
     Example
     -------
     >>> if package_changed_since_recording(gallery): print('re-record to refresh')
@@ -159,6 +212,16 @@ def package_changed_since_recording(gallery_dir: Path) -> bool:
 
 def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
     """The recording's ``recording.json`` (environment, md5s, build time), or ``None``.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    dict[str, Any] | None
+        The manifest, or ``None``.
 
     Example
     -------
@@ -173,6 +236,22 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
                    build_seconds: float | None = None) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+    examples_dir
+        The example sources.
+    environment
+        The recording environment (``EnvironmentRecord.to_dict()``).
+    build_seconds
+        Wall time of the recording.
+
+    Returns
+    -------
+    Path
+        The manifest's path.
 
     Example
     -------
@@ -193,6 +272,16 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
 def describe_recording(gallery_dir: Path) -> str:
     """One line for the console and the home page: where and when the recording was measured.
 
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    str
+        GPU, versions, date and commit in one line.
+
     Example
     -------
     >>> print(describe_recording(Path('docs/auto_examples')))
@@ -212,6 +301,16 @@ def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
     Read from the source without running it, so a recording run knows before executing a page
     whether this GPU can run it. The call in the page stays the single statement of the
     requirement, and a reader running the script on a smaller GPU gets its clear error.
+
+    Parameters
+    ----------
+    example
+        An example source file.
+
+    Returns
+    -------
+    list[tuple[tuple[int, int], str]]
+        ``((major, minor), feature)`` per requirement.
 
     Example
     -------
@@ -238,6 +337,18 @@ def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
 def unmet_requirements(example: Path, capability: tuple[int, int]) -> list[str]:
     """What ``example`` needs that a GPU of compute ``capability`` lacks, as readable phrases.
 
+    Parameters
+    ----------
+    example
+        An example source file.
+    capability
+        The GPU's ``(major, minor)``.
+
+    Returns
+    -------
+    list[str]
+        One phrase per unmet requirement.
+
     Example
     -------
     >>> unmet_requirements(Path('examples/plot_05_sdpa_causal.py'), (7, 5))
@@ -252,6 +363,17 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     Writes what sphinx-gallery would (the page, the md5 that marks it current, a thumbnail, the
     script download) and a JSON record carrying ``skipped``, so the build stays green and the page
     stays honest: it shows no numbers, only what it needs.
+
+    Parameters
+    ----------
+    example
+        The example source.
+    gallery_dir
+        The recorded gallery.
+    needs
+        The unmet requirements, as phrases.
+    environment
+        The recording environment.
 
     Example
     -------
@@ -319,6 +441,24 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
     recorded. Each example thus starts in a new Python process, with no CUDA context, cuDNN
     handle, compiled graph or warm library left by another. Appends the new records to
     ``docs/data/history.jsonl`` (:mod:`cudnn_guide.history`). Returns seconds per example.
+
+    Parameters
+    ----------
+    docs_dir
+        The Sphinx source directory.
+    examples_dir
+        The example sources.
+    gallery_dir
+        The recorded gallery.
+    python
+        Interpreter for the child builds; default this one.
+    names
+        Example file names; default all.
+
+    Returns
+    -------
+    dict[str, float]
+        Seconds per example (0 for a skipped one).
 
     Example
     -------

@@ -27,6 +27,11 @@ RECORD_SUFFIX = ".record.json"
 def record_dir() -> Path:
     """Where records go: ``$CUDNN_GUIDE_RECORD_DIR`` (set by the docs build), else ``./cudnn_guide_records``.
 
+    Returns
+    -------
+    Path
+        The directory.
+
     Example
     -------
     >>> os.environ['CUDNN_GUIDE_RECORD_DIR'] = 'docs/auto_examples'
@@ -107,6 +112,16 @@ def _json_default(obj: Any) -> Any:
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a record, checking its schema.
+
+    Parameters
+    ----------
+    path
+        A ``*.record.json`` file.
+
+    Returns
+    -------
+    dict[str, Any]
+        The record.
 
     Raises
     ------

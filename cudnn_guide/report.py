@@ -26,6 +26,18 @@ METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
 def ratio(slow: Measurement, fast: Measurement) -> float:
     """Speed-up of ``fast`` over ``slow`` from their medians (``slow.median / fast.median``).
 
+    Parameters
+    ----------
+    slow
+        The reference measurement.
+    fast
+        The one compared.
+
+    Returns
+    -------
+    float
+        ``slow.median_ms / fast.median_ms``.
+
     Example
     -------
     >>> speedup = ratio(eager, fused)  # eager.median / fused.median
@@ -39,6 +51,20 @@ def versus(ours: Measurement, other: Measurement, tie: float = 0.02) -> str:
     Within ``tie`` (2 %) of each other the two are called a tie, with the difference stated,
     because a smaller difference is inside the run-to-run spread of a GPU timing. Returns, for
     example, ``"1.93× faster than"``, ``"1.15× slower than"`` or ``"within 0.4% of (a tie with)"``.
+
+    Parameters
+    ----------
+    ours
+        Our measurement.
+    other
+        The baseline.
+    tie
+        Relative difference treated as a tie.
+
+    Returns
+    -------
+    str
+        A phrase to complete "ours is … other".
 
     Example
     -------
@@ -144,6 +170,34 @@ def plot_lines(measurements: Sequence[Measurement], *, x: str, line: str = "impl
 
     For time metrics the band spans the 25th–75th percentile of the samples; for rates it is the
     same band converted to the rate. Returns the matplotlib ``Axes``.
+
+    Parameters
+    ----------
+    measurements
+        Measurements with ``params[x]`` and ``params[line]``.
+    x
+        The ``params`` key on the x axis.
+    line
+        The ``params`` key naming each line.
+    metric
+        A key of :data:`METRICS`.
+    ax
+        Axes to draw on; default a new figure.
+    logx
+        Base-2 log x axis.
+    logy
+        Log y axis.
+    title
+        Axes title.
+    ceiling
+        Draw this value as a dashed line.
+    ceiling_label
+        Its legend label.
+
+    Returns
+    -------
+    Any
+        The axes.
 
     Example
     -------

@@ -54,6 +54,28 @@ def sweep(
 ) -> SweepResult:
     """Time every implementation at every size.
 
+    Parameters
+    ----------
+    xs
+        Problem sizes.
+    impls
+        Name → factory(size) returning a launcher or ``None``.
+    x
+        Name of the size parameter.
+    l2
+        ``"cold"`` or ``"hot"``.
+    flops
+        size → FLOPs per call.
+    bytes
+        size → bytes per call.
+    bench_kwargs
+        More :func:`~cudnn_guide.bench.benchmark` arguments.
+
+    Returns
+    -------
+    SweepResult
+        The measurements, with a table and a plot.
+
     Raises
     ------
     ValueError

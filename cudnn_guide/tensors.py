@@ -39,6 +39,16 @@ def _dtype_table() -> dict[Any, Any]:
 def cudnn_dtype(dtype: Any) -> Any:
     """Map a ``torch.dtype`` to ``cudnn.data_type``.
 
+    Parameters
+    ----------
+    dtype
+        A ``torch.dtype``.
+
+    Returns
+    -------
+    Any
+        The ``cudnn.data_type``.
+
     Raises
     ------
     InputError
@@ -96,6 +106,11 @@ def describe(t: Any, *, name: str = "tensor", allow_cpu: bool = False) -> Tensor
     allow_cpu:
         Accept a CPU tensor (for shape-only descriptions); graph operands must live on the GPU.
 
+    Returns
+    -------
+    TensorSpec
+        Dims, strides and dtype.
+
     Raises
     ------
     InputError
@@ -145,6 +160,20 @@ def _non_overlapping(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 def graph_tensor(graph: Any, t: Any, name: str) -> Any:
     """Declare a graph input with ``t``'s dims, strides and dtype.
 
+    Parameters
+    ----------
+    graph
+        A ``cudnn.pygraph``.
+    t
+        A CUDA tensor with the operand's shape, layout and dtype.
+    name
+        The graph tensor's name.
+
+    Returns
+    -------
+    Any
+        The graph tensor.
+
     Example
     -------
     >>> X = graph_tensor(graph, x, "X")
@@ -157,6 +186,20 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
     """Declare a pass-by-value scalar (a host value baked into each launch, no device buffer).
 
     Feed it in the variant pack with :func:`scalar_value`.
+
+    Parameters
+    ----------
+    graph
+        A ``cudnn.pygraph``.
+    name
+        The scalar's name.
+    dtype
+        Its ``torch.dtype`` (default float32).
+
+    Returns
+    -------
+    Any
+        The graph tensor.
 
     Example
     -------
@@ -174,6 +217,18 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
 def scalar_value(value: float, dtype: Any = None) -> Any:
     """The host tensor that carries a pass-by-value scalar's value into ``execute``.
 
+    Parameters
+    ----------
+    value
+        The number.
+    dtype
+        Its ``torch.dtype`` (default float32).
+
+    Returns
+    -------
+    Any
+        A 1×1×1 host tensor.
+
     Example
     -------
     >>> pack[alpha] = scalar_value(0.5)
@@ -185,6 +240,16 @@ def scalar_value(value: float, dtype: Any = None) -> Any:
 
 def nhwc(t: Any) -> Any:
     """Return ``t`` in channels-last (NHWC/NDHWC) memory order, logical NCHW dims unchanged.
+
+    Parameters
+    ----------
+    t
+        A 4-D or 5-D tensor.
+
+    Returns
+    -------
+    Any
+        The same values in channels-last memory order.
 
     Example
     -------
@@ -201,6 +266,16 @@ def nhwc(t: Any) -> Any:
 
 def is_nhwc(t: Any) -> bool:
     """True when ``t`` is 4-D/5-D with channels innermost in memory.
+
+    Parameters
+    ----------
+    t
+        A tensor.
+
+    Returns
+    -------
+    bool
+        Whether channels are innermost.
 
     Example
     -------

@@ -28,6 +28,15 @@ def test_public_api_is_documented(modname):
     assert not missing, f"cudnn_guide.{modname}: undocumented: {missing}"
     no_example = [name for name, obj in _public(module) if "Example\n-------" not in (inspect.getdoc(obj) or "")]
     assert not no_example, f"cudnn_guide.{modname}: no Example section: {no_example}"
+    for name, obj in _public(module):
+        if not inspect.isfunction(obj):
+            continue
+        doc, sig = inspect.getdoc(obj) or "", inspect.signature(obj)
+        for param in sig.parameters:
+            documented = any(f"\n{param}{end}" in doc for end in ("\n", ":", " :"))
+            assert documented, f"cudnn_guide.{modname}.{name}: parameter {param!r} undocumented"
+        if sig.return_annotation not in (inspect.Signature.empty, None, "None"):
+            assert "Returns\n-------" in doc, f"cudnn_guide.{modname}.{name}: no Returns section"
 
 
 def test_every_module_is_in_the_api_reference(root):
