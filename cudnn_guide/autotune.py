@@ -298,6 +298,11 @@ def select(built: BuiltGraph, index: int) -> None:
     index
         The plan to make current (an index into its ranked list).
 
+    Raises
+    ------
+    GraphExecutionError
+        cuDNN could not build or select that plan.
+
     Example
     -------
     >>> select(fused.built, result.best.index)

@@ -67,6 +67,11 @@ def poison(*tensors: Any) -> None:
     tensors
         Floating-point tensors to fill with NaN.
 
+    Raises
+    ------
+    InputError
+        A tensor that is not floating point (it has no NaN).
+
     Example
     -------
     >>> poison(y)  # NaN everywhere
@@ -174,6 +179,13 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     -------
     CheckResult
         The passing result.
+
+    Raises
+    ------
+    CheckFailedError
+        NaN in the output, or a relative error above the tolerance.
+    InputError
+        The shapes differ.
 
     Example
     -------

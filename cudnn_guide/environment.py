@@ -188,6 +188,11 @@ def require_gpu(what: str = "this operation") -> None:
     what
         The operation, named in the error.
 
+    Raises
+    ------
+    NoGPUError
+        PyTorch sees no CUDA GPU.
+
     Example
     -------
     >>> require_gpu('my benchmark')  # NoGPUError without a CUDA GPU
@@ -207,6 +212,13 @@ def require_sm(minimum: tuple[int, int], feature: str) -> None:
         ``(major, minor)`` compute capability.
     feature
         What needs it, named in the error.
+
+    Raises
+    ------
+    NoGPUError
+        No CUDA GPU.
+    CapabilityError
+        The GPU's SM version is below ``minimum``.
 
     Example
     -------

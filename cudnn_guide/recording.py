@@ -51,6 +51,11 @@ def docs_mode() -> str:
     str
         ``"record"`` or ``"render"``.
 
+    Raises
+    ------
+    ValueError
+        ``CUDNN_GUIDE_DOCS_MODE`` is set to something else than record, render or auto.
+
     Example
     -------
     >>> os.environ['CUDNN_GUIDE_DOCS_MODE'] = 'render'
@@ -153,6 +158,11 @@ def require_fresh_recording(examples_dir: Path, gallery_dir: Path) -> None:
         The example sources.
     gallery_dir
         The recorded gallery.
+
+    Raises
+    ------
+    StaleRecordingError
+        Naming every example that changed since it was recorded or was never recorded.
 
     Example
     -------
@@ -459,6 +469,13 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
     -------
     dict[str, float]
         Seconds per example (0 for a skipped one).
+
+    Raises
+    ------
+    ValueError
+        A name in ``names`` is not an example.
+    RuntimeError
+        An example failed while being recorded.
 
     Example
     -------

@@ -174,6 +174,11 @@ def graph_tensor(graph: Any, t: Any, name: str) -> Any:
     Any
         The graph tensor.
 
+    Raises
+    ------
+    InputError
+        As :func:`describe`: a CPU tensor, a zero-size dimension, an unsupported dtype or overlapping strides.
+
     Example
     -------
     >>> X = graph_tensor(graph, x, "X")
@@ -200,6 +205,11 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
     -------
     Any
         The graph tensor.
+
+    Raises
+    ------
+    InputError
+        A dtype cuDNN cannot take.
 
     Example
     -------
@@ -250,6 +260,11 @@ def nhwc(t: Any) -> Any:
     -------
     Any
         The same values in channels-last memory order.
+
+    Raises
+    ------
+    InputError
+        Not a 4-D or 5-D tensor.
 
     Example
     -------
