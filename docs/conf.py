@@ -81,7 +81,9 @@ exclude_patterns = [
 ]
 # Only the results and methodology pages are notebooks (MyST with a kernelspec); they read the
 # committed records and measure nothing, so they run on every build, CPU or GPU.
-nb_execution_mode = "force"
+# A build that records one example (RECORD_ONLY, builder "dummy") writes nothing but the gallery:
+# it skips executing these notebooks.
+nb_execution_mode = "off" if RECORD_ONLY else "force"
 nb_execution_excludepatterns = ["auto_examples/*"]
 nb_execution_raise_on_error = True
 nb_execution_timeout = 120
