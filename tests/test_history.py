@@ -1,0 +1,42 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cudnn_guide import history
+
+
+def _entry(when, median, iqr, commit="c"):
+    return {"example": "plot_x", "recorded_utc": when, "commit": commit, "gpu": "H200",
+            "measurements": {"k": {"median_ms": median, "q1_ms": median - iqr / 2, "q3_ms": median + iqr / 2, "n": 100}},
+            "headlines": []}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0.01, 100.0), st.floats(0.0, 0.5))
+def test_an_unchanged_measurement_never_moves(median, rel_iqr):
+    rows = history.changes([_entry("1", median, median * rel_iqr), _entry("2", median, median * rel_iqr)])
+    assert len(rows) == 1 and not rows[0]["moved"] and rows[0]["change_pct"] == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0.01, 100.0), st.floats(0.0, 0.2), st.floats(-0.9, 3.0))
+def test_moved_exactly_when_the_change_exceeds_the_band(median, rel_iqr, change):
+    prev, cur = _entry("1", median, median * rel_iqr), _entry("2", median * (1 + change), median * rel_iqr)
+    (row,) = history.changes([prev, cur])
+    band = max(history.BAND_IQR_FACTOR * median * rel_iqr, history.BAND_MIN_FRACTION * median)  # same IQR in both
+    assert row["moved"] == (abs(median * change) > band)
+
+
+def test_only_the_last_two_recordings_are_compared_in_time_order():
+    entries = [_entry("2026-11-29T03", 3.0, 0.0, "c3"), _entry("2026-11-29T01", 1.0, 0.0, "c1"),
+               _entry("2026-11-29T02", 1.0, 0.0, "c2")]
+    (row,) = history.changes(entries)
+    assert (row["previous_commit"], row["latest_commit"]) == ("c2", "c3")
+    assert row["moved"] and round(row["change_pct"]) == 200
+
+
+def test_append_and_load_round_trip(tmp_path):
+    path = tmp_path / "h.jsonl"
+    history.append(path, [_entry("1", 1.0, 0.1)])
+    history.append(path, [_entry("2", 1.5, 0.1)])
+    assert [e["recorded_utc"] for e in history.load(path)] == ["1", "2"]
+    assert history.load(tmp_path / "missing.jsonl") == []
