@@ -234,7 +234,7 @@ class MatmulProblem(_Problem):
         return {"a": a, "b": b, "bias": bias, "y": y, "amax": amax}
 
     def torch_forward(self, a: Any, b: Any, bias: Any) -> tuple[Any, Any]:
-        """The PyTorch chain: matmul, scale, bias, GELU, then |y| and its max — six kernels in eager mode
+        """The PyTorch chain: matmul, scale, bias, GELU, then ``abs(y)`` and its max — six kernels in eager mode
         (plus a one-element cast of the amax)."""
         import torch
         import torch.nn.functional as F
