@@ -57,16 +57,15 @@ def handle_for_current_device() -> Any:
     return handle
 
 
-def _raw_stream_getter() -> Callable[[], int]:
+def _stream_reader(device: int) -> Callable[[], int]:
+    """A zero-argument function returning torch's current raw stream on ``device``, as cheaply as
+    this torch allows (``_cuda_getCurrentRawStream`` skips building a ``torch.cuda.Stream``)."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return lambda: raw(torch.cuda.current_device())
-    return lambda: torch.cuda.current_stream().cuda_stream
-
-
-_current_raw_stream: Callable[[], int] | None = None
+        return lambda: raw(device)
+    return lambda: torch.cuda.current_stream(device).cuda_stream
 
 
 def bind_to_current_stream(handle: Any) -> int:
@@ -94,11 +93,9 @@ def bind_to_current_stream(handle: Any) -> int:
     ...     graph.execute(pack, ws, handle=handle)
     """
     import cudnn
+    import torch
 
-    global _current_raw_stream
-    if _current_raw_stream is None:
-        _current_raw_stream = _raw_stream_getter()
-    stream = _current_raw_stream()
+    stream = _stream_reader(torch.cuda.current_device())()
     cudnn.set_stream(handle, stream)
     return stream
 
@@ -190,11 +187,11 @@ class BuiltGraph:
         self.check_pack(pack)
         self._launch(pack)
 
-    def bind(self, pack: Mapping[Any, Any], plan_index: int | None = None) -> Callable[[], None]:
+    def bind(self, pack: Mapping[Any, Any]) -> Callable[[], None]:
         """Check ``pack`` once and return a zero-argument launcher for timing loops.
 
-        The launcher binds the handle to the current stream and calls ``graph.execute`` (or
-        ``execute_plan_at_index`` when ``plan_index`` is given) with nothing else on the path.
+        The launcher reads torch's current stream, rebinds the handle only if it changed, and
+        calls ``graph.execute``: nothing else on the path.
         """
         import cudnn
         import torch
@@ -202,23 +199,15 @@ class BuiltGraph:
         self.check_pack(pack)
         graph, ws, handle = self.graph, self.workspace, self.handle
         pack = dict(pack)
-        device = torch.cuda.current_device()
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        current = (lambda: raw_stream(device)) if raw_stream else (lambda: torch.cuda.current_stream().cuda_stream)
+        current = _stream_reader(torch.cuda.current_device())
         set_stream = cudnn.set_stream
-        # The hot path: read torch's current stream, rebind only if it changed, execute.
-        if plan_index is None:
-            def launch() -> None:
-                s = current()
-                if handle.stream != s:
-                    set_stream(handle, s)
-                graph.execute(pack, ws, handle=handle)
-        else:
-            def launch() -> None:
-                s = current()
-                if handle.stream != s:
-                    set_stream(handle, s)
-                graph.execute_plan_at_index(pack, ws, plan_index, handle=handle)
+
+        def launch() -> None:
+            s = current()
+            if handle.stream != s:
+                set_stream(handle, s)
+            graph.execute(pack, ws, handle=handle)
+
         return launch
 
     def _launch(self, pack: Mapping[Any, Any]) -> None:

@@ -56,7 +56,7 @@ class FakeBuilt:
     def check_pack(self, pack):
         pass
 
-    def bind(self, pack, plan_index=None):
+    def bind(self, pack):
         return lambda: None
 
 
