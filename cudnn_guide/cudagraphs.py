@@ -87,6 +87,23 @@ def capture(fn: Callable[[], Any], *, calls: int = 1, label: str = "fn") -> Capt
     return CapturedGraph(fn, calls=calls, label=label)
 
 
+def _wall_clock_per_call(run: Callable[[], Any], calls: int, reps: int) -> list[float]:
+    """Milliseconds per call of ``run`` (which makes ``calls`` calls), wall clock from its start to
+    the end of a synchronize, ``reps`` times; the GPU is drained before the first."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e3 / calls)
+    return samples
+
+
 def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int = 30,
               flops: float | None = None, bytes: float | None = None, params: dict | None = None) -> Measurement:
     """Per-call time of a loop of ``calls`` back-to-back calls: wall clock from the first launch to
@@ -124,20 +141,14 @@ def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int 
     >>> m = time_loop(built.bind(pack), label='eager', calls=100)
     >>> print(m.median_ms)
     """
-    import time
-
-    import torch
-
     for _ in range(max(3, calls // 10)):
         _call(fn, label)
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+
+    def loop() -> None:
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) * 1e3 / calls)
+
+    samples = _wall_clock_per_call(loop, calls, reps)
     return Measurement(label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}),
                        _spread_warnings(samples))
 
@@ -172,17 +183,7 @@ def time_replay(graph: CapturedGraph, *, label: str, reps: int = 30, flops: floa
     >>> m = time_replay(capture(built.bind(pack), calls=100), label='replay')
     >>> print(m.median_ms)
     """
-    import time
-
-    import torch
-
     graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        graph.replay()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) * 1e3 / graph.calls)
+    samples = _wall_clock_per_call(graph.replay, graph.calls, reps)
     return Measurement(label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}),
                        _spread_warnings(samples))
