@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,17 @@ def site(tmp_path_factory) -> Path:
     proc = sphinx_render(ROOT / "docs", out)
     assert proc.returncode == 0, f"sphinx failed (warnings are errors):\n{proc.stdout}\n{proc.stderr}"
     return out
+
+
+def copy_project(dest: Path) -> Path:
+    """Copy what a docs build reads (docs, examples, the package) into ``dest``; return ``dest``."""
+    shutil.copytree(ROOT / "docs", dest / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
+    shutil.copytree(ROOT / "examples", dest / "examples")
+    shutil.copytree(ROOT / "cudnn_guide", dest / "cudnn_guide")
+    return dest
+
+
+def remove_recording(gallery: Path, stem: str) -> None:
+    """Delete every file the recording holds for one example (page, record, images, downloads)."""
+    for old in list(gallery.glob(f"*{stem}*")) + list((gallery / "images").rglob(f"*{stem}*")):
+        old.unlink()

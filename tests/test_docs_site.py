@@ -1,12 +1,10 @@
 """Build the site from the committed recording, as a CPU machine does, and look at the result."""
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 
-from conftest import sphinx_render
+from conftest import copy_project, remove_recording, sphinx_render
 
 pytestmark = pytest.mark.docs
 
@@ -47,10 +45,7 @@ def test_generated_notebooks_are_not_pages(site):
 
 
 def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
-    root = Path(__file__).resolve().parent.parent
-    shutil.copytree(root / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
-    shutil.copytree(root / "examples", tmp_path / "examples")
-    shutil.copytree(root / "cudnn_guide", tmp_path / "cudnn_guide")
+    copy_project(tmp_path)
     ex = tmp_path / "examples" / "plot_02_conv_bias_relu.py"
     ex.write_text(ex.read_text() + "\n# an edit after recording\n")
     proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
@@ -63,13 +58,9 @@ def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
 def test_a_page_skipped_for_lack_of_hardware_renders_a_clear_note(tmp_path):
     from cudnn_guide import recording
 
-    root = Path(__file__).resolve().parent.parent
-    shutil.copytree(root / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
-    shutil.copytree(root / "examples", tmp_path / "examples")
-    shutil.copytree(root / "cudnn_guide", tmp_path / "cudnn_guide")
+    copy_project(tmp_path)
     gal = tmp_path / "docs" / "auto_examples"
-    for old in list(gal.glob("*plot_05_sdpa_causal*")) + list((gal / "images").rglob("*plot_05_sdpa_causal*")):
-        old.unlink()
+    remove_recording(gal, "plot_05_sdpa_causal")
     recording.write_skip_page(tmp_path / "examples" / "plot_05_sdpa_causal.py", gal,
                               ["SM 8.0 or newer (cuDNN fused attention)"],
                               {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "2026-11-29 12:00 UTC", "commit": "abc"})

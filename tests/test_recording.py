@@ -4,6 +4,8 @@ import shutil
 
 import pytest
 
+from conftest import remove_recording
+
 from cudnn_guide import docs_build, recording
 
 
@@ -109,10 +111,7 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     gal = tmp_path / "auto_examples"
     shutil.copytree(root / "docs" / "auto_examples", gal)
     src = root / "examples" / "plot_05_sdpa_causal.py"
-    for old in gal.glob("*plot_05_sdpa_causal*"):
-        old.unlink()
-    for old in (gal / "images").rglob("*plot_05_sdpa_causal*"):
-        old.unlink()
+    remove_recording(gal, "plot_05_sdpa_causal")
     env = {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "d", "commit": "c"}
     recording.write_skip_page(src, gal, ["SM 8.0 or newer (cuDNN fused attention)"], env)
     text = (gal / "plot_05_sdpa_causal.rst").read_text()
