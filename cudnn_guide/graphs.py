@@ -231,13 +231,8 @@ def _declared_layout(t: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
 
 
 def _graph_io(graph: Any) -> list[Any]:
-    tensors = []
-    for getter in ("get_inputs", "get_outputs"):
-        try:
-            tensors += [t for t in getattr(graph, getter)() if not t.get_is_virtual()]
-        except Exception:  # pragma: no cover - older frontends
-            pass
-    return tensors
+    """The graph's non-virtual inputs and outputs: what a variant pack must supply."""
+    return [t for t in graph.get_inputs() + graph.get_outputs() if not t.get_is_virtual()]
 
 
 def _heuristics(modes: Iterable[Any]) -> list[Any]:
