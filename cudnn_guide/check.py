@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from .errors import CheckFailedError, InputError
 
-__all__ = ["CheckResult", "tolerance", "poison", "compare", "check", "reference", "full_precision"]
+__all__ = ["CheckResult", "tolerance", "poison", "compare", "check", "reference", "reference_grads", "full_precision"]
 
 
 def _tolerances() -> dict[Any, float]:
@@ -258,3 +258,43 @@ def reference(fn: Callable[..., Any], *inputs: Any, dtype: Any = None) -> Any:
     up = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     with full_precision(), torch.no_grad():
         return fn(*up)
+
+
+def reference_grads(fn: Callable[..., Any], inputs: dict[str, Any], grad_output: Any, *,
+                    dtype: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Autograd reference: run ``fn(**inputs)`` upcast to ``dtype`` and backpropagate ``grad_output``.
+
+    Every floating input gets a gradient; TF32 is off. The result is what a training framework
+    would compute for the same step, in higher precision.
+
+    Parameters
+    ----------
+    fn
+        The forward computation, taking the inputs by name and returning one tensor.
+    inputs
+        Name → tensor; floating tensors are upcast and get gradients.
+    grad_output
+        The gradient flowing into ``fn``'s output (upcast too).
+    dtype
+        Reference precision (default float32).
+
+    Returns
+    -------
+    tuple[Any, dict[str, Any]]
+        The output and name → gradient of every floating input.
+
+    Example
+    -------
+    >>> out, grads = reference_grads(lambda q, k, v: sdpa(q, k, v), {'q': q, 'k': k, 'v': v}, d_out)
+    >>> check(dq, grads['q'], name='dQ')
+    """
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    up = {k: (v.detach().to(dtype).requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+          for k, v in inputs.items()}
+    with full_precision(), torch.enable_grad():
+        out = fn(**up)
+        out.backward(grad_output.detach().to(dtype))
+    grads = {k: v.grad for k, v in up.items() if isinstance(v, torch.Tensor) and v.requires_grad}
+    return out.detach(), grads

@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["TensorSpec", "cudnn_dtype", "describe", "graph_tensor", "scalar", "scalar_value", "nhwc", "is_nhwc"]
+__all__ = ["TensorSpec", "cudnn_dtype", "describe", "graph_tensor", "output_like", "scalar", "scalar_value", "nhwc", "is_nhwc"]
 
 
 def _dtype_table() -> dict[Any, Any]:
@@ -187,7 +187,34 @@ def graph_tensor(graph: Any, t: Any, name: str) -> Any:
     return graph.tensor(name=name, dim=list(spec.dims), stride=list(spec.strides), data_type=cudnn_dtype(spec.dtype))
 
 
-def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
+def output_like(node_output: Any, t: Any) -> Any:
+    """Mark a graph operation's result as an output laid out exactly like the torch tensor ``t``.
+
+    cuDNN otherwise picks an output's dtype and strides itself; declaring them from the buffer
+    that will receive the result makes the variant-pack check exact.
+
+    Parameters
+    ----------
+    node_output
+        A graph tensor returned by an operation.
+    t
+        The CUDA tensor that will receive it.
+
+    Returns
+    -------
+    Any
+        ``node_output``, now an output with ``t``'s dims, strides and dtype.
+
+    Example
+    -------
+    >>> Y = output_like(graph.relu(input=X), y)
+    """
+    spec = describe(t, name=node_output.get_name())
+    return (node_output.set_output(True).set_data_type(cudnn_dtype(spec.dtype))
+            .set_dim(list(spec.dims)).set_stride(list(spec.strides)))
+
+
+def scalar(graph: Any, name: str, dtype: Any = None, rank: int = 3) -> Any:
     """Declare a pass-by-value scalar (a host value baked into each launch, no device buffer).
 
     Feed it in the variant pack with :func:`scalar_value`.
@@ -200,6 +227,9 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
         The scalar's name.
     dtype
         Its ``torch.dtype`` (default float32).
+    rank
+        How many (unit) dimensions it has: the rank of the tensors it combines with (norm
+        operations take a 4-D epsilon).
 
     Returns
     -------
@@ -220,11 +250,11 @@ def scalar(graph: Any, name: str, dtype: Any = None) -> Any:
 
     dtype = torch.float32 if dtype is None else dtype
     return graph.tensor(
-        name=name, dim=[1, 1, 1], stride=[1, 1, 1], is_pass_by_value=True, data_type=cudnn_dtype(dtype)
+        name=name, dim=[1] * rank, stride=[1] * rank, is_pass_by_value=True, data_type=cudnn_dtype(dtype)
     )
 
 
-def scalar_value(value: float, dtype: Any = None) -> Any:
+def scalar_value(value: float, dtype: Any = None, rank: int = 3) -> Any:
     """The host tensor that carries a pass-by-value scalar's value into ``execute``.
 
     Parameters
@@ -233,11 +263,13 @@ def scalar_value(value: float, dtype: Any = None) -> Any:
         The number.
     dtype
         Its ``torch.dtype`` (default float32).
+    rank
+        Its number of unit dimensions, as given to :func:`scalar`.
 
     Returns
     -------
     Any
-        A 1×1×1 host tensor.
+        A host tensor of ``rank`` unit dimensions.
 
     Example
     -------
@@ -245,7 +277,7 @@ def scalar_value(value: float, dtype: Any = None) -> Any:
     """
     import torch
 
-    return torch.full((1, 1, 1), value, dtype=torch.float32 if dtype is None else dtype)
+    return torch.full((1,) * rank, value, dtype=torch.float32 if dtype is None else dtype)
 
 
 def nhwc(t: Any) -> Any:

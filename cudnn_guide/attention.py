@@ -1,0 +1,328 @@
+"""Attention beyond the forward pass: training (forward with statistics, then backward) and
+paged-KV decode.
+
+The forward graph for training keeps the softmax statistics (``generate_stats=True``): one fp32
+log-sum-exp per query row, which the backward graph reads instead of recomputing the softmax
+normalisation. Decode reads K and V from a *paged* cache: fixed-size pages in one pool, a page
+table per sequence, and each sequence's true length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from . import graphs, tensors
+from .recipes import Fused, SdpaProblem, _new_graph, _Problem
+
+__all__ = ["training_flops", "make_training_inputs", "sdpa_forward_training_graph", "sdpa_backward_graph",
+           "PagedDecodeProblem", "paged_decode_graph", "gather_pages"]
+
+
+def training_flops(problem: SdpaProblem) -> float:
+    """FLOPs of one forward plus backward pass: the backward's five GEMMs are 2.5× the forward's two.
+
+    The usual flash-attention convention (recomputing the scores in the backward is not counted).
+
+    Parameters
+    ----------
+    problem
+        The attention problem.
+
+    Returns
+    -------
+    float
+        3.5 × the forward FLOPs.
+
+    Example
+    -------
+    >>> training_flops(SdpaProblem(seq=4096)) / problem.flops
+    3.5
+    """
+    return 3.5 * problem.flops
+
+
+def make_training_inputs(problem: SdpaProblem, seed: int = 0) -> dict[str, Any]:
+    """Inputs and output buffers for a forward + backward step.
+
+    ``q, k, v`` and the incoming gradient ``d_o`` are random; ``o``, ``stats`` (B×H×S×1, fp32)
+    and ``dq, dk, dv`` are empty buffers.
+
+    Parameters
+    ----------
+    problem
+        Shapes and dtype.
+    seed
+        Random seed.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``q, k, v, o, stats, d_o, dq, dk, dv``.
+
+    Example
+    -------
+    >>> ins = make_training_inputs(SdpaProblem(batch=2, seq=1024))
+    """
+    import torch
+
+    data = problem.make_inputs(seed=seed)
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    shape = tuple(data["q"].shape)
+    data["stats"] = torch.empty(*shape[:-1], 1, device="cuda", dtype=torch.float32)
+    data["d_o"] = torch.randn(shape, device="cuda", dtype=problem.torch_dtype, generator=g)
+    for name in ("dq", "dk", "dv"):
+        data[name] = torch.empty(shape, device="cuda", dtype=problem.torch_dtype)
+    return data
+
+
+def _mask(problem: SdpaProblem) -> dict[str, Any]:
+    import cudnn
+
+    return dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
+
+
+def sdpa_forward_training_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None,
+                                name: str = "sdpa_forward_training", **graph_kwargs: Any) -> Fused:
+    """Build the training forward: attention output *and* its softmax statistics.
+
+    Parameters
+    ----------
+    problem
+        Shapes, masking, dtype.
+    inputs
+        From :func:`make_training_inputs`.
+    handle
+        cuDNN handle; default the device's.
+    name
+        Graph name.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments.
+
+    Returns
+    -------
+    Fused
+        Tensors ``q, k, v, o, stats``.
+
+    Example
+    -------
+    >>> fwd = sdpa_forward_training_graph(p, ins)
+    >>> fwd.built.execute(fwd.pack(**{k: ins[k] for k in fwd.io}))
+    """
+    import cudnn
+
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    Q, K, V = (tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v"))
+    O, stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=True, attn_scale=problem.scale,
+                      compute_data_type=cudnn.data_type.FLOAT, **_mask(problem))
+    tensors.output_like(O, inputs["o"])
+    tensors.output_like(stats, inputs["stats"])
+    built = graphs.build(g, name=name, handle=handle)
+    return Fused(built, {"q": Q, "k": K, "v": V, "o": O, "stats": stats})
+
+
+def sdpa_backward_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None,
+                        name: str = "sdpa_backward", **graph_kwargs: Any) -> Fused:
+    """Build the backward: ``dq, dk, dv`` from ``q, k, v``, the forward's ``o`` and ``stats``, and ``d_o``.
+
+    The mask and scale must match the forward's (both come from ``problem``).
+
+    Parameters
+    ----------
+    problem
+        Shapes, masking, dtype.
+    inputs
+        From :func:`make_training_inputs`.
+    handle
+        cuDNN handle; default the device's.
+    name
+        Graph name.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments.
+
+    Returns
+    -------
+    Fused
+        Tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
+
+    Example
+    -------
+    >>> bwd = sdpa_backward_graph(p, ins)
+    >>> bwd.built.execute(bwd.pack(**{k: ins[k] for k in bwd.io}))
+    """
+    import cudnn
+
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v", "o", "d_o", "stats")}
+    dQ, dK, dV = g.sdpa_backward(name="sdpa_backward", q=io["q"], k=io["k"], v=io["v"], o=io["o"],
+                                 dO=io["d_o"], stats=io["stats"], attn_scale=problem.scale,
+                                 compute_data_type=cudnn.data_type.FLOAT, **_mask(problem))
+    for n, t in (("dq", dQ), ("dk", dK), ("dv", dV)):
+        io[n] = tensors.output_like(t, inputs[n])
+    built = graphs.build(g, name=name, handle=handle)
+    return Fused(built, io)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode from a paged KV cache
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PagedDecodeProblem(_Problem):
+    """One decode step (one new query token per sequence) over a paged K/V cache.
+
+    Each of ``batch`` sequences has its own length, drawn uniformly from
+    ``[max_context // 8, max_context]``; its keys and values live in pages of ``page_size``
+    tokens scattered through one pool (``num_pages × heads × page_size × head_dim``), found
+    through its row of the page table.
+
+    Example
+    -------
+    >>> p = PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64)
+    >>> ins = p.make_inputs()
+    """
+
+    batch: int = 32
+    heads: int = 32
+    head_dim: int = 128
+    max_context: int = 8192
+    page_size: int = 64
+    dtype: str = "bfloat16"
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    @property
+    def pages_per_sequence(self) -> int:
+        return math.ceil(self.max_context / self.page_size)
+
+    def kv_bytes(self, lengths: Any) -> int:
+        """Bytes of K and V a decode step must read: each sequence's true length, not the maximum."""
+        item = 2 if self.dtype in ("bfloat16", "float16") else 4
+        return int(2 * item * self.heads * self.head_dim * int(lengths.sum()))
+
+    def flops(self, lengths: Any) -> int:
+        """Two matrix-vector products per head per sequence, 2 FLOPs per multiply-add."""
+        return int(4 * self.heads * self.head_dim * int(lengths.sum()))
+
+    def __str__(self) -> str:
+        return (f"decode: {self.batch} sequences of up to {self.max_context} tokens, H{self.heads} D{self.head_dim}, "
+                f"pages of {self.page_size} tokens, {self.dtype}")
+
+    def make_inputs(self, seed: int = 0) -> dict[str, Any]:
+        """The pools, a shuffled page table, the lengths, the query and an empty output.
+
+        Keys: ``q`` (B×H×1×D), ``k_pool``/``v_pool`` (pages×H×page×D), ``page_table``
+        (B×1×pages-per-sequence×1, int32), ``seq_len_q`` (all 1) and ``seq_len_kv`` (B×1×1×1,
+        int32), ``o`` (B×H×1×D), and ``lengths`` (host copy of the KV lengths).
+        """
+        import torch
+
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        cpu = torch.Generator().manual_seed(seed)
+        dt, b, h, d = self.torch_dtype, self.batch, self.heads, self.head_dim
+        pps = self.pages_per_sequence
+        pool = (b * pps, h, self.page_size, d)
+        lengths = torch.randint(max(1, self.max_context // 8), self.max_context + 1, (b,), generator=cpu, dtype=torch.int32)
+        table = torch.randperm(b * pps, generator=cpu, dtype=torch.int32).reshape(b, 1, pps, 1)
+        return {
+            "q": torch.randn(b, h, 1, d, device="cuda", dtype=dt, generator=g),
+            "k_pool": torch.randn(pool, device="cuda", dtype=dt, generator=g),
+            "v_pool": torch.randn(pool, device="cuda", dtype=dt, generator=g),
+            "page_table": table.cuda(),
+            "seq_len_q": torch.ones(b, 1, 1, 1, device="cuda", dtype=torch.int32),
+            "seq_len_kv": lengths.reshape(b, 1, 1, 1).cuda(),
+            "o": torch.empty(b, h, 1, d, device="cuda", dtype=dt),
+            "lengths": lengths,
+        }
+
+    def key_mask(self, seq_len_kv: Any) -> Any:
+        """Boolean B×1×1×S mask, True where key position < the sequence's length."""
+        import torch
+
+        s = self.pages_per_sequence * self.page_size
+        return (torch.arange(s, device=seq_len_kv.device) < seq_len_kv.reshape(-1, 1)).reshape(self.batch, 1, 1, s)
+
+    def torch_forward(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
+        """Attention of each query over its own sequence's keys (``mask`` hides the rest)."""
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+
+
+def gather_pages(pool: Any, page_table: Any) -> Any:
+    """Copy each sequence's pages out of the pool into a contiguous B×H×S×D tensor.
+
+    What a framework without paged attention must do before calling ordinary attention.
+
+    Parameters
+    ----------
+    pool
+        pages × H × page × D.
+    page_table
+        B × 1 × pages-per-sequence × 1 page indices (int32).
+
+    Returns
+    -------
+    Any
+        B × H × (pages-per-sequence · page) × D, contiguous.
+
+    Example
+    -------
+    >>> k = gather_pages(ins['k_pool'], ins['page_table'])
+    """
+    b, _, pps, _ = page_table.shape
+    _, h, page, d = pool.shape
+    pages = pool[page_table.reshape(b, pps).long()]  # B × pps × H × page × D
+    return pages.permute(0, 2, 1, 3, 4).reshape(b, h, pps * page, d)
+
+
+def paged_decode_graph(problem: PagedDecodeProblem, inputs: dict[str, Any], *, handle: Any = None,
+                       name: str = "paged_decode", **graph_kwargs: Any) -> Fused:
+    """Build cuDNN attention that reads K and V straight from the paged pools.
+
+    The pools stand in for K and V; ``paged_attention_k_table``/``_v_table`` map each sequence's
+    logical pages to pool pages (one table serves both here), ``seq_len_q``/``seq_len_kv`` with
+    ``use_padding_mask=True`` hide the keys past each sequence's length.
+
+    Parameters
+    ----------
+    problem
+        The decode problem.
+    inputs
+        From :meth:`PagedDecodeProblem.make_inputs`.
+    handle
+        cuDNN handle; default the device's.
+    name
+        Graph name.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments.
+
+    Returns
+    -------
+    Fused
+        Tensors ``q, k_pool, v_pool, page_table, seq_len_q, seq_len_kv, o``.
+
+    Example
+    -------
+    >>> f = paged_decode_graph(p, ins)
+    >>> f.built.execute(f.pack(**{k: ins[k] for k in f.io}))
+    """
+    import cudnn
+
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    io = {n: tensors.graph_tensor(g, inputs[n], n)
+          for n in ("q", "k_pool", "v_pool", "page_table", "seq_len_q", "seq_len_kv")}
+    table_v = io["page_table"]
+    O, _ = g.sdpa(name="sdpa_paged", q=io["q"], k=io["k_pool"], v=io["v_pool"], generate_stats=False,
+                  attn_scale=problem.scale, use_padding_mask=True, seq_len_q=io["seq_len_q"],
+                  seq_len_kv=io["seq_len_kv"], paged_attention_k_table=io["page_table"],
+                  paged_attention_v_table=table_v,
+                  paged_attention_max_seq_len_kv=problem.pages_per_sequence * problem.page_size,
+                  compute_data_type=cudnn.data_type.FLOAT)
+    io["o"] = tensors.output_like(O, inputs["o"])
+    built = graphs.build(g, name=name, handle=handle)
+    return Fused(built, io)
