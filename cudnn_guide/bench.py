@@ -19,6 +19,9 @@ is host-bound, and the measurement says so.
 
 ``cuda_graph=True`` captures many calls into one CUDA graph and times its replays, removing launch
 gaps for kernels too short to time one at a time.
+
+Around every timed run the GPU's clock state is read (:mod:`cudnn_guide.clocks`): throttling
+during the run becomes a warning on the measurement, and the reading is kept in its record.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
+from . import clocks
 from .errors import BenchmarkError
 
 __all__ = ["Measurement", "benchmark", "l2_flush_buffer", "Ceilings", "measure_ceilings", "ProfiledKernels", "profile_kernels"]
@@ -68,6 +72,8 @@ class Measurement:
     warnings: list[str] = dataclasses.field(default_factory=list)
     host_samples_ms: list[float] = dataclasses.field(default_factory=list)
     """Host (CPU) time to enqueue each timed call, when measured."""
+    clocks: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """How the GPU's clocks looked around the run (:mod:`cudnn_guide.clocks`); empty if not read."""
 
     # -- statistics ---------------------------------------------------------------------------
     @property
@@ -131,7 +137,7 @@ class Measurement:
             "n": self.n, "median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
             "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
             "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
-            "host_median_ms": self.host_median_ms, "warnings": list(self.warnings),
+            "host_median_ms": self.host_median_ms, "warnings": list(self.warnings), "clocks": dict(self.clocks),
         }
         if samples:
             # 5 significant digits: finer than the ~0.5 µs resolution of CUDA events
@@ -142,7 +148,8 @@ class Measurement:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
         return cls(d["label"], list(d["samples_ms"]), d["mode"], d.get("flops"), d.get("bytes"),
-                   dict(d.get("params", {})), list(d.get("warnings", [])), list(d.get("host_samples_ms", [])))
+                   dict(d.get("params", {})), list(d.get("warnings", [])), list(d.get("host_samples_ms", [])),
+                   dict(d.get("clocks", {})))
 
     def __str__(self) -> str:
         parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} (IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"]
@@ -317,6 +324,7 @@ def benchmark(
     est = (time.perf_counter() - t_start) * 1e3 / len(host)
 
     host_samples: list[float] = []
+    clock_before = clocks.sample()
     if cuda_graph:
         inner = calls_per_graph or max(1, min(1000, int(2.0 / max(est, 1e-4))))
         samples = _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label)
@@ -326,13 +334,16 @@ def benchmark(
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
         samples, host_samples = _time_each(fn, flush, reps, label, spin_ms)
         mode = f"{l2}-L2 events"
-    notes = _spread_warnings(samples)
+    clock_after = clocks.sample()
+    notes = _spread_warnings(samples) + clocks.throttle_warnings(clock_before, clock_after)
     if host_samples and statistics.median(host_samples) > statistics.median(samples):
         notes.append(
             f"host time per call ({_fmt_ms(statistics.median(host_samples))}) exceeds GPU time "
             f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
         )
-    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples)
+    clock_info = {"read_with": clock_after.method, "sm_mhz_end": clock_after.sm_mhz, "max_sm_mhz": clock_after.max_sm_mhz,
+                  "throttled": any("throttle" in n for n in notes)} if clock_after is not None else {"read_with": None}
+    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples, clock_info)
 
 
 _CYCLES_PER_MS: dict[int, float] = {}

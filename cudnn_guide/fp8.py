@@ -15,7 +15,8 @@ from typing import Any
 from . import graphs, tensors
 from .recipes import Fused, SdpaProblem, _new_graph, _Problem
 
-__all__ = ["E4M3_MAX", "quantize", "dequantize", "Fp8MatmulProblem", "fp8_matmul_graph", "sdpa_fp8_graph"]
+__all__ = ["E4M3_MAX", "quantize", "dequantize", "Fp8MatmulProblem", "fp8_matmul_graph", "make_sdpa_fp8_inputs",
+           "sdpa_fp8_graph"]
 
 E4M3_MAX = 448.0
 """Largest finite FP8 E4M3 value."""
@@ -151,6 +152,49 @@ def fp8_matmul_graph(problem: Fp8MatmulProblem, inputs: dict[str, Any], *, handl
     return Fused(graphs.build(g, name=name, handle=handle), io)
 
 
+def make_sdpa_fp8_inputs(q: Any, k: Any, v: Any) -> dict[str, Any]:
+    """Quantize real-valued ``q, k, v`` for :func:`sdpa_fp8_graph` and allocate its outputs.
+
+    Each input gets its own per-tensor scale. The softmax probabilities lie in [0, 1], so they
+    are quantized with ``scale_s = 448``. The output is a convex combination of rows of ``v``,
+    so ``max|o| ≤ max|v|``: ``scale_o = 448 / max|v|`` can never overflow.
+
+    Parameters
+    ----------
+    q
+        Queries (B×H×S×D, bf16 or fp16).
+    k
+        Keys.
+    v
+        Values.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``q8, k8, v8``, ``descale_q/k/v``, ``descale_s``, ``scale_s``, ``scale_o``, ``descale_o``,
+        and empty ``o8`` (FP8), ``amax_s``, ``amax_o``.
+
+    Example
+    -------
+    >>> f8 = make_sdpa_fp8_inputs(ins['q'], ins['k'], ins['v'])
+    >>> o = dequantize(f8['o8'], f8['descale_o'])
+    """
+    import torch
+
+    out: dict[str, Any] = {}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        out[name + "8"], _, out["descale_" + name] = quantize(t)
+    one = dict(size=(1, 1, 1, 1), device=q.device, dtype=torch.float32)
+    scale_o = E4M3_MAX / max(float(v.abs().max()), 1e-12)
+    out.update(
+        scale_s=torch.full(fill_value=E4M3_MAX, **one), descale_s=torch.full(fill_value=1 / E4M3_MAX, **one),
+        scale_o=torch.full(fill_value=scale_o, **one), descale_o=torch.full(fill_value=1 / scale_o, **one),
+        o8=torch.empty(q.shape, device=q.device, dtype=torch.float8_e4m3fn),
+        amax_s=torch.zeros(**one), amax_o=torch.zeros(**one),
+    )
+    return out
+
+
 def sdpa_fp8_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa_fp8",
                    **graph_kwargs: Any) -> Fused:
     """Build FP8 attention: FP8 ``q, k, v`` with their descales; the softmax probabilities are
@@ -186,7 +230,8 @@ def sdpa_fp8_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any 
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
     names = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
     io = {n: tensors.graph_tensor(g, inputs[n], n) for n in names}
-    mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
+    # sdpa_fp8 names the band's right edge ``right_bound`` (sdpa: ``diagonal_band_right_bound``)
+    mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, right_bound=0) if problem.causal else {}
     O, _stats, amax_s, amax_o = g.sdpa_fp8(
         name="sdpa_fp8", q=io["q8"], k=io["k8"], v=io["v8"], descale_q=io["descale_q"], descale_k=io["descale_k"],
         descale_v=io["descale_v"], descale_s=io["descale_s"], scale_s=io["scale_s"], scale_o=io["scale_o"],

@@ -15,7 +15,8 @@ from typing import Any
 from . import graphs, tensors
 from .recipes import Fused, _new_graph, _Problem
 
-__all__ = ["NormProblem", "norm_forward_graph", "norm_backward_graph", "pack_norm", "BatchNormProblem", "batchnorm_relu_graph"]
+__all__ = ["NormProblem", "norm_forward_graph", "norm_backward_graph", "pack_norm", "BatchNormProblem",
+           "batchnorm_relu_graph", "fold_batchnorm", "folded_batchnorm_relu_graph"]
 
 
 def _as_4d(t: Any) -> Any:
@@ -397,3 +398,71 @@ def batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, t
     io["y"] = tensors.output_like(g.relu(input=Y, name="relu"), inputs["y"])
     built = graphs.build(g, name=name, handle=handle)
     return Fused(built, io)
+
+
+def fold_batchnorm(scale: Any, bias: Any, running_mean: Any, running_var: Any, eps: float) -> tuple[Any, Any]:
+    """Fold inference BatchNorm into one per-channel affine map: ``bn(x) = x · a + b``.
+
+    ``a = scale / √(running_var + eps)`` and ``b = bias − running_mean · a``, computed once in
+    fp32, as inference frameworks do.
+
+    Parameters
+    ----------
+    scale
+        BatchNorm scale (γ), 1×C×1×1 fp32.
+    bias
+        BatchNorm shift (β), 1×C×1×1 fp32.
+    running_mean
+        Running mean, 1×C×1×1 fp32.
+    running_var
+        Running variance, 1×C×1×1 fp32.
+    eps
+        The BatchNorm epsilon.
+
+    Returns
+    -------
+    tuple[Any, Any]
+        ``(a, b)``, 1×C×1×1 fp32.
+
+    Example
+    -------
+    >>> a, b = fold_batchnorm(ins['scale'], ins['bias'], ins['running_mean'], ins['running_var'], 1e-5)
+    """
+    import torch
+
+    a = scale.float() * torch.rsqrt(running_var.float() + eps)
+    return a, bias.float() - running_mean.float() * a
+
+
+def folded_batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, handle: Any = None,
+                                name: str = "folded_batchnorm_relu", **graph_kwargs: Any) -> Fused:
+    """Build inference BatchNorm → ReLU as ``relu(x · a + b)`` with the folded per-channel ``a``, ``b``.
+
+    Parameters
+    ----------
+    problem
+        Shapes and dtype.
+    inputs
+        ``x``, ``y`` and the folded ``a``, ``b`` from :func:`fold_batchnorm`.
+    handle
+        cuDNN handle; default the device's.
+    name
+        Graph name.
+    graph_kwargs
+        More ``cudnn.pygraph`` arguments.
+
+    Returns
+    -------
+    Fused
+        Tensors ``x, a, b, y``.
+
+    Example
+    -------
+    >>> ins['a'], ins['b'] = fold_batchnorm(...)
+    >>> f = folded_batchnorm_relu_graph(p, ins)
+    """
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("x", "a", "b")}
+    affine = g.add(a=g.mul(a=io["x"], b=io["a"], name="scale"), b=io["b"], name="shift")
+    io["y"] = tensors.output_like(g.relu(input=affine, name="relu"), inputs["y"])
+    return Fused(graphs.build(g, name=name, handle=handle), io)

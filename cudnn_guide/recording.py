@@ -396,6 +396,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     stem = example.stem
     doc = ast.get_docstring(ast.parse(example.read_text(encoding="utf-8"))) or stem
     title = next((line for line in doc.splitlines() if line.strip() and not set(line.strip()) <= set("=-")), stem)
+    explanation = _docstring_body(doc, title)
     gpu = f"{environment.get('gpu', '?')} (SM {environment.get('sm', '?')})"
     reason = "; ".join(needs)
     (gallery_dir / "images" / "thumb").mkdir(parents=True, exist_ok=True)
@@ -405,6 +406,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
         f".. admonition:: skipped: needs {reason}\n   :class: warning\n\n"
         f"   This page was not run on {gpu}, which lacks what it needs; it shows no numbers. "
         f"Rebuild on a GPU that has it to record the page.\n\n"
+        f"{explanation}"
         f":download:`Download the script <{example.name}>`\n"
     )
     (gallery_dir / f"{stem}.rst").write_text(page, encoding="utf-8")
@@ -425,6 +427,20 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     rec = Record(stem, title=title, environment=environment)
     rec.extra["skipped"] = f"needs {reason}"
     rec.write(gallery_dir)
+
+
+def _docstring_body(doc: str, title: str) -> str:
+    """The example docstring after its title and underline (reStructuredText), so a skipped page
+    still explains its topic; empty when there is none."""
+    lines = doc.splitlines()
+    try:
+        i = lines.index(title) + 1
+    except ValueError:
+        return ""
+    while i < len(lines) and (not lines[i].strip() or set(lines[i].strip()) <= set("=-")):
+        i += 1
+    body = "\n".join(lines[i:]).strip()
+    return f"{body}\n\n" if body else ""
 
 
 def _skip_thumbnail(path: Path, reason: str) -> None:

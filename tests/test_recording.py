@@ -117,6 +117,7 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     text = (gal / "plot_05_sdpa_causal.rst").read_text()
     assert "skipped: needs SM 8.0 or newer (cuDNN fused attention)" in text
     assert "Tesla T4 (SM 7.5)" in text
+    assert "What you will learn:" in text and "diagonal_band_right_bound=0" in text  # the topic is still explained
     assert (gal / "images" / "thumb" / "sphx_glr_plot_05_sdpa_causal_thumb.png").stat().st_size > 1000
     assert recording.example_states(root / "examples", gal)[4].state == "fresh"
     assert docs_build.recorded_page_problems(gal, root / "examples") == []

@@ -114,6 +114,7 @@ for dtype in ("float16", "bfloat16"):
              check.compare(ins["inv_var"], inv, name="inv_var", tol=1e-4),
              check.compare(ins["running_mean"], rm, name="running_mean", tol=1e-4),
              check.compare(ins["running_var"], rv, name="running_var", tol=1e-4)]
+        print("training:", "; ".join(str(x) for x in r), flush=True)
         fi = norms.batchnorm_relu_graph(p, ins, training=False)
         ins["mean"] = ins["running_mean"].clone()
         ins["inv_var"] = torch.rsqrt(ins["running_var"] + p.eps)
