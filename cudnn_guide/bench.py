@@ -325,6 +325,7 @@ def benchmark(
 
     host_samples: list[float] = []
     clock_before = clocks.sample()
+    t_run = time.perf_counter()
     if cuda_graph:
         inner = calls_per_graph or max(1, min(1000, int(2.0 / max(est, 1e-4))))
         samples = _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label)
@@ -334,15 +335,13 @@ def benchmark(
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
         samples, host_samples = _time_each(fn, flush, reps, label, spin_ms)
         mode = f"{l2}-L2 events"
-    clock_after = clocks.sample()
-    notes = _spread_warnings(samples) + clocks.throttle_warnings(clock_before, clock_after)
+    clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
+    notes = _spread_warnings(samples) + clocks.throttle_warnings(clock_info)
     if host_samples and statistics.median(host_samples) > statistics.median(samples):
         notes.append(
             f"host time per call ({_fmt_ms(statistics.median(host_samples))}) exceeds GPU time "
             f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
         )
-    clock_info = {"read_with": clock_after.method, "sm_mhz_end": clock_after.sm_mhz, "max_sm_mhz": clock_after.max_sm_mhz,
-                  "throttled": any("throttle" in n for n in notes)} if clock_after is not None else {"read_with": None}
     return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples, clock_info)
 
 

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from typing import Any
 
-__all__ = ["ClockSample", "THROTTLE_REASONS", "sample", "throttle_warnings"]
+__all__ = ["ClockSample", "THROTTLE_REASONS", "sample", "throttle_summary", "throttle_warnings"]
 
 THROTTLE_REASONS = {
     0x4: "software power cap",
@@ -128,7 +128,7 @@ def sample() -> ClockSample | None:
     Example
     -------
     >>> before = sample(); run(); after = sample()
-    >>> throttle_warnings(before, after)
+    >>> throttle_warnings(throttle_summary(before, after, run_ms=600.0))
     []
     """
     try:
@@ -149,11 +149,8 @@ def sample() -> ClockSample | None:
     return None
 
 
-def throttle_warnings(before: ClockSample | None, after: ClockSample | None) -> list[str]:
-    """Warnings for throttling between two readings taken around a timed run.
-
-    With NVML counters: any growth of the power or thermal throttle time. Either way: a
-    throttle reason active at the second reading.
+def throttle_summary(before: ClockSample | None, after: ClockSample | None, run_ms: float) -> dict[str, Any]:
+    """What the clocks did during a run of ``run_ms`` milliseconds, for the measurement's record.
 
     Parameters
     ----------
@@ -161,6 +158,47 @@ def throttle_warnings(before: ClockSample | None, after: ClockSample | None) -> 
         Reading at the start of the run.
     after
         Reading at its end.
+    run_ms
+        Wall time of the run.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``read_with`` (``"nvml"``, ``"nvidia-smi"`` or ``None``), ``max_sm_mhz``, ``sm_mhz_end``,
+        ``active_end`` (throttle reasons at the end) and, with NVML, ``power_capped_fraction`` and
+        ``thermal_fraction`` of the run.
+
+    Example
+    -------
+    >>> throttle_summary(s0, s1, 600.0)['power_capped_fraction']
+    0.83
+    """
+    if after is None:
+        return {"read_with": None}
+    out: dict[str, Any] = {"read_with": after.method, "max_sm_mhz": after.max_sm_mhz, "sm_mhz_end": after.sm_mhz,
+                           "active_end": after.active}
+    if before is not None and before.violation_ns is not None and after.violation_ns is not None and run_ms > 0:
+        for name in ("power", "thermal"):
+            grew = after.violation_ns.get(name, 0) - before.violation_ns.get(name, 0)
+            key = "power_capped_fraction" if name == "power" else "thermal_fraction"
+            out[key] = round(min(max(grew / 1e6 / run_ms, 0.0), 1.0), 3)
+    return out
+
+
+def throttle_warnings(summary: dict[str, Any], min_clock: float = 0.97) -> list[str]:
+    """Warnings for throttling that could have changed a measurement.
+
+    Any thermal throttling is reported. Power capping is reported when it held the SM clock
+    below ``min_clock`` of its maximum at the end of the run; above that (a GPU at its power
+    limit shaving a few MHz, as an H200 under sustained tensor-core load does) it stays in the
+    record without a warning.
+
+    Parameters
+    ----------
+    summary
+        From :func:`throttle_summary`.
+    min_clock
+        Fraction of the maximum SM clock below which power capping is worth a warning.
 
     Returns
     -------
@@ -169,18 +207,18 @@ def throttle_warnings(before: ClockSample | None, after: ClockSample | None) -> 
 
     Example
     -------
-    >>> throttle_warnings(s0, s1)
-    ['GPU throttled for 12.0 ms (power) during the run']
+    >>> throttle_warnings({'read_with': 'nvml', 'thermal_fraction': 0.2, 'max_sm_mhz': 1980, 'sm_mhz_end': 1700})
+    ['thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)']
     """
-    if after is None:
+    if not summary.get("read_with"):
         return []
+    clock = f"SM clock {summary['sm_mhz_end']} of {summary['max_sm_mhz']} MHz at the end"
     out = []
-    if before is not None and before.violation_ns is not None and after.violation_ns is not None:
-        for name, ns in after.violation_ns.items():
-            grew = ns - before.violation_ns.get(name, ns)
-            if grew > 0:
-                out.append(f"GPU throttled for {grew / 1e6:.1f} ms ({name}) during the run")
-    if after.active:
-        out.append(f"throttle reason active at the end of the run: {', '.join(after.active)} "
-                   f"(SM clock {after.sm_mhz} of {after.max_sm_mhz} MHz)")
+    if summary.get("thermal_fraction", 0) > 0:
+        out.append(f"thermal throttling during {100 * summary['thermal_fraction']:.0f}% of the run ({clock})")
+    active = [r for r in summary.get("active_end", []) if "thermal" in r] if out else summary.get("active_end", [])
+    low = summary["sm_mhz_end"] < min_clock * summary["max_sm_mhz"]
+    if low and (summary.get("power_capped_fraction", 0) > 0 or active):
+        why = ", ".join(active) or "power cap"
+        out.append(f"{why} held the clock down ({clock}); timings may be slower than this GPU's best")
     return out

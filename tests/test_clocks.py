@@ -3,29 +3,53 @@
 from cudnn_guide import bench, clocks
 
 
-def reading(mask=0, power=0, thermal=0, counters=True):
-    return clocks.ClockSample(1980, 1980, mask, {"power": power, "thermal": thermal} if counters else None, "nvml")
+def reading(mask=0, power=0, thermal=0, counters=True, mhz=1980):
+    return clocks.ClockSample(mhz, 1980, mask, {"power": power, "thermal": thermal} if counters else None, "nvml")
+
+
+def summary(before, after, run_ms=100.0):
+    return clocks.throttle_summary(before, after, run_ms)
 
 
 def test_clean_run_has_no_warning():
-    assert clocks.throttle_warnings(reading(), reading()) == []
-    assert clocks.throttle_warnings(None, None) == []
+    s = summary(reading(), reading())
+    assert s["power_capped_fraction"] == 0 and s["thermal_fraction"] == 0
+    assert clocks.throttle_warnings(s) == []
 
 
-def test_throttle_time_that_grew_during_the_run_is_reported_in_ms():
-    warnings = clocks.throttle_warnings(reading(power=5_000_000), reading(power=17_000_000))
-    assert warnings == ["GPU throttled for 12.0 ms (power) during the run"]
+def test_no_reading_means_no_claim():
+    assert summary(None, None) == {"read_with": None}
+    assert clocks.throttle_warnings(summary(None, None)) == []
+
+
+def test_power_cap_time_is_a_fraction_of_the_run():
+    s = summary(reading(power=5_000_000), reading(power=55_000_000, mask=0x4, mhz=1965), run_ms=100.0)
+    assert s["power_capped_fraction"] == 0.5
+    assert s["active_end"] == ["software power cap"]
+
+
+def test_power_cap_that_barely_moves_the_clock_is_recorded_but_not_a_warning():
+    s = summary(reading(), reading(power=80_000_000, mask=0x4, mhz=1965))
+    assert clocks.throttle_warnings(s) == []
+
+
+def test_power_cap_that_holds_the_clock_down_is_a_warning_naming_the_clock():
+    (w,) = clocks.throttle_warnings(summary(reading(), reading(power=80_000_000, mask=0x4, mhz=1500)))
+    assert "software power cap" in w and "1500 of 1980 MHz" in w
+
+
+def test_any_thermal_throttling_is_a_warning():
+    (w,) = clocks.throttle_warnings(summary(reading(), reading(thermal=20_000_000, mhz=1980)))
+    assert w.startswith("thermal throttling during 20% of the run")
 
 
 def test_counters_that_did_not_move_are_not_throttling_even_if_large():
-    assert clocks.throttle_warnings(reading(thermal=10**12), reading(thermal=10**12)) == []
+    assert clocks.throttle_warnings(summary(reading(thermal=10**12), reading(thermal=10**12))) == []
 
 
-def test_an_active_reason_at_the_end_is_named_with_the_clock():
-    after = clocks.ClockSample(1410, 1980, 0x4 | 0x1, None, "nvidia-smi")  # power cap + idle
-    (w,) = clocks.throttle_warnings(reading(counters=False), after)
-    assert "software power cap" in w and "1410 of 1980 MHz" in w
-    assert "idle" not in w  # idle is not throttling
+def test_an_idle_gpu_after_the_run_is_not_throttling():
+    # the clock drops when the GPU idles after the run: no reason active, no counter growth
+    assert clocks.throttle_warnings(summary(reading(), reading(mask=0x1, mhz=345))) == []
 
 
 def test_idle_and_application_clock_bits_are_not_throttle_reasons():
@@ -40,5 +64,5 @@ def test_sample_is_none_without_a_gpu():
 
 
 def test_clock_info_survives_a_record_round_trip():
-    m = bench.Measurement("x", [1.0, 1.1], "cold-L2 events", clocks={"read_with": "nvml", "throttled": False})
-    assert bench.Measurement.from_dict(m.to_dict()).clocks == {"read_with": "nvml", "throttled": False}
+    m = bench.Measurement("x", [1.0, 1.1], "cold-L2 events", clocks={"read_with": "nvml", "power_capped_fraction": 0.5})
+    assert bench.Measurement.from_dict(m.to_dict()).clocks == {"read_with": "nvml", "power_capped_fraction": 0.5}

@@ -3,8 +3,9 @@ Matmul with a fused epilogue: scale → bias → GELU → AMAX
 ========================================================
 
 A transformer MLP's first projection, followed by what FP8 training needs: the output's absolute
-maximum (AMAX), to choose the next scaling factor. In PyTorch that is five kernels — matmul,
-multiply, add, GELU, and a reduction — each reading and writing the whole activation. As one
+maximum (AMAX), to choose the next scaling factor. In eager PyTorch that is six kernels —
+matmul, multiply, add, GELU, absolute value and a max reduction (plus a one-element cast) — each
+reading, and all but the last writing, the whole activation. As one
 cuDNN graph the scale, bias and GELU run in the matmul's epilogue and the AMAX is reduced on the
 way out.
 

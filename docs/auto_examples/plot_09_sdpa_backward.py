@@ -1,0 +1,240 @@
+"""
+Attention for training: forward with statistics, then backward
+==============================================================
+
+Training needs attention twice: the forward pass, which must now also save the softmax
+statistics, and the backward pass, which turns the gradient of the output into gradients of
+Q, K and V. cuDNN builds each as one fused graph; the statistics from the forward feed the
+backward, so the backward never recomputes the softmax normalisation.
+
+What you will learn:
+
+* ``generate_stats=True``: the forward writes one fp32 log-sum-exp per query row;
+* ``sdpa_backward``: its inputs (Q, K, V, O, dO and the statistics) and outputs (dQ, dK, dV),
+  with the same mask and scale as the forward;
+* how to check gradients against PyTorch autograd in fp32;
+* forward-plus-backward throughput from 1k to 16k tokens against each of PyTorch's SDPA
+  backends, each forced and checked.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN fused attention (forward and backward)")
+env = environment.collect()
+env
+
+# %%
+# Two graphs, one training step
+# -----------------------------
+# 2 sequences of 4096 tokens, 16 heads of dimension 128, bf16, causal. The forward writes
+# ``o`` and ``stats`` (B×H×S×1, fp32); the backward reads both, plus the incoming gradient
+# ``d_o``.
+import torch
+
+from cudnn_guide import attention, check, recipes
+
+problem = recipes.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
+ins = attention.make_training_inputs(problem, seed=0)
+forward = attention.sdpa_forward_training_graph(problem, ins)
+backward = attention.sdpa_backward_graph(problem, ins)
+fwd_pack = forward.pack(**{k: ins[k] for k in forward.io})
+bwd_pack = backward.pack(**{k: ins[k] for k in backward.io})
+print(problem)
+print(forward.built.report)
+print(backward.built.report)
+
+check.poison(ins["o"], ins["stats"], ins["dq"], ins["dk"], ins["dv"])
+forward.built.execute(fwd_pack)
+backward.built.execute(bwd_pack)
+
+# %%
+# Check against autograd
+# ----------------------
+# The reference runs PyTorch's attention in fp32 (TF32 off) and backpropagates the same
+# ``d_o``. The statistics are checked directly: the log-sum-exp of each row of scaled, masked
+# scores.
+ref_o, ref_grads = check.reference_grads(lambda q, k, v: problem.torch_forward(q, k, v),
+                                         {n: ins[n] for n in "qkv"}, ins["d_o"])
+checks = [check.check(ins["o"], ref_o, name="O")]
+checks += [check.check(ins["d" + n], ref_grads[n], name="d" + n.upper()) for n in "qkv"]
+with check.full_precision():
+    scores = (ins["q"].float() @ ins["k"].float().transpose(-1, -2)) * problem.scale
+    future = torch.ones(problem.seq, problem.seq, dtype=torch.bool, device="cuda").triu(1)
+    lse = torch.logsumexp(scores.masked_fill(future, float("-inf")), dim=-1, keepdim=True)
+    del scores
+checks.append(check.check(ins["stats"], lse, name="stats (log-sum-exp)"))
+for c in checks:
+    print(c)
+
+# %%
+# The baselines, each forced and checked
+# --------------------------------------
+# PyTorch computes the same step through autograd: ``scaled_dot_product_attention`` forward,
+# then ``backward(d_o)``. ``sdpa_kernel`` pins one backend at a time; gradients are reset to
+# ``None`` before each step so no step pays for accumulating into the previous one's.
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "PyTorch flash": SDPBackend.FLASH_ATTENTION,
+    "PyTorch mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "PyTorch cuDNN": SDPBackend.CUDNN_ATTENTION,
+}
+
+
+def torch_step(backend, p, data):
+    q, k, v = (data[n].detach().requires_grad_(True) for n in "qkv")
+    d_o = data["d_o"]
+
+    def step():
+        q.grad = k.grad = v.grad = None
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=p.scale)
+        out.backward(d_o)
+        return out
+    return step, (q, k, v)
+
+
+baseline_checks = []
+for name, backend in BACKENDS.items():
+    step, leaves = torch_step(backend, problem, ins)
+    try:
+        step()
+    except RuntimeError as exc:
+        print(f"{name}: unavailable here ({str(exc).splitlines()[0][:120]})")
+        continue
+    for n, leaf in zip("qkv", leaves):
+        baseline_checks.append(check.check(leaf.grad, ref_grads[n], name=f"{name} d{n.upper()}"))
+        print(baseline_checks[-1])
+del ref_o, ref_grads
+torch.cuda.empty_cache()
+
+# %%
+# Where the time goes at 4096 tokens
+# ----------------------------------
+# Forward (with statistics) and backward timed separately, cold L2. The backward does 2.5×
+# the forward's matrix work (five GEMMs to two) and typically takes 2–3× as long.
+from cudnn_guide import bench
+
+fwd_launch = forward.built.bind(fwd_pack)
+bwd_launch = backward.built.bind(bwd_pack)
+split = [
+    bench.benchmark(fwd_launch, label="cuDNN forward (with stats)", l2="cold", flops=problem.flops,
+                    params={"impl": "cuDNN forward (with stats)", "size": str(problem)}),
+    bench.benchmark(bwd_launch, label="cuDNN backward", l2="cold", flops=2.5 * problem.flops,
+                    params={"impl": "cuDNN backward", "size": str(problem)}),
+]
+for m in split:
+    print(m)
+
+# %%
+# Sweep the sequence length
+# -------------------------
+# 16,384 tokens per point (B = 16384 / S), 16 heads of 128. One training step = forward +
+# backward; its FLOPs are 3.5× the causal forward's (:func:`~cudnn_guide.attention.training_flops`).
+# Each cuDNN pair is checked against autograd (dQ) before it is timed.
+from cudnn_guide import sweep
+
+seqs = [1024, 2048, 4096, 8192, 16384]
+cases = {}
+
+
+def problem_at(s):
+    return recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
+
+
+def cudnn_step(s):
+    p = problem_at(s)
+    data = attention.make_training_inputs(p, seed=s)
+    f = attention.sdpa_forward_training_graph(p, data)
+    b = attention.sdpa_backward_graph(p, data)
+    fl = f.built.bind(f.pack(**{k: data[k] for k in f.io}))
+    bl = b.built.bind(b.pack(**{k: data[k] for k in b.io}))
+    check.poison(data["dq"])
+    fl()
+    bl()
+    _, grads = check.reference_grads(lambda q, k, v: p.torch_forward(q, k, v), {n: data[n] for n in "qkv"}, data["d_o"])
+    check.check(data["dq"], grads["q"], name=f"dQ at S={s}")
+    del grads
+    cases[s] = (p, data)
+
+    def step():
+        fl()
+        bl()
+    return step
+
+
+def torch_at(backend):
+    def factory(s):
+        p, data = cases[s]
+        step, _ = torch_step(backend, p, data)
+        try:
+            step()
+        except RuntimeError:
+            return None  # this backend cannot run this shape: shown as "—"
+        return step
+    return factory
+
+
+impls = {"cuDNN graphs (fwd + bwd)": cudnn_step}
+impls.update({name: torch_at(backend) for name, backend in BACKENDS.items()})
+result = sweep.sweep(seqs, impls, x="seq_len", l2="cold",
+                     flops=lambda s: attention.training_flops(problem_at(s)), budget_ms=150)
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_lines
+
+ceil = bench.measure_ceilings()
+fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+plot_lines(result.measurements, x="seq_len", metric="tflops", ax=ax, logx=True,
+           title="causal attention, forward + backward, head dim 128", ceiling=ceil.bf16_tflops,
+           ceiling_label="bf16 matmul ceiling")
+ax.legend(fontsize=8)
+plt.show()
+
+# %%
+result.table("tflops", title="causal SDPA forward + backward, TFLOP/s")
+
+# %%
+# Takeaways
+# ---------
+from cudnn_guide.report import versus
+
+mine = [result.get("cuDNN graphs (fwd + bwd)", s) for s in seqs]
+best = max(mine, key=lambda m: m.tflops)
+print(f"* One training step peaks at {best.tflops:.0f} TFLOP/s (S={best.params['seq_len']}), "
+      f"{100 * best.tflops / ceil.bf16_tflops:.0f}% of the measured bf16 matmul ceiling.")
+print(f"* At S={problem.seq} the backward takes {split[1].median_ms / split[0].median_ms:.2f}× the forward's time "
+      f"for 2.5× its matrix work.")
+for name in BACKENDS:
+    pts = [(result.get("cuDNN graphs (fwd + bwd)", s), result.get(name, s)) for s in seqs]
+    pts = [(a, b) for a, b in pts if b is not None]
+    if not pts:
+        print(f"* {name}: unavailable at every size")
+        continue
+    ratios = [b.median_ms / a.median_ms for a, b in pts]
+    a, b = pts[-1]
+    print(f"* {name} takes {min(ratios):.2f}× to {max(ratios):.2f}× the cuDNN step's time; at "
+          f"S={a.params['seq_len']} the cuDNN step is {versus(a, b)} it.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_09_sdpa_backward", title="Attention for training", environment=env)
+for c in checks + baseline_checks:
+    rec.add_check(c)
+rec.add(split, result.measurements)
+rec.headline("cuDNN fwd+bwd peak TFLOP/s", best.tflops, "TFLOP/s", seq_len=best.params["seq_len"])
+fastest_torch = min((m for m in (result.get(n, best.params["seq_len"]) for n in BACKENDS) if m is not None),
+                    key=lambda m: m.median_ms)
+rec.headline("PyTorch's fastest backend at that length, time ratio", fastest_torch.median_ms / best.median_ms, "x",
+             baseline=fastest_torch.label)
+_record_path = rec.write()
+# sphinx_gallery_end_ignore

@@ -1,0 +1,278 @@
+"""
+LayerNorm and RMSNorm: training forward, backward, and residual-add fusion
+==========================================================================
+
+Every transformer block normalizes its activations twice. The norms do little arithmetic per
+byte, so their speed is set by memory traffic: the question is how close each implementation
+gets to the GPU's copy bandwidth, and how many passes over memory a fusion saves.
+
+What you will learn:
+
+* the training forward (``norm_forward_phase=TRAINING``), which also writes the per-token
+  statistics (mean and 1/√(var+ε) for LayerNorm, 1/√(mean(x²)+ε) for RMSNorm), and the
+  backward that reads them;
+* how a token-major activation is declared to cuDNN (``tokens × hidden × 1 × 1``);
+* a fused residual add → norm that writes both the sum (the next residual) and the normalized
+  output in one pass;
+* GB/s against the measured copy bandwidth, compared with PyTorch eager and ``torch.compile``.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN normalization graphs")
+env = environment.collect()
+env
+
+# %%
+# Build and check both norms
+# --------------------------
+# 16,384 tokens × 4,096 features in bf16 (a batch of 8 sequences of 2,048 tokens at a 4k model
+# width). Forward and backward are checked against PyTorch autograd in fp32: the output, the
+# saved statistics, and every gradient.
+import torch
+
+from cudnn_guide import check, norms
+
+TOKENS, HIDDEN = 16384, 4096
+graphs_by_kind, checks = {}, []
+for kind in ("layer", "rms"):
+    p = norms.NormProblem(tokens=TOKENS, hidden=HIDDEN, kind=kind)
+    data = p.make_inputs(seed=1)
+    fwd = norms.norm_forward_graph(p, data, training=True)
+    bwd = norms.norm_backward_graph(p, data)
+    fwd_pack, bwd_pack = norms.pack_norm(fwd, data, eps=p.eps), norms.pack_norm(bwd, data)
+    check.poison(data["y"], data["inv_var"], data["dx"], data["dscale"])
+    fwd.built.execute(fwd_pack)
+    bwd.built.execute(bwd_pack)
+    params = {"x": data["x"], "scale": data["scale"]} | ({"bias": data["bias"]} if kind == "layer" else {})
+    ref_y, ref_grads = check.reference_grads(lambda **kw: p.torch_forward(**kw), params, data["dy"])
+    stats = p.torch_stats(data["x"])
+    checks.append(check.check(data["y"], ref_y, name=f"{p} y"))
+    checks += [check.check(data[n], stats[n], name=f"{p} {n}") for n in stats]
+    checks += [check.check(data["d" + n], ref_grads[n], name=f"{p} d{n}") for n in params]
+    graphs_by_kind[kind] = (p, data, fwd.built.bind(fwd_pack), bwd.built.bind(bwd_pack))
+    print(fwd.built.report)
+    print(bwd.built.report)
+for c in checks:
+    print(c)
+
+# %%
+# The baselines
+# -------------
+# PyTorch runs the same training step through autograd: ``F.layer_norm``/``F.rms_norm`` with
+# ``requires_grad`` inputs (so the forward saves its statistics, as in training), then
+# ``backward(dy)``. ``torch.compile`` (default mode: these are reductions, not GEMMs, so
+# autotuning matmuls would not change them) generates fused Triton kernels for both passes.
+# Each baseline's gradients are checked too.
+from cudnn_guide import baselines
+
+
+def torch_training(p, data, fn):
+    leaves = {"x": data["x"].detach().clone().requires_grad_(True),
+              "scale": data["scale"].detach().clone().requires_grad_(True)}
+    if p.kind == "layer":
+        leaves["bias"] = data["bias"].detach().clone().requires_grad_(True)
+    dy = data["dy"]
+
+    def forward():
+        return fn(**leaves)
+
+    def step():
+        for t in leaves.values():
+            t.grad = None
+        fn(**leaves).backward(dy)
+    return forward, step, leaves
+
+
+impls = {}
+for kind, (p, data, fwd_launch, bwd_launch) in graphs_by_kind.items():
+    label = "LayerNorm" if kind == "layer" else "RMSNorm"
+    eager = torch_training(p, data, p.torch_forward)
+    compiled = torch_training(p, data, baselines.compile_quietly(p.torch_forward, mode="default"))
+    for name, (forward, step, leaves) in (("PyTorch eager", eager), ("torch.compile", compiled)):
+        step()
+        checks.append(check.check(leaves["x"].grad, check.reference_grads(
+            lambda **kw: p.torch_forward(**kw), {n: data[n] for n in leaves}, data["dy"])[1]["x"], name=f"{name} {label} dx"))
+        impls[(label, name)] = (p, forward, step)
+
+    def cudnn_step(f=fwd_launch, b=bwd_launch):
+        f()
+        b()
+    impls[(label, "cuDNN graphs")] = (p, fwd_launch, cudnn_step)
+print(*checks[-4:], sep="\n")
+
+# %%
+# Measure at 16k × 4k
+# -------------------
+# Cold L2 (the 128 MiB activation would not fit in the 50 MiB L2 anyway). Bytes are the fewest
+# a kernel must move: the forward reads x and writes y (2 × 128 MiB); the backward reads x and dy
+# and writes dx (3 × 128 MiB). Parameters and statistics (< 0.1 MiB) are not counted.
+from cudnn_guide import bench
+
+ceil = bench.measure_ceilings()
+base = []
+for (label, name), (p, forward, step) in impls.items():
+    base.append(bench.benchmark(forward, label=f"{name} {label} forward", l2="cold", bytes=p.forward_bytes,
+                                params={"impl": name, "norm": label, "pass": "forward (training)"}))
+    base.append(bench.benchmark(step, label=f"{name} {label} forward + backward", l2="cold",
+                                bytes=p.forward_bytes + p.backward_bytes,
+                                params={"impl": name, "norm": label, "pass": "forward + backward"}))
+for m in base:
+    print(f"{m}   {100 * m.gbps / ceil.copy_gbps:.0f}% of copy bandwidth")
+
+# %%
+from cudnn_guide.report import ComparisonTable
+
+ComparisonTable([m for m in base if m.params["norm"] == "LayerNorm"], row="impl", column="pass",
+                metric="gbps", title=f"LayerNorm, {TOKENS} × {HIDDEN} bf16: GB/s (higher is better)")
+
+# %%
+ComparisonTable([m for m in base if m.params["norm"] == "RMSNorm"], row="impl", column="pass",
+                metric="gbps", title=f"RMSNorm, {TOKENS} × {HIDDEN} bf16: GB/s (higher is better)")
+
+# %%
+# Fused residual add → norm
+# -------------------------
+# In a pre-norm transformer each norm follows a residual add: ``s = x + r`` is the next
+# block's residual and ``norm(s)`` feeds the attention or MLP. One cuDNN graph reads x and r
+# once and writes s and y (4 × 128 MiB); PyTorch eager does the add, then the norm (6 × 128 MiB).
+# All three run the training forward (the statistics are saved: PyTorch's inputs require
+# gradients).
+residual, res_checks = [], []
+for kind in ("layer", "rms"):
+    p = norms.NormProblem(tokens=TOKENS, hidden=HIDDEN, kind=kind, residual=True)
+    label = "LayerNorm" if kind == "layer" else "RMSNorm"
+    data = p.make_inputs(seed=2)
+    fused = norms.norm_forward_graph(p, data, training=True)
+    pack = norms.pack_norm(fused, data, eps=p.eps)
+    check.poison(data["y"], data["s"])
+    fused.built.execute(pack)
+    ref = check.reference(p.torch_forward, data["x"], data["scale"], data.get("bias"), data["r"])
+    res_checks += [check.check(data["y"], ref, name=f"{p} y"),
+                   check.check(data["s"], data["x"].float() + data["r"].float(), name=f"{p} s")]
+    x, r, w, b = (t.detach().clone().requires_grad_(True) if t is not None else None
+                  for t in (data["x"], data["r"], data["scale"], data.get("bias")))
+
+    def add_then_norm(x, r, w, b, p=p):
+        s = x + r
+        return s, p.torch_forward(s, w, b)
+    compiled = baselines.compile_quietly(add_then_norm, mode="default")
+    res_checks.append(check.check(compiled(x, r, w, b)[1].detach(), ref, name=f"torch.compile {label} (residual)"))
+    for name, fn in (("cuDNN graph (fused)", fused.built.bind(pack)),
+                     ("PyTorch eager", lambda f=add_then_norm, a=(x, r, w, b): f(*a)),
+                     ("torch.compile", lambda f=compiled, a=(x, r, w, b): f(*a))):
+        residual.append(bench.benchmark(fn, label=f"{name} residual+{label}", l2="cold", bytes=p.forward_bytes,
+                                        params={"impl": name, "norm": label}))
+for c in res_checks:
+    print(c)
+ComparisonTable(residual, row="impl", column="norm", metric="gbps",
+                title="residual add → norm (training forward): GB/s of the fewest bytes")
+
+# %%
+# Sweep the model width
+# ---------------------
+# The training step (forward + backward) at 16,384 tokens for widths 1k–8k.
+from cudnn_guide import sweep
+
+widths = [1024, 2048, 4096, 8192]
+made = {}
+
+
+def setup(kind, h):
+    if (kind, h) not in made:
+        p = norms.NormProblem(tokens=TOKENS, hidden=h, kind=kind)
+        data = p.make_inputs(seed=h)
+        f, b = norms.norm_forward_graph(p, data), norms.norm_backward_graph(p, data)
+        fl, bl = f.built.bind(norms.pack_norm(f, data, eps=p.eps)), b.built.bind(norms.pack_norm(b, data))
+        check.poison(data["dx"])
+        fl()
+        bl()
+        grads = check.reference_grads(lambda **kw: p.torch_forward(**kw),
+                                      {"x": data["x"], "scale": data["scale"]} | ({"bias": data["bias"]} if kind == "layer" else {}),
+                                      data["dy"])[1]
+        check.check(data["dx"], grads["x"], name=f"{p} dx")
+        made[(kind, h)] = (p, data, fl, bl)
+    return made[(kind, h)]
+
+
+def cudnn_at(kind):
+    def factory(h):
+        _, _, fl, bl = setup(kind, h)
+
+        def step():
+            fl()
+            bl()
+        return step
+    return factory
+
+
+def eager_at(kind):
+    def factory(h):
+        p, data, _, _ = setup(kind, h)
+        return torch_training(p, data, p.torch_forward)[1]
+    return factory
+
+
+sweep_impls = {}
+for kind, label in (("layer", "LayerNorm"), ("rms", "RMSNorm")):
+    sweep_impls[f"cuDNN {label}"] = cudnn_at(kind)
+    sweep_impls[f"PyTorch eager {label}"] = eager_at(kind)
+widths_result = sweep.sweep(widths, sweep_impls, x="hidden", l2="cold",
+                            bytes=lambda h: 5 * TOKENS * h * 2, budget_ms=150)
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_lines
+
+fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+plot_lines(widths_result.measurements, x="hidden", metric="gbps", ax=ax, logx=True,
+           title=f"norm training step (forward + backward), {TOKENS} tokens, bf16",
+           ceiling=ceil.copy_gbps, ceiling_label="measured copy bandwidth")
+ax.legend(fontsize=8)
+plt.show()
+
+# %%
+widths_result.table("gbps", title="forward + backward, GB/s")
+
+# %%
+# Takeaways
+# ---------
+from cudnn_guide.report import versus
+
+by = {(m.params["impl"], m.params["norm"], m.params["pass"]): m for m in base}
+for label in ("LayerNorm", "RMSNorm"):
+    ours = by[("cuDNN graphs", label, "forward + backward")]
+    eager = by[("PyTorch eager", label, "forward + backward")]
+    comp = by[("torch.compile", label, "forward + backward")]
+    fwd = by[("cuDNN graphs", label, "forward (training)")]
+    print(f"* {label} training step at {TOKENS}×{HIDDEN}: cuDNN {ours.median_ms * 1e3:.0f} µs "
+          f"({100 * ours.gbps / ceil.copy_gbps:.0f}% of copy bandwidth) is {versus(ours, eager)} eager "
+          f"and {versus(ours, comp)} torch.compile; its forward alone reaches "
+          f"{100 * fwd.gbps / ceil.copy_gbps:.0f}%.")
+rby = {(m.params["impl"], m.params["norm"]): m for m in residual}
+for label in ("LayerNorm", "RMSNorm"):
+    f, e, c = (rby[(n, label)] for n in ("cuDNN graph (fused)", "PyTorch eager", "torch.compile"))
+    print(f"* Residual add → {label}: the fused graph is {versus(f, e)} eager (which moves 1.5× the bytes) "
+          f"and {versus(f, c)} torch.compile.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_10_layernorm_rmsnorm", title="LayerNorm and RMSNorm", environment=env)
+for c in checks + res_checks:
+    rec.add_check(c)
+rec.add(base, residual, widths_result.measurements)
+for label in ("LayerNorm", "RMSNorm"):
+    ours = by[("cuDNN graphs", label, "forward + backward")]
+    best = min((by[(n, label, "forward + backward")] for n in ("PyTorch eager", "torch.compile")), key=lambda m: m.median_ms)
+    rec.headline(f"{label} training step, % of copy bandwidth", 100 * ours.gbps / ceil.copy_gbps, "%")
+    rec.headline(f"{label} training step, time ratio best PyTorch / cuDNN", best.median_ms / ours.median_ms, "x",
+                 baseline=best.label)
+_record_path = rec.write()
+# sphinx_gallery_end_ignore

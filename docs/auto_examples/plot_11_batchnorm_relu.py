@@ -1,0 +1,214 @@
+"""
+BatchNorm → ReLU for a ResNet block (NHWC)
+==========================================
+
+A convolutional network normalizes every convolution's output with BatchNorm and applies a
+ReLU. In training, BatchNorm uses the batch's own statistics, saves them for the backward and
+updates the running statistics; in inference it applies the running statistics. Both are
+memory-bound, and fusing the ReLU saves a full pass over the activation.
+
+What you will learn:
+
+* the training ``batchnorm`` operation: its inputs (scale, bias, running mean and variance,
+  and the host scalars epsilon and momentum) and five outputs, with the running statistics
+  updated in place by binding them to the same buffers;
+* inference two ways: cuDNN's ``batchnorm_inference`` node, and the folded form
+  ``relu(x · a + b)`` that inference frameworks use;
+* how the four stage shapes of a ResNet-50 compare against PyTorch eager and
+  ``torch.compile``, in GB/s against the measured copy bandwidth.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN BatchNorm graphs")
+env = environment.collect()
+env
+
+# %%
+# Training forward, checked
+# -------------------------
+# The first ResNet-50 stage at batch 64: 64 × 256 × 56 × 56 in fp16, channels-last. Scale,
+# bias and statistics are fp32 per channel. The running statistics go in as inputs and come
+# back updated through the same buffers.
+import torch
+
+from cudnn_guide import check, norms, tensors
+
+problem = norms.BatchNormProblem(n=64, c=256, h=56, w=56)
+data = problem.make_inputs(seed=0)
+train = norms.batchnorm_relu_graph(problem, data, training=True)
+print(problem)
+print(train.built.report)
+
+
+def training_pack(f, d, p):
+    return f.pack(x=d["x"], scale=d["scale"], bias=d["bias"], running_mean=d["running_mean"],
+                  running_var=d["running_var"], epsilon=tensors.scalar_value(p.eps, rank=4),
+                  momentum=tensors.scalar_value(p.momentum, rank=4), mean=d["mean"], inv_var=d["inv_var"],
+                  next_running_mean=d["running_mean"], next_running_var=d["running_var"], y=d["y"])
+
+
+rm_before, rv_before = data["running_mean"].clone(), data["running_var"].clone()
+check.poison(data["y"], data["mean"], data["inv_var"])
+train.built.execute(training_pack(train, data, problem))
+
+ref_rm, ref_rv = rm_before.clone(), rv_before.clone()
+ref_y = check.reference(lambda x, s, b: problem.torch_forward(x, s, b, ref_rm, ref_rv, training=True),
+                        data["x"], data["scale"], data["bias"])
+xf = data["x"].float()
+checks = [
+    check.check(data["y"], ref_y, name="y = relu(bn(x))"),
+    check.check(data["mean"], xf.mean((0, 2, 3), keepdim=True), name="saved mean", tol=1e-4),
+    check.check(data["inv_var"], torch.rsqrt(xf.var((0, 2, 3), unbiased=False, keepdim=True) + problem.eps),
+                name="saved 1/sqrt(var+eps)", tol=1e-4),
+    check.check(data["running_mean"], ref_rm, name="updated running mean", tol=1e-4),
+    check.check(data["running_var"], ref_rv, name="updated running var (unbiased, as PyTorch)", tol=1e-4),
+]
+del xf
+for c in checks:
+    print(c)
+
+# %%
+# Inference, two ways
+# -------------------
+# cuDNN's ``batchnorm_inference`` node takes the running mean and 1/√(var+ε). If this cuDNN has
+# no engine for it followed by a ReLU, the page says so and uses the folded form, which is one
+# multiply-add per element: ``a = γ/√(var+ε)``, ``b = β − mean·a``.
+from cudnn_guide.errors import GraphNotSupportedError
+
+
+def inference_graph(p, d):
+    """cuDNN's batchnorm_inference node if an engine takes it, otherwise the folded form."""
+    d["mean"] = d["running_mean"].clone()
+    d["inv_var"] = torch.rsqrt(d["running_var"] + p.eps)
+    d["a"], d["b"] = norms.fold_batchnorm(d["scale"], d["bias"], d["running_mean"], d["running_var"], p.eps)
+    try:
+        f = norms.batchnorm_relu_graph(p, d, training=False)
+        return "batchnorm_inference node", f, f.pack(**{k: d[k] for k in f.io})
+    except GraphNotSupportedError as exc:
+        f = norms.folded_batchnorm_relu_graph(p, d)
+        return f"folded (the node was refused: {str(exc).splitlines()[0][:160]})", f, f.pack(**{k: d[k] for k in f.io})
+
+
+form, infer, infer_pack = inference_graph(problem, data)
+print("inference graph:", form)
+check.poison(data["y"])
+infer.built.execute(infer_pack)
+ref_inf = check.reference(lambda x, s, b, m, v: problem.torch_forward(x, s, b, m, v, training=False),
+                          data["x"], data["scale"], data["bias"], data["running_mean"], data["running_var"])
+checks.append(check.check(data["y"], ref_inf, name=f"inference y ({form.split(' (')[0]})"))
+print(checks[-1])
+
+# %%
+# The baselines
+# -------------
+# PyTorch eager: ``F.batch_norm`` then an in-place ReLU, as torchvision's ResNet does.
+# ``torch.compile`` fuses both into one generated kernel per pass. Each is checked.
+from cudnn_guide import baselines
+
+
+def torch_fn(p, d, training, fn):
+    rm, rv = d["running_mean"].clone(), d["running_var"].clone()
+    x, s, b = d["x"], d["scale"], d["bias"]
+    return lambda: fn(x, s, b, rm, rv, training)
+
+
+compiled_forward = baselines.compile_quietly(problem.torch_forward, mode="default")
+for name, fn in (("PyTorch eager", problem.torch_forward), ("torch.compile", compiled_forward)):
+    checks.append(check.check(torch_fn(problem, data, False, fn)(), ref_inf, name=f"{name} inference"))
+    print(checks[-1])
+
+# %%
+# Sweep the ResNet-50 stages
+# --------------------------
+# The BatchNorm → ReLU after each stage's 3×3 convolution at batch 64, channels 64 → 512 as the
+# resolution halves (the blocks' output BN, at 256 → 2048 channels, moves 4× the bytes with the
+# same shapes otherwise). Bytes: read x, write y (the training forward must read x twice if the
+# statistics and the normalization are separate passes; counted once here, so a two-pass kernel
+# shows at most half the copy bandwidth).
+from cudnn_guide import bench, sweep
+
+STAGES = {"64×56×56": (64, 56), "128×28×28": (128, 28), "256×14×14": (256, 14), "512×7×7": (512, 7)}
+made = {}
+
+
+def setup(stage):
+    if stage not in made:
+        c, hw = STAGES[stage]
+        p = norms.BatchNormProblem(n=64, c=c, h=hw, w=hw)
+        d = p.make_inputs(seed=c)
+        t = norms.batchnorm_relu_graph(p, d, training=True)
+        tp = training_pack(t, d, p)
+        check.poison(d["y"])
+        t.built.execute(tp)
+        rm, rv = d["running_mean"].clone(), d["running_var"].clone()  # already updated once; reference starts from here
+        check.check(d["y"], check.reference(lambda x, s, b: p.torch_forward(x, s, b, rm, rv, True), d["x"], d["scale"], d["bias"]),
+                    name=f"training {stage}")
+        _, inf, ip = inference_graph(p, d)
+        made[stage] = (p, d, t.built.bind(tp), inf.built.bind(ip), baselines.compile_quietly(p.torch_forward, mode="default"))
+    return made[stage]
+
+
+impls = {
+    "cuDNN training": lambda st: setup(st)[2],
+    "PyTorch eager training": lambda st: torch_fn(setup(st)[0], setup(st)[1], True, setup(st)[0].torch_forward),
+    "torch.compile training": lambda st: torch_fn(setup(st)[0], setup(st)[1], True, setup(st)[4]),
+    "cuDNN inference": lambda st: setup(st)[3],
+    "PyTorch eager inference": lambda st: torch_fn(setup(st)[0], setup(st)[1], False, setup(st)[0].torch_forward),
+    "torch.compile inference": lambda st: torch_fn(setup(st)[0], setup(st)[1], False, setup(st)[4]),
+}
+result = sweep.sweep(list(STAGES), impls, x="stage", l2="cold", bytes=lambda st: setup(st)[0].bytes, budget_ms=150)
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_lines
+
+ceil = bench.measure_ceilings()
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained", sharey=True)
+for ax, mode in zip(axes, ("training", "inference")):
+    plot_lines([m for m in result.measurements if m.params["impl"].endswith(mode)], x="stage", metric="gbps", ax=ax,
+               title=f"BatchNorm → ReLU, {mode}, batch 64, fp16", ceiling=ceil.copy_gbps,
+               ceiling_label="measured copy bandwidth")
+    ax.legend(fontsize=8)
+plt.show()
+
+# %%
+result.table("median_us", title="BatchNorm → ReLU, µs per call (batch 64, fp16, NHWC)")
+
+# %%
+# Takeaways
+# ---------
+from cudnn_guide.report import versus
+
+for mode in ("training", "inference"):
+    for stage in STAGES:
+        ours = result.get(f"cuDNN {mode}", stage)
+        eager = result.get(f"PyTorch eager {mode}", stage)
+        comp = result.get(f"torch.compile {mode}", stage)
+        print(f"* {mode}, {stage}: cuDNN {ours.median_ms * 1e3:.1f} µs ({100 * ours.gbps / ceil.copy_gbps:.0f}% of copy "
+              f"bandwidth) is {versus(ours, eager)} eager and {versus(ours, comp)} torch.compile.")
+print(f"* Inference graph used: {form}.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_11_batchnorm_relu", title="BatchNorm → ReLU", environment=env)
+for c in checks:
+    rec.add_check(c)
+rec.add(result.measurements)
+first = next(iter(STAGES))
+for mode in ("training", "inference"):
+    ours = result.get(f"cuDNN {mode}", first)
+    best = min((result.get(f"{n} {mode}", first) for n in ("PyTorch eager", "torch.compile")), key=lambda m: m.median_ms)
+    rec.headline(f"BN→ReLU {mode} at {first}, % of copy bandwidth", 100 * ours.gbps / ceil.copy_gbps, "%")
+    rec.headline(f"BN→ReLU {mode} at {first}, time ratio best PyTorch / cuDNN", best.median_ms / ours.median_ms, "x",
+                 baseline=best.label)
+rec.extra["inference_form"] = form
+_record_path = rec.write()
+# sphinx_gallery_end_ignore

@@ -1,0 +1,176 @@
+"""
+Convolution backward: data and weight gradients
+===============================================
+
+Training a convolution costs three convolutions per step: the forward, the data gradient
+(*dgrad*, which the layer below needs) and the weight gradient (*wgrad*, which the optimizer
+needs). This page builds all three as cuDNN graphs for the convolution of the core pages,
+checks the gradients against autograd, and times each against PyTorch's own calls, which also
+run cuDNN, so the honest expectation is a tie unless the plan choice differs.
+
+What you will learn:
+
+* ``conv_dgrad`` (inputs: the loss gradient and the filter) and ``conv_wgrad`` (inputs: the
+  image and the loss gradient), with the forward's padding, stride and dilation;
+* how to check gradients with :func:`cudnn_guide.check.reference_grads`;
+* a fair per-pass baseline: ``torch.ops.aten.convolution_backward`` with an output mask asks
+  PyTorch for exactly one gradient;
+* how PyTorch's ``cudnn.benchmark`` autotuning changes its side of the comparison.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN convolution graphs")
+env = environment.collect()
+env
+
+# %%
+# Three graphs, checked against autograd
+# --------------------------------------
+# N32 C128 56×56 → K256 3×3, pad 1, bf16, NHWC: the core pages' convolution (without its bias
+# and ReLU, whose backward is elementwise).
+import torch
+import torch.nn.functional as F
+
+from cudnn_guide import check, conv_training, recipes
+
+problem = recipes.ConvProblem(n=32, c=128, h=56, w=56, k=256)
+data = conv_training.make_training_inputs(problem, seed=0)
+fprop = conv_training.conv_fprop_graph(problem, data)
+dgrad = conv_training.conv_dgrad_graph(problem, data)
+wgrad = conv_training.conv_wgrad_graph(problem, data)
+passes = {"forward": fprop, "dgrad": dgrad, "wgrad": wgrad}
+packs = {name: f.pack(**{k: data[k] for k in f.io}) for name, f in passes.items()}
+print(problem)
+for f in passes.values():
+    print(f.built.report)
+
+check.poison(data["y"], data["dx"], data["dw"])
+for name, f in passes.items():
+    f.built.execute(packs[name])
+ref_y, ref_grads = check.reference_grads(
+    lambda x, w: F.conv2d(x, w, stride=problem.stride, padding=problem.padding),
+    {"x": data["x"], "w": data["w"]}, data["dy"])
+checks = [check.check(data["y"], ref_y, name="y (forward)"),
+          check.check(data["dx"], ref_grads["x"], name="dx (dgrad)"),
+          check.check(data["dw"], ref_grads["w"], name="dw (wgrad)")]
+for c in checks:
+    print(c)
+del ref_y, ref_grads
+
+# %%
+# PyTorch's side, pass by pass
+# ----------------------------
+# ``aten.convolution_backward`` computes any subset of (dx, dw, dbias) chosen by
+# ``output_mask``; asking for one is the fair counterpart of one cuDNN graph. The full step is
+# autograd: ``conv2d`` forward, then ``backward(dy)``.
+x, w, dy = data["x"], data["w"], data["dy"]
+conv_args = ([problem.stride] * 2, [problem.padding] * 2, [1, 1], False, [0, 0], 1)
+
+
+def torch_pass(name):
+    if name == "forward":
+        return lambda: F.conv2d(x, w, stride=problem.stride, padding=problem.padding)
+    mask = [name == "dgrad", name == "wgrad", False]
+    return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, *conv_args, mask)
+
+
+torch_dx = torch_pass("dgrad")()[0]
+torch_dw = torch_pass("wgrad")()[1]
+checks += [check.check(torch_dx, data["dx"].float(), name="PyTorch dgrad vs cuDNN", tol=check.tolerance(torch.bfloat16)),
+           check.check(torch_dw, data["dw"].float(), name="PyTorch wgrad vs cuDNN", tol=check.tolerance(torch.bfloat16))]
+print(*checks[-2:], sep="\n")
+
+# %%
+# Measure each pass and the full step
+# -----------------------------------
+# Cold L2. PyTorch is measured twice: with its default algorithm choice and with
+# ``torch.backends.cudnn.benchmark = True``, which times cuDNN's algorithms on first use of a
+# shape and keeps the fastest (its warm-up runs before timing starts).
+from cudnn_guide import bench
+
+launchers = {name: f.built.bind(packs[name]) for name, f in passes.items()}
+
+
+def cudnn_step():
+    launchers["forward"]()
+    launchers["dgrad"]()
+    launchers["wgrad"]()
+
+
+torch_step = conv_training.torch_training_step(problem, data)
+rows = []
+for name in ("forward", "dgrad", "wgrad", "training step"):
+    flops = problem.flops * (3 if name == "training step" else 1)
+    ours = cudnn_step if name == "training step" else launchers[name]
+    rows.append(bench.benchmark(ours, label=f"cuDNN graph {name}", l2="cold", flops=flops,
+                                params={"impl": "cuDNN graphs", "pass": name}))
+    for bench_mode in (False, True):
+        torch.backends.cudnn.benchmark = bench_mode
+        theirs = torch_step if name == "training step" else torch_pass(name)
+        impl = f"PyTorch (cudnn.benchmark={bench_mode})"
+        rows.append(bench.benchmark(theirs, label=f"{impl} {name}", l2="cold", flops=flops,
+                                    params={"impl": impl, "pass": name}))
+torch.backends.cudnn.benchmark = False
+for m in rows:
+    print(m)
+
+# %%
+from cudnn_guide.report import ComparisonTable
+
+ComparisonTable(rows, row="impl", column="pass", metric="median_us",
+                title=f"{problem}: µs per pass (cold L2)")
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+import numpy as np
+
+impls = list(dict.fromkeys(m.params["impl"] for m in rows))
+pass_names = list(dict.fromkeys(m.params["pass"] for m in rows))
+fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+width = 0.8 / len(impls)
+for i, impl in enumerate(impls):
+    ms = [next(m for m in rows if m.params["impl"] == impl and m.params["pass"] == p) for p in pass_names]
+    xs = np.arange(len(pass_names)) + i * width
+    ax.bar(xs, [m.tflops for m in ms], width, label=impl,
+           yerr=[[m.tflops - m.flops / (m.q3_ms * 1e9) for m in ms], [m.flops / (m.q1_ms * 1e9) - m.tflops for m in ms]])
+ax.set_xticks(np.arange(len(pass_names)) + width * (len(impls) - 1) / 2, pass_names)
+ax.set_ylabel("TFLOP/s (error bars: interquartile range)")
+ax.set_title("convolution training passes, bf16 NHWC")
+ax.grid(True, axis="y", alpha=0.3)
+ax.legend(fontsize=8)
+plt.show()
+
+# %%
+# Takeaways
+# ---------
+from cudnn_guide.report import versus
+
+by = {(m.params["impl"], m.params["pass"]): m for m in rows}
+for p in pass_names:
+    ours = by[("cuDNN graphs", p)]
+    best = min((by[(i, p)] for i in impls if i != "cuDNN graphs"), key=lambda m: m.median_ms)
+    print(f"* {p}: cuDNN graph {ours.median_ms * 1e3:.1f} µs ({ours.tflops:.0f} TFLOP/s) is {versus(ours, best)} "
+          f"the faster PyTorch setting ({best.params['impl']}, {best.median_ms * 1e3:.1f} µs).")
+step = by[("cuDNN graphs", "training step")]
+print(f"* The backward passes together take {(by[('cuDNN graphs', 'dgrad')].median_ms + by[('cuDNN graphs', 'wgrad')].median_ms) / by[('cuDNN graphs', 'forward')].median_ms:.2f}× "
+      f"the forward's time; the whole step runs at {step.tflops:.0f} TFLOP/s.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_12_conv_backward", title="Convolution backward", environment=env)
+for c in checks:
+    rec.add_check(c)
+rec.add(rows)
+best_step = min((by[(i, "training step")] for i in impls if i != "cuDNN graphs"), key=lambda m: m.median_ms)
+rec.headline("conv training step TFLOP/s", step.tflops, "TFLOP/s")
+rec.headline("training step, time ratio best PyTorch / cuDNN", best_step.median_ms / step.median_ms, "x",
+             baseline=best_step.label)
+_record_path = rec.write()
+# sphinx_gallery_end_ignore

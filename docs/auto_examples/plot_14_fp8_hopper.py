@@ -1,0 +1,234 @@
+"""
+FP8 on Hopper: scaled matmul and scaled attention
+=================================================
+
+Hopper's tensor cores run FP8 at twice the bf16 rate. FP8 E4M3 has 3 mantissa bits and a
+largest value of 448, so every FP8 tensor carries a per-tensor scale, and the graph applies the
+matching *descale* to get real values back. The question for a reader is the trade: how much
+faster, for how much less accuracy.
+
+What you will learn:
+
+* per-tensor scaling: ``t8 = t · scale`` stored in FP8, ``descale = 1/scale`` applied in the
+  graph's fp32 epilogue;
+* an FP8 matmul as a cuDNN graph (FP8 operands, fp32 accumulation, descales, bf16 output),
+  against PyTorch's ``torch._scaled_mm`` (cuBLASLt FP8) and a bf16 matmul;
+* FP8 attention with ``sdpa_fp8``: descales for Q, K, V and the softmax, a scale for the FP8
+  output, and the ``amax`` outputs that the next step's scales are computed from;
+* accuracy against an fp32 reference, for FP8 and for bf16, side by side with the speed.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((9, 0), "FP8 tensor cores (Hopper)")
+env = environment.collect()
+env
+
+# %%
+# FP8 matmul, checked
+# -------------------
+# 8192³. The real-valued operands are bf16 normals; each is quantized with the scale that maps
+# its largest magnitude onto 448. ``b`` is column-major, the layout FP8 tensor cores read.
+# Quantizing is not timed: in training it is fused into the producer of each operand.
+import torch
+
+from cudnn_guide import check, fp8
+
+problem = fp8.Fp8MatmulProblem(m=8192, n=8192, k=8192)
+data = problem.make_inputs(seed=0)
+mm = fp8.fp8_matmul_graph(problem, data)
+mm_pack = mm.pack(**{k: data[k] for k in mm.io})
+print(problem)
+print(mm.built.report)
+check.poison(data["c"])
+mm.built.execute(mm_pack)
+
+reference = check.reference(torch.matmul, data["a"], data["b"])
+a2, b2 = data["a8"][0], data["b8"][0]
+scale_args = dict(scale_a=data["descale_a"].reshape(()), scale_b=data["descale_b"].reshape(()), out_dtype=torch.bfloat16)
+bf16_out = torch.matmul(data["a"], data["b"])
+scaled_mm_out = torch._scaled_mm(a2, b2, **scale_args).unsqueeze(0)
+FP8_TOL = 0.1  # E4M3 rounds each operand to 2⁻⁴ relative; two operands, summed over K, land near 4e-2
+mm_checks = [
+    check.check(data["c"], reference, name="cuDNN FP8 matmul", tol=FP8_TOL),
+    check.check(scaled_mm_out, reference, name="torch._scaled_mm FP8", tol=FP8_TOL),
+    check.check(bf16_out, reference, name="bf16 matmul"),
+]
+for c in mm_checks:
+    print(c)
+
+# %%
+# FP8 matmul speed across sizes
+# -----------------------------
+# Square problems 2k–16k, cold L2, FP8 and bf16 side by side.
+from cudnn_guide import bench, sweep
+
+sizes = [2048, 4096, 8192, 16384]
+made = {}
+
+
+def setup(n):
+    if n not in made:
+        made.clear()
+        torch.cuda.empty_cache()
+        p = fp8.Fp8MatmulProblem(m=n, n=n, k=n)
+        d = p.make_inputs(seed=n)
+        f = fp8.fp8_matmul_graph(p, d)
+        launch = f.built.bind(f.pack(**{k: d[k] for k in f.io}))
+        check.poison(d["c"])
+        launch()
+        check.check(d["c"], check.reference(torch.matmul, d["a"], d["b"]), name=f"FP8 {n}³", tol=FP8_TOL)
+        made[n] = (p, d, launch, torch.empty_like(d["c"]))
+    return made[n]
+
+
+def scaled_mm(n):
+    _, d, _, _ = setup(n)
+    a, b = d["a8"][0], d["b8"][0]
+    kw = dict(scale_a=d["descale_a"].reshape(()), scale_b=d["descale_b"].reshape(()), out_dtype=torch.bfloat16)
+    return lambda: torch._scaled_mm(a, b, **kw)
+
+
+mm_impls = {
+    "cuDNN FP8 graph": lambda n: setup(n)[2],
+    "torch._scaled_mm FP8 (cuBLASLt)": scaled_mm,
+    "torch.matmul bf16 (cuBLAS)": lambda n: (lambda d=setup(n)[1], o=setup(n)[3]: torch.matmul(d["a"], d["b"], out=o)),
+}
+mm_result = sweep.sweep(sizes, mm_impls, x="n", l2="cold", flops=lambda n: 2 * n ** 3, budget_ms=150)
+made.clear()
+torch.cuda.empty_cache()
+
+# %%
+# FP8 attention, checked
+# ----------------------
+# Causal, 8 sequences of 2048 tokens, 16 heads of 128. ``make_sdpa_fp8_inputs`` quantizes Q, K
+# and V per tensor; the softmax probabilities are in [0, 1] and get ``scale_s = 448``; the output
+# is a convex combination of rows of V, so ``scale_o = 448 / max|V|`` cannot overflow. The bf16
+# cuDNN graph on the same real values is the accuracy and speed reference point.
+from cudnn_guide import recipes
+
+att = recipes.SdpaProblem(batch=8, heads=16, seq=2048, head_dim=128, causal=True)
+att_in = att.make_inputs(seed=3)
+f8 = fp8.make_sdpa_fp8_inputs(att_in["q"], att_in["k"], att_in["v"])
+att8 = fp8.sdpa_fp8_graph(att, f8)
+att8_pack = att8.pack(**{k: f8[k] for k in att8.io})
+att16 = recipes.sdpa_graph(att, att_in)
+att16_pack = att16.pack(**att_in)
+print(att8.built.report)
+att8.built.execute(att8_pack)
+att16.built.execute(att16_pack)
+att_ref = check.reference(att.torch_forward, att_in["q"], att_in["k"], att_in["v"])
+o_fp8 = fp8.dequantize(f8["o8"], f8["descale_o"])
+true_amax_o = float(att_ref.abs().max())
+att_checks = [
+    check.check(o_fp8, att_ref, name="cuDNN FP8 attention (dequantized O)", tol=FP8_TOL),
+    check.check(att_in["o"], att_ref, name="cuDNN bf16 attention"),
+    check.check(f8["amax_o"].reshape(1), torch.tensor([true_amax_o], device="cuda"), name="amax_O vs max|O| of the reference",
+                tol=FP8_TOL),
+]
+for c in att_checks:
+    print(c)
+print(f"amax_S = {f8['amax_s'].item():.4f} (the largest softmax probability; at most 1)")
+assert 0 < f8["amax_s"].item() <= 1.0 + 1e-3
+
+# %%
+# FP8 attention speed across sequence lengths
+# -------------------------------------------
+# 16,384 tokens per point (B = 16384 / S), causal, head dim 128, cold L2.
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+seqs = [2048, 4096, 8192, 16384]
+att_made = {}
+
+
+def att_setup(s):
+    if s not in att_made:
+        att_made.clear()
+        p = recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
+        d = p.make_inputs(seed=s)
+        q8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
+        g8, g16 = fp8.sdpa_fp8_graph(p, q8), recipes.sdpa_graph(p, d)
+        l8, l16 = g8.built.bind(g8.pack(**{k: q8[k] for k in g8.io})), g16.built.bind(g16.pack(**d))
+        l8()
+        ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
+        check.check(fp8.dequantize(q8["o8"], q8["descale_o"]), ref, name=f"FP8 attention S={s}", tol=FP8_TOL)
+        att_made[s] = (p, d, l8, l16)
+    return att_made[s]
+
+
+def flash(s):
+    p, d, _, _ = att_setup(s)
+
+    def run():
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return torch.nn.functional.scaled_dot_product_attention(d["q"], d["k"], d["v"], is_causal=True, scale=p.scale)
+    return run
+
+
+att_impls = {
+    "cuDNN FP8 graph": lambda s: att_setup(s)[2],
+    "cuDNN bf16 graph": lambda s: att_setup(s)[3],
+    "PyTorch flash bf16": flash,
+}
+att_result = sweep.sweep(seqs, att_impls, x="seq_len", l2="cold",
+                         flops=lambda s: recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128).flops,
+                         budget_ms=150)
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_lines
+
+ceil = bench.measure_ceilings()
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+plot_lines(mm_result.measurements, x="n", metric="tflops", ax=ax1, logx=True, title="matmul, n × n × n",
+           ceiling=ceil.bf16_tflops, ceiling_label="measured bf16 matmul ceiling")
+plot_lines(att_result.measurements, x="seq_len", metric="tflops", ax=ax2, logx=True,
+           title="causal attention forward, head dim 128")
+for ax in (ax1, ax2):
+    ax.legend(fontsize=8)
+plt.show()
+
+# %%
+mm_result.table("tflops", title="matmul TFLOP/s")
+
+# %%
+att_result.table("tflops", title="causal attention TFLOP/s")
+
+# %%
+# Accuracy and speed, side by side
+# --------------------------------
+from cudnn_guide.report import versus
+
+m8, msm, m16 = (mm_result.get(n, 8192) for n in mm_impls)
+a8, a16, afl = (att_result.get(n, 2048) for n in att_impls)
+print(f"* Matmul 8192³: cuDNN FP8 {m8.tflops:.0f} TFLOP/s is {versus(m8, msm)} torch._scaled_mm FP8 and "
+      f"{versus(m8, m16)} the bf16 matmul ({m16.tflops:.0f} TFLOP/s); its relative error is "
+      f"{mm_checks[0].rel_error:.1e} against bf16's {mm_checks[2].rel_error:.1e} "
+      f"({mm_checks[0].rel_error / mm_checks[2].rel_error:.0f}× larger).")
+print(f"* Attention at S=2048: cuDNN FP8 {a8.tflops:.0f} TFLOP/s is {versus(a8, a16)} cuDNN bf16 and "
+      f"{versus(a8, afl)} PyTorch flash; relative error {att_checks[0].rel_error:.1e} against bf16's "
+      f"{att_checks[1].rel_error:.1e}.")
+peak8 = max((m for m in att_result.measurements if m.params["impl"] == "cuDNN FP8 graph"), key=lambda m: m.tflops)
+peak16 = max((m for m in att_result.measurements if m.params["impl"] == "cuDNN bf16 graph"), key=lambda m: m.tflops)
+print(f"* Peak attention throughput: FP8 {peak8.tflops:.0f} TFLOP/s (S={peak8.params['seq_len']}), "
+      f"bf16 {peak16.tflops:.0f} TFLOP/s (S={peak16.params['seq_len']}).")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_14_fp8_hopper", title="FP8 on Hopper", environment=env)
+for c in mm_checks + att_checks:
+    rec.add_check(c)
+rec.add(mm_result.measurements, att_result.measurements)
+rec.headline("FP8 matmul 8192³ TFLOP/s", m8.tflops, "TFLOP/s")
+rec.headline("FP8 matmul 8192³, time ratio torch._scaled_mm / cuDNN", msm.median_ms / m8.median_ms, "x", baseline=msm.label)
+rec.headline("FP8 attention S=2048, time ratio cuDNN bf16 / cuDNN FP8", a16.median_ms / a8.median_ms, "x", baseline=a16.label)
+rec.headline("FP8 attention relative error", att_checks[0].rel_error, "")
+_record_path = rec.write()
+# sphinx_gallery_end_ignore
