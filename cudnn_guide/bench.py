@@ -14,8 +14,8 @@ Before each timed call the harness enqueues a short GPU *spin* (``torch.cuda._sl
 from the measured host time of one call, ahead of the start event. The host then enqueues the
 whole call while the GPU is still spinning, so the events time the GPU work alone and not the
 Python that launches it (the method nvbench calls a blocking kernel). The host time is measured
-separately and reported (``host_samples_ms``): when it exceeds the GPU time, a loop of such calls
-is host-bound, and the measurement says so.
+separately, one call at a time on an idle GPU queue, and reported (``host_samples_ms``): when it
+exceeds the GPU time, a loop of such calls is host-bound, and the measurement says so.
 
 ``cuda_graph=True`` captures many calls into one CUDA graph and times its replays, removing launch
 gaps for kernels too short to time one at a time.
@@ -36,7 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 from . import clocks
 from .errors import BenchmarkError
 
-__all__ = ["Measurement", "benchmark", "l2_flush_buffer", "Ceilings", "measure_ceilings", "ProfiledKernels", "profile_kernels"]
+__all__ = ["Measurement", "benchmark", "l2_flush_buffer", "Ceilings", "measure_ceilings", "measure_read_bandwidth",
+           "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
 
@@ -333,7 +334,8 @@ def benchmark(
     else:
         reps = int(min(max(budget_ms / max(est, 1e-4), min_reps), max_reps))
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
-        samples, host_samples = _time_each(fn, flush, reps, label, spin_ms)
+        samples, _ = _time_each(fn, flush, reps, label, spin_ms)
+        host_samples = _host_times(fn, flush, label, min(reps, 20))
         mode = f"{l2}-L2 events"
     clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
     notes = _spread_warnings(samples) + clocks.throttle_warnings(clock_info)
@@ -383,6 +385,27 @@ def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms
         e.record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)], host
+
+
+def _host_times(fn: Callable[[], Any], flush: Any, label: str, n: int) -> list[float]:
+    """Host time to enqueue one call, each on an idle GPU queue.
+
+    Inside the timed loop the queue fills whenever the GPU work per iteration outlasts its
+    enqueueing, and a launch then blocks until a slot frees: host time measured there tracks
+    the GPU time, not the cost of the call. Timing a few calls after a synchronize measures
+    the enqueue cost alone."""
+    import torch
+
+    out = []
+    for _ in range(n):
+        if flush is not None:
+            flush.zero_()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        _call(fn, label)
+        out.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return out
 
 
 def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) -> list[float]:
@@ -484,6 +507,39 @@ def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096
     torch.cuda.empty_cache()
     _CEILINGS = Ceilings(copy.gbps or 0.0, mm.tflops or 0.0, copy, mm)
     return _CEILINGS
+
+
+def measure_read_bandwidth(mib: int = 2048) -> Measurement:
+    """Read-only bandwidth: a sum over a ``mib`` buffer (cold L2), counting the bytes read.
+
+    The copy ceiling counts bytes read *plus* written; a kernel that only reads (attention
+    decode streaming its KV cache) can exceed it slightly, so read-only work is compared with
+    this instead.
+
+    Parameters
+    ----------
+    mib
+        Buffer size, MiB.
+
+    Returns
+    -------
+    Measurement
+        The sum's timing, with ``gbps`` the read rate.
+
+    Example
+    -------
+    >>> read = measure_read_bandwidth()
+    >>> print(f"{read.gbps:.0f} GB/s read")
+    """
+    import torch
+
+    src = torch.randn(mib * 2**20 // 4, device="cuda", dtype=torch.float32)
+    out = torch.empty((), device="cuda", dtype=torch.float32)
+    m = benchmark(lambda: torch.sum(src, out=out), label="device read (sum)", l2="cold", bytes=src.numel() * 4,
+                  budget_ms=300, params={"impl": "device read (sum)", "size_mib": mib})
+    del src
+    torch.cuda.empty_cache()
+    return m
 
 
 # ---------------------------------------------------------------------------------------------

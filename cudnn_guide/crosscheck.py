@@ -5,6 +5,11 @@ one call, cold L2); the per-call kernel time the PyTorch profiler reports (CUPTI
 :func:`~cudnn_guide.bench.profile_kernels`, cold L2); and the per-call time of a CUDA-graph
 replay of 100 calls (hot L2, no launch gaps). Run as ``python -m cudnn_guide.crosscheck OUT.json``
 on a GPU; the methodology page renders the committed result.
+
+The profiler and the harness can also watch the *same* calls: :func:`same_run` runs the
+harness under the profiler and splits the CUPTI kernel trace into the harness's calls (each
+begins after the harness's spin kernel), so both clocks see identical conditions (clocks, power
+state, L2 contents). What remains between them is what events add by construction.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import sys
 from typing import Any, Callable
 
-__all__ = ["kernels", "crosscheck", "main"]
+__all__ = ["kernels", "same_run", "crosscheck", "main"]
 
 
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
@@ -52,6 +57,80 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     return out
 
 
+def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = None,
+             budget_ms: float = 300.0) -> dict[str, Any]:
+    """Time ``launch`` with the harness while the profiler records every kernel, and compare per call.
+
+    The harness enqueues, per timed call: the L2 flush, a spin kernel, the start event, the
+    call's kernels, the end event. In the CUPTI trace, the kernels after each spin kernel and
+    before the next flush are one call; its *span* runs from its first kernel's start to its
+    last kernel's end, its *kernel time* sums their durations.
+
+    Parameters
+    ----------
+    launch
+        The call to time.
+    label
+        Name in errors.
+    flops
+        FLOPs per call.
+    budget_ms
+        The harness's time budget.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``events_median_us`` (the harness), ``cupti_span_median_us``, ``cupti_kernels_median_us``,
+        ``calls`` matched, and the percentage differences.
+
+    Example
+    -------
+    >>> r = same_run(launch, label='conv')
+    >>> print(r['events_vs_span_pct'])
+    """
+    import statistics
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from . import bench
+
+    flush = bench.l2_flush_buffer()
+    with profile(activities=[ProfilerActivity.CUDA]) as p0:  # learn the flush kernel's name
+        flush.zero_()
+        torch.cuda.synchronize()
+    flush_names = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            m = bench.benchmark(launch, label=label, l2="cold", flops=flops, budget_ms=budget_ms)
+            torch.cuda.synchronize()
+    gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                  and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()),
+                 key=lambda e: e.time_range.start)
+    calls, current, in_call = [], [], False
+    for e in gpu:
+        if "sleep" in e.name.lower() or "spin" in e.name.lower():
+            in_call, current = True, []
+            calls.append(current)
+        elif e.name in flush_names:
+            in_call = False
+        elif in_call:
+            current.append(e)
+    calls = [c for c in calls if c][-m.n:]  # the timed calls are the last n; warm-up ran without spins
+    span = [c[-1].time_range.end - c[0].time_range.start for c in calls]
+    busy = [sum(e.time_range.end - e.time_range.start for e in c) for c in calls]
+    ev = m.median_ms * 1e3
+    return {
+        "events_median_us": ev, "events_iqr_us": m.iqr_ms * 1e3, "calls": len(calls),
+        "cupti_span_median_us": statistics.median(span), "cupti_kernels_median_us": statistics.median(busy),
+        "kernels_per_call": statistics.median(len(c) for c in calls),
+        "events_vs_span_pct": 100 * (ev / statistics.median(span) - 1),
+        "events_minus_span_us": ev - statistics.median(span),
+    }
+
+
 def crosscheck() -> list[dict[str, Any]]:
     """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel.
 
@@ -72,7 +151,9 @@ def crosscheck() -> list[dict[str, Any]]:
         m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
         prof = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
+        same = same_run(launch, label=name, flops=flops)
         rows.append({
+            "same_run": same,
             "kernel": name,
             "harness_median_us": m.median_ms * 1e3,
             "harness_iqr_us": m.iqr_ms * 1e3,
@@ -108,8 +189,12 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
         with open(argv[0], "w", encoding="utf-8") as f:
             f.write(text + "\n")
     for r in rows:
+        sr = r["same_run"]
         print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs  profiler {r['profiler_us']:9.1f} µs "
-              f"({r['harness_vs_profiler_pct']:+5.1f}%)  replay(hot) {r['replay_hot_us']:9.1f} µs")
+              f"({r['harness_vs_profiler_pct']:+5.1f}%)  replay(hot) {r['replay_hot_us']:9.1f} µs | same run: events "
+              f"{sr['events_median_us']:.1f} µs, CUPTI span {sr['cupti_span_median_us']:.1f} µs "
+              f"({sr['events_vs_span_pct']:+.1f}%), kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls, "
+              f"{sr['kernels_per_call']} kernel(s)/call")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,7 +20,7 @@ from typing import Any
 from . import recording
 from .records import RECORD_SUFFIX
 
-__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "reset_between_examples", "connect"]
+__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "warnings_rst", "reset_between_examples", "connect"]
 
 HEALTH_EXCEPTIONS: dict[str, str] = {
     # "plot_name": "why this page may lack a figure/output/record",
@@ -117,7 +117,60 @@ def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
         f"   {verb} **{env.get('gpu', '?')}** · {env.get('date_utc', '?')} · commit ``{env.get('commit', '?')}`` · "
         f"cuDNN {env.get('cudnn_backend', '?')} · frontend {env.get('cudnn_frontend', '?')} · torch {env.get('torch', '?')} · "
         f":download:`JSON record <{stem}{RECORD_SUFFIX}>`\n"
-    )
+    ) + warnings_rst(record)
+
+
+_WARNING_KINDS = (  # (substring of the harness's warning, how the summary names it)
+    ("held the clock down", "the GPU's power cap held the SM clock below 97% of its maximum"),
+    ("thermal throttling", "thermal throttling"),
+    ("large spread", "a large spread (IQR over 10% of the median)"),
+    ("drifted", "timings drifting between the first and last third of the run"),
+    ("host time per call", "host-bound back-to-back calls (the GPU time is still the GPU's)"),
+)
+
+
+def warnings_rst(record: dict[str, Any] | None) -> str:
+    """A note summarizing the harness warnings carried by a page's measurements.
+
+    Sweeps show their points only as tables and plots, so a warning on one point would
+    otherwise stay in the JSON record; this puts the count of each kind (and, for clock
+    warnings, the lowest SM clock seen) under the page's title.
+
+    Parameters
+    ----------
+    record
+        The example's JSON record.
+
+    Returns
+    -------
+    str
+        reST for the note; empty when no measurement carries a warning.
+
+    Example
+    -------
+    >>> print(warnings_rst(records.load('docs/auto_examples/plot_14_fp8_hopper.record.json')))
+    """
+    ms = (record or {}).get("measurements", [])
+    counts: dict[str, int] = {}
+    lowest = None
+    for m in ms:
+        for w in m.get("warnings", []):
+            kind = next((name for key, name in _WARNING_KINDS if key in w), "other warnings")
+            counts[kind] = counts.get(kind, 0) + 1
+            if "held the clock down" in w:
+                clk = m.get("clocks", {})
+                if clk.get("sm_mhz_end") and (lowest is None or clk["sm_mhz_end"] < lowest[0]):
+                    lowest = (clk["sm_mhz_end"], clk.get("max_sm_mhz"))
+    if not counts:
+        return ""
+    flagged = sum(1 for m in ms if m.get("warnings"))
+    lines = [f"\n.. admonition:: {flagged} of {len(ms)} measurements on this page carry a harness warning",
+             "   :class: cg-warnings note", ""]
+    for name, n in counts.items():
+        extra = f" (lowest: {lowest[0]} of {lowest[1]} MHz)" if lowest and name.startswith("the GPU's power cap") else ""
+        lines.append(f"   * {n} × {name}{extra}")
+    lines += ["", "   Each warning is in the JSON record next to its samples; :doc:`/methodology` explains them.", ""]
+    return "\n".join(lines) + "\n"
 
 
 _TITLE = re.compile(r"^(?P<title>[^\n.][^\n]*)\n(?P<rule>=+)\n", re.MULTILINE)

@@ -151,3 +151,97 @@ def test_pass_by_value_scalar_changes_the_result():
         ref_y, ref_amax = check.reference(p.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
         assert check.check(inputs["y"], ref_y).passed
         assert check.check(inputs["amax"], ref_amax, tol=1e-2).passed
+
+
+# --- issue 5 graphs, at small sizes: each checked against PyTorch -------------------------------
+
+def _sub(data, fused):
+    return {k: data[k] for k in fused.io}
+
+
+def test_attention_training_graphs_match_autograd():
+    from cudnn_guide import attention
+
+    p = recipes.SdpaProblem(batch=1, heads=2, seq=256, head_dim=64, causal=True)
+    d = attention.make_training_inputs(p, seed=1)
+    fwd, bwd = attention.sdpa_forward_training_graph(p, d), attention.sdpa_backward_graph(p, d)
+    check.poison(d["o"], d["stats"], d["dq"], d["dk"], d["dv"])
+    fwd.built.execute(fwd.pack(**_sub(d, fwd)))
+    bwd.built.execute(bwd.pack(**_sub(d, bwd)))
+    out, grads = check.reference_grads(lambda q, k, v: p.torch_forward(q, k, v), {n: d[n] for n in "qkv"}, d["d_o"])
+    check.check(d["o"], out)
+    for n in "qkv":
+        check.check(d["d" + n], grads[n], name="d" + n)
+
+
+def test_paged_decode_matches_attention_over_the_gathered_pages():
+    from cudnn_guide import attention
+
+    p = attention.PagedDecodeProblem(batch=3, heads=4, head_dim=64, max_context=512, page_size=32)
+    d = p.make_inputs(seed=2)
+    f = attention.paged_decode_graph(p, d)
+    check.poison(d["o"])
+    f.built.execute(f.pack(**_sub(d, f)))
+    k, v = attention.gather_pages(d["k_pool"], d["page_table"]), attention.gather_pages(d["v_pool"], d["page_table"])
+    check.check(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"])))
+    d["page_table"].copy_(d["page_table"].flip(2))  # a different page order must change the answer
+    f.built.execute(f.pack(**_sub(d, f)))
+    assert not check.compare(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"]))).passed
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_norm_forward_and_backward_match_autograd(kind):
+    from cudnn_guide import norms
+
+    p = norms.NormProblem(tokens=256, hidden=512, kind=kind)
+    d = p.make_inputs(seed=3)
+    fwd, bwd = norms.norm_forward_graph(p, d), norms.norm_backward_graph(p, d)
+    fwd.built.execute(norms.pack_norm(fwd, d, eps=p.eps))
+    bwd.built.execute(norms.pack_norm(bwd, d))
+    params = {"x": d["x"], "scale": d["scale"]} | ({"bias": d["bias"]} if kind == "layer" else {})
+    out, grads = check.reference_grads(lambda **kw: p.torch_forward(**kw), params, d["dy"])
+    check.check(d["y"], out)
+    for n in params:
+        check.check(d["d" + n], grads[n], name="d" + n)
+
+
+def test_conv_gradients_match_autograd():
+    from cudnn_guide import conv_training
+
+    p = recipes.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+    d = conv_training.make_training_inputs(p, seed=4)
+    dg, wg = conv_training.conv_dgrad_graph(p, d), conv_training.conv_wgrad_graph(p, d)
+    dg.built.execute(dg.pack(**_sub(d, dg)))
+    wg.built.execute(wg.pack(**_sub(d, wg)))
+    _, grads = check.reference_grads(lambda x, w: torch.nn.functional.conv2d(x, w, padding=p.padding),
+                                     {"x": d["x"], "w": d["w"]}, d["dy"])
+    check.check(d["dx"], grads["x"], name="dx")
+    check.check(d["dw"], grads["w"], name="dw")
+
+
+def test_fp8_matmul_is_within_fp8_tolerance():
+    from cudnn_guide import fp8
+
+    p = fp8.Fp8MatmulProblem(m=256, n=256, k=512)
+    d = p.make_inputs(seed=5)
+    f = fp8.fp8_matmul_graph(p, d)
+    f.built.execute(f.pack(**_sub(d, f)))
+    ref = check.reference(torch.matmul, d["a"], d["b"])
+    assert check.check(d["c"], ref, tol=0.1).rel_error > check.tolerance(torch.bfloat16) / 16  # really FP8, not bf16
+
+
+def test_benchmark_reads_the_clocks_and_host_time_on_an_idle_queue(conv):
+    inputs, fused = conv
+    m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="cold", budget_ms=20)
+    assert "read_with" in m.clocks
+    assert len(m.host_samples_ms) == min(m.n, 20) and min(m.host_samples_ms) > 0
+
+
+def test_same_run_matches_every_timed_call_to_its_kernels(conv):
+    from cudnn_guide import crosscheck
+
+    inputs, fused = conv
+    r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=30)
+    assert r["calls"] >= 20 and r["kernels_per_call"] >= 1
+    assert r["cupti_kernels_median_us"] <= r["cupti_span_median_us"] + 0.5  # busy time fits inside the span
+    assert r["events_median_us"] >= 0.9 * r["cupti_span_median_us"]  # events bracket the span

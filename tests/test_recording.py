@@ -140,3 +140,19 @@ def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkey
     assert recording.read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
     entries = history.load(docs / "data" / "history.jsonl")
     assert [e["example"] for e in entries] == ["plot_05_sdpa_causal"] and entries[0]["measurements"] == {}
+
+
+def test_page_warnings_are_summarized_under_the_title():
+    clock_warning = "software power cap held the clock down (SM clock 1485 of 1980 MHz at the end); timings may be slower"
+    record = {"environment": {"gpu": "NVIDIA H200"}, "measurements": [
+        {"warnings": [clock_warning], "clocks": {"sm_mhz_end": 1485, "max_sm_mhz": 1980}},
+        {"warnings": ["software power cap held the clock down (SM clock 1335 ...)", "large spread: IQR is 17% of the median"],
+         "clocks": {"sm_mhz_end": 1335, "max_sm_mhz": 1980}},
+        {"warnings": [], "clocks": {}},
+    ]}
+    note = docs_build.warnings_rst(record)
+    assert "2 of 3 measurements on this page carry a harness warning" in note
+    assert "2 × the GPU's power cap held the SM clock below 97% of its maximum (lowest: 1335 of 1980 MHz)" in note
+    assert "1 × a large spread" in note
+    assert note in docs_build.stamp_rst(record, "plot_x")
+    assert docs_build.warnings_rst({"measurements": [{"warnings": []}]}) == ""

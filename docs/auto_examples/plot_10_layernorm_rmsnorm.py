@@ -121,7 +121,7 @@ for (label, name), (p, forward, step) in impls.items():
                                 bytes=p.forward_bytes + p.backward_bytes,
                                 params={"impl": name, "norm": label, "pass": "forward + backward"}))
 for m in base:
-    print(f"{m}   {100 * m.gbps / ceil.copy_gbps:.0f}% of copy bandwidth")
+    print(f"{m}\n  = {100 * m.gbps / ceil.copy_gbps:.0f}% of the measured copy bandwidth")
 
 # %%
 from cudnn_guide.report import ComparisonTable
