@@ -212,7 +212,8 @@ def plot_lines(measurements: Sequence[Measurement], *, x: str, line: str = "impl
     for m in measurements:
         groups.setdefault(m.params.get(line, m.label), []).append(m)
     for name, ms in groups.items():
-        ms = sorted(ms, key=lambda m: m.params[x])
+        if all(isinstance(m.params[x], (int, float)) for m in ms):
+            ms = sorted(ms, key=lambda m: m.params[x])  # numeric sizes ascend; named ones keep their given order
         xs = [m.params[x] for m in ms]
         ys = [getter(m) for m in ms]
         # The band is the samples' 25th–75th percentile, mapped through the metric: a time scales

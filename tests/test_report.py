@@ -45,3 +45,11 @@ def test_versus_calls_small_differences_ties():
     assert report.versus(fast, slow) == "1.93× faster than"
     assert report.versus(slow, fast) == "1.93× slower than"
     assert report.versus(_m("a", 1, 1.0), _m("b", 1, 1.015)).startswith("within 1.5% of (a tie with)")
+
+
+def test_named_sizes_keep_their_order_and_numbers_ascend():
+    stages = ["64×56×56", "128×28×28", "256×14×14"]  # sorted as text, 128 would come first
+    ax = report.plot_lines([_m("a", s, 1.0) for s in stages], x="size")
+    assert [t.get_text() for t in ax.get_xticklabels()] == stages
+    ax = report.plot_lines([_m("a", s, float(s)) for s in (4, 1, 2)], x="size")
+    assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 4]
