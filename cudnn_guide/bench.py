@@ -36,8 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 from . import clocks
 from .errors import BenchmarkError
 
-__all__ = ["Measurement", "benchmark", "l2_flush_buffer", "Ceilings", "measure_ceilings", "measure_read_bandwidth",
-           "ProfiledKernels", "profile_kernels"]
+__all__ = ["Measurement", "benchmark", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
+           "measure_read_bandwidth", "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
 
@@ -537,7 +537,7 @@ def measure_read_bandwidth(mib: int = 2048) -> Measurement:
     out = torch.empty((), device="cuda", dtype=torch.float32)
     m = benchmark(lambda: torch.sum(src, dim=0, out=out), label="device read (sum)", l2="cold", bytes=src.numel() * 4,
                   budget_ms=300, params={"impl": "device read (sum)", "size_mib": mib})
-    del src
+    src = out = None  # release the buffer before returning its cache
     torch.cuda.empty_cache()
     return m
 
@@ -564,6 +564,36 @@ class ProfiledKernels:
 
     def top(self, k: int = 3) -> list[tuple[str, float]]:
         return sorted(self.kernels.items(), key=lambda kv: -kv[1])[:k]
+
+
+def flush_kernel_names(flush: Any) -> set[str]:
+    """The names of the GPU kernels that flushing L2 with ``flush.zero_()`` launches.
+
+    Profiles one flush, so traces of timed runs can leave the flush out.
+
+    Parameters
+    ----------
+    flush
+        The buffer from :func:`l2_flush_buffer`.
+
+    Returns
+    -------
+    set[str]
+        Kernel names.
+
+    Example
+    -------
+    >>> skip = flush_kernel_names(l2_flush_buffer())
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            flush.zero_()
+            torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
 def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold", label: str = "fn") -> ProfiledKernels:
@@ -602,14 +632,7 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
     flush = l2_flush_buffer() if l2 == "cold" else None
     _call(fn, label)
     torch.cuda.synchronize()
-    flush_names: set[str] = set()
-    if flush is not None:  # learn the flush kernel's name so it can be excluded
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-            with profile(activities=[ProfilerActivity.CUDA]) as p0:
-                flush.zero_()
-                torch.cuda.synchronize()
-        flush_names = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    flush_names = flush_kernel_names(flush) if flush is not None else set()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:

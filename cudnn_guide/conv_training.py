@@ -47,8 +47,18 @@ def make_training_inputs(problem: ConvProblem, seed: int = 0) -> dict[str, Any]:
     return data
 
 
-def _conv_attrs(problem: ConvProblem) -> dict[str, Any]:
-    return dict(padding=[problem.padding] * 2, stride=[problem.stride] * 2, dilation=[1, 1])
+def _conv_graph(problem: ConvProblem, inputs: dict[str, Any], op: str, ports: dict[str, str], out: str,
+                handle: Any, name: str, graph_kwargs: dict[str, Any]) -> Fused:
+    """One convolution graph: ``op`` (``conv_fprop``/``conv_dgrad``/``conv_wgrad``) with its input
+    ports fed from ``inputs`` (port → input name), the result written to ``inputs[out]``."""
+    import cudnn
+
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    io = {key: tensors.graph_tensor(g, inputs[key], key) for key in ports.values()}
+    result = getattr(g, op)(**{port: io[key] for port, key in ports.items()}, compute_data_type=cudnn.data_type.FLOAT,
+                            name=op, padding=[problem.padding] * 2, stride=[problem.stride] * 2, dilation=[1, 1])
+    io[out] = tensors.output_like(result, inputs[out])
+    return Fused(graphs.build(g, name=name, handle=handle), io)
 
 
 def conv_fprop_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_fprop",
@@ -78,14 +88,7 @@ def conv_fprop_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: An
     >>> f = conv_fprop_graph(p, ins)
     >>> f.built.execute(f.pack(x=ins['x'], w=ins['w'], y=ins['y']))
     """
-    import cudnn
-
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    X = tensors.graph_tensor(g, inputs["x"], "x")
-    W = tensors.graph_tensor(g, inputs["w"], "w")
-    Y = g.conv_fprop(image=X, weight=W, compute_data_type=cudnn.data_type.FLOAT, name="fprop", **_conv_attrs(problem))
-    tensors.output_like(Y, inputs["y"])
-    return Fused(graphs.build(g, name=name, handle=handle), {"x": X, "w": W, "y": Y})
+    return _conv_graph(problem, inputs, "conv_fprop", {"image": "x", "weight": "w"}, "y", handle, name, graph_kwargs)
 
 
 def conv_dgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_dgrad",
@@ -115,14 +118,7 @@ def conv_dgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: An
     >>> f = conv_dgrad_graph(p, ins)
     >>> f.built.execute(f.pack(dy=ins['dy'], w=ins['w'], dx=ins['dx']))
     """
-    import cudnn
-
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    DY = tensors.graph_tensor(g, inputs["dy"], "dy")
-    W = tensors.graph_tensor(g, inputs["w"], "w")
-    DX = g.conv_dgrad(loss=DY, filter=W, compute_data_type=cudnn.data_type.FLOAT, name="dgrad", **_conv_attrs(problem))
-    tensors.output_like(DX, inputs["dx"])
-    return Fused(graphs.build(g, name=name, handle=handle), {"dy": DY, "w": W, "dx": DX})
+    return _conv_graph(problem, inputs, "conv_dgrad", {"loss": "dy", "filter": "w"}, "dx", handle, name, graph_kwargs)
 
 
 def conv_wgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_wgrad",
@@ -152,14 +148,7 @@ def conv_wgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: An
     >>> f = conv_wgrad_graph(p, ins)
     >>> f.built.execute(f.pack(x=ins['x'], dy=ins['dy'], dw=ins['dw']))
     """
-    import cudnn
-
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    X = tensors.graph_tensor(g, inputs["x"], "x")
-    DY = tensors.graph_tensor(g, inputs["dy"], "dy")
-    DW = g.conv_wgrad(image=X, loss=DY, compute_data_type=cudnn.data_type.FLOAT, name="wgrad", **_conv_attrs(problem))
-    tensors.output_like(DW, inputs["dw"])
-    return Fused(graphs.build(g, name=name, handle=handle), {"x": X, "dy": DY, "dw": DW})
+    return _conv_graph(problem, inputs, "conv_wgrad", {"image": "x", "loss": "dy"}, "dw", handle, name, graph_kwargs)
 
 
 def torch_training_step(problem: ConvProblem, inputs: dict[str, Any]) -> Any:

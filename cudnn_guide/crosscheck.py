@@ -96,11 +96,7 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
 
     from . import bench
 
-    flush = bench.l2_flush_buffer()
-    with profile(activities=[ProfilerActivity.CUDA]) as p0:  # learn the flush kernel's name
-        flush.zero_()
-        torch.cuda.synchronize()
-    flush_names = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    flush_names = bench.flush_kernel_names(bench.l2_flush_buffer())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:

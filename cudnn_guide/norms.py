@@ -370,7 +370,6 @@ def batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, t
     -------
     >>> f = batchnorm_relu_graph(p, ins, training=True)
     """
-    import cudnn
 
     name = name or ("batchnorm_relu_training" if training else "batchnorm_relu_inference")
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
