@@ -120,12 +120,13 @@ def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
     ) + warnings_rst(record)
 
 
-_WARNING_KINDS = (  # (substring of the harness's warning, how the summary names it)
+_WARNING_KINDS = (  # (text in the harness's warning, how the summary names it); the first match counts, so the
+    # drift warning, which names thermal throttling as a possible cause, is matched before a thermal finding
     ("held the clock down", "the GPU's power cap held the SM clock below 97% of its maximum"),
-    ("thermal throttling", "thermal throttling"),
+    ("timings drifted", "timings drifting between the first and last third of the run"),
     ("large spread", "a large spread (IQR over 10% of the median)"),
-    ("drifted", "timings drifting between the first and last third of the run"),
     ("host time per call", "host-bound back-to-back calls (the GPU time is still the GPU's)"),
+    ("thermal throttling during", "thermal throttling"),
 )
 
 
@@ -269,6 +270,9 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         if docname.startswith(prefix):
             stem = docname.split("/", 1)[1]
             source[0] = _insert_stamp(source[0], stamp_rst(_record(gallery, stem), stem))
+            record_path = gallery / f"{stem}{RECORD_SUFFIX}"
+            if record_path.exists():  # the stamp and the warnings note come from the record: rebuild when it changes
+                app.env.note_dependency(str(record_path.resolve()))
 
     def on_builder_inited_late(app: Any) -> None:
         if partial:

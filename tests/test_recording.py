@@ -156,3 +156,8 @@ def test_page_warnings_are_summarized_under_the_title():
     assert "1 × a large spread" in note
     assert note in docs_build.stamp_rst(record, "plot_x")
     assert docs_build.warnings_rst({"measurements": [{"warnings": []}]}) == ""
+    drift = "timings drifted -15% from the first to the last third of the run (clock or thermal throttling, or interference)"
+    note = docs_build.warnings_rst({"measurements": [{"warnings": [drift]}]})
+    assert "1 × timings drifting" in note and "× thermal throttling" not in note  # a possible cause is not a finding
+    thermal = "thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)"
+    assert "1 × thermal throttling" in docs_build.warnings_rst({"measurements": [{"warnings": [thermal]}]})
