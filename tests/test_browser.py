@@ -140,13 +140,31 @@ def test_every_internal_link_resolves(site):
 
 def test_gallery_shows_one_thumbnail_per_example(browser, server, site):
     examples = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "examples").glob("plot_*.py"))
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def thumbs():
+        return browser.execute_script(
+            "return Array.from(document.querySelectorAll('.sphx-glr-thumbcontainer'))"
+            ".map(t => [t.querySelector('img').naturalWidth, t.querySelector('a').getAttribute('href')])")
+
+    # Wait for the gallery index to be in the DOM (one CI run read it before it was: an empty list
+    # though the served file had every thumbnail); reload once before concluding it is missing.
     browser.get(server + "auto_examples/index.html")
-    thumbs = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.sphx-glr-thumbcontainer'))"
-        ".map(t => [t.querySelector('img').naturalWidth, t.querySelector('a').getAttribute('href')])")
-    linked = sorted(re.sub(r"\.html(#.*)?$", "", href.split("/")[-1]) for _, href in thumbs)
-    assert linked == examples
-    assert all(width > 0 for width, _ in thumbs)
+    for attempt in range(2):
+        try:
+            WebDriverWait(browser, 20).until(lambda d: d.execute_script("return document.readyState") == "complete"
+                                             and thumbs() and all(width > 0 for width, _ in thumbs()))
+            break
+        except TimeoutException:
+            if attempt == 0:
+                browser.refresh()
+    found = thumbs()
+    on_disk = (site / "auto_examples" / "index.html").read_text(encoding="utf-8").count("sphx-glr-thumbcontainer")
+    linked = sorted(re.sub(r"\.html(#.*)?$", "", href.split("/")[-1]) for _, href in found)
+    assert linked == examples, (f"the browser saw {len(found)} thumbnails on {browser.current_url!r} "
+                                f"(title {browser.title!r}); the built file has {on_disk}")
+    assert all(width > 0 for width, _ in found), [href for width, href in found if not width]
 
 
 def test_search_finds_a_term(browser, server):
