@@ -334,10 +334,12 @@ def benchmark(
     else:
         reps = int(min(max(budget_ms / max(est, 1e-4), min_reps), max_reps))
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
-        samples, _ = _time_each(fn, flush, reps, label, spin_ms)
-        host_samples = _host_times(fn, flush, label, min(reps, 20))
+        samples = _time_each(fn, flush, reps, label, spin_ms)
         mode = f"{l2}-L2 events"
+    # read the clocks the moment the timed run ends, before anything idles the GPU
     clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
+    if not cuda_graph:
+        host_samples = _host_times(fn, flush, label, min(reps, 20))
     notes = _spread_warnings(samples) + clocks.throttle_warnings(clock_info)
     if host_samples and statistics.median(host_samples) > statistics.median(samples):
         notes.append(
@@ -368,23 +370,20 @@ def _spin(ms: float) -> None:
     torch.cuda._sleep(int(ms * rate))
 
 
-def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float) -> tuple[list[float], list[float]]:
+def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float) -> list[float]:
     import torch
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    host = []
     for s, e in zip(starts, ends):
         if flush is not None:
             flush.zero_()
         _spin(spin_ms)
         s.record()
-        t0 = time.perf_counter()
         _call(fn, label)
-        host.append((time.perf_counter() - t0) * 1e3)
         e.record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)], host
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 def _host_times(fn: Callable[[], Any], flush: Any, label: str, n: int) -> list[float]:
