@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from . import graphs, tensors
-from .recipes import Fused, SdpaProblem, _new_graph, _Problem
+from .recipes import Fused, SdpaProblem, _causal_mask, _new_graph, _Problem
 
 __all__ = ["training_flops", "make_training_inputs", "sdpa_forward_training_graph", "sdpa_backward_graph",
            "PagedDecodeProblem", "paged_decode_graph", "gather_pages"]
@@ -77,12 +77,6 @@ def make_training_inputs(problem: SdpaProblem, seed: int = 0) -> dict[str, Any]:
     return data
 
 
-def _mask(problem: SdpaProblem) -> dict[str, Any]:
-    import cudnn
-
-    return dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
-
-
 def sdpa_forward_training_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None,
                                 name: str = "sdpa_forward_training", **graph_kwargs: Any) -> Fused:
     """Build the training forward: attention output *and* its softmax statistics.
@@ -115,7 +109,7 @@ def sdpa_forward_training_graph(problem: SdpaProblem, inputs: dict[str, Any], *,
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
     Q, K, V = (tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v"))
     O, stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=True, attn_scale=problem.scale,
-                      compute_data_type=cudnn.data_type.FLOAT, **_mask(problem))
+                      compute_data_type=cudnn.data_type.FLOAT, **_causal_mask(problem))
     tensors.output_like(O, inputs["o"])
     tensors.output_like(stats, inputs["stats"])
     built = graphs.build(g, name=name, handle=handle)
@@ -157,7 +151,7 @@ def sdpa_backward_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle:
     io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v", "o", "d_o", "stats")}
     dQ, dK, dV = g.sdpa_backward(name="sdpa_backward", q=io["q"], k=io["k"], v=io["v"], o=io["o"],
                                  dO=io["d_o"], stats=io["stats"], attn_scale=problem.scale,
-                                 compute_data_type=cudnn.data_type.FLOAT, **_mask(problem))
+                                 compute_data_type=cudnn.data_type.FLOAT, **_causal_mask(problem))
     for n, t in (("dq", dQ), ("dk", dK), ("dv", dV)):
         io[n] = tensors.output_like(t, inputs[n])
     built = graphs.build(g, name=name, handle=handle)
@@ -316,11 +310,10 @@ def paged_decode_graph(problem: PagedDecodeProblem, inputs: dict[str, Any], *, h
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
     io = {n: tensors.graph_tensor(g, inputs[n], n)
           for n in ("q", "k_pool", "v_pool", "page_table", "seq_len_q", "seq_len_kv")}
-    table_v = io["page_table"]
     O, _ = g.sdpa(name="sdpa_paged", q=io["q"], k=io["k_pool"], v=io["v_pool"], generate_stats=False,
                   attn_scale=problem.scale, use_padding_mask=True, seq_len_q=io["seq_len_q"],
                   seq_len_kv=io["seq_len_kv"], paged_attention_k_table=io["page_table"],
-                  paged_attention_v_table=table_v,
+                  paged_attention_v_table=io["page_table"],
                   paged_attention_max_seq_len_kv=problem.pages_per_sequence * problem.page_size,
                   compute_data_type=cudnn.data_type.FLOAT)
     io["o"] = tensors.output_like(O, inputs["o"])

@@ -352,6 +352,14 @@ class SdpaProblem(_Problem):
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale)
 
 
+def _causal_mask(problem: SdpaProblem) -> dict[str, Any]:
+    """``sdpa``/``sdpa_backward`` keywords for the problem's mask: causal is the top-left band
+    ending on the diagonal (key j visible to query i when j ≤ i); empty for full attention."""
+    import cudnn
+
+    return dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
+
+
 def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa",
                **graph_kwargs: Any) -> Fused:
     """Declare and build cuDNN's fused attention for ``problem``.
@@ -389,9 +397,8 @@ def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = No
     Q = tensors.graph_tensor(g, inputs["q"], "q")
     K = tensors.graph_tensor(g, inputs["k"], "k")
     V = tensors.graph_tensor(g, inputs["v"], "v")
-    mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
     O, _stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=False, attn_scale=problem.scale,
-                       compute_data_type=cudnn.data_type.FLOAT, **mask)
+                       compute_data_type=cudnn.data_type.FLOAT, **_causal_mask(problem))
     o = inputs["o"]
     O.set_output(True).set_data_type(tensors.cudnn_dtype(o.dtype)).set_dim(list(o.shape)).set_stride(list(o.stride()))
     built = graphs.build(g, name=name, handle=handle)
