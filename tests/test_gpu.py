@@ -245,3 +245,34 @@ def test_same_run_matches_every_timed_call_to_its_kernels(conv):
     assert r["calls"] >= 20 and r["kernels_per_call"] >= 1
     assert r["cupti_kernels_median_us"] <= r["cupti_span_median_us"] + 0.5  # busy time fits inside the span
     assert r["events_median_us"] >= 0.9 * r["cupti_span_median_us"]  # events bracket the span
+
+
+def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
+    from cudnn_guide import norms
+
+    p = norms.BatchNormProblem(n=4, c=32, h=8, w=8)
+    d = p.make_inputs(seed=6)
+    rm, rv = d["running_mean"].clone(), d["running_var"].clone()
+    f = norms.batchnorm_relu_graph(p, d, training=True)
+    f.built.execute(f.pack(x=d["x"], scale=d["scale"], bias=d["bias"], running_mean=d["running_mean"],
+                           running_var=d["running_var"], epsilon=tensors.scalar_value(p.eps, rank=4),
+                           momentum=tensors.scalar_value(p.momentum, rank=4), mean=d["mean"], inv_var=d["inv_var"],
+                           next_running_mean=d["running_mean"], next_running_var=d["running_var"], y=d["y"]))
+    ref = check.reference(lambda x, s, b: p.torch_forward(x, s, b, rm, rv, training=True), d["x"], d["scale"], d["bias"])
+    check.check(d["y"], ref, name="y")
+    check.check(d["running_mean"], rm, name="running mean", tol=1e-4)
+    check.check(d["running_var"], rv, name="running var", tol=1e-4)
+
+
+def test_fp8_attention_output_and_amax_match_the_reference():
+    from cudnn_guide import fp8
+
+    p = recipes.SdpaProblem(batch=1, heads=2, seq=512, head_dim=128, causal=True)
+    d = p.make_inputs(seed=7)
+    f8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
+    f = fp8.sdpa_fp8_graph(p, f8)
+    f.built.execute(f.pack(**_sub(f8, f)))
+    ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
+    check.check(fp8.dequantize(f8["o8"], f8["descale_o"]), ref, name="O", tol=0.1)
+    check.check(f8["amax_o"].reshape(1), ref.abs().max().reshape(1), name="amax_O", tol=0.1)
+    assert 0 < f8["amax_s"].item() <= 1.0 + 1e-3  # softmax probabilities
