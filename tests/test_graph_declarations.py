@@ -4,6 +4,7 @@ attributes: checked on the CPU by declaring each graph (without building it) and
 Building and running them needs a GPU (tests/test_gpu.py); these catch wiring mistakes in CI.
 """
 
+import contextlib
 from unittest import mock
 
 import cudnn
@@ -13,37 +14,30 @@ import torch
 from cudnn_guide import attention, conv_training, fp8, norms, recipes, tensors
 
 
-def _declare_only(module):
-    """Patch ``module`` so its graph builders declare on the CPU and return the undeclared-built pygraph."""
+def _new_graph(problem, name, handle, graph_kwargs):
+    return cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
+                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT), None
 
-    def new_graph(problem, name, handle, graph_kwargs):
-        return cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
-                             intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT), None
 
-    def graph_tensor(g, t, name):
-        return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=tensors.cudnn_dtype(t.dtype))
+def _graph_tensor(g, t, name):  # as tensors.graph_tensor, but accepting CPU tensors
+    return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=tensors.cudnn_dtype(t.dtype))
 
-    def output_like(node_output, t):
-        return (node_output.set_output(True).set_data_type(tensors.cudnn_dtype(t.dtype))
-                .set_dim(list(t.shape)).set_stride(list(t.stride())))
 
-    return [mock.patch.object(module, "_new_graph", new_graph),
-            mock.patch.object(module.tensors, "graph_tensor", graph_tensor),
-            mock.patch.object(module.tensors, "output_like", output_like),
-            mock.patch.object(module.graphs, "build", lambda g, **kw: g)]
+def _output_like(node_output, t):
+    return (node_output.set_output(True).set_data_type(tensors.cudnn_dtype(t.dtype))
+            .set_dim(list(t.shape)).set_stride(list(t.stride())))
 
 
 @pytest.fixture
 def declare():
-    patches = []
-
-    def use(module):
-        patches.extend(_declare_only(module))
-        for p in patches[-4:]:
-            p.start()
-    yield use
-    for p in patches:
-        p.stop()
+    """``declare(module)``: its graph builders declare on the CPU and return the unbuilt pygraph."""
+    with contextlib.ExitStack() as stack:
+        def use(module):
+            for target, name, value in ((module, "_new_graph", _new_graph), (module.tensors, "graph_tensor", _graph_tensor),
+                                        (module.tensors, "output_like", _output_like),
+                                        (module.graphs, "build", lambda g, **kw: g)):
+                stack.enter_context(mock.patch.object(target, name, value))
+        yield use
 
 
 def _nodes(fused):
