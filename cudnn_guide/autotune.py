@@ -158,9 +158,9 @@ def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str
         return PlanTiming(index, name, error=f"could not select: {exc}")
     launch = built.bind(pack)
     try:
-        # reps calls, unless that would take longer than max_ms_per_plan: then as many as fit, at least 20
+        # reps calls, unless that would take longer than max_ms_per_plan: then as many as fit, at least 5
         m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=max_ms_per_plan, warmup_ms=5.0,
-                      min_reps=min(20, reps), max_reps=reps, params={"impl": name, "plan_index": index})
+                      min_reps=min(5, reps), max_reps=reps, params={"impl": name, "plan_index": index})
     except BenchmarkError as exc:
         return PlanTiming(index, name, error=str(exc.__cause__ or exc))
     return PlanTiming(index, name, m)
@@ -225,7 +225,7 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
     screen_cutoff:
         Halving drops plans whose one screened call is more than this many times the best.
     max_ms_per_plan:
-        A slow plan gets only as many calls as fit in this budget (at least 20): a plan ten times
+        A slow plan gets only as many calls as fit in this budget (at least 5): a plan ten times
         slower than the best needs no 200 samples to lose.
 
     Returns

@@ -298,5 +298,6 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     app.connect("source-read", on_source_read)
     # priority > 500: after sphinx-gallery generated (record) or kept (render) the pages
     app.connect("builder-inited", on_builder_inited_late, priority=900)
-    app.connect("autodoc-process-docstring", on_docstring)
+    if "sphinx.ext.autodoc" in app.extensions:  # a one-example recording build loads the gallery alone
+        app.connect("autodoc-process-docstring", on_docstring)
     app.connect("build-finished", on_finished)

@@ -26,12 +26,14 @@ __all__ = [
     "MODE_ENV", "MANIFEST", "StaleRecordingError", "ExampleState", "docs_mode", "example_states",
     "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
     "package_md5", "package_changed_since_recording", "ONLY_ENV", "record_examples",
-    "declared_requirements", "unmet_requirements", "write_skip_page",
+    "declared_requirements", "unmet_requirements", "write_skip_page", "CELLS_SUFFIX", "time_cells",
+    "read_cell_times",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
 MANIFEST = "recording.json"
+CELLS_SUFFIX = ".cells.json"
 
 
 class StaleRecordingError(GuideError):
@@ -455,6 +457,81 @@ def _skip_thumbnail(path: Path, reason: str) -> None:
     fig.text(0.5, 0.5, "skipped: needs\n" + textwrap.fill(reason, 28), ha="center", va="center", fontsize=12)
     fig.savefig(path)
     plt.close(fig)
+
+
+def _first_code_line(code: str) -> str:
+    for line in code.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return stripped[:100]
+    return ""
+
+
+def time_cells(gallery_dir: Path) -> None:
+    """Time every code cell sphinx-gallery executes; write ``<example>.cells.json`` beside its page.
+
+    Wraps ``sphinx_gallery.gen_rst.execute_code_block`` (called from ``conf.py`` in record mode).
+    Each file lists, per code cell in page order, its first line number, its first line of code
+    and its wall-clock seconds: where a page's build time goes, so the gallery can be kept
+    within its time budget. The methodology page renders them.
+
+    Parameters
+    ----------
+    gallery_dir
+        Where the recorded pages are written.
+
+    Example
+    -------
+    >>> time_cells(Path('docs/auto_examples'))  # in conf.py, record mode only
+    """
+    import time
+
+    from sphinx_gallery import gen_rst
+
+    inner = gen_rst.execute_code_block
+    if getattr(inner, "_cudnn_guide_timed", False):
+        return
+    cells: dict[str, list[dict[str, Any]]] = {}
+
+    def timed(compiler: Any, block: Any, example_globals: Any, script_vars: dict[str, Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return inner(compiler, block, example_globals, script_vars, *args)
+        finally:
+            if block.type == "code" and script_vars.get("execute_script", True):
+                stem = Path(script_vars.get("src_file", "example.py")).stem
+                cells.setdefault(stem, []).append({"line": block.lineno, "code": _first_code_line(block.content),
+                                                   "seconds": round(time.perf_counter() - t0, 3)})
+                (Path(gallery_dir) / f"{stem}{CELLS_SUFFIX}").write_text(
+                    json.dumps({"example": f"{stem}.py", "cells": cells[stem]}, indent=1) + "\n")
+
+    timed._cudnn_guide_timed = True  # type: ignore[attr-defined]
+    gen_rst.execute_code_block = timed
+
+
+def read_cell_times(gallery_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The per-cell seconds written by :func:`time_cells`: example file name → cells.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    dict[str, list[dict[str, Any]]]
+        Cells (``line``, ``code``, ``seconds``) per example, for the examples that have them.
+
+    Example
+    -------
+    >>> for name, cells in read_cell_times(Path('docs/auto_examples')).items():
+    ...     print(name, max(cells, key=lambda c: c['seconds']))
+    """
+    out = {}
+    for path in sorted(Path(gallery_dir).glob(f"*{CELLS_SUFFIX}")):
+        data = json.loads(path.read_text())
+        out[data["example"]] = data["cells"]
+    return out
 
 
 def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, python: str | None = None,

@@ -43,6 +43,7 @@ else:
     from cudnn_guide import environment
 
     os.environ["CUDNN_GUIDE_RECORD_DIR"] = str(GALLERY)
+    recording.time_cells(GALLERY)  # seconds per cell, beside each page: where the build time goes
     _ENV = environment.collect()
     RECORDED_ON = (f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
                    f"frontend {_ENV.cudnn_frontend}, torch {_ENV.torch}) on {_ENV.date_utc}, commit {_ENV.commit}")
@@ -64,6 +65,14 @@ extensions = [
     "myst_nb",
     "sphinx_copybutton",
 ]
+
+if RECORD_ONLY:
+    # Recording one example (builder "dummy", a fresh process per example) needs sphinx-gallery
+    # alone: it executes the example while the builder starts. Reading the API pages and the
+    # notebooks would add seconds to every example's recording, so this build reads the gallery only.
+    extensions = ["sphinx_gallery.gen_gallery"]
+    root_doc = "auto_examples/index"
+    include_patterns = ["auto_examples/**"]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 # sphinx-gallery writes a notebook and a script beside each page; they are downloads, not pages.
@@ -93,7 +102,7 @@ myst_substitutions = {"recorded_on": RECORDED_ON, "docs_mode": MODE}
 myst_heading_anchors = 3
 # ref.python: the builtin type `bytes` in type hints is ambiguous with the `bytes` attributes of
 # the problem classes; Sphinx would warn on every such hint.
-suppress_warnings = ["config.cache", "ref.python"]
+suppress_warnings = ["config.cache", "ref.python"] + (["ref.doc"] if RECORD_ONLY else [])
 
 # -- Gallery -----------------------------------------------------------------------------------
 sphinx_gallery_conf = {

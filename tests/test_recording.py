@@ -161,3 +161,43 @@ def test_page_warnings_are_summarized_under_the_title():
     assert "1 × timings drifting" in note and "× thermal throttling" not in note  # a possible cause is not a finding
     thermal = "thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)"
     assert "1 × thermal throttling" in docs_build.warnings_rst({"measurements": [{"warnings": [thermal]}]})
+
+
+def test_cell_timer_writes_seconds_per_code_cell(tmp_path, monkeypatch):
+    """Record mode times each executed code cell and writes them beside the page, in page order."""
+    import time
+    import types
+
+    from sphinx_gallery import gen_rst
+
+    def fake_execute(compiler, block, example_globals, script_vars, gallery_conf, file_conf):
+        time.sleep(0.02 if block.lineno == 10 else 0.0)
+        return "out"
+
+    monkeypatch.setattr(gen_rst, "execute_code_block", fake_execute)
+    recording.time_cells(tmp_path)
+    timed = gen_rst.execute_code_block
+    assert timed is not fake_execute
+    recording.time_cells(tmp_path)  # a second install does not wrap twice
+    assert gen_rst.execute_code_block is timed
+    script_vars = {"src_file": "/x/examples/plot_99_demo.py", "execute_script": True}
+    for lineno, kind, content in ((3, "text", "A title"), (10, "code", "# a comment\nx = slow()\n"), (20, "code", "y = 1")):
+        block = types.SimpleNamespace(type=kind, lineno=lineno, content=content)
+        assert gen_rst.execute_code_block(None, block, {}, script_vars, {}, {}) == "out"
+    cells = recording.read_cell_times(tmp_path)["plot_99_demo.py"]
+    assert [c["line"] for c in cells] == [10, 20]  # text blocks are not cells
+    assert cells[0]["code"] == "x = slow()" and cells[1]["code"] == "y = 1"
+    assert cells[0]["seconds"] >= 0.02 > cells[1]["seconds"]
+
+
+def test_one_example_recording_build_reads_the_gallery_only(root):
+    """The per-example recording build (RECORD_ONLY) loads sphinx-gallery alone and reads no other page."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import runpy; c = runpy.run_path('docs/conf.py'); "
+            "print(c['extensions'], c['root_doc'], c['include_patterns'])")
+    env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render", CUDNN_GUIDE_RECORD_ONLY="plot_08_cuda_graphs.py")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
+    assert "['sphinx_gallery.gen_gallery'] auto_examples/index ['auto_examples/**']" in out.stdout
