@@ -11,7 +11,7 @@ import logging
 import warnings
 from typing import Any, Callable
 
-__all__ = ["compile_quietly"]
+__all__ = ["compile_quietly", "sdpa_backends"]
 
 
 def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagraphs") -> Callable[..., Any]:
@@ -47,3 +47,30 @@ def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagra
     logging.getLogger("torch._inductor").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
     return torch.compile(fn, mode=mode)
+
+
+def sdpa_backends() -> dict[str, Any]:
+    """PyTorch's fused attention backends, by display name, for ``torch.nn.attention.sdpa_kernel``.
+
+    Each is forced one at a time, so a backend that cannot run a problem raises instead of being
+    silently replaced by another (PyTorch's default dispatch falls back quietly).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"PyTorch flash": SDPBackend.FLASH_ATTENTION, "PyTorch mem-efficient": ...,
+        "PyTorch cuDNN": ...}``.
+
+    Example
+    -------
+    >>> for name, backend in sdpa_backends().items():
+    ...     with sdpa_kernel([backend]):
+    ...         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    """
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "PyTorch flash": SDPBackend.FLASH_ATTENTION,
+        "PyTorch mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "PyTorch cuDNN": SDPBackend.CUDNN_ATTENTION,
+    }

@@ -261,7 +261,7 @@ def benchmark(
         one call (with its L2 flush and the spin kernel before it), clamped to
         ``[min_reps, max_reps]``.
     warmup_ms:
-        Warm-up runs for this long (at least two calls) before timing.
+        Warm-up runs for this long, GPU time included (at least two calls), before timing.
     min_reps:
         Fewest timed calls.
     max_reps:
@@ -312,18 +312,28 @@ def benchmark(
 
     flush = l2_flush_buffer() if l2 == "cold" else None
 
-    # Warm up for warmup_ms (at least two calls), measuring the host time of each call; the wall
-    # time of the warm-up, synchronized, estimates one call (with its flush) for sizing the run.
-    host = []
+    # Warm up for warmup_ms of wall time *including the GPU* (at least two calls): calls go in
+    # batches that double, each ended by a synchronize. Timing only the enqueueing would let a
+    # slow kernel behind a fast launch pile up seconds of queued work (a 120 ms plan launched for
+    # 5 ms of host time is 18 s of GPU time). The last batch's wall time per call estimates one
+    # call (with its flush) for sizing the run; the host times of all calls size the spin.
+    host: list[float] = []
     t_start = time.perf_counter()
-    while len(host) < 2 or ((time.perf_counter() - t_start) * 1e3 < warmup_ms and len(host) < 10_000):
-        if flush is not None:
-            flush.zero_()
-        t0 = time.perf_counter()
-        _call(fn, label)
-        host.append((time.perf_counter() - t0) * 1e3)
-    torch.cuda.synchronize()
-    est = (time.perf_counter() - t_start) * 1e3 / len(host)
+    batch = 1
+    while True:
+        t_batch = time.perf_counter()
+        for _ in range(batch):
+            if flush is not None:
+                flush.zero_()
+            t0 = time.perf_counter()
+            _call(fn, label)
+            host.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        est = (now - t_batch) * 1e3 / batch
+        if len(host) >= 2 and ((now - t_start) * 1e3 >= warmup_ms or len(host) >= 10_000):
+            break
+        batch = min(2 * batch, 1024)
 
     host_samples: list[float] = []
     clock_before = clocks.sample()
@@ -644,9 +654,8 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
             torch.cuda.synchronize()
     kernels: dict[str, float] = {}
     for e in prof.events():
+        # the call's own memsets and copies (cuDNN zeroes reduction outputs) are part of its GPU work
         if e.device_type != torch.autograd.DeviceType.CUDA or e.name in flush_names:
-            continue
-        if "memcpy" in e.name.lower() or "memset" in e.name.lower():
             continue
         dur_us = getattr(e, "device_time", None)
         if dur_us is None:

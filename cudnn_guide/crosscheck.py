@@ -62,9 +62,10 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     """Time ``launch`` with the harness while the profiler records every kernel, and compare per call.
 
     The harness enqueues, per timed call: the L2 flush, a spin kernel, the start event, the
-    call's kernels, the end event. In the CUPTI trace, the kernels after each spin kernel and
-    before the next flush are one call; its *span* runs from its first kernel's start to its
-    last kernel's end, its *kernel time* sums their durations.
+    call's kernels, the end event. In the CUPTI trace, the GPU work after each spin kernel and
+    before the next flush is one call (its kernels, and the memsets or copies it issues itself);
+    its *span* runs from the first one's start to the last one's end, its *kernel time* sums
+    their durations.
 
     Parameters
     ----------
@@ -102,9 +103,10 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             m = bench.benchmark(launch, label=label, l2="cold", flops=flops, budget_ms=budget_ms)
             torch.cuda.synchronize()
-    gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                  and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()),
+    gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                  key=lambda e: e.time_range.start)
+    # A call is what runs after its spin kernel, up to the next L2 flush (or spin): its kernels and
+    # any memset or copy it issues itself (cuDNN zeroes a reduction's output before the kernel).
     calls, current, in_call = [], [], False
     for e in gpu:
         if "sleep" in e.name.lower() or "spin" in e.name.lower():
@@ -117,11 +119,13 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     calls = [c for c in calls if c][-m.n:]  # the timed calls are the last n; warm-up ran without spins
     span = [c[-1].time_range.end - c[0].time_range.start for c in calls]
     busy = [sum(e.time_range.end - e.time_range.start for e in c) for c in calls]
+    memsets = [sum("memset" in e.name.lower() or "memcpy" in e.name.lower() for e in c) for c in calls]
     ev = m.median_ms * 1e3
     return {
         "events_median_us": ev, "events_iqr_us": m.iqr_ms * 1e3, "calls": len(calls),
         "cupti_span_median_us": statistics.median(span), "cupti_kernels_median_us": statistics.median(busy),
-        "kernels_per_call": statistics.median(len(c) for c in calls),
+        "kernels_per_call": statistics.median(len(c) - n for c, n in zip(calls, memsets)),
+        "memsets_per_call": statistics.median(memsets),
         "events_vs_span_pct": 100 * (ev / statistics.median(span) - 1),
         "events_minus_span_us": ev - statistics.median(span),
     }

@@ -20,7 +20,8 @@ from typing import Any
 from . import recording
 from .records import RECORD_SUFFIX
 
-__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "warnings_rst", "reset_between_examples", "connect"]
+__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "warnings_rst", "reset_between_examples", "connect",
+           "record_only_overrides"]
 
 HEALTH_EXCEPTIONS: dict[str, str] = {
     # "plot_name": "why this page may lack a figure/output/record",
@@ -235,6 +236,37 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
             torch.cuda.empty_cache()
     else:
         gc.collect()
+
+
+def record_only_overrides(gallery_doc: str = "auto_examples") -> dict[str, Any]:
+    """Sphinx settings for a build that records one example (``CUDNN_GUIDE_RECORD_ONLY``).
+
+    Such a build (builder ``dummy``, a fresh process per example) needs sphinx-gallery alone: it
+    executes the example while the builder starts. Loading autodoc and myst-nb and reading the
+    API pages and notebooks would add seconds to every example's recording, so it reads the
+    gallery only, and does not warn about links into the pages it skips.
+
+    Parameters
+    ----------
+    gallery_doc
+        The gallery's directory under the Sphinx source directory.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``extensions``, ``root_doc``, ``include_patterns`` and ``suppress_warnings`` to set in ``conf.py``.
+
+    Example
+    -------
+    >>> if RECORD_ONLY:
+    ...     globals().update(record_only_overrides())
+    """
+    return {
+        "extensions": ["sphinx_gallery.gen_gallery"],
+        "root_doc": f"{gallery_doc}/index",
+        "include_patterns": [f"{gallery_doc}/**"],
+        "suppress_warnings": ["config.cache", "ref.python", "ref.doc"],
+    }
 
 
 def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float, partial: bool = False) -> None:

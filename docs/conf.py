@@ -66,14 +66,6 @@ extensions = [
     "sphinx_copybutton",
 ]
 
-if RECORD_ONLY:
-    # Recording one example (builder "dummy", a fresh process per example) needs sphinx-gallery
-    # alone: it executes the example while the builder starts. Reading the API pages and the
-    # notebooks would add seconds to every example's recording, so this build reads the gallery only.
-    extensions = ["sphinx_gallery.gen_gallery"]
-    root_doc = "auto_examples/index"
-    include_patterns = ["auto_examples/**"]
-
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 # sphinx-gallery writes a notebook and a script beside each page; they are downloads, not pages.
 exclude_patterns = [
@@ -102,7 +94,7 @@ myst_substitutions = {"recorded_on": RECORDED_ON, "docs_mode": MODE}
 myst_heading_anchors = 3
 # ref.python: the builtin type `bytes` in type hints is ambiguous with the `bytes` attributes of
 # the problem classes; Sphinx would warn on every such hint.
-suppress_warnings = ["config.cache", "ref.python"] + (["ref.doc"] if RECORD_ONLY else [])
+suppress_warnings = ["config.cache", "ref.python"]
 
 # -- Gallery -----------------------------------------------------------------------------------
 sphinx_gallery_conf = {
@@ -152,6 +144,9 @@ if os.environ.get("CUDNN_GUIDE_SOURCE_REPOSITORY"):
                               source_branch=os.environ.get("CUDNN_GUIDE_SOURCE_BRANCH", "main"),
                               source_directory="docs/")
 html_show_sourcelink = True
+
+if RECORD_ONLY:  # one example's recording build reads the gallery alone (seconds saved per example)
+    globals().update(docs_build.record_only_overrides(GALLERY.name))
 
 
 def setup(app):

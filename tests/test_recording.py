@@ -190,14 +190,23 @@ def test_cell_timer_writes_seconds_per_code_cell(tmp_path, monkeypatch):
     assert cells[0]["seconds"] >= 0.02 > cells[1]["seconds"]
 
 
-def test_one_example_recording_build_reads_the_gallery_only(root):
-    """The per-example recording build (RECORD_ONLY) loads sphinx-gallery alone and reads no other page."""
-    import os
+def test_one_example_recording_build_reads_the_gallery_only(root, tmp_path):
+    """The per-example recording build loads sphinx-gallery alone and reads no other page."""
     import subprocess
     import sys
 
-    code = ("import runpy; c = runpy.run_path('docs/conf.py'); "
-            "print(c['extensions'], c['root_doc'], c['include_patterns'])")
-    env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render", CUDNN_GUIDE_RECORD_ONLY="plot_08_cuda_graphs.py")
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
-    assert "['sphinx_gallery.gen_gallery'] auto_examples/index ['auto_examples/**']" in out.stdout
+    over = docs_build.record_only_overrides("auto_examples")
+    assert over["extensions"] == ["sphinx_gallery.gen_gallery"]
+    assert over["root_doc"] == "auto_examples/index" and over["include_patterns"] == ["auto_examples/**"]
+    conf = (root / "docs" / "conf.py").read_text()
+    assert "if RECORD_ONLY:" in conf and "record_only_overrides" in conf
+    # a Sphinx project with these settings builds from the gallery alone, other pages unread
+    src = tmp_path / "src"
+    (src / "auto_examples").mkdir(parents=True)
+    (src / "auto_examples" / "index.rst").write_text("Gallery\n=======\n\nSee :doc:`/methodology`.\n")
+    (src / "broken.rst").write_text(".. this-directive-does-not-exist::\n")
+    settings = {k: v for k, v in over.items() if k != "extensions"}
+    (src / "conf.py").write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
+    out = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "dummy", str(src), str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
