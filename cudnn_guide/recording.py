@@ -246,8 +246,13 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
 
 
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
-                   build_seconds: float | None = None) -> Path:
+                   build_seconds: float | None = None, example_seconds: dict[str, float] | None = None,
+                   full_run: bool = False) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
+
+    Seconds per example accumulate across partial recordings (an example recorded now replaces
+    its previous time); ``full_recording`` keeps the wall time of the last run that recorded
+    every example, so recording one page later does not pass its time off as the gallery's.
 
     Parameters
     ----------
@@ -258,7 +263,11 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
     environment
         The recording environment (``EnvironmentRecord.to_dict()``).
     build_seconds
-        Wall time of the recording.
+        Wall time of this recording run.
+    example_seconds
+        Wall time of each example recorded in this run (its own process, start-up included).
+    full_run
+        This run recorded every example.
 
     Returns
     -------
@@ -269,10 +278,18 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
     -------
     >>> write_manifest(gallery, examples, environment.collect().to_dict(), build_seconds=230.0)
     """
+    previous = read_manifest(gallery_dir) or {}
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
+    full = previous.get("full_recording")
+    if full_run and build_seconds is not None:
+        full = {"seconds": build_seconds, "utc": now, "commit": (environment or {}).get("commit")}
     data = {
-        "recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "recorded_utc": now,
         "environment": environment,
         "build_seconds": build_seconds,
+        "example_seconds": seconds,
+        "full_recording": full,
         "examples": {s.name: _md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
         "package_md5": package_md5(),
     }
@@ -612,7 +629,8 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
             print(f"cudnn-guide: recorded {src.name} in {seconds[src.name]:.1f} s", flush=True)
     from . import history
 
-    write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all)
+    write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
+                   example_seconds=seconds, full_run=not names)
     history.append(Path(docs_dir) / "data" / "history.jsonl",
                    history.entries_from_gallery(gallery_dir, [s.name for s in sources]))
     return seconds

@@ -54,6 +54,20 @@ def test_manifest_round_trip(tmp_path):
     assert recording.describe_recording(tmp_path) == "no GPU recording has been committed yet"
 
 
+def test_manifest_keeps_the_full_recording_time_across_partial_recordings(tmp_path):
+    """Recording one page later updates its time but never passes it off as the gallery's."""
+    ex, gal = _gallery(tmp_path)
+    env = {"gpu": "NVIDIA H200", "commit": "full1"}
+    recording.write_manifest(gal, ex, env, build_seconds=300.0,
+                             example_seconds={"plot_a.py": 200.0, "plot_b.py": 100.0}, full_run=True)
+    recording.write_manifest(gal, ex, dict(env, commit="part2"), build_seconds=20.0,
+                             example_seconds={"plot_b.py": 20.0}, full_run=False)
+    man = recording.read_manifest(gal)
+    assert man["build_seconds"] == 20.0
+    assert man["example_seconds"] == {"plot_a.py": 200.0, "plot_b.py": 20.0}
+    assert man["full_recording"]["seconds"] == 300.0 and man["full_recording"]["commit"] == "full1"
+
+
 # -- the committed recording itself ------------------------------------------------------------
 
 def test_every_example_has_a_fresh_recording(root):

@@ -78,8 +78,9 @@ assert not bad, f"plans with wrong output: {sorted(bad)}"
 # %%
 # Time every plan — twice
 # -----------------------
-# Each plan gets 200 timed calls after a warm-up, cold L2, and the median is its time. The whole
-# tuning pass is then **repeated**: if the ranking is real, the second pass agrees with the first.
+# Each plan gets 200 timed calls after a warm-up, cold L2, and the median is its time (a plan
+# too slow for 200 calls in 250 ms gets as many as fit, at least 5: it cannot win anyway). The
+# whole tuning pass is then **repeated**: if the ranking is real, the second pass agrees with the first.
 flops, nbytes = problem.flops, problem.bytes
 pass1 = autotune.tune(fused.built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
 pass2 = autotune.tune(fused.built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)

@@ -67,13 +67,11 @@ assert future_mass == 0.0
 # ``torch.nn.attention.sdpa_kernel`` restricts PyTorch to one backend. A backend that cannot run
 # this problem raises, and is shown as unavailable rather than silently replaced by another.
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
-BACKENDS = {
-    "PyTorch flash": SDPBackend.FLASH_ATTENTION,
-    "PyTorch mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "PyTorch cuDNN": SDPBackend.CUDNN_ATTENTION,
-}
+from cudnn_guide import baselines
+
+BACKENDS = baselines.sdpa_backends()
 
 
 def torch_sdpa(backend, p, q, k, v):

@@ -98,7 +98,8 @@ for graph in coldstart.GRAPHS:
         print(f"{graph:6s} {mode:5s}: plan {statistics.median(r['plan_s'] for r in runs) * 1e3:8.1f} ms, "
               f"first result {statistics.median(r['first_result_s'] for r in runs) * 1e3:8.1f} ms, "
               f"context {statistics.median(r['context_s'] for r in runs) * 1e3:6.0f} ms, "
-              f"whole process {statistics.median(r['process_s'] for r in runs):.1f} s, "
+              f"whole process {statistics.median(r['process_s'] for r in runs):.1f} s "
+              f"(importing torch {statistics.median(r['import_s'] for r in runs):.1f} s), "
               f"max rel. error {worst:.1e}")
 
 # %%

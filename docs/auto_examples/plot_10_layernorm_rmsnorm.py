@@ -32,8 +32,6 @@ env
 # 16,384 tokens × 4,096 features in bf16 (a batch of 8 sequences of 2,048 tokens at a 4k model
 # width). Forward and backward are checked against PyTorch autograd in fp32: the output, the
 # saved statistics, and every gradient.
-import torch
-
 from cudnn_guide import check, norms
 
 TOKENS, HIDDEN = 16384, 4096
@@ -107,11 +105,13 @@ print(*checks[-4:], sep="\n")
 # %%
 # Measure at 16k × 4k
 # -------------------
-# Cold L2 (the 128 MiB activation would not fit in the 50 MiB L2 anyway). Bytes are the fewest
+# Cold L2 (the 128 MiB activation would not fit in this GPU's L2 anyway; its size is printed
+# below). Bytes are the fewest
 # a kernel must move: the forward reads x and writes y (2 × 128 MiB); the backward reads x and dy
 # and writes dx (3 × 128 MiB). Parameters and statistics (< 0.1 MiB) are not counted.
 from cudnn_guide import bench
 
+print(f"activation {TOKENS * HIDDEN * 2 / 2**20:.0f} MiB; L2 {env.l2_mib:.0f} MiB")
 ceil = bench.measure_ceilings()
 base = []
 for (label, name), (p, forward, step) in impls.items():
