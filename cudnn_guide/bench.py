@@ -37,7 +37,7 @@ from . import clocks
 from .errors import BenchmarkError
 
 __all__ = ["Measurement", "benchmark", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
-           "measure_read_bandwidth", "ProfiledKernels", "profile_kernels"]
+           "measure_read_bandwidth", "measure_launch_overhead", "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
 
@@ -551,6 +551,54 @@ def measure_read_bandwidth(mib: int = 2048) -> Measurement:
     src = out = None  # release the buffer before returning its cache
     torch.cuda.empty_cache()
     return m
+
+
+def measure_launch_overhead(cycles: tuple[int, int] = (2_000, 100_000), reps: int = 300) -> dict[str, float]:
+    """What a timed call's events add to its GPU work on this GPU: the per-launch cost.
+
+    Times, exactly as :func:`benchmark` times a cold call (L2 flush, spin kernel, start event,
+    call, end event), kernels of two known lengths: ``torch.cuda._sleep(c)`` for ``c`` in
+    ``cycles``. Their event medians lie on a line ``overhead + c / rate``; its slope gives the SM
+    clock rate during the measurement and its intercept the cost the GPU spends around a launch
+    after the start event, which events include and a profiler's kernel duration does not. No
+    profiler is involved, so the cross-check can use it as an independent correction.
+
+    Parameters
+    ----------
+    cycles
+        The two kernel lengths, in SM clock cycles (about 1 µs and 50 µs by default).
+    reps
+        Timed calls of each.
+
+    Returns
+    -------
+    dict[str, float]
+        ``overhead_us`` (the intercept), ``short_events_us`` and ``long_events_us`` (the two
+        medians), ``cycles_per_us`` (the slope's inverse) and ``calls``.
+
+    Example
+    -------
+    >>> print(f"{measure_launch_overhead()['overhead_us']:.1f} µs per timed call")
+    """
+    import torch
+
+    from .environment import require_gpu
+
+    require_gpu("measure_launch_overhead")
+    short, long = cycles
+    if not 0 < short < long:
+        raise ValueError(f"cycles must be two increasing positive lengths, got {cycles}")
+    flush = l2_flush_buffer()
+    medians = []
+    for c in (short, long):
+        sleep = lambda c=c: torch.cuda._sleep(c)  # noqa: E731
+        for _ in range(5):
+            sleep()
+        torch.cuda.synchronize()
+        medians.append(statistics.median(_time_each(sleep, flush, reps, "known-length kernel", spin_ms=0.05)))
+    us_per_cycle = (medians[1] - medians[0]) * 1e3 / (long - short)
+    return {"overhead_us": medians[0] * 1e3 - short * us_per_cycle, "short_events_us": medians[0] * 1e3,
+            "long_events_us": medians[1] * 1e3, "cycles_per_us": 1 / us_per_cycle, "calls": float(reps)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,6 +134,9 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
 def crosscheck() -> list[dict[str, Any]]:
     """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel.
 
+    The same-run comparison also subtracts the per-launch cost measured without a profiler
+    (:func:`~cudnn_guide.bench.measure_launch_overhead`): ``corrected_vs_span_pct``.
+
     Returns
     -------
     list[dict[str, Any]]
@@ -146,12 +149,16 @@ def crosscheck() -> list[dict[str, Any]]:
     """
     from . import bench, cudagraphs
 
+    overhead = bench.measure_launch_overhead()
     rows = []
     for name, (launch, flops) in kernels().items():
         m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
         prof = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
         same = same_run(launch, label=name, flops=flops)
+        corrected = same["events_median_us"] - overhead["overhead_us"]
+        same["launch_overhead_us"] = overhead["overhead_us"]
+        same["corrected_vs_span_pct"] = 100 * (corrected / same["cupti_span_median_us"] - 1)
         rows.append({
             "same_run": same,
             "kernel": name,
@@ -193,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
         print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs  profiler {r['profiler_us']:9.1f} µs "
               f"({r['harness_vs_profiler_pct']:+5.1f}%)  replay(hot) {r['replay_hot_us']:9.1f} µs | same run: events "
               f"{sr['events_median_us']:.1f} µs, CUPTI span {sr['cupti_span_median_us']:.1f} µs "
-              f"({sr['events_vs_span_pct']:+.1f}%), kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls, "
+              f"({sr['events_vs_span_pct']:+.1f}%; minus the {sr['launch_overhead_us']:.1f} µs launch cost "
+              f"{sr['corrected_vs_span_pct']:+.1f}%), kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls, "
               f"{sr['kernels_per_call']} kernel(s)/call")
 
 

@@ -247,6 +247,19 @@ def test_same_run_matches_every_timed_call_to_its_kernels(conv):
     assert r["events_median_us"] >= 0.9 * r["cupti_span_median_us"]  # events bracket the span
 
 
+def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(conv):
+    from cudnn_guide import crosscheck
+
+    lo = bench.measure_launch_overhead()
+    assert 0.2 < lo["overhead_us"] < 15, lo
+    assert 500 < lo["cycles_per_us"] < 3000, lo  # the fitted SM clock is a real clock (MHz)
+    assert lo["long_events_us"] > lo["short_events_us"]
+    inputs, fused = conv
+    r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
+    corrected = r["events_median_us"] - lo["overhead_us"]
+    assert abs(corrected / r["cupti_span_median_us"] - 1) < 0.05, (r, lo)
+
+
 def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
     from cudnn_guide import norms
 
