@@ -257,7 +257,9 @@ def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(con
     inputs, fused = conv
     r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
     corrected = r["events_median_us"] - lo["overhead_us"]
-    assert abs(corrected / r["cupti_span_median_us"] - 1) < 0.05, (r, lo)
+    # the constant explains the gap to within a microsecond (this conv is only ~5 µs long)
+    assert abs(corrected - r["cupti_span_median_us"]) < 1.0, (r, lo)
+    assert r["events_median_us"] - r["cupti_span_median_us"] > 0.5 * lo["overhead_us"], (r, lo)
 
 
 def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
