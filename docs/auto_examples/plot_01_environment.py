@@ -118,6 +118,19 @@ print(ceilings.copy)
 print(ceilings.matmul)
 
 # %%
+# The cost of a timed launch
+# --------------------------
+# Every call the gallery times is bracketed by CUDA events, and between them the GPU also spends
+# a few microseconds starting the launch, which a profiler's kernel duration leaves out.
+# :func:`~cudnn_guide.bench.measure_launch_overhead` measures it without a profiler: two
+# ``torch.cuda._sleep`` kernels of known length in clock cycles, timed exactly like a call,
+# give a line whose slope is the SM clock and whose intercept is the per-launch cost. (The
+# methodology page checks the gallery's kernels against the profiler with it.)
+launch_cost = bench.measure_launch_overhead()
+print(f"per-launch cost: {launch_cost['overhead_us']:.1f} µs "
+      f"(SM clock during the probe: {launch_cost['cycles_per_us']:.0f} MHz)")
+
+# %%
 # Plots
 # -----
 import matplotlib.pyplot as plt
@@ -157,6 +170,8 @@ print(f"* This {env.gpu} copies at {ceilings.copy_gbps:.0f} GB/s (2 GiB, cold L2
 print(f"* A 16 MiB copy reports {hot_small.gbps:.0f} GB/s with a hot L2 but {cold_small.gbps:.0f} GB/s with a cold one: "
       f"timing small inputs without flushing L2 overstates bandwidth by {hot_small.gbps / cold_small.gbps:.2f}×.")
 print(f"* The fastest matmul in the sweep is n={peak_mm.params['n']} at {peak_mm.tflops:.0f} TFLOP/s.")
+print(f"* Each timed call includes {launch_cost['overhead_us']:.1f} µs of launch cost: more than 3% of any call "
+      f"shorter than {launch_cost['overhead_us'] / 0.03:.0f} µs. The pages report it as part of the call.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
@@ -167,6 +182,8 @@ rec.add_check(copy_check)
 rec.add_check(matmul_check)
 rec.headline("copy bandwidth ceiling", ceilings.copy_gbps, "GB/s")
 rec.headline("bf16 matmul ceiling", ceilings.bf16_tflops, "TFLOP/s")
+rec.headline("launch cost per timed call", launch_cost["overhead_us"], "µs")
 rec.extra["ceilings"] = ceilings.to_dict()
+rec.extra["launch_overhead"] = launch_cost
 _record_path = rec.write()
 # sphinx_gallery_end_ignore
