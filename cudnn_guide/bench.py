@@ -702,7 +702,7 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
             torch.cuda.synchronize()
     kernels: dict[str, float] = {}
     for e in prof.events():
-        # the call's own memsets and copies (cuDNN zeroes reduction outputs) are part of its GPU work
+        # the call's own memsets and copies are part of its GPU work (only the flush is left out)
         if e.device_type != torch.autograd.DeviceType.CUDA or e.name in flush_names:
             continue
         dur_us = getattr(e, "device_time", None)

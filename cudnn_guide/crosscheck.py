@@ -106,7 +106,7 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                  key=lambda e: e.time_range.start)
     # A call is what runs after its spin kernel, up to the next L2 flush (or spin): its kernels and
-    # any memset or copy it issues itself (cuDNN zeroes a reduction's output before the kernel).
+    # any memset or copy it issues itself (each call measured here issues one small memset).
     calls, current, in_call = [], [], False
     for e in gpu:
         if "sleep" in e.name.lower() or "spin" in e.name.lower():
