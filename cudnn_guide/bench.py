@@ -584,10 +584,10 @@ def measure_launch_overhead(cycles: tuple[int, int] = (2_000, 100_000), reps: in
 
     from .environment import require_gpu
 
-    require_gpu("measure_launch_overhead")
     short, long = cycles
     if not 0 < short < long:
         raise ValueError(f"cycles must be two increasing positive lengths, got {cycles}")
+    require_gpu("measure_launch_overhead")
     flush = l2_flush_buffer()
     medians = []
     for c in (short, long):

@@ -51,12 +51,16 @@ def test_bad_arguments_are_clear():
         bench.benchmark(lambda: None, label="f", l2="cold", cuda_graph=True)
     with pytest.raises(BenchmarkError, match="expected a callable"):
         bench.benchmark(42, label="f", l2="hot")
+    with pytest.raises(ValueError, match="two increasing positive lengths"):
+        bench.measure_launch_overhead(cycles=(100_000, 2_000))
 
 
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
 def test_benchmark_without_gpu_names_the_missing_gpu():
     with pytest.raises(NoGPUError, match="benchmark 'f' needs a CUDA GPU"):
         bench.benchmark(lambda: None, label="f", l2="hot")
+    with pytest.raises(NoGPUError, match="measure_launch_overhead needs a CUDA GPU"):
+        bench.measure_launch_overhead()
 
 
 def test_empty_sweep_is_an_error():
