@@ -19,7 +19,8 @@ from typing import Any, Iterable
 
 from .records import RECORD_SUFFIX
 
-__all__ = ["BAND_IQR_FACTOR", "BAND_MIN_FRACTION", "entry_from_record", "entries_from_gallery", "append", "load", "changes"]
+__all__ = ["BAND_IQR_FACTOR", "BAND_MIN_FRACTION", "entry_from_record", "entries_from_gallery", "append", "load", "compare",
+           "by_example", "changes"]
 
 BAND_IQR_FACTOR = 1.5
 BAND_MIN_FRACTION = 0.02
@@ -128,11 +129,69 @@ def load(history_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each example, compare its latest entry with the previous one, measurement by measurement.
+def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
+    """Compare two history entries of one example, measurement by measurement.
 
-    Returns one row per measurement present in both: the two medians, the change in percent,
-    the noise band in percent, and ``moved`` (the change exceeds the band).
+    Parameters
+    ----------
+    prev
+        The earlier entry.
+    cur
+        The later entry.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One row per measurement present in both: the two medians, the change in percent, the
+        noise band in percent, and ``moved`` (the change exceeds the band).
+
+    Example
+    -------
+    >>> rows = compare(entries[0], entries[1])
+    """
+    rows = []
+    for label, c in cur["measurements"].items():
+        p = prev["measurements"].get(label)
+        if p is None or p["median_ms"] <= 0:
+            continue
+        delta = c["median_ms"] - p["median_ms"]
+        iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
+        band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
+        rows.append({
+            "example": cur["example"], "measurement": label,
+            "previous_ms": p["median_ms"], "latest_ms": c["median_ms"],
+            "change_pct": 100 * delta / p["median_ms"], "band_pct": 100 * band / p["median_ms"],
+            "moved": abs(delta) > band,
+            "previous_commit": prev.get("commit"), "latest_commit": cur.get("commit"),
+        })
+    return rows
+
+
+def by_example(history: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each example's entries, oldest first.
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    dict[str, list[dict[str, Any]]]
+        Example name → its entries in recording order.
+
+    Example
+    -------
+    >>> first, *later = by_example(load(path))['plot_02_conv_bias_relu']
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in history:
+        out.setdefault(e["example"], []).append(e)
+    return {k: sorted(v, key=lambda e: e.get("recorded_utc") or "") for k, v in sorted(out.items())}
+
+
+def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each example, compare its latest entry with the previous one (:func:`compare`).
 
     Parameters
     ----------
@@ -148,27 +207,5 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     -------
     >>> moved = [r for r in changes(load(path)) if r['moved']]
     """
-    by_example: dict[str, list[dict[str, Any]]] = {}
-    for e in history:
-        by_example.setdefault(e["example"], []).append(e)
-    rows = []
-    for example, entries in sorted(by_example.items()):
-        entries = sorted(entries, key=lambda e: e.get("recorded_utc") or "")
-        if len(entries) < 2:
-            continue
-        prev, cur = entries[-2], entries[-1]
-        for label, c in cur["measurements"].items():
-            p = prev["measurements"].get(label)
-            if p is None or p["median_ms"] <= 0:
-                continue
-            delta = c["median_ms"] - p["median_ms"]
-            iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
-            band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
-            rows.append({
-                "example": example, "measurement": label,
-                "previous_ms": p["median_ms"], "latest_ms": c["median_ms"],
-                "change_pct": 100 * delta / p["median_ms"], "band_pct": 100 * band / p["median_ms"],
-                "moved": abs(delta) > band,
-                "previous_commit": prev.get("commit"), "latest_commit": cur.get("commit"),
-            })
-    return rows
+    return [row for entries in by_example(history).values() if len(entries) >= 2
+            for row in compare(entries[-2], entries[-1])]

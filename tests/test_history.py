@@ -41,3 +41,18 @@ def test_append_and_load_round_trip(tmp_path):
     history.append(path, [_entry("2", 1.5, 0.1)])
     assert [e["recorded_utc"] for e in history.load(path)] == ["1", "2"]
     assert history.load(tmp_path / "missing.jsonl") == []
+
+
+def test_compare_and_by_example_pair_any_two_recordings():
+    def entry(example, utc, commit, median):
+        m = {"median_ms": median, "q1_ms": median * 0.99, "q3_ms": median * 1.01}
+        return {"example": example, "recorded_utc": utc, "commit": commit, "measurements": {"k": m}}
+
+    hist = [entry("a", "2026-01-02", "c2", 1.10), entry("a", "2026-01-01", "c1", 1.00),
+            entry("a", "2026-01-03", "c3", 1.11), entry("b", "2026-01-01", "c1", 2.0)]
+    pages = history.by_example(hist)
+    assert [e["commit"] for e in pages["a"]] == ["c1", "c2", "c3"] and len(pages["b"]) == 1
+    first = history.compare(pages["a"][0], pages["a"][1])
+    assert first[0]["moved"] and round(first[0]["change_pct"], 6) == 10.0  # beyond a 2% band
+    latest = history.changes(hist)  # the last two of each page with two or more
+    assert len(latest) == 1 and latest[0]["previous_commit"] == "c2" and not latest[0]["moved"]
