@@ -619,7 +619,7 @@ class ProfiledKernels:
     per_call_ms: float
     calls: int
     kernels: dict[str, float]
-    """Kernel name → total milliseconds across all profiled calls."""
+    """Kernel (or memset/copy) name → total milliseconds across all profiled calls."""
 
     def top(self, k: int = 3) -> list[tuple[str, float]]:
         return sorted(self.kernels.items(), key=lambda kv: -kv[1])[:k]
@@ -656,10 +656,11 @@ def flush_kernel_names(flush: Any) -> set[str]:
 
 
 def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold", label: str = "fn") -> ProfiledKernels:
-    """Run ``fn`` ``calls`` times under ``torch.profiler`` and sum the CUDA kernels it launched.
+    """Run ``fn`` ``calls`` times under ``torch.profiler`` and sum the GPU work it launched.
 
-    With ``l2="cold"`` the L2 flush runs between calls as in :func:`benchmark`, and its own
-    kernel is excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
+    The sum covers the call's kernels and the memsets or copies it issues itself. With
+    ``l2="cold"`` the L2 flush runs between calls as in :func:`benchmark`, and its own kernel is
+    excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
     timestamps, no launch gaps), which makes it a cross-check of :func:`benchmark`.
 
     Parameters

@@ -146,7 +146,9 @@ if os.environ.get("CUDNN_GUIDE_SOURCE_REPOSITORY"):
 html_show_sourcelink = True
 
 if RECORD_ONLY:  # one example's recording build reads the gallery alone (seconds saved per example)
-    globals().update(docs_build.record_only_overrides(GALLERY.name))
+    _over = docs_build.record_only_overrides(GALLERY.name)
+    suppress_warnings += _over.pop("extra_suppress_warnings")
+    globals().update(_over)
 
 
 def setup(app):

@@ -219,7 +219,8 @@ def test_one_example_recording_build_reads_the_gallery_only(root, tmp_path):
     (src / "auto_examples").mkdir(parents=True)
     (src / "auto_examples" / "index.rst").write_text("Gallery\n=======\n\nSee :doc:`/methodology`.\n")
     (src / "broken.rst").write_text(".. this-directive-does-not-exist::\n")
-    settings = {k: v for k, v in over.items() if k != "extensions"}
+    settings = {k: v for k, v in over.items() if k not in ("extensions", "extra_suppress_warnings")}
+    settings["suppress_warnings"] = over["extra_suppress_warnings"]
     (src / "conf.py").write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
     out = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "dummy", str(src), str(tmp_path / "out")],
                          capture_output=True, text=True)
