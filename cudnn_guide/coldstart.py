@@ -1,17 +1,19 @@
 """Time to first result in a fresh process: cold build against a plan reloaded from disk.
 
 In-process measurements hide start-up costs: the second build of a graph in a warm process
-reuses cuDNN's loaded kernels and caches. This module is run as its own process,
-``python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR``, and prints one JSON line:
+reuses cuDNN's loaded kernels and caches. :func:`measure` must therefore run in a process of its
+own, and :func:`run_fresh` starts one: by default a child forked from a server that has imported
+torch and nothing CUDA (:mod:`cudnn_guide.fresh_process`), or with ``new_interpreter=True`` a
+whole new interpreter, ``python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR``, the control that
+pays every import too. Either way it reports:
 
+* ``import_s``: importing torch and this package (near zero in a forked child, which has them);
 * ``context_s``: CUDA context and cuDNN handle creation (the same in both modes);
 * ``plan_s``: building the graph (``build``) or reading, checking and deserializing the cached
   plan (``cache``);
 * ``first_result_s``: from the start of ``plan_s`` to the first output on the host side of a
   synchronize: what a fresh process waits before its first answer;
 * ``rel_error``: the first output checked against PyTorch.
-
-:func:`run_fresh` starts such a process and parses its answer.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRAPHS", "run_fresh", "main"]
+__all__ = ["GRAPHS", "measure", "run_fresh", "main"]
 
 GRAPHS = ("matmul", "conv", "sdpa")
 
@@ -60,28 +62,35 @@ def _reference(graph: str, problem: Any, inputs: dict[str, Any]) -> tuple[Any, A
     return inputs["o"], check.reference(problem.torch_forward, inputs["q"], inputs["k"], inputs["v"])
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Entry point of the child process: ``GRAPH MODE CACHE_DIR``; prints and returns the JSON result.
+def measure(graph: str, mode: str, cache_dir: str | Path) -> dict[str, Any]:
+    """Time one fresh start: context, then build or load the plan, then the first result.
+
+    Call it only at the start of a new process (:func:`run_fresh` does): every cost it measures
+    is paid once per process.
 
     Parameters
     ----------
-    argv
-        ``[GRAPH, MODE, CACHE_DIR]``; default ``sys.argv[1:]``.
+    graph
+        ``"matmul"``, ``"conv"`` or ``"sdpa"``.
+    mode
+        ``"build"`` or ``"cache"`` (the cache must hold the plan from an earlier ``build``).
+    cache_dir
+        Directory of the :class:`~cudnn_guide.plan_cache.PlanCache`.
 
     Returns
     -------
     dict[str, Any]
-        The timings and check that were printed.
+        ``graph``, ``mode``, ``import_s``, ``context_s``, ``plan_s``, ``first_result_s``, ``rel_error``.
 
     Example
     -------
-    .. code-block:: bash
-
-       python -m cudnn_guide.coldstart conv build /tmp/plans
+    >>> fresh_process.run(measure, "conv", "build", "/tmp/plans").value["first_result_s"]
     """
+    if graph not in GRAPHS:
+        raise ValueError(f"unknown graph {graph!r}; choose from {GRAPHS}")
+    if mode not in ("build", "cache"):
+        raise ValueError(f"mode must be 'build' or 'cache', got {mode!r}")
     t_process = time.perf_counter()
-    argv = sys.argv[1:] if argv is None else argv
-    graph, mode, cache_dir = argv
     import torch
 
     from . import check, graphs, plan_cache
@@ -106,12 +115,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     elif mode == "cache":
         entry = cache.read(key)
         if entry is None:
-            raise SystemExit(f"coldstart: no valid cache entry ({cache.last_event}); run mode 'build' first")
+            raise RuntimeError(f"coldstart: no valid cache entry ({cache.last_event}); run mode 'build' first")
         plan = plan_cache.load_plan(entry[0], entry[1], handle)
         t_plan = time.perf_counter()
         plan.execute(**data)
-    else:
-        raise SystemExit(f"coldstart: mode must be 'build' or 'cache', got {mode!r}")
     torch.cuda.synchronize()
     t_first = time.perf_counter()
 
@@ -124,13 +131,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "plan_s": t_plan - t0, "first_result_s": t_first - t0,
         "rel_error": check.compare(out, ref).rel_error,
     }
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Entry point of a new interpreter: ``GRAPH MODE CACHE_DIR``; prints and returns :func:`measure`'s result.
+
+    Parameters
+    ----------
+    argv
+        ``[GRAPH, MODE, CACHE_DIR]``; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    dict[str, Any]
+        The timings and check that were printed.
+
+    Example
+    -------
+    .. code-block:: bash
+
+       python -m cudnn_guide.coldstart conv build /tmp/plans
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 3:
+        raise SystemExit("usage: python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR")
+    result = measure(*argv)
     print(json.dumps(result))
     return result
 
 
-def run_fresh(graph: str, mode: str, cache_dir: str | Path, timeout: float = 300) -> dict[str, Any]:
-    """Run :func:`main` in a new Python process and return its JSON result, plus ``process_s``
-    (the parent's wall time for the whole process, interpreter start-up included).
+def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, new_interpreter: bool = False,
+              timeout: float = 300) -> dict[str, Any]:
+    """Run :func:`measure` in a fresh process; return its result plus how the process was made.
 
     Parameters
     ----------
@@ -140,13 +173,24 @@ def run_fresh(graph: str, mode: str, cache_dir: str | Path, timeout: float = 300
         ``"build"`` or ``"cache"``.
     cache_dir
         Directory of the plan cache.
+    new_interpreter
+        ``False`` (default): a child forked from a server that has imported torch but never
+        touched CUDA (:func:`cudnn_guide.fresh_process.run`); it skips only the imports.
+        ``True``: a new Python interpreter, ``python -m cudnn_guide.coldstart``, which pays them:
+        the control that shows the forked child's numbers are a new process's numbers.
     timeout
         Seconds before the child is killed.
 
     Returns
     -------
     dict[str, Any]
-        The child's timings and check, plus ``process_s``.
+        :func:`measure`'s result, plus ``process_s`` (the caller's wall time for the whole
+        process, start and exit included) and ``process`` (``"forked"`` or ``"new interpreter"``).
+
+    Raises
+    ------
+    RuntimeError
+        The child failed; its error output is in the message.
 
     Example
     -------
@@ -154,6 +198,14 @@ def run_fresh(graph: str, mode: str, cache_dir: str | Path, timeout: float = 300
     >>> warm = run_fresh('sdpa', 'cache', cache_dir)
     >>> print(cold['first_result_s'] / warm['first_result_s'])
     """
+    from . import fresh_process
+
+    if not new_interpreter:
+        try:
+            done = fresh_process.run(measure, graph, mode, str(cache_dir), timeout=timeout)
+        except fresh_process.FreshProcessError as exc:
+            raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
+        return {**done.value, "process_s": done.seconds, "process": "forked"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "cudnn_guide.coldstart", graph, mode, str(cache_dir)],
                           capture_output=True, text=True, timeout=timeout,
@@ -162,8 +214,7 @@ def run_fresh(graph: str, mode: str, cache_dir: str | Path, timeout: float = 300
     if proc.returncode != 0:
         raise RuntimeError(f"coldstart {graph} {mode} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["process_s"] = wall
-    return result
+    return {**result, "process_s": wall, "process": "new interpreter"}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,17 +7,17 @@ its own.
 
 Build times are easily confounded by what a process has already done (lazy library loading,
 heuristics caches). :func:`run_fresh_sequence` therefore builds each sequence of batch sizes in
-its own new process (``python -m cudnn_guide.dynamic_shapes``), so the cache's effect can be
-compared against controls — no cache, and another order — on equal terms.
+its own fresh process (forked from a server that has imported torch but never touched CUDA, see
+:mod:`cudnn_guide.fresh_process`; ``python -m cudnn_guide.dynamic_shapes`` does the same in a new
+interpreter), so the cache's effect can be compared against controls — no cache, and another
+order — on equal terms.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 __all__ = ["build_sequence", "run_fresh_sequence", "main"]
@@ -89,7 +89,7 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the child process: ``cache|nocache B1,B2,...``; prints the rows as JSON.
+    """Entry point of a new interpreter: ``cache|nocache B1,B2,...``; prints :func:`build_sequence`'s rows as JSON.
 
     Parameters
     ----------
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: float = 600) -> list[dict[str, Any]]:
-    """:func:`build_sequence` in a new Python process; returns its rows.
+    """:func:`build_sequence` in a fresh process (:func:`cudnn_guide.fresh_process.run`); returns its rows.
 
     Parameters
     ----------
@@ -126,18 +126,21 @@ def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: f
     list[dict[str, Any]]
         The child's rows.
 
+    Raises
+    ------
+    RuntimeError
+        The child failed; its traceback is in the message.
+
     Example
     -------
     >>> rows = run_fresh_sequence([1, 2, 4, 8], kernel_cache=False)  # a control run
     """
-    proc = subprocess.run(
-        [sys.executable, "-m", "cudnn_guide.dynamic_shapes", "cache" if kernel_cache else "nocache",
-         ",".join(str(b) for b in batches)],
-        capture_output=True, text=True, timeout=timeout, cwd=str(Path(__file__).resolve().parent.parent),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"dynamic-shapes run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from . import fresh_process
+
+    try:
+        return fresh_process.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout).value
+    except fresh_process.FreshProcessError as exc:
+        raise RuntimeError(f"dynamic-shapes run failed:\n{exc.detail[-2000:]}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

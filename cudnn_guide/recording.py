@@ -27,7 +27,7 @@ __all__ = [
     "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
     "package_md5", "package_changed_since_recording", "ONLY_ENV", "record_examples",
     "declared_requirements", "unmet_requirements", "write_skip_page", "CELLS_SUFFIX", "time_cells",
-    "read_cell_times",
+    "read_cell_times", "RECORDING_PRELOAD",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
@@ -247,7 +247,7 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
 
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
                    build_seconds: float | None = None, example_seconds: dict[str, float] | None = None,
-                   full_run: bool = False) -> Path:
+                   start_seconds: dict[str, float] | None = None, full_run: bool = False) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
 
     Seconds per example accumulate across partial recordings (an example recorded now replaces
@@ -266,6 +266,9 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
         Wall time of this recording run.
     example_seconds
         Wall time of each example recorded in this run (its own process, start-up included).
+    start_seconds
+        Of that, the time each example's process took to start (the first one includes starting
+        the fork server, :func:`record_examples`).
     full_run
         This run recorded every example.
 
@@ -281,6 +284,8 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
     previous = read_manifest(gallery_dir) or {}
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
+    starts = {name: value for name, value in dict(previous.get("start_seconds", {}), **(start_seconds or {})).items()
+              if name not in (example_seconds or {}) or name in (start_seconds or {})}
     full = previous.get("full_recording")
     if full_run and build_seconds is not None:
         full = {"seconds": build_seconds, "utc": now, "commit": (environment or {}).get("commit")}
@@ -289,6 +294,7 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
         "environment": environment,
         "build_seconds": build_seconds,
         "example_seconds": seconds,
+        "start_seconds": starts,
         "full_recording": full,
         "examples": {s.name: _md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
         "package_md5": package_md5(),
@@ -551,16 +557,33 @@ def read_cell_times(gallery_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, python: str | None = None,
+RECORDING_PRELOAD: tuple[str, ...] = (
+    "torch", "numpy", "pandas", "matplotlib.pyplot", "sphinx.cmd.build", "sphinx_gallery.gen_gallery",
+)
+"""What the recording's fork server imports once, so that no page's process pays for it: the
+modules every page's build imports, none of which touches CUDA at import."""
+
+
+def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
+    """In the page's fresh process: the one-example Sphinx build that executes ``example``."""
+    from sphinx.cmd.build import build_main
+
+    os.environ.update({MODE_ENV: "record", ONLY_ENV: example})
+    return build_main(["-b", "dummy", "-q", docs_dir, out_dir])
+
+
+def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
                     names: list[str] | None = None) -> dict[str, float]:
     """Record each example in its own fresh process, then write the manifest.
 
-    For each example: delete its stored md5 (so sphinx-gallery treats it as changed) and run
-    ``sphinx -b dummy`` with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which makes ``conf.py``
+    For each example: delete its stored md5 (so sphinx-gallery treats it as changed) and run a
+    ``dummy`` Sphinx build with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which makes ``conf.py``
     execute that example alone; every other example's md5 still matches, so it is kept as
-    recorded. Each example thus starts in a new Python process, with no CUDA context, cuDNN
-    handle, compiled graph or warm library left by another. Appends the new records to
-    ``docs/data/history.jsonl`` (:mod:`cudnn_guide.history`). Returns seconds per example.
+    recorded. Each build runs in a new process (:func:`cudnn_guide.fresh_process.run`), forked
+    from a server that imported :data:`RECORDING_PRELOAD` once and never touched CUDA: no CUDA
+    context, cuDNN handle, compiled graph or warm library is left by another example, and no page
+    pays for importing torch. Appends the new records to ``docs/data/history.jsonl``
+    (:mod:`cudnn_guide.history`). Returns seconds per example.
 
     Parameters
     ----------
@@ -570,15 +593,13 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
         The example sources.
     gallery_dir
         The recorded gallery.
-    python
-        Interpreter for the child builds; default this one.
     names
         Example file names; default all.
 
     Returns
     -------
     dict[str, float]
-        Seconds per example (0 for a skipped one).
+        Seconds per example (0 for a skipped one), its process's start and exit included.
 
     Raises
     ------
@@ -592,12 +613,11 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
     >>> record_examples(Path('docs'), Path('examples'), Path('docs/auto_examples'), names=['plot_08_cuda_graphs.py'])
     ... # or: python -m cudnn_guide.recording record plot_08_cuda_graphs.py
     """
-    import subprocess
-    import sys
     import tempfile
     import time
 
-    python = python or sys.executable
+    from . import environment, fresh_process
+
     sources = sorted(Path(examples_dir).glob("plot_*.py"))
     if names:
         unknown = set(names) - {s.name for s in sources}
@@ -605,9 +625,8 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
             raise ValueError(f"no such examples: {sorted(unknown)}")
         sources = [s for s in sources if s.name in names]
     seconds: dict[str, float] = {}
+    starts: dict[str, float] = {}
     t_all = time.perf_counter()
-    from . import environment
-
     env_record = environment.collect().to_dict()
     capability = tuple(int(x) for x in env_record["sm"].split("."))
     with tempfile.TemporaryDirectory() as out:
@@ -619,18 +638,21 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, py
                 print(f"cudnn-guide: skipped {src.name}: this GPU lacks {'; '.join(needs)}", flush=True)
                 continue
             (Path(gallery_dir) / f"{src.name}.md5").unlink(missing_ok=True)
-            env = dict(os.environ, **{MODE_ENV: "record", ONLY_ENV: src.name})
-            t0 = time.perf_counter()
             print(f"cudnn-guide: recording {src.name} in a fresh process ...", flush=True)
-            proc = subprocess.run([python, "-m", "sphinx", "-b", "dummy", "-q", str(docs_dir), out], env=env)
-            seconds[src.name] = time.perf_counter() - t0
-            if proc.returncode != 0:
-                raise RuntimeError(f"recording {src.name} failed (sphinx exit {proc.returncode}); see the output above")
-            print(f"cudnn-guide: recorded {src.name} in {seconds[src.name]:.1f} s", flush=True)
+            try:
+                done = fresh_process.run(_build_one_example, str(docs_dir), out, src.name,
+                                         preload=RECORDING_PRELOAD, timeout=None)
+            except fresh_process.FreshProcessError as exc:
+                raise RuntimeError(f"recording {src.name} failed:\n{exc.detail}") from None
+            if done.value != 0:
+                raise RuntimeError(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
+            seconds[src.name], starts[src.name] = done.seconds, done.start_seconds
+            print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s "
+                  f"(its process started in {done.start_seconds:.2f} s)", flush=True)
     from . import history
 
     write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
-                   example_seconds=seconds, full_run=not names)
+                   example_seconds=seconds, start_seconds=starts, full_run=not names)
     history.append(Path(docs_dir) / "data" / "history.jsonl",
                    history.entries_from_gallery(gallery_dir, [s.name for s in sources]))
     return seconds

@@ -291,3 +291,17 @@ def test_fp8_attention_output_and_amax_match_the_reference():
     check.check(fp8.dequantize(f8["o8"], f8["descale_o"]), ref, name="O", tol=0.1)
     check.check(f8["amax_o"].reshape(1), ref.abs().max().reshape(1), name="amax_O", tol=0.1)
     assert 0 < f8["amax_s"].item() <= 1.0 + 1e-3  # softmax probabilities
+
+
+def test_a_forked_fresh_process_has_no_cuda_state_and_matches_a_new_interpreter(tmp_path):
+    from cudnn_guide import coldstart
+
+    torch.empty(1, device="cuda")  # this process has a CUDA context; the children must not inherit it
+    built = coldstart.run_fresh("conv", "build", tmp_path)
+    loaded = coldstart.run_fresh("conv", "cache", tmp_path)
+    control = coldstart.run_fresh("conv", "cache", tmp_path, new_interpreter=True)
+    assert (built["process"], loaded["process"], control["process"]) == ("forked", "forked", "new interpreter")
+    for r in (built, loaded, control):
+        assert r["rel_error"] < check.tolerance(torch.bfloat16)
+        assert r["context_s"] > 0.01  # each created its own context
+    assert built["import_s"] < 0.5 < control["import_s"]  # the fork skips only the imports
