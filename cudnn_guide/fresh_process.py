@@ -171,7 +171,8 @@ def run(fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, ti
     ------
     FreshProcessError
         ``fn`` raised (the child's traceback is in the message), the child died without an
-        answer, it timed out, or it found CUDA already initialized.
+        answer, it timed out, or it found CUDA already initialized; or ``fn`` was defined in
+        ``__main__``, where the child cannot find it.
 
     Example
     -------
@@ -179,6 +180,10 @@ def run(fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, ti
     >>> r = fresh_process.run(coldstart.measure, "conv", "build", "/tmp/plans")
     >>> r.value["first_result_s"], r.start_seconds
     """
+    what = _qualname(fn)
+    if getattr(fn, "__module__", None) == "__main__":
+        raise FreshProcessError(what, "a function defined in __main__ cannot be found by name in the child; "
+                                      "define it in an importable module")
     ctx = _context(preload)
     receive, send = ctx.Pipe(duplex=False)
     t_asked = time.time()
@@ -195,7 +200,6 @@ def run(fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, ti
         if main is not None:
             sys.modules["__main__"] = main
     send.close()
-    what = _qualname(fn)
     try:
         if not receive.poll(timeout):
             proc.kill()

@@ -671,4 +671,8 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _main()
+    # run the imported module's _main, so the functions it sends to fresh processes are named
+    # cudnn_guide.recording.*, which a child can import, not __main__.*, which it cannot
+    from cudnn_guide import recording
+
+    recording._main()

@@ -58,6 +58,14 @@ def test_a_raising_function_is_reported_with_the_childs_traceback():
     assert info.value.what == "builtins.int"
 
 
+def test_a_function_from_main_is_refused_with_the_fix():
+    def local():
+        return 1
+    local.__module__ = "__main__"
+    with pytest.raises(FreshProcessError, match="define it in an importable module"):
+        fresh_process.run(local)
+
+
 def test_a_child_that_dies_or_hangs_is_an_error_not_a_hang():
     with pytest.raises(FreshProcessError, match=r"died without an answer \(exit code 3\)"):
         fresh_process.run(_die)

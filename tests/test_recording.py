@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import remove_recording
+from conftest import HAS_GPU, remove_recording
 
 from cudnn_guide import docs_build, recording
 
@@ -225,3 +225,19 @@ def test_one_example_recording_build_reads_the_gallery_only(root, tmp_path):
     out = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "dummy", str(src), str(tmp_path / "out")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_page_that_fails_in_its_fresh_process_stops_the_recording_by_name(tmp_path, root, monkeypatch):
+    # The page's build runs in a forked child; on this CPU-only machine its conf.py cannot collect
+    # a GPU environment, so the build fails there, and the parent must say which page failed.
+    from cudnn_guide import environment
+
+    for part in ("docs", "examples"):
+        shutil.copytree(root / part, tmp_path / part, ignore=shutil.ignore_patterns("_build"))
+    fake = json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"]
+    monkeypatch.setattr(environment, "collect", lambda: environment.EnvironmentRecord.from_dict(fake))
+    if HAS_GPU:
+        pytest.skip("on a GPU the page would record")
+    with pytest.raises(RuntimeError, match=r"recording plot_08_cuda_graphs.py failed \(sphinx exit 2\)"):
+        recording.record_examples(tmp_path / "docs", tmp_path / "examples", tmp_path / "docs" / "auto_examples",
+                                  names=["plot_08_cuda_graphs.py"])
