@@ -160,7 +160,7 @@ def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str
     try:
         # reps calls, unless that would take longer than max_ms_per_plan: then as many as fit, at least 5
         m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=max_ms_per_plan, warmup_ms=5.0,
-                      min_reps=min(5, reps), max_reps=reps, params={"impl": name, "plan_index": index})
+                      min_reps=min(5, reps), max_reps=reps, precision=None, params={"impl": name, "plan_index": index})
     except BenchmarkError as exc:
         return PlanTiming(index, name, error=str(exc.__cause__ or exc))
     return PlanTiming(index, name, m)

@@ -17,6 +17,11 @@ Python that launches it (the method nvbench calls a blocking kernel). The host t
 separately, one call at a time on an idle GPU queue, and reported (``host_samples_ms``): when it
 exceeds the GPU time, a loop of such calls is host-bound, and the measurement says so.
 
+The number of timed calls comes from a time budget, but the run stops sooner once the median is
+known precisely: calls are timed in doubling batches until the 95% confidence interval of the
+median (:func:`median_ci`, distribution-free) is within ±0.5% of it. A stable kernel needs a few
+dozen calls; a noisy one spends its whole budget, and its interval says how far to trust it.
+
 ``cuda_graph=True`` captures many calls into one CUDA graph and times its replays, removing launch
 gaps for kernels too short to time one at a time.
 
@@ -36,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import clocks
 from .errors import BenchmarkError
 
-__all__ = ["Measurement", "benchmark", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
+__all__ = ["Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
            "measure_read_bandwidth", "measure_launch_overhead", "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
@@ -49,6 +54,48 @@ def _quantile(sorted_samples: Sequence[float], q: float) -> float:
     pos = (len(sorted_samples) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median, from order statistics.
+
+    With ``n`` sorted samples the interval runs from the ``j``-th to the ``k``-th, where
+    ``j = ⌊(n − z√n)/2⌋`` and ``k = ⌈1 + (n + z√n)/2⌉`` (1-based, clamped to ``[1, n]``) and ``z``
+    is the normal quantile of ``confidence``. It assumes independent samples, nothing about their
+    distribution, so a skewed or two-moded timing does not fool it.
+
+    Parameters
+    ----------
+    samples
+        The timings (any order).
+    confidence
+        0.95 or 0.99.
+
+    Returns
+    -------
+    tuple[float, float]
+        The lower and upper bound.
+
+    Raises
+    ------
+    ValueError
+        No samples, or an unsupported confidence.
+
+    Example
+    -------
+    >>> lo, hi = median_ci(m.samples_ms)
+    >>> print(f"median {m.median_ms:.4f} ms, 95% CI [{lo:.4f}, {hi:.4f}]")
+    """
+    z = {0.95: 1.959964, 0.99: 2.575829}.get(confidence)
+    if z is None:
+        raise ValueError(f"confidence must be 0.95 or 0.99, got {confidence}")
+    xs = sorted(samples)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("median_ci needs at least one sample")
+    j = max(1, math.floor((n - z * math.sqrt(n)) / 2))
+    k = min(n, math.ceil(1 + (n + z * math.sqrt(n)) / 2))
+    return xs[j - 1], xs[k - 1]
 
 
 @dataclasses.dataclass
@@ -114,6 +161,17 @@ class Measurement:
         """IQR / median: the relative spread."""
         return self.iqr_ms / self.median_ms if self.median_ms > 0 else float("inf")
 
+    @property
+    def median_ci_ms(self) -> tuple[float, float]:
+        """95% confidence interval of the median (:func:`median_ci`)."""
+        return median_ci(self.samples_ms)
+
+    @property
+    def median_ci_rel(self) -> float:
+        """Half the width of :attr:`median_ci_ms`, relative to the median: how precisely the median is known."""
+        lo, hi = self.median_ci_ms
+        return (hi - lo) / 2 / self.median_ms if self.median_ms > 0 else float("inf")
+
     # -- derived rates ------------------------------------------------------------------------
     @property
     def tflops(self) -> float | None:
@@ -135,7 +193,8 @@ class Measurement:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         d = {
             "label": self.label, "mode": self.mode, "params": self.params, "unit": "ms",
-            "n": self.n, "median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
+            "n": self.n, "median_ms": self.median_ms, "median_ci_ms": list(self.median_ci_ms),
+            "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
             "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
             "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
             "host_median_ms": self.host_median_ms, "warnings": list(self.warnings), "clocks": dict(self.clocks),
@@ -153,7 +212,8 @@ class Measurement:
                    dict(d.get("clocks", {})))
 
     def __str__(self) -> str:
-        parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} (IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"]
+        parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} ±{100 * self.median_ci_rel:.1f}% "
+                 f"(IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"]
         if self.tflops is not None:
             parts.append(f"{self.tflops:.1f} TFLOP/s")
         if self.gbps is not None:
@@ -235,6 +295,7 @@ def benchmark(
     warmup_ms: float = 50.0,
     min_reps: int = 20,
     max_reps: int = 2_000,
+    precision: float | None = 0.005,
     cuda_graph: bool = False,
     calls_per_graph: int | None = None,
     expect_shape: Sequence[int] | None = None,
@@ -257,13 +318,17 @@ def benchmark(
     bytes:
         Bytes per call you counted, for GB/s.
     budget_ms:
-        Time budget of the timed calls: their number is ``budget_ms`` over a first estimate of
-        one call (with its L2 flush and the spin kernel before it), clamped to
-        ``[min_reps, max_reps]``.
+        Time budget of the timed calls: at most ``budget_ms`` over a first estimate of one call
+        (with its L2 flush and the spin kernel before it), clamped to ``[min_reps, max_reps]``.
+    precision:
+        Stop early once the median is known this precisely: calls are timed in doubling
+        batches (32, 64, ...) until the 95% confidence interval of the median is within
+        ± ``precision`` of it (:func:`median_ci`), or the budget is spent. ``None`` always
+        spends the whole budget.
     warmup_ms:
         Warm-up runs for this long, GPU time included (at least two calls), before timing.
     min_reps:
-        Fewest timed calls.
+        Fewest timed calls (at least 32 when stopping early).
     max_reps:
         Most timed calls.
     cuda_graph:
@@ -346,7 +411,7 @@ def benchmark(
         # each timed call also waits for its spin kernel: count it, so budget_ms bounds the run
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
         reps = int(min(max(budget_ms / max(est + spin_ms, 1e-4), min_reps), max_reps))
-        samples = _time_each(fn, flush, reps, label, spin_ms)
+        samples = _time_until_precise(fn, flush, reps, label, spin_ms, min_reps, precision)
         mode = f"{l2}-L2 events"
     # read the clocks the moment the timed run ends, before anything idles the GPU
     clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
@@ -380,6 +445,25 @@ def _spin(ms: float) -> None:
         torch.cuda.synchronize()
         rate = _CYCLES_PER_MS[dev] = cycles / max(start.elapsed_time(end), 1e-3)
     torch.cuda._sleep(int(ms * rate))
+
+
+def _time_until_precise(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float,
+                        min_reps: int, precision: float | None) -> list[float]:
+    """Time up to ``reps`` calls, in doubling batches, stopping once the median is precise enough."""
+    if precision is None:
+        return _time_each(fn, flush, reps, label, spin_ms)
+    samples: list[float] = []
+    batch = min(reps, max(min_reps, 32))
+    while True:
+        samples += _time_each(fn, flush, batch, label, spin_ms)
+        if len(samples) >= reps:
+            return samples
+        if len(samples) >= max(min_reps, 32):
+            lo, hi = median_ci(samples)
+            med = statistics.median(samples)
+            if med > 0 and (hi - lo) / 2 <= precision * med:
+                return samples
+        batch = min(len(samples), reps - len(samples))
 
 
 def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float) -> list[float]:

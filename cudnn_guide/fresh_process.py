@@ -67,18 +67,6 @@ class FreshProcessError(GuideError):
 class FreshResult:
     """What :func:`run` returns.
 
-    Attributes
-    ----------
-    value:
-        The function's return value (it must pickle).
-    seconds:
-        Wall time from asking for the process to its exit, seen by the caller.
-    start_seconds:
-        From asking for the process to the child starting the function: the process start-up
-        that a new interpreter would spend importing.
-    pid:
-        The child's process id (never the caller's).
-
     Example
     -------
     >>> done = fresh_process.run(os.getpid)
@@ -86,9 +74,14 @@ class FreshResult:
     """
 
     value: Any
+    """The function's return value (it must pickle)."""
     seconds: float
+    """Wall time from asking for the process to its exit, seen by the caller."""
     start_seconds: float
+    """From asking for the process to the child starting the function: the start-up a new
+    interpreter would spend importing (the first call in a process also starts the server)."""
     pid: int
+    """The child's process id (never the caller's)."""
 
 
 def _qualname(fn: Callable[..., Any]) -> str:

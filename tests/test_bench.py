@@ -1,4 +1,5 @@
 import math
+import statistics
 
 import pytest
 
@@ -73,3 +74,47 @@ def test_empty_sweep_is_an_error():
 def test_quantile_interpolates():
     assert bench._quantile([0.0, 10.0], 0.25) == 2.5
     assert math.isnan(bench._quantile([], 0.5))
+
+
+def test_median_ci_uses_order_statistics_and_covers_the_true_median():
+    assert bench.median_ci(list(range(1, 101))) == (40, 61)  # ranks 40 and 61 of 100
+    assert bench.median_ci([5.0]) == (5.0, 5.0)
+    with pytest.raises(ValueError, match="at least one sample"):
+        bench.median_ci([])
+    with pytest.raises(ValueError, match="confidence"):
+        bench.median_ci([1.0], confidence=0.9)
+    # skewed timings (exponential, true median ln 2): the 95% interval covers it ~95% of the time
+    import random
+
+    rng = random.Random(0)
+    trials = 2000
+    hits = sum(lo <= math.log(2) <= hi for lo, hi in
+               (bench.median_ci([rng.expovariate(1.0) for _ in range(50)]) for _ in range(trials)))
+    assert 0.93 <= hits / trials <= 0.985
+
+
+def test_timing_stops_once_the_median_is_precise_or_the_budget_is_spent(monkeypatch):
+    import random
+
+    rng = random.Random(1)
+    batches = []
+
+    def fake_time_each(fn, flush, reps, label, spin_ms, spread):
+        batches.append(reps)
+        return [1.0 + spread * rng.uniform(-1, 1) for _ in range(reps)]
+
+    for spread, reps, precision in ((0.001, 2000, 0.005), (0.05, 2000, 0.005), (0.05, 300, 0.005), (0.001, 300, None)):
+        batches.clear()
+        monkeypatch.setattr(bench, "_time_each", lambda *a, s=spread: fake_time_each(*a, s))
+        samples = bench._time_until_precise(None, None, reps, "x", 0.0, 20, precision)
+        if precision is None:
+            assert batches == [reps]  # no early stop: the whole budget, in one batch
+        elif spread < 0.01:
+            assert batches == [32]  # a steady kernel: the first batch already pins the median
+        elif reps == 300:
+            assert len(samples) == 300 and batches == [32, 32, 64, 128, 44]  # noisy: the budget caps it
+        else:
+            lo, hi = bench.median_ci(samples)
+            assert (hi - lo) / 2 <= 0.005 * statistics.median(samples) and 32 < len(samples) < 2000  # stopped when precise
+            before = bench.median_ci(samples[:len(samples) - batches[-1]])  # ... and not a batch sooner
+            assert (before[1] - before[0]) / 2 > 0.005 * statistics.median(samples[:len(samples) - batches[-1]])
