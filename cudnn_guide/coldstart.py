@@ -1,13 +1,13 @@
 """Time to first result in a fresh process: cold build against a plan reloaded from disk.
 
 In-process measurements hide start-up costs: the second build of a graph in a warm process
-reuses cuDNN's loaded kernels and caches. :func:`measure` must therefore run in a process of its
-own, and :func:`run_fresh` starts one: by default a child forked from a server that has imported
-torch and nothing CUDA (:mod:`cudnn_guide.fresh_process`), or with ``new_interpreter=True`` a
-whole new interpreter, ``python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR``, the control that
-pays every import too. Either way it reports:
+reuses cuDNN's loaded kernels and caches. :func:`measure` must therefore run at the start of a
+new interpreter, and :func:`run_fresh` starts one (from an
+:class:`~cudnn_guide.fresh_process.InterpreterPool`, whose interpreters imported torch ahead of
+time, or on demand). ``python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR`` does the same from
+a shell. It reports:
 
-* ``import_s``: importing torch and this package (near zero in a forked child, which has them);
+* ``import_s``: importing torch and this package, if the interpreter had not already;
 * ``context_s``: CUDA context and cuDNN handle creation (the same in both modes);
 * ``plan_s``: building the graph (``build``) or reading, checking and deserializing the cached
   plan (``cache``);
@@ -19,15 +19,19 @@ pays every import too. Either way it reports:
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRAPHS", "measure", "run_fresh", "main"]
+__all__ = ["GRAPHS", "PRELOAD", "measure", "run_fresh", "main"]
 
 GRAPHS = ("matmul", "conv", "sdpa")
+
+PRELOAD = ("torch", "numpy", "cudnn", "cudnn_guide.check", "cudnn_guide.graphs", "cudnn_guide.plan_cache",
+           "cudnn_guide.recipes")
+"""What a start-up study's interpreter imports before its turn: what :func:`measure` imports
+before its clock starts, so the numbers are those of an interpreter that has just imported them."""
 
 
 def _problem(graph: str) -> tuple[Any, Any]:
@@ -161,9 +165,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
-def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, new_interpreter: bool = False,
+def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, pool: Any = None,
               timeout: float = 300) -> dict[str, Any]:
-    """Run :func:`measure` in a fresh process; return its result plus how the process was made.
+    """Run :func:`measure` in a new interpreter; return its result plus the process's wall time.
 
     Parameters
     ----------
@@ -173,48 +177,40 @@ def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, new_interpreter: 
         ``"build"`` or ``"cache"``.
     cache_dir
         Directory of the plan cache.
-    new_interpreter
-        ``False`` (default): a child forked from a server that has imported torch but never
-        touched CUDA (:func:`cudnn_guide.fresh_process.run`); it skips only the imports.
-        ``True``: a new Python interpreter, ``python -m cudnn_guide.coldstart``, which pays them:
-        the control that shows the forked child's numbers are a new process's numbers.
+    pool
+        An :class:`~cudnn_guide.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
+        whose next interpreter runs it; ``None`` starts one interpreter now and waits for its imports.
     timeout
-        Seconds before the child is killed.
+        Seconds before the interpreter is killed.
 
     Returns
     -------
     dict[str, Any]
-        :func:`measure`'s result, plus ``process_s`` (the caller's wall time for the whole
-        process, start and exit included) and ``process`` (``"forked"`` or ``"new interpreter"``).
+        :func:`measure`'s result, plus ``process_s``: the caller's wall time from handing over
+        the call to the interpreter's exit.
 
     Raises
     ------
     RuntimeError
-        The child failed; its error output is in the message.
+        The interpreter failed; its traceback is in the message.
 
     Example
     -------
-    >>> cold = run_fresh('sdpa', 'build', cache_dir)
-    >>> warm = run_fresh('sdpa', 'cache', cache_dir)
+    >>> with fresh_process.InterpreterPool(2, preload=PRELOAD) as pool:
+    ...     cold = run_fresh('sdpa', 'build', cache_dir, pool=pool)
+    ...     warm = run_fresh('sdpa', 'cache', cache_dir, pool=pool)
     >>> print(cold['first_result_s'] / warm['first_result_s'])
     """
     from . import fresh_process
 
-    if not new_interpreter:
-        try:
-            done = fresh_process.run(measure, graph, mode, str(cache_dir), timeout=timeout)
-        except fresh_process.FreshProcessError as exc:
-            raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
-        return {**done.value, "process_s": done.seconds, "process": "forked"}
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cudnn_guide.coldstart", graph, mode, str(cache_dir)],
-                          capture_output=True, text=True, timeout=timeout,
-                          cwd=str(Path(__file__).resolve().parent.parent))
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"coldstart {graph} {mode} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {**result, "process_s": wall, "process": "new interpreter"}
+    try:
+        if pool is None:
+            done = fresh_process.run(measure, graph, mode, str(cache_dir), preload=PRELOAD, timeout=timeout)
+        else:
+            done = pool.run(measure, graph, mode, str(cache_dir), timeout=timeout)
+    except fresh_process.FreshProcessError as exc:
+        raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
+    return {**done.value, "process_s": done.seconds}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,10 +7,9 @@ its own.
 
 Build times are easily confounded by what a process has already done (lazy library loading,
 heuristics caches). :func:`run_fresh_sequence` therefore builds each sequence of batch sizes in
-its own fresh process (forked from a server that has imported torch but never touched CUDA, see
-:mod:`cudnn_guide.fresh_process`; ``python -m cudnn_guide.dynamic_shapes`` does the same in a new
-interpreter), so the cache's effect can be compared against controls — no cache, and another
-order — on equal terms.
+a new interpreter of its own (:mod:`cudnn_guide.fresh_process`; ``python -m
+cudnn_guide.dynamic_shapes`` does the same from a shell), so the cache's effect can be compared
+against controls — no cache, and another order — on equal terms.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-__all__ = ["build_sequence", "run_fresh_sequence", "main"]
+__all__ = ["PRELOAD", "build_sequence", "run_fresh_sequence", "main"]
 
 
 def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, k: int = 1024, n: int = 512,
@@ -109,8 +108,14 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(build_sequence(batches, kernel_cache=mode == "cache")))
 
 
-def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: float = 600) -> list[dict[str, Any]]:
-    """:func:`build_sequence` in a fresh process (:func:`cudnn_guide.fresh_process.run`); returns its rows.
+PRELOAD = ("torch", "numpy", "cudnn", "cudnn_guide.bench", "cudnn_guide.check", "cudnn_guide.graphs",
+           "cudnn_guide.recipes", "cudnn_guide.tensors")
+"""What a sequence's interpreter imports before its turn (what :func:`build_sequence` uses)."""
+
+
+def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, pool: Any = None,
+                       timeout: float = 600) -> list[dict[str, Any]]:
+    """:func:`build_sequence` in a new interpreter (:mod:`cudnn_guide.fresh_process`); returns its rows.
 
     Parameters
     ----------
@@ -118,18 +123,21 @@ def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: f
         Batch sizes, in build order.
     kernel_cache
         Use the kernel cache.
+    pool
+        An :class:`~cudnn_guide.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
+        whose next interpreter runs it; ``None`` starts one now and waits for its imports.
     timeout
-        Seconds before the child is killed.
+        Seconds before the interpreter is killed.
 
     Returns
     -------
     list[dict[str, Any]]
-        The child's rows.
+        The interpreter's rows.
 
     Raises
     ------
     RuntimeError
-        The child failed; its traceback is in the message.
+        The interpreter failed; its traceback is in the message.
 
     Example
     -------
@@ -138,9 +146,14 @@ def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, timeout: f
     from . import fresh_process
 
     try:
-        return fresh_process.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout).value
+        if pool is None:
+            done = fresh_process.run(build_sequence, list(batches), kernel_cache=kernel_cache, preload=PRELOAD,
+                                     timeout=timeout)
+        else:
+            done = pool.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
         raise RuntimeError(f"dynamic-shapes run failed:\n{exc.detail[-2000:]}") from None
+    return done.value
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,47 +1,51 @@
-"""Run a function in a fresh process that has imported torch but has no CUDA state.
+"""Run functions in fresh Python interpreters, started ahead of time so their imports cost no wait.
 
-Start-up studies (plan caches, kernel caches) and the gallery recording each need a process
-with no CUDA context, no cuDNN handle, no built graph and no cache left by earlier work. A new
-Python interpreter gives that, but it also imports torch every time: 3–4.5 s on the GPU builder,
-more than most of what such a process measures.
+Start-up studies (plan caches, kernel caches) and the gallery recording each need a process with
+no CUDA context, no cuDNN handle, no built graph and no cache left by earlier work: a new
+interpreter. Started on demand, each pays Python's and torch's imports first, 3–4.5 s on the
+GPU builder, more than most of what such a process measures.
 
-:func:`run` gets the same state for a fraction of that. It uses ``multiprocessing``'s
-*forkserver*: a server process, started once from a new interpreter, imports the modules named
-in ``preload`` and never touches CUDA. Each call forks a new child from that server. The child
-starts with those modules imported and nothing else: CUDA is initialized lazily, so its
-context, its cuDNN handle and every library state come into being inside the child, as in a new
-interpreter. On entry the child checks that torch's CUDA state is not initialized, and refuses
-to run otherwise.
+An :class:`InterpreterPool` starts the interpreters it will need **all at once, before the first
+call**: they import the ``preload`` modules concurrently (a few seconds in all, on a multi-core
+host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` hands the next
+one a function to call; it runs it, answers, and exits. Every call thus gets a genuine new
+interpreter, with its imports done but nothing else; and no interpreter imports while another
+one measures.
 
-What a forked child does **not** pay is the import itself. A study that wants the import in its
-numbers (a new interpreter's whole start-up) must start one: see
-:func:`cudnn_guide.coldstart.run_fresh`'s ``new_interpreter`` control.
+Why not fork children from one pre-imported server, which is cheaper still? That was tried, and a
+control showed it changes what start-up studies measure: forked children built a cold cuDNN graph
+1.4× slower and loaded a saved plan 0.8× as long as new interpreters (the methodology page shows
+the runs). A new interpreter is what a reader's process is.
 """
 
 from __future__ import annotations
 
-import atexit
-import multiprocessing
+import importlib
+import json
 import os
+import pickle
+import select
+import struct
+import subprocess
 import sys
 import time
 import traceback
-import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import GuideError
 
-__all__ = ["FreshProcessError", "FreshResult", "PRELOAD", "run"]
+__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "PRELOAD", "run"]
 
 PRELOAD: tuple[str, ...] = ("torch", "numpy")
-"""Modules the server imports before forking, unless :func:`run` is given others."""
+"""Modules each interpreter imports before it is ready, unless it is given others."""
 
-_server_preload: tuple[str, ...] | None = None
+_WORKER = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+           "from cudnn_guide.fresh_process import _worker_main; _worker_main(int(sys.argv[2]), sys.argv[3:])")
 
 
 class FreshProcessError(GuideError):
-    """The function failed, died or timed out in its fresh process.
+    """The function failed, died or timed out in its fresh process, or the process could not start.
 
     Attributes
     ----------
@@ -65,41 +69,28 @@ class FreshProcessError(GuideError):
 
 @dataclass(frozen=True)
 class FreshResult:
-    """What :func:`run` returns.
+    """What :meth:`InterpreterPool.run` and :func:`run` return.
 
     Example
     -------
     >>> done = fresh_process.run(os.getpid)
-    >>> done.value == done.pid != os.getpid(), f"started in {done.start_seconds:.3f} s"
+    >>> done.value == done.pid != os.getpid(), f"{done.seconds:.2f} s"
     """
 
     value: Any
     """The function's return value (it must pickle)."""
     seconds: float
-    """Wall time from asking for the process to its exit, seen by the caller."""
+    """Wall time from handing over the call to the interpreter's exit, seen by the caller."""
     start_seconds: float
-    """From asking for the process to the child starting the function: the start-up a new
-    interpreter would spend importing (the first call in a process also starts the server)."""
+    """From handing over the call to the function starting (the imports were done before)."""
+    import_seconds: float
+    """How long this interpreter took, from its launch, to import its ``preload`` modules."""
     pid: int
-    """The child's process id (never the caller's)."""
+    """The interpreter's process id (never the caller's)."""
 
 
 def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def _context(preload: Sequence[str]) -> Any:
-    """The forkserver context; the server imports ``preload`` when it starts.
-
-    The server is one per calling process, started at the first :func:`run`; the preload list of
-    that first call is the one it keeps.
-    """
-    global _server_preload
-    ctx = multiprocessing.get_context("forkserver")
-    if _server_preload is None:
-        _server_preload = tuple(preload)
-        ctx.set_forkserver_preload(list(_server_preload))
-    return ctx
 
 
 def _cuda_untouched() -> str | None:
@@ -108,108 +99,278 @@ def _cuda_untouched() -> str | None:
     if torch is None:
         return None
     if torch.cuda.is_initialized():
-        return "torch's CUDA state was already initialized when the child started"
+        return "torch's CUDA state was already initialized before the call"
     return None
 
 
-def _child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-           environ: dict[str, str]) -> None:
-    """Body of the forked child: check freshness, run ``fn``, send ``(ok, value, t_started)``."""
-    t_started = time.time()
+# -- frames: 8-byte length, then a pickle -------------------------------------------------------
+def _send(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd: int, timeout: float | None) -> Any:
+    """The next frame; ``EOFError`` if the writer is gone, ``TimeoutError`` after ``timeout`` s."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    head = _read_exact(fd, 8, deadline)
+    if head is None:
+        raise EOFError
+    body = _read_exact(fd, struct.unpack("<Q", head)[0], deadline)
+    if body is None:
+        raise EOFError
+    return pickle.loads(body)
+
+
+def _worker_main(answer_fd: int, preload: Sequence[str]) -> None:
+    """Body of each interpreter: import ``preload``, say ready, run one call, answer, exit normally."""
+    t0 = time.time()
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # optional: the call imports what it needs
+    try:
+        _send(answer_fd, ("ready", time.time() - t0, _cuda_untouched()))
+        request = _receive(0, None)
+    except (EOFError, BrokenPipeError):
+        return  # the pool closed without using this interpreter
+    environ, cwd, path, payload = request
     os.environ.clear()
     os.environ.update(environ)
+    os.chdir(cwd)
+    sys.path[:] = path
+    t_started = time.time()
     try:
         reason = _cuda_untouched()
         if reason:
             raise RuntimeError(f"not a fresh process: {reason}")
-        message = (True, fn(*args, **kwargs), t_started)
+        fn, args, kwargs = pickle.loads(payload)
+        message = ("ok", t_started, fn(*args, **kwargs))
     except BaseException:  # noqa: BLE001 - every failure goes back to the caller, with its traceback
-        message = (False, traceback.format_exc(), t_started)
+        message = ("error", t_started, traceback.format_exc())
     sys.stdout.flush()
     sys.stderr.flush()
-    conn.send(message)
-    conn.close()
-    atexit._run_exitfuncs()  # what a normal interpreter exit runs; multiprocessing's exit skips it
+    _send(answer_fd, message)
+
+
+class _Interpreter:
+    def __init__(self, preload: Sequence[str]) -> None:
+        read, write = os.pipe()
+        self.launched = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", _WORKER,
+             json.dumps(sys.path), str(write), *preload],
+            stdin=subprocess.PIPE, pass_fds=(write,), cwd=os.getcwd(), env=dict(os.environ))
+        os.close(write)
+        self.answers = read
+        self.import_seconds: float | None = None
+
+    def wait_ready(self, timeout: float | None) -> None:
+        if self.import_seconds is not None:
+            return
+        try:
+            _, self.import_seconds, not_fresh = _receive(self.answers, timeout)
+        except EOFError:
+            raise FreshProcessError("interpreter start", f"it exited while importing (exit code {self.proc.wait()})") from None
+        except TimeoutError:
+            self.kill()
+            raise FreshProcessError("interpreter start", f"not ready within {timeout} s; it was killed") from None
+        if not_fresh:
+            self.kill()
+            raise FreshProcessError("interpreter start", f"importing its modules touched CUDA: {not_fresh}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        if self.answers >= 0:
+            os.close(self.answers)
+            self.answers = -1
+
+
+class InterpreterPool:
+    """``size`` new Python interpreters, started together now; each runs one call, then exits.
+
+    Parameters
+    ----------
+    size
+        How many calls the pool will serve: all of its interpreters start at once, so none
+        imports while another one's call runs.
+    preload
+        Modules each interpreter imports before it is ready. Never name one that initializes
+        CUDA at import: an interpreter that did is refused.
+    ready_timeout
+        Seconds the first call waits for the interpreters to be ready.
+
+    Raises
+    ------
+    ValueError
+        ``size`` is not positive.
+
+    Example
+    -------
+    >>> with InterpreterPool(3, preload=("torch",)) as pool:
+    ...     results = [pool.run(coldstart.measure, "conv", mode, "/tmp/plans") for mode in ("build", "cache", "cache")]
+    """
+
+    def __init__(self, size: int, preload: Sequence[str] = PRELOAD, ready_timeout: float = 300.0) -> None:
+        if size < 1:
+            raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
+        self.preload, self.ready_timeout = tuple(preload), ready_timeout
+        self._t0 = time.perf_counter()
+        self._idle = [_Interpreter(self.preload) for _ in range(size)]
+        self.start_seconds: float | None = None
+        """Wall time from creating the pool until all its interpreters were ready."""
+
+    def __enter__(self) -> "InterpreterPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def left(self) -> int:
+        """Interpreters not used yet."""
+        return len(self._idle)
+
+    def close(self) -> None:
+        """End the interpreters that were not used (they exit without running anything)."""
+        for interp in self._idle:
+            interp.close()
+            try:
+                interp.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                interp.kill()
+        self._idle = []
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
+        """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.
+
+        The interpreter gets the caller's current environment variables, working directory and
+        ``sys.path``. Its standard output and error are the caller's. It exits normally after
+        answering (``atexit`` handlers run).
+
+        Parameters
+        ----------
+        fn
+            A module-level function (it is pickled by name), with picklable arguments and result.
+        args
+            Its positional arguments.
+        timeout
+            Seconds before the interpreter is killed; ``None`` waits forever.
+        kwargs
+            Its keyword arguments.
+
+        Returns
+        -------
+        FreshResult
+            The value, the wall time, the start-up time and the interpreter's pid.
+
+        Raises
+        ------
+        FreshProcessError
+            ``fn`` raised (its traceback is in the message), the interpreter died without an
+            answer or timed out, the pool is used up, or ``fn`` was defined in ``__main__``,
+            where a new interpreter cannot find it.
+
+        Example
+        -------
+        >>> with InterpreterPool(1) as pool:
+        ...     print(pool.run(os.getpid).value)
+        """
+        what = _qualname(fn)
+        if getattr(fn, "__module__", None) == "__main__":
+            raise FreshProcessError(what, "a function defined in __main__ cannot be found by name in a new "
+                                          "interpreter; define it in an importable module")
+        if not self._idle:
+            raise FreshProcessError(what, "this InterpreterPool has no interpreter left: make it as large as the "
+                                          "number of calls")
+        for interp in self._idle:  # all started together; wait for all, so none imports during a call
+            interp.wait_ready(self.ready_timeout)
+        if self.start_seconds is None:
+            self.start_seconds = time.perf_counter() - self._t0
+        interp = self._idle.pop(0)
+        payload = pickle.dumps((fn, args, kwargs))
+        t_asked, t0 = time.time(), time.perf_counter()
+        try:
+            _send(interp.proc.stdin.fileno(), (dict(os.environ), os.getcwd(), list(sys.path), payload))
+            interp.proc.stdin.close()
+            status, t_started, value = _receive(interp.answers, timeout)
+        except TimeoutError:
+            interp.kill()
+            raise FreshProcessError(what, f"no answer within {timeout} s; the interpreter was killed") from None
+        except (EOFError, BrokenPipeError):
+            interp.kill()
+            raise FreshProcessError(what, f"the interpreter died without an answer (exit code {interp.proc.returncode})") from None
+        try:
+            interp.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            interp.proc.kill()
+            interp.proc.wait()
+        interp.close()
+        if status != "ok":
+            raise FreshProcessError(what, value)
+        return FreshResult(value=value, seconds=time.perf_counter() - t0, start_seconds=max(0.0, t_started - t_asked),
+                           import_seconds=interp.import_seconds or 0.0, pid=interp.proc.pid)
 
 
 def run(fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, timeout: float | None = 600,
         **kwargs: Any) -> FreshResult:
-    """Call ``fn(*args, **kwargs)`` in a new process forked from a server that imported ``preload``.
+    """Call ``fn(*args, **kwargs)`` in one new interpreter (an :class:`InterpreterPool` of one).
 
-    The child gets the caller's current environment variables and working directory. Its standard
-    output and error go where the caller's went when the server started. It runs the ``atexit``
-    handlers a normal exit would (torch.compile's worker pool, for one), then exits.
+    It waits for the interpreter's imports; to run several calls without that wait, make an
+    :class:`InterpreterPool` as large as their number.
 
     Parameters
     ----------
     fn
-        A module-level function (it is pickled by name), with picklable arguments and result.
+        A module-level function, with picklable arguments and result.
     args
         Its positional arguments.
     preload
-        Modules the server imports once, before any fork. Only the first call in a process
-        starts the server, so only its list counts. Never name a module that initializes CUDA
-        at import.
+        Modules the interpreter imports before the call.
     timeout
-        Seconds before the child is killed; ``None`` waits forever.
+        Seconds before the interpreter is killed; ``None`` waits forever.
     kwargs
         Its keyword arguments.
 
     Returns
     -------
     FreshResult
-        The value, the wall time, the start-up time and the child's pid.
+        The value, the wall time, the start-up time and the interpreter's pid.
 
     Raises
     ------
     FreshProcessError
-        ``fn`` raised (the child's traceback is in the message), the child died without an
-        answer, it timed out, or it found CUDA already initialized; or ``fn`` was defined in
-        ``__main__``, where the child cannot find it.
+        As :meth:`InterpreterPool.run`.
 
     Example
     -------
     >>> from cudnn_guide import coldstart, fresh_process
     >>> r = fresh_process.run(coldstart.measure, "conv", "build", "/tmp/plans")
-    >>> r.value["first_result_s"], r.start_seconds
+    >>> r.value["first_result_s"]
     """
-    what = _qualname(fn)
-    if getattr(fn, "__module__", None) == "__main__":
-        raise FreshProcessError(what, "a function defined in __main__ cannot be found by name in the child; "
-                                      "define it in an importable module")
-    ctx = _context(preload)
-    receive, send = ctx.Pipe(duplex=False)
-    t_asked = time.time()
-    t0 = time.perf_counter()
-    proc = ctx.Process(target=_child, args=(send, fn, args, kwargs, dict(os.environ)))
-    # multiprocessing re-imports the caller's __main__ in the child, and a script without an
-    # ``if __name__ == "__main__"`` guard (a gallery example run by hand) would run again there.
-    # The child needs nothing from __main__, so it is shown an empty one while the child starts.
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        proc.start()
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
-    send.close()
-    try:
-        if not receive.poll(timeout):
-            proc.kill()
-            proc.join()
-            raise FreshProcessError(what, f"no answer within {timeout} s; the child was killed")
-        try:
-            ok, value, t_started = receive.recv()
-        except EOFError:
-            proc.join()
-            raise FreshProcessError(what, f"the child died without an answer (exit code {proc.exitcode})") from None
-    finally:
-        receive.close()
-    proc.join(timeout=60)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-    if not ok:
-        raise FreshProcessError(what, value)
-    return FreshResult(value=value, seconds=time.perf_counter() - t0, start_seconds=max(0.0, t_started - t_asked),
-                       pid=proc.pid)
+    with InterpreterPool(1, preload) as pool:
+        return pool.run(fn, *args, timeout=timeout, **kwargs)

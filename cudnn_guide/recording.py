@@ -247,7 +247,8 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
 
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
                    build_seconds: float | None = None, example_seconds: dict[str, float] | None = None,
-                   start_seconds: dict[str, float] | None = None, full_run: bool = False) -> Path:
+                   start_seconds: dict[str, float] | None = None, interpreters_seconds: float | None = None,
+                   full_run: bool = False) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
 
     Seconds per example accumulate across partial recordings (an example recorded now replaces
@@ -267,8 +268,11 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
     example_seconds
         Wall time of each example recorded in this run (its own process, start-up included).
     start_seconds
-        Of that, the time each example's process took to start (the first one includes starting
-        the fork server, :func:`record_examples`).
+        Of that, the time from handing the example to its interpreter to the build starting (the
+        interpreters imported their modules before, together: :func:`record_examples`).
+    interpreters_seconds
+        How long this run waited for the pages' interpreters to start (kept from the last run
+        that recorded every example, with ``full_recording``).
     full_run
         This run recorded every example.
 
@@ -288,7 +292,8 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
               if name not in (example_seconds or {}) or name in (start_seconds or {})}
     full = previous.get("full_recording")
     if full_run and build_seconds is not None:
-        full = {"seconds": build_seconds, "utc": now, "commit": (environment or {}).get("commit")}
+        full = {"seconds": build_seconds, "utc": now, "commit": (environment or {}).get("commit"),
+                "interpreters_start_seconds": interpreters_seconds}
     data = {
         "recorded_utc": now,
         "environment": environment,
@@ -562,7 +567,7 @@ RECORDING_PRELOAD: tuple[str, ...] = (
     "sphinx_gallery.gen_rst", "sphinx_gallery.backreferences", "sphinx_gallery.notebook",
     "sphinx_gallery.docs_resolv", "sphinx_gallery.scrapers",
 )
-"""What the recording's fork server imports once, so that no page's process pays for it: the
+"""What each page's interpreter imports before its turn, so that no page waits for it: the
 modules every page's build imports, none of which touches CUDA at import
 (:func:`recording_preload` adds Sphinx's built-in extensions)."""
 
@@ -572,7 +577,7 @@ def recording_preload() -> list[str]:
 
     Sphinx imports its built-in builders, domains and transforms (about 50 modules) whenever an
     application starts: in a page's process that was about 1 s of the 1.5 s its build took
-    around the example on the GPU builder. Importing them once in the fork server removes it.
+    around the example on the GPU builder. Importing them before the page's turn removes it.
 
     Returns
     -------
@@ -581,7 +586,7 @@ def recording_preload() -> list[str]:
 
     Example
     -------
-    >>> fresh_process.run(_build_one_example, 'docs', out, 'plot_08_cuda_graphs.py', preload=recording_preload())
+    >>> with fresh_process.InterpreterPool(14, preload=recording_preload()) as pool: ...
     """
     from sphinx import application
 
@@ -604,10 +609,11 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
     For each example: delete its stored md5 (so sphinx-gallery treats it as changed) and run a
     ``dummy`` Sphinx build with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which makes ``conf.py``
     execute that example alone; every other example's md5 still matches, so it is kept as
-    recorded. Each build runs in a new process (:func:`cudnn_guide.fresh_process.run`), forked
-    from a server that imported :func:`recording_preload`'s modules once and never touched CUDA: no CUDA
-    context, cuDNN handle, compiled graph or warm library is left by another example, and no page
-    pays for importing torch. Appends the new records to ``docs/data/history.jsonl``
+    recorded. Each build runs in a new interpreter of its own: no CUDA context, cuDNN handle,
+    compiled graph or warm library is left by another example. The interpreters are started
+    together before the first page (an :class:`~cudnn_guide.fresh_process.InterpreterPool`,
+    about 1 GB of host memory each while they wait), so their imports of torch, Sphinx and
+    matplotlib (:func:`recording_preload`) overlap instead of delaying every page. Appends the new records to ``docs/data/history.jsonl``
     (:mod:`cudnn_guide.history`). Returns seconds per example.
 
     Parameters
@@ -654,31 +660,37 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
     t_all = time.perf_counter()
     env_record = environment.collect().to_dict()
     capability = tuple(int(x) for x in env_record["sm"].split("."))
-    preload = recording_preload()
-    with tempfile.TemporaryDirectory() as out:
-        for src in sources:
-            needs = unmet_requirements(src, capability)
-            if needs:
-                write_skip_page(src, gallery_dir, needs, env_record)
-                seconds[src.name] = 0.0
-                print(f"cudnn-guide: skipped {src.name}: this GPU lacks {'; '.join(needs)}", flush=True)
-                continue
-            (Path(gallery_dir) / f"{src.name}.md5").unlink(missing_ok=True)
-            print(f"cudnn-guide: recording {src.name} in a fresh process ...", flush=True)
-            try:
-                done = fresh_process.run(_build_one_example, str(docs_dir), out, src.name,
-                                         preload=preload, timeout=None)
-            except fresh_process.FreshProcessError as exc:
-                raise RuntimeError(f"recording {src.name} failed:\n{exc.detail}") from None
-            if done.value != 0:
-                raise RuntimeError(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
-            seconds[src.name], starts[src.name] = done.seconds, done.start_seconds
-            print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s "
-                  f"(its process started in {done.start_seconds:.2f} s)", flush=True)
+    runnable, pool_seconds = [], None
+    for src in sources:
+        needs = unmet_requirements(src, capability)
+        if needs:
+            write_skip_page(src, gallery_dir, needs, env_record)
+            seconds[src.name] = 0.0
+            print(f"cudnn-guide: skipped {src.name}: this GPU lacks {'; '.join(needs)}", flush=True)
+        else:
+            runnable.append(src)
+    if runnable:
+        print(f"cudnn-guide: starting {len(runnable)} interpreter(s), one per page ...", flush=True)
+        with tempfile.TemporaryDirectory() as out, \
+                fresh_process.InterpreterPool(len(runnable), preload=recording_preload()) as pool:
+            for src in runnable:
+                (Path(gallery_dir) / f"{src.name}.md5").unlink(missing_ok=True)
+                print(f"cudnn-guide: recording {src.name} in a fresh interpreter ...", flush=True)
+                try:
+                    done = pool.run(_build_one_example, str(docs_dir), out, src.name, timeout=None)
+                except fresh_process.FreshProcessError as exc:
+                    raise RuntimeError(f"recording {src.name} failed:\n{exc.detail}") from None
+                if done.value != 0:
+                    raise RuntimeError(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
+                seconds[src.name], starts[src.name] = done.seconds, done.start_seconds
+                print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s", flush=True)
+            pool_seconds = pool.start_seconds
+            print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True)
     from . import history
 
     write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
-                   example_seconds=seconds, start_seconds=starts, full_run=not names)
+                   example_seconds=seconds, start_seconds=starts, interpreters_seconds=pool_seconds,
+                   full_run=not names)
     history.append(Path(docs_dir) / "data" / "history.jsonl",
                    history.entries_from_gallery(gallery_dir, [s.name for s in sources]))
     return seconds

@@ -1,5 +1,5 @@
-"""fresh_process: each call gets a new process, forked from a server, with the caller's
-environment and none of its state; failures come back with the child's traceback."""
+"""fresh_process: each call gets a new interpreter, started ahead of time, with the caller's
+environment and none of its state; failures come back with the interpreter's traceback."""
 
 from __future__ import annotations
 
@@ -7,18 +7,23 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import types
 
 import pytest
 
 from cudnn_guide import fresh_process
-from cudnn_guide.fresh_process import FreshProcessError
+from cudnn_guide.fresh_process import FreshProcessError, InterpreterPool
 
-STATE = {"touched": False}  # changed by the test process only; a child must see the import-time value
+STATE = {"touched": False}  # changed by the test process only; an interpreter must see the import-time value
 
 
-def _pid_and_state():
-    return os.getpid(), STATE["touched"], os.environ.get("CUDNN_GUIDE_TEST_VAR")
+def _pid_state_env():
+    return os.getpid(), STATE["touched"], os.environ.get("CUDNN_GUIDE_TEST_VAR"), "json" in sys.modules, os.getcwd()
+
+
+def _modules():
+    return sorted(m for m in ("json", "netrc", "wave") if m in sys.modules)
 
 
 def _die():
@@ -26,34 +31,44 @@ def _die():
 
 
 def _sleep(seconds):
-    import time
-
     time.sleep(seconds)
 
 
 def _nested():
-    inner = fresh_process.run(os.getpid, preload=())
-    return os.getpid(), inner.value
+    return os.getpid(), fresh_process.run(os.getpid, preload=()).value
 
 
-def test_each_call_runs_in_a_new_process_without_the_callers_state(monkeypatch):
+def test_each_call_runs_in_a_new_interpreter_without_the_callers_state(monkeypatch, tmp_path):
     STATE["touched"] = True
-    monkeypatch.setenv("CUDNN_GUIDE_TEST_VAR", "set after the server started")
-    try:
-        first = fresh_process.run(_pid_and_state)
-        second = fresh_process.run(_pid_and_state)
-    finally:
-        STATE["touched"] = False
-    pid, touched, var = first.value
-    assert pid == first.pid and pid != os.getpid() and second.pid != pid
-    assert touched is False  # the module was imported afresh in the server, not copied from this process
-    assert var == "set after the server started"  # the caller's environment at call time
-    assert 0 <= second.start_seconds <= second.seconds
+    with InterpreterPool(2, preload=("json",)) as pool:
+        monkeypatch.setenv("CUDNN_GUIDE_TEST_VAR", "set after the pool started")
+        monkeypatch.chdir(tmp_path)
+        try:
+            first = pool.run(_pid_state_env)
+            second = pool.run(_pid_state_env)
+        finally:
+            STATE["touched"] = False
+        assert pool.left == 0 and pool.start_seconds > 0
+        with pytest.raises(FreshProcessError, match="no interpreter left"):
+            pool.run(os.getpid)
+    pid, touched, var, preloaded, cwd = first.value
+    assert pid == first.pid != os.getpid() and second.pid != pid
+    assert touched is False  # the module was imported afresh, not copied from this process
+    assert var == "set after the pool started" and cwd == str(tmp_path)  # the caller's, at call time
+    assert preloaded
+    assert 0 <= first.start_seconds <= first.seconds and first.import_seconds > 0
 
 
-def test_a_raising_function_is_reported_with_the_childs_traceback():
+def test_interpreters_import_their_preload_before_the_call_and_nothing_of_the_callers():
+    import wave  # noqa: F401  (imported here, in the caller only)
+
+    assert "netrc" not in sys.modules or pytest.skip("this process already imported netrc")
+    assert fresh_process.run(_modules, preload=("netrc",)).value == ["json", "netrc"]  # json: the launcher's own
+
+
+def test_a_raising_function_is_reported_with_its_traceback():
     with pytest.raises(FreshProcessError) as info:
-        fresh_process.run(int, "not a number")
+        fresh_process.run(int, "not a number", preload=())
     assert "ValueError: invalid literal for int()" in info.value.detail
     assert info.value.what == "builtins.int"
 
@@ -63,26 +78,26 @@ def test_a_function_from_main_is_refused_with_the_fix():
         return 1
     local.__module__ = "__main__"
     with pytest.raises(FreshProcessError, match="define it in an importable module"):
-        fresh_process.run(local)
+        fresh_process.run(local, preload=())
 
 
-def test_a_child_that_dies_or_hangs_is_an_error_not_a_hang():
+def test_an_interpreter_that_dies_or_hangs_is_an_error_not_a_hang():
     with pytest.raises(FreshProcessError, match=r"died without an answer \(exit code 3\)"):
-        fresh_process.run(_die)
-    with pytest.raises(FreshProcessError, match="no answer within 1 s; the child was killed"):
-        fresh_process.run(_sleep, 30, timeout=1)
+        fresh_process.run(_die, preload=())
+    t0 = time.perf_counter()
+    with pytest.raises(FreshProcessError, match="no answer within 1 s; the interpreter was killed"):
+        fresh_process.run(_sleep, 30, preload=(), timeout=1)
+    assert time.perf_counter() - t0 < 20
 
 
-def test_a_child_can_start_its_own_fresh_process():
-    # A recorded page (itself a fresh process) runs start-up studies in fresh processes of its own.
-    outer = fresh_process.run(_nested)
-    middle, inner = outer.value
+def test_an_interpreter_can_start_its_own():
+    # A recorded page (itself in a fresh interpreter) runs start-up studies in interpreters of its own.
+    middle, inner = fresh_process.run(_nested, preload=()).value
     assert len({os.getpid(), middle, inner}) == 3
 
 
 def test_a_script_without_a_main_guard_runs_once(tmp_path):
-    # A gallery example run by hand has no ``if __name__ == "__main__"``; multiprocessing would
-    # re-run it in the child unless run() hides it.
+    # A gallery example run by hand has no ``if __name__ == "__main__"``; its interpreters must not re-run it.
     script = tmp_path / "example.py"
     script.write_text(textwrap.dedent("""
         import os
@@ -97,7 +112,18 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
     assert out.stdout.splitlines() == ["top level ran", "child True"]
 
 
-def test_a_child_refuses_to_run_when_cuda_is_already_initialized(monkeypatch):
+def test_unused_interpreters_exit_quietly_when_the_pool_closes(capfd):
+    pool = InterpreterPool(3, preload=("json",))
+    assert pool.run(os.getpid).value != os.getpid()
+    procs = [i.proc for i in pool._idle]
+    pool.close()
+    assert all(p.poll() is not None for p in procs) and pool.left == 0
+    assert "Traceback" not in capfd.readouterr().err
+    with pytest.raises(ValueError, match="positive size"):
+        InterpreterPool(0)
+
+
+def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypatch):
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     assert "already initialized" in fresh_process._cuda_untouched()

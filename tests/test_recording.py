@@ -228,8 +228,8 @@ def test_one_example_recording_build_reads_the_gallery_only(root, tmp_path):
 
 
 def test_a_page_that_fails_in_its_fresh_process_stops_the_recording_by_name(tmp_path, root, monkeypatch):
-    # The page's build runs in a forked child; on this CPU-only machine its conf.py cannot collect
-    # a GPU environment, so the build fails there, and the parent must say which page failed.
+    # The page's build runs in its own interpreter; on this CPU-only machine its conf.py cannot
+    # collect a GPU environment, so the build fails there, and the caller must say which page failed.
     from cudnn_guide import environment
 
     for part in ("docs", "examples"):

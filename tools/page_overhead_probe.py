@@ -1,8 +1,8 @@
 """What does a recorded page cost besides executing its example? Run on a GPU, from the repository root.
 
 Runs the recording's one-example Sphinx build (cudnn_guide.recording) for a page whose md5 still
-matches, so sphinx-gallery executes nothing: what is left is the page's fixed cost (its forked
-process, conf.py's environment, Sphinx reading and writing). Three plain runs, then one under
+matches, so sphinx-gallery executes nothing: what is left is the page's fixed cost (its
+interpreter, conf.py's environment, Sphinx reading and writing). Three plain runs, then one under
 cProfile, whose top functions by cumulative time are printed.
 
 ``python tools/page_overhead_probe.py [plot_08_cuda_graphs.py]``
@@ -35,9 +35,8 @@ if __name__ == "__main__":
 
     example = sys.argv[1] if len(sys.argv) > 1 else "plot_08_cuda_graphs.py"
     out = tempfile.mkdtemp()
-    for _ in range(3):
-        done = fresh_process.run(recording._build_one_example, "docs", out, example,
-                                 preload=recording.recording_preload(), timeout=None)
-        print(f"page build without execution: {done.seconds:.2f} s (process start {done.start_seconds:.2f} s, "
-              f"exit {done.value})", flush=True)
-    print(fresh_process.run(page_overhead_probe.profiled_build, "docs", out, example).value)
+    with fresh_process.InterpreterPool(4, preload=recording.recording_preload()) as pool:
+        for _ in range(3):
+            done = pool.run(recording._build_one_example, "docs", out, example, timeout=None)
+            print(f"page build without execution: {done.seconds:.2f} s (exit {done.value})", flush=True)
+        print(pool.run(page_overhead_probe.profiled_build, "docs", out, example).value)

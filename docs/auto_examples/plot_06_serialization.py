@@ -9,8 +9,7 @@ process, at the worst moment — start-up. ``serialize()`` turns a built plan in
 The gain is easy to mismeasure. Inside one warm process the second build is already cheap
 (cuDNN has loaded its kernels, and caches what it can), so rebuild and reload look alike. What
 matters is a **fresh process**: the time from start to first result, with and without a plan
-on disk. This page measures both, for a matmul, the conv layer and attention, and checks its
-fresh processes against new interpreters.
+on disk. This page measures both, for a matmul, the conv layer and attention.
 
 What you will learn:
 
@@ -85,8 +84,8 @@ print(f"warm process: rebuild {statistics.median(rebuild_s) * 1e3:.1f} ms, reloa
 #
 # Each process is forked from a server that imported torch once and never touched CUDA
 # (:mod:`cudnn_guide.fresh_process`): everything measured here happens inside the child, as in a
-# new interpreter, but the child does not spend 3–4 s importing torch first. The control below
-# checks that with real new interpreters.
+# new interpreter, but the child does not spend 3–4 s importing torch first. The methodology
+# page's control times the same matmul in forked children and in new interpreters, alternately.
 import tempfile
 
 from cudnn_guide import coldstart
@@ -106,22 +105,6 @@ for graph in coldstart.GRAPHS:
               f"context {statistics.median(r['context_s'] for r in runs) * 1e3:6.0f} ms, "
               f"whole process {statistics.median(r['process_s'] for r in runs):.2f} s, "
               f"max rel. error {worst:.1e}")
-
-# %%
-# Control: a new interpreter
-# --------------------------
-# The same measurement in a whole new Python interpreter (``python -m cudnn_guide.coldstart``),
-# once per mode for the matmul. If the forked children were warmer than a new process (a
-# library the server had loaded, say), the interpreter's plan and first-result times would be
-# longer than theirs. Its import time is what each forked child skips.
-control = {mode: coldstart.run_fresh("matmul", mode, cache_dir, new_interpreter=True) for mode in ("build", "cache")}
-for mode, r in control.items():
-    forked = statistics.median(x["first_result_s"] for x in fresh[("matmul", mode)])
-    assert r["rel_error"] < check.tolerance(torch.bfloat16), f"control {mode}: rel. error {r['rel_error']}"
-    print(f"matmul {mode:5s}: new interpreter: plan {r['plan_s'] * 1e3:7.1f} ms, first result "
-          f"{r['first_result_s'] * 1e3:7.1f} ms ({r['first_result_s'] / forked:.2f}× the forked median of "
-          f"{forked * 1e3:.1f} ms); importing torch and cudnn_guide {r['import_s']:.1f} s, whole process "
-          f"{r['process_s']:.1f} s")
 
 # %%
 # Plot
@@ -203,10 +186,8 @@ if flat:
           f"cuDNN loading the engine's kernels on first use. A plan cache does not help such a graph.")
 print(f"* Inside one warm process the same comparison reads {statistics.median(rebuild_s) * 1e3:.1f} ms "
       f"against {statistics.median(reload_s) * 1e3:.1f} ms: in-process timing understates the gain.")
-whole = statistics.median(r["process_s"] for r in control.values())
-imports = statistics.median(r["import_s"] for r in control.values())
-print(f"* A whole new interpreter still takes {whole:.1f} s, {imports:.1f} s of it importing torch: start-up that "
-      f"no plan cache removes.")
+print("* A new interpreter also pays Python's and torch's imports (seconds; see the methodology page's control), "
+      "which no plan cache removes.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
@@ -218,11 +199,7 @@ for (g, mode), runs in fresh.items():
                                     max(r["rel_error"] for r in runs), check.tolerance(torch.bfloat16), 0, 1))
 for g, s in speedups.items():
     rec.headline(f"{g}: first-result speed-up from cached plan", s, "x", baseline="cold build in a fresh process")
-for mode, r in control.items():
-    rec.add_check(check.CheckResult(f"matmul {mode} (new interpreter)", "bfloat16", r["rel_error"],
-                                    check.tolerance(torch.bfloat16), 0, 1))
 rec.extra["fresh_runs"] = {f"{g}/{m}": runs for (g, m), runs in fresh.items()}
-rec.extra["new_interpreter_runs"] = {f"matmul/{m}": r for m, r in control.items()}
 rec.extra["warm_process_ms"] = {"rebuild": [x * 1e3 for x in rebuild_s], "reload": [x * 1e3 for x in reload_s]}
 _record_path = rec.write()
 # sphinx_gallery_end_ignore
