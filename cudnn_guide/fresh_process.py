@@ -12,10 +12,11 @@ one a function to call; it runs it, answers, and exits. Every call thus gets a g
 interpreter, with its imports done but nothing else; and no interpreter imports while another
 one measures.
 
-Why not fork children from one pre-imported server, which is cheaper still? That was tried, and a
-control showed it changes what start-up studies measure: forked children built a cold cuDNN graph
-1.4× slower and loaded a saved plan 0.8× as long as new interpreters (the methodology page shows
-the runs). A new interpreter is what a reader's process is.
+Why not fork children from one pre-imported server, which is cheaper still? That was tried: in a
+control, forked children loaded a saved cuDNN plan in 0.8× the time a new interpreter took, a
+difference pre-started interpreters do not show. Both kinds built a cold graph about 1.4× slower
+than an interpreter that builds straight after importing (the methodology page shows the runs
+and what they do and do not establish).
 """
 
 from __future__ import annotations

@@ -33,16 +33,19 @@ env
 # Four runs, four fresh processes
 # -------------------------------
 # :func:`cudnn_guide.dynamic_shapes.run_fresh_sequence` builds the graph for each batch size in
-# order, checks each output against PyTorch, and times each build and each execution.
-from cudnn_guide import dynamic_shapes
+# order, checks each output against PyTorch, and times each build and each execution. Each run
+# gets a new interpreter; the four are started together and import torch before the first run
+# (:class:`~cudnn_guide.fresh_process.InterpreterPool`).
+from cudnn_guide import dynamic_shapes, fresh_process
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-runs = {
-    "cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=True),
-    "no cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=False),
-    "cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=True),
-    "no cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=False),
-}
+with fresh_process.InterpreterPool(4, preload=dynamic_shapes.PRELOAD) as pool:
+    runs = {
+        "cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=True, pool=pool),
+        "no cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=False, pool=pool),
+        "cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=True, pool=pool),
+        "no cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=False, pool=pool),
+    }
 for name, rows in runs.items():
     assert all(r["passed"] for r in rows), f"{name}: a graph failed its check"
     print(f"{name:22s} builds (ms): " + " ".join(f"{r['batch']}:{r['build_s'] * 1e3:.0f}" for r in rows))
