@@ -85,7 +85,7 @@ class FreshResult:
     start_seconds: float
     """From handing over the call to the function starting (the imports were done before)."""
     import_seconds: float
-    """How long this interpreter took, from its launch, to import its ``preload`` modules."""
+    """How long this interpreter took to import its ``preload`` modules."""
     pid: int
     """The interpreter's process id (never the caller's)."""
 
@@ -168,7 +168,10 @@ def _worker_main(answer_fd: int, preload: Sequence[str]) -> None:
         message = ("error", t_started, traceback.format_exc())
     sys.stdout.flush()
     sys.stderr.flush()
-    _send(answer_fd, message)
+    try:
+        _send(answer_fd, message)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        _send(answer_fd, ("error", t_started, f"its result cannot be sent back: {type(exc).__name__}: {exc}"))
 
 
 class _Interpreter:

@@ -73,6 +73,15 @@ def test_a_raising_function_is_reported_with_its_traceback():
     assert info.value.what == "builtins.int"
 
 
+def _unpicklable():
+    return lambda: None
+
+
+def test_a_result_that_cannot_be_sent_back_is_a_clear_error():
+    with pytest.raises(FreshProcessError, match="its result cannot be sent back"):
+        fresh_process.run(_unpicklable, preload=())
+
+
 def test_a_function_from_main_is_refused_with_the_fix():
     def local():
         return 1
