@@ -2,8 +2,9 @@
 
 Start-up studies (plan caches, kernel caches) and the gallery recording each need a process with
 no CUDA context, no cuDNN handle, no built graph and no cache left by earlier work: a new
-interpreter. Started on demand, each pays Python's and torch's imports first, 3–4.5 s on the
-GPU builder, more than most of what such a process measures.
+interpreter. Started on demand, each pays Python's and torch's imports first, seconds on the
+GPU builder (the methodology page's controls measure them), more than most of what such a
+process measures.
 
 An :class:`InterpreterPool` starts the interpreters it will need **all at once, before the first
 call**: they import the ``preload`` modules concurrently (a few seconds in all, on a multi-core
