@@ -321,8 +321,8 @@ def benchmark(
         Time budget of the timed calls: at most ``budget_ms`` over a first estimate of one call
         (with its L2 flush and the spin kernel before it), clamped to ``[min_reps, max_reps]``.
     precision:
-        Stop early once the median is known this precisely: calls are timed in doubling
-        batches (32, 64, ...) until the 95% confidence interval of the median is within
+        Stop early once the median is known this precisely: the run is checked after
+        32, 64, 128, ... calls, and stops once the 95% confidence interval of the median is within
         ± ``precision`` of it (:func:`median_ci`), or the budget is spent. ``None`` always
         spends the whole budget.
     warmup_ms:
