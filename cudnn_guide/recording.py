@@ -247,7 +247,7 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
 
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
                    build_seconds: float | None = None, example_seconds: dict[str, float] | None = None,
-                   start_seconds: dict[str, float] | None = None, interpreters_seconds: float | None = None,
+                   interpreters_seconds: float | None = None,
                    full_run: bool = False) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
 
@@ -267,9 +267,6 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
         Wall time of this recording run.
     example_seconds
         Wall time of each example recorded in this run (its own process, start-up included).
-    start_seconds
-        Of that, the time from handing the example to its interpreter to the build starting (the
-        interpreters imported their modules before, together: :func:`record_examples`).
     interpreters_seconds
         How long this run waited for the pages' interpreters to start (kept from the last run
         that recorded every example, with ``full_recording``).
@@ -288,8 +285,6 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
     previous = read_manifest(gallery_dir) or {}
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
-    starts = {name: value for name, value in dict(previous.get("start_seconds", {}), **(start_seconds or {})).items()
-              if name not in (example_seconds or {}) or name in (start_seconds or {})}
     full = previous.get("full_recording")
     if full_run and build_seconds is not None:
         full = {"seconds": build_seconds, "utc": now, "commit": (environment or {}).get("commit"),
@@ -299,7 +294,6 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
         "environment": environment,
         "build_seconds": build_seconds,
         "example_seconds": seconds,
-        "start_seconds": starts,
         "full_recording": full,
         "examples": {s.name: _md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
         "package_md5": package_md5(),
@@ -656,7 +650,6 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
             raise ValueError(f"no such examples: {sorted(unknown)}")
         sources = [s for s in sources if s.name in names]
     seconds: dict[str, float] = {}
-    starts: dict[str, float] = {}
     t_all = time.perf_counter()
     env_record = environment.collect().to_dict()
     capability = tuple(int(x) for x in env_record["sm"].split("."))
@@ -682,14 +675,14 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
                     raise RuntimeError(f"recording {src.name} failed:\n{exc.detail}") from None
                 if done.value != 0:
                     raise RuntimeError(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
-                seconds[src.name], starts[src.name] = done.seconds, done.start_seconds
+                seconds[src.name] = done.seconds
                 print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s", flush=True)
             pool_seconds = pool.start_seconds
             print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True)
     from . import history
 
     write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
-                   example_seconds=seconds, start_seconds=starts, interpreters_seconds=pool_seconds,
+                   example_seconds=seconds, interpreters_seconds=pool_seconds,
                    full_run=not names)
     history.append(Path(docs_dir) / "data" / "history.jsonl",
                    history.entries_from_gallery(gallery_dir, [s.name for s in sources]))

@@ -132,7 +132,16 @@ def test_unused_interpreters_exit_quietly_when_the_pool_closes(capfd):
         InterpreterPool(0)
 
 
-def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypatch):
+def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypatch, tmp_path):
+    # A preload module that leaves torch's CUDA state initialized: the pool must refuse the interpreter.
+    (tmp_path / "touches_cuda.py").write_text(textwrap.dedent("""
+        import sys, types
+        sys.modules["torch"] = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(FreshProcessError, match="importing its modules touched CUDA"):
+        fresh_process.run(os.getpid, preload=("touches_cuda",))
+
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     assert "already initialized" in fresh_process._cuda_untouched()
