@@ -22,6 +22,15 @@ known precisely: calls are timed in doubling batches until the 95% confidence in
 median (:func:`median_ci`, distribution-free) is within ±0.5% of it. A stable kernel needs a few
 dozen calls; a noisy one spends its whole budget, and its interval says how far to trust it.
 
+Events around one call also contain a few microseconds that the GPU spends starting the launch
+and signalling its end, which a profiler's kernel durations leave out. The harness measures that
+*launch cost* once per process (:func:`launch_cost`: kernels of two known lengths, timed exactly
+like a call, give a line whose intercept it is) and subtracts it from every event sample, so
+a measurement's median is the call's kernel time. The constant is kept in the measurement
+(``launch_cost_ms``) and its record, so the raw event times can always be recovered; a call
+whose event time is mostly launch cost gets a warning that points to CUDA-graph mode.
+``subtract_launch_cost=False`` reports the raw event times.
+
 ``cuda_graph=True`` captures many calls into one CUDA graph and times its replays, removing launch
 gaps for kernels too short to time one at a time.
 
@@ -42,7 +51,8 @@ from . import clocks
 from .errors import BenchmarkError
 
 __all__ = ["Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
-           "measure_read_bandwidth", "measure_launch_overhead", "ProfiledKernels", "profile_kernels"]
+           "measure_read_bandwidth", "measure_launch_overhead", "launch_cost", "kernel_samples",
+           "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
 
@@ -122,6 +132,9 @@ class Measurement:
     """Host (CPU) time to enqueue each timed call, when measured."""
     clocks: dict[str, Any] = dataclasses.field(default_factory=dict)
     """How the GPU's clocks looked around the run (:mod:`cudnn_guide.clocks`); empty if not read."""
+    launch_cost_ms: float = 0.0
+    """The per-call launch cost subtracted from each event sample (0 when nothing was subtracted):
+    ``samples_ms`` plus it are the raw event times."""
 
     # -- statistics ---------------------------------------------------------------------------
     @property
@@ -150,6 +163,11 @@ class Measurement:
     @property
     def min_ms(self) -> float:
         return min(self.samples_ms)
+
+    @property
+    def event_median_ms(self) -> float:
+        """Median of the raw event times: :attr:`median_ms` plus the subtracted launch cost."""
+        return self.median_ms + self.launch_cost_ms
 
     @property
     def host_median_ms(self) -> float | None:
@@ -198,6 +216,7 @@ class Measurement:
             "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
             "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
             "host_median_ms": self.host_median_ms, "warnings": list(self.warnings), "clocks": dict(self.clocks),
+            "launch_cost_ms": self.launch_cost_ms,
         }
         if samples:
             # 5 significant digits: finer than the ~0.5 µs resolution of CUDA events
@@ -209,7 +228,7 @@ class Measurement:
     def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
         return cls(d["label"], list(d["samples_ms"]), d["mode"], d.get("flops"), d.get("bytes"),
                    dict(d.get("params", {})), list(d.get("warnings", [])), list(d.get("host_samples_ms", [])),
-                   dict(d.get("clocks", {})))
+                   dict(d.get("clocks", {})), float(d.get("launch_cost_ms") or 0.0))
 
     def __str__(self) -> str:
         parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} ±{100 * self.median_ci_rel:.1f}% "
@@ -218,6 +237,8 @@ class Measurement:
             parts.append(f"{self.tflops:.1f} TFLOP/s")
         if self.gbps is not None:
             parts.append(f"{self.gbps:.0f} GB/s")
+        if self.launch_cost_ms:
+            parts.append(f"events {_fmt_ms(self.event_median_ms)} − {_fmt_ms(self.launch_cost_ms)} launch cost")
         if self.host_median_ms is not None:
             parts.append(f"host {_fmt_ms(self.host_median_ms)}/call")
         text = " · ".join(parts)
@@ -298,6 +319,7 @@ def benchmark(
     precision: float | None = 0.005,
     cuda_graph: bool = False,
     calls_per_graph: int | None = None,
+    subtract_launch_cost: bool = True,
     expect_shape: Sequence[int] | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> Measurement:
@@ -336,6 +358,11 @@ def benchmark(
         ``"hot"``). For kernels of a few microseconds, where launch gaps would dominate events.
     calls_per_graph:
         Calls captured per graph (default: about 2 ms of work).
+    subtract_launch_cost:
+        Subtract this process's measured launch cost (:func:`launch_cost`) from each event
+        sample, so the median is the call's kernel time (the default). ``False`` keeps the raw
+        event times. Not used with ``cuda_graph=True``, whose replays spread one launch over
+        many calls.
     expect_shape:
         If given and ``fn`` returns a tensor, its shape must match.
     params:
@@ -376,6 +403,7 @@ def benchmark(
     torch.cuda.synchronize()
 
     flush = l2_flush_buffer() if l2 == "cold" else None
+    cost_ms = launch_cost()["overhead_us"] / 1e3 if subtract_launch_cost and not cuda_graph else 0.0
 
     # Warm up for warmup_ms of wall time *including the GPU* (at least two calls): calls go in
     # batches that double, each ended by a synchronize. Timing only the enqueueing would let a
@@ -411,19 +439,100 @@ def benchmark(
         # each timed call also waits for its spin kernel: count it, so budget_ms bounds the run
         spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
         reps = int(min(max(budget_ms / max(est + spin_ms, 1e-4), min_reps), max_reps))
-        samples = _time_until_precise(fn, flush, reps, label, spin_ms, min_reps, precision)
+        samples = _time_until_precise(fn, flush, reps, label, spin_ms, min_reps, precision, cost_ms)
         mode = f"{l2}-L2 events"
     # read the clocks the moment the timed run ends, before anything idles the GPU
     clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
+    notes: list[str] = []
     if not cuda_graph:
         host_samples = _host_times(fn, flush, label, min(reps, 20))
-    notes = _spread_warnings(samples) + clocks.throttle_warnings(clock_info)
+        if subtract_launch_cost:
+            samples, cost_ms, notes = kernel_samples(samples, cost_ms)
+            if cost_ms:
+                mode += " − launch cost"
+    notes = _spread_warnings(samples) + notes + clocks.throttle_warnings(clock_info)
     if host_samples and statistics.median(host_samples) > statistics.median(samples):
         notes.append(
             f"host time per call ({_fmt_ms(statistics.median(host_samples))}) exceeds GPU time "
             f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
         )
-    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples, clock_info)
+    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples, clock_info,
+                       cost_ms if not cuda_graph else 0.0)
+
+
+LAUNCH_COST_LIMITS_US = (0.0, 20.0)
+"""A launch-cost calibration outside this range is not trusted, and not subtracted."""
+LAUNCH_COST_WARN_FRACTION = 0.25
+"""Warn when the subtracted launch cost is more than this share of a call's event time."""
+
+
+def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[list[float], float, list[str]]:
+    """Turn event samples into kernel-time samples by subtracting the measured launch cost.
+
+    Parameters
+    ----------
+    event_samples_ms
+        Raw event times of the timed calls.
+    cost_ms
+        The launch cost (:func:`launch_cost`), in milliseconds.
+
+    Returns
+    -------
+    tuple[list[float], float, list[str]]
+        The corrected samples, the cost actually subtracted (0 when the calibration is outside
+        :data:`LAUNCH_COST_LIMITS_US`, which is then not trusted), and warnings: an untrusted
+        calibration, or a cost that is a large share of the call (its kernel time is then only
+        known to a fraction of a microsecond, and CUDA-graph mode times it better).
+
+    Example
+    -------
+    >>> kernel_samples([0.0100, 0.0102], 0.0035)[0]
+    [0.0065, 0.0067]
+    """
+    samples = list(event_samples_ms)
+    lo, hi = LAUNCH_COST_LIMITS_US
+    if not lo <= cost_ms * 1e3 <= hi:
+        return samples, 0.0, [f"launch-cost calibration gave {cost_ms * 1e3:.2f} µs, outside {lo:g}–{hi:g} µs: "
+                              "not subtracted, the times are raw event times"]
+    if not samples or cost_ms == 0:
+        return samples, cost_ms, []
+    notes = []
+    event_median = statistics.median(samples)
+    if event_median > 0 and cost_ms > LAUNCH_COST_WARN_FRACTION * event_median:
+        notes.append(f"the launch cost ({_fmt_ms(cost_ms)}) is {100 * cost_ms / event_median:.0f}% of this call's event "
+                     f"time ({_fmt_ms(event_median)}): its kernel time is known only to a fraction of a microsecond; "
+                     "time it with cuda_graph=True")
+    return [x - cost_ms for x in samples], cost_ms, notes
+
+
+_LAUNCH_COST: dict[int, dict[str, float]] = {}
+
+
+def launch_cost(refresh: bool = False) -> dict[str, float]:
+    """This process's launch cost on the current GPU (:func:`measure_launch_overhead`), measured once.
+
+    :func:`benchmark` subtracts ``overhead_us`` from every event sample.
+
+    Parameters
+    ----------
+    refresh
+        Measure again instead of returning the cached value.
+
+    Returns
+    -------
+    dict[str, float]
+        As :func:`measure_launch_overhead`.
+
+    Example
+    -------
+    >>> print(f"{launch_cost()['overhead_us']:.1f} µs subtracted from each timed call")
+    """
+    import torch
+
+    dev = torch.cuda.current_device()
+    if refresh or dev not in _LAUNCH_COST:
+        _LAUNCH_COST[dev] = measure_launch_overhead()
+    return dict(_LAUNCH_COST[dev])
 
 
 _CYCLES_PER_MS: dict[int, float] = {}
@@ -448,8 +557,11 @@ def _spin(ms: float) -> None:
 
 
 def _time_until_precise(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float,
-                        min_reps: int, precision: float | None) -> list[float]:
-    """Time up to ``reps`` calls, in doubling batches, stopping once the median is precise enough."""
+                        min_reps: int, precision: float | None, offset_ms: float = 0.0) -> list[float]:
+    """Time up to ``reps`` calls, in doubling batches, stopping once the median is precise enough.
+
+    The precision is relative to the median minus ``offset_ms`` (the launch cost that will be
+    subtracted), so it holds for the reported kernel time."""
     if precision is None:
         return _time_each(fn, flush, reps, label, spin_ms)
     samples: list[float] = []
@@ -461,7 +573,7 @@ def _time_until_precise(fn: Callable[[], Any], flush: Any, reps: int, label: str
         if len(samples) >= max(min_reps, 32):
             lo, hi = median_ci(samples)
             med = statistics.median(samples)
-            if med > 0 and (hi - lo) / 2 <= precision * med:
+            if med - offset_ms > 0 and (hi - lo) / 2 <= precision * (med - offset_ms):
                 return samples
         batch = min(len(samples), reps - len(samples))
 

@@ -1,15 +1,17 @@
 """Cross-check the harness against independent clocks on the gallery's main kernels.
 
-For each kernel: the harness median (:func:`~cudnn_guide.bench.benchmark`, CUDA events around
-one call, cold L2); the per-call kernel time the PyTorch profiler reports (CUPTI timestamps,
-:func:`~cudnn_guide.bench.profile_kernels`, cold L2); and the per-call time of a CUDA-graph
-replay of 100 calls (hot L2, no launch gaps). Run as ``python -m cudnn_guide.crosscheck OUT.json``
-on a GPU; the methodology page renders the committed result.
+For each kernel, in alternating rounds: the harness median (:func:`~cudnn_guide.bench.benchmark`,
+CUDA events around one call, cold L2, minus this process's launch cost, so a kernel time); and
+the per-call kernel time the PyTorch profiler reports (CUPTI timestamps,
+:func:`~cudnn_guide.bench.profile_kernels`, cold L2, no events). Then the per-call time of a
+CUDA-graph replay of 100 calls (hot L2, no launch gaps). Run as
+``python -m cudnn_guide.crosscheck OUT.json`` on a GPU; the methodology page renders the
+committed result.
 
 The profiler and the harness can also watch the *same* calls: :func:`same_run` runs the
 harness under the profiler and splits the CUPTI kernel trace into the harness's calls (each
 begins after the harness's spin kernel), so both clocks see identical conditions (clocks, power
-state, L2 contents). What remains between them is what events add by construction.
+state, L2 contents).
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     Returns
     -------
     dict[str, Any]
-        ``events_median_us`` (the harness), ``cupti_span_median_us``, ``cupti_kernels_median_us``,
-        ``calls`` matched, and the percentage differences.
+        ``events_median_us`` (raw events), ``harness_median_us`` (events minus the launch cost),
+        ``cupti_span_median_us``, ``cupti_kernels_median_us``, ``calls`` matched, and the
+        percentage differences.
 
     Example
     -------
@@ -120,53 +123,70 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     span = [c[-1].time_range.end - c[0].time_range.start for c in calls]
     busy = [sum(e.time_range.end - e.time_range.start for e in c) for c in calls]
     memsets = [sum("memset" in e.name.lower() or "memcpy" in e.name.lower() for e in c) for c in calls]
-    ev = m.median_ms * 1e3
+    ev, kt, sp = m.event_median_ms * 1e3, m.median_ms * 1e3, statistics.median(span)
     return {
-        "events_median_us": ev, "events_iqr_us": m.iqr_ms * 1e3, "calls": len(calls),
-        "cupti_span_median_us": statistics.median(span), "cupti_kernels_median_us": statistics.median(busy),
+        "events_median_us": ev, "harness_median_us": kt, "launch_cost_us": m.launch_cost_ms * 1e3,
+        "events_iqr_us": m.iqr_ms * 1e3, "calls": len(calls),
+        "cupti_span_median_us": sp, "cupti_kernels_median_us": statistics.median(busy),
         "kernels_per_call": statistics.median(len(c) - n for c, n in zip(calls, memsets)),
         "memsets_per_call": statistics.median(memsets),
-        "events_vs_span_pct": 100 * (ev / statistics.median(span) - 1),
-        "events_minus_span_us": ev - statistics.median(span),
+        "events_vs_span_pct": 100 * (ev / sp - 1), "events_minus_span_us": ev - sp,
+        "harness_vs_span_pct": 100 * (kt / sp - 1),
     }
 
 
-def crosscheck() -> list[dict[str, Any]]:
-    """Time each of :func:`kernels` three ways (harness, profiler, graph replay); one row per kernel.
+def crosscheck(rounds: int = 3) -> list[dict[str, Any]]:
+    """Time each of :func:`kernels` with the harness and with the profiler, in alternating rounds.
 
-    The same-run comparison also subtracts the per-launch cost measured without a profiler
-    (:func:`~cudnn_guide.bench.measure_launch_overhead`): ``corrected_vs_span_pct``.
+    Each round runs the harness and then the profiler on the same kernel, so a drift of the GPU's
+    clocks during the run shows as a spread across rounds rather than as a difference between
+    the clocks. The comparison uses the median over rounds of each clock.
+
+    Parameters
+    ----------
+    rounds
+        Alternating rounds per kernel.
 
     Returns
     -------
     list[dict[str, Any]]
-        One dict per kernel: the three times and their ratio.
+        One dict per kernel: the harness's kernel time and its raw event time, the launch cost
+        subtracted, the profiler's kernel time, their difference in percent (``within_3pct``),
+        each round, a hot-L2 graph replay, and the same-run comparison (:func:`same_run`).
 
     Example
     -------
     >>> rows = crosscheck()
     >>> print(rows[0]['harness_vs_profiler_pct'])
     """
+    import statistics
+
     from . import bench, cudagraphs
 
-    overhead = bench.measure_launch_overhead()
+    cost = bench.launch_cost()
     rows = []
     for name, (launch, flops) in kernels().items():
-        m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
-        prof = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
+        per_round = []
+        for _ in range(rounds):
+            m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
+            prof = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
+            per_round.append({"harness_us": m.median_ms * 1e3, "events_us": m.event_median_ms * 1e3,
+                              "harness_ci_rel": m.median_ci_rel, "profiler_us": prof.per_call_ms * 1e3})
+        harness = statistics.median(r["harness_us"] for r in per_round)
+        profiler = statistics.median(r["profiler_us"] for r in per_round)
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
-        same = same_run(launch, label=name, flops=flops)
-        corrected = same["events_median_us"] - overhead["overhead_us"]
-        same["launch_overhead_us"] = overhead["overhead_us"]
-        same["corrected_vs_span_pct"] = 100 * (corrected / same["cupti_span_median_us"] - 1)
+        diff = 100 * (harness / profiler - 1)
         rows.append({
-            "same_run": same,
             "kernel": name,
-            "harness_median_us": m.median_ms * 1e3,
-            "harness_iqr_us": m.iqr_ms * 1e3,
-            "profiler_us": prof.per_call_ms * 1e3,
+            "harness_median_us": harness,
+            "harness_events_us": statistics.median(r["events_us"] for r in per_round),
+            "launch_cost_us": cost["overhead_us"],
+            "profiler_us": profiler,
+            "harness_vs_profiler_pct": diff,
+            "within_3pct": abs(diff) <= 3,
+            "rounds": per_round,
             "replay_hot_us": replay.median_ms * 1e3,
-            "harness_vs_profiler_pct": 100 * (m.median_ms / prof.per_call_ms - 1),
+            "same_run": same_run(launch, label=name, flops=flops),
             "kernels": prof.top(3),
         })
     return rows
@@ -197,12 +217,11 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
             f.write(text + "\n")
     for r in rows:
         sr = r["same_run"]
-        print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs  profiler {r['profiler_us']:9.1f} µs "
-              f"({r['harness_vs_profiler_pct']:+5.1f}%)  replay(hot) {r['replay_hot_us']:9.1f} µs | same run: events "
-              f"{sr['events_median_us']:.1f} µs, CUPTI span {sr['cupti_span_median_us']:.1f} µs "
-              f"({sr['events_vs_span_pct']:+.1f}%; minus the {sr['launch_overhead_us']:.1f} µs launch cost "
-              f"{sr['corrected_vs_span_pct']:+.1f}%), kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls, "
-              f"{sr['kernels_per_call']} kernel(s)/call")
+        print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs (events {r['harness_events_us']:.1f} − "
+              f"{r['launch_cost_us']:.1f})  profiler {r['profiler_us']:9.1f} µs ({r['harness_vs_profiler_pct']:+5.1f}%)  "
+              f"replay(hot) {r['replay_hot_us']:9.1f} µs | same run: harness {sr['harness_median_us']:.1f} µs, "
+              f"CUPTI span {sr['cupti_span_median_us']:.1f} µs ({sr['harness_vs_span_pct']:+.1f}%), "
+              f"kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls")
 
 
 if __name__ == "__main__":  # pragma: no cover

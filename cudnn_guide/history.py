@@ -5,6 +5,10 @@ Every recording run appends one entry per example to a committed JSON-lines file
 median and inter-quartile range. :func:`changes` compares each example's latest entry with the
 one before and flags a measurement that moved beyond its noise band.
 
+Two recordings are compared only when they timed a measurement the same way: a measurement
+whose launch cost was subtracted in one and not in the other (recordings made before the
+harness subtracted it) is listed with ``same_method`` false and never flagged as moved.
+
 The noise band of a measurement is the larger of the two recordings' inter-quartile ranges,
 times 1.5, and never less than 2% of the earlier median: a change inside it is what repeating
 the same run can produce; a change outside it needs an explanation (a new driver, a changed
@@ -50,7 +54,8 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
         "commit": env.get("commit"),
         "gpu": env.get("gpu"),
         "measurements": {
-            m["label"]: {"median_ms": m["median_ms"], "q1_ms": m["q1_ms"], "q3_ms": m["q3_ms"], "n": m["n"]}
+            m["label"]: {"median_ms": m["median_ms"], "q1_ms": m["q1_ms"], "q3_ms": m["q3_ms"], "n": m["n"],
+                         "launch_cost_ms": m.get("launch_cost_ms", 0.0)}
             for m in record.get("measurements", [])
         },
         "headlines": record.get("headlines", []),
@@ -143,7 +148,8 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
     -------
     list[dict[str, Any]]
         One row per measurement present in both: the two medians, the change in percent, the
-        noise band in percent, and ``moved`` (the change exceeds the band).
+        noise band in percent, ``same_method`` (both subtracted a launch cost, or neither did) and
+        ``moved`` (the change exceeds the band, with the same method).
 
     Example
     -------
@@ -157,11 +163,12 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
         delta = c["median_ms"] - p["median_ms"]
         iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
         band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
+        same_method = bool(p.get("launch_cost_ms")) == bool(c.get("launch_cost_ms"))
         rows.append({
             "example": cur["example"], "measurement": label,
             "previous_ms": p["median_ms"], "latest_ms": c["median_ms"],
             "change_pct": 100 * delta / p["median_ms"], "band_pct": 100 * band / p["median_ms"],
-            "moved": abs(delta) > band,
+            "same_method": same_method, "moved": same_method and abs(delta) > band,
             "previous_commit": prev.get("commit"), "latest_commit": cur.get("commit"),
         })
     return rows

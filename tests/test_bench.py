@@ -118,3 +118,48 @@ def test_timing_stops_once_the_median_is_precise_or_the_budget_is_spent(monkeypa
             assert (hi - lo) / 2 <= 0.005 * statistics.median(samples) and 32 < len(samples) < 2000  # stopped when precise
             before = bench.median_ci(samples[:len(samples) - batches[-1]])  # ... and not a batch sooner
             assert (before[1] - before[0]) / 2 > 0.005 * statistics.median(samples[:len(samples) - batches[-1]])
+
+
+def test_kernel_samples_subtract_the_launch_cost_and_keep_it():
+    samples, cost, notes = bench.kernel_samples([0.0340, 0.0338, 0.0342], 0.0036)
+    assert cost == 0.0036 and notes == []
+    assert [round(x, 7) for x in samples] == [0.0304, 0.0302, 0.0306]
+    m = _m(samples, launch_cost_ms=cost)
+    # the raw event median is recoverable, from the measurement and from its record
+    assert math.isclose(m.event_median_ms, 0.0340) and math.isclose(m.median_ms, 0.0304)
+    again = bench.Measurement.from_dict(m.to_dict())
+    assert again.launch_cost_ms == cost and math.isclose(again.event_median_ms, 0.0340)
+    assert "launch cost" in str(m)
+
+
+def test_a_call_that_is_mostly_launch_cost_is_flagged():
+    _, _, notes = bench.kernel_samples([0.0050] * 10, 0.0036)  # 72% of the event time
+    assert len(notes) == 1 and "cuda_graph=True" in notes[0]
+    _, _, notes = bench.kernel_samples([0.0200] * 10, 0.0036)  # 18%: fine
+    assert notes == []
+
+
+@pytest.mark.parametrize("bad_us", [-1.0, 25.0])
+def test_an_untrusted_launch_cost_is_not_subtracted_and_says_so(bad_us):
+    samples, cost, notes = bench.kernel_samples([0.05, 0.06], bad_us / 1e3)
+    assert samples == [0.05, 0.06] and cost == 0.0
+    assert len(notes) == 1 and "not subtracted" in notes[0]
+
+
+def test_a_record_without_a_launch_cost_reads_as_raw_events():
+    d = _m([1.0, 2.0]).to_dict()
+    del d["launch_cost_ms"]  # records written before the harness subtracted it
+    m = bench.Measurement.from_dict(d)
+    assert m.launch_cost_ms == 0.0 and m.event_median_ms == m.median_ms
+
+
+def test_precision_is_judged_on_the_kernel_time(monkeypatch):
+    # events of 10 ± 0.04 (±0.4%, precise enough raw); minus a launch cost of 5 the same spread
+    # is ±0.8% of the kernel time, so the run must go on past the first batch
+    import random
+
+    rng = random.Random(2)
+    monkeypatch.setattr(bench, "_time_each", lambda fn, flush, reps, *a: [10 + 0.08 * rng.uniform(-1, 1) for _ in range(reps)])
+    raw = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005)
+    corrected = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005, offset_ms=5.0)
+    assert len(raw) == 32 and len(corrected) > 32

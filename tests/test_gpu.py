@@ -89,6 +89,18 @@ def test_harness_agrees_with_the_profiler(conv):
     m = bench.benchmark(launch, label="conv", l2="cold", budget_ms=200)
     prof = bench.profile_kernels(launch, calls=30, l2="cold")
     assert abs(m.median_ms / prof.per_call_ms - 1) < 0.10
+    # the subtracted launch cost is this process's calibration, and it brings events closer to the kernels
+    assert m.launch_cost_ms == bench.launch_cost()["overhead_us"] / 1e3 > 0 and "launch cost" in m.mode
+    assert abs(m.median_ms - prof.per_call_ms) < abs(m.event_median_ms - prof.per_call_ms)
+
+
+def test_raw_events_and_graph_replays_subtract_nothing(conv):
+    inputs, fused = conv
+    launch = fused.built.bind(fused.pack(**inputs))
+    raw = bench.benchmark(launch, label="conv raw", l2="cold", budget_ms=30, subtract_launch_cost=False)
+    assert raw.launch_cost_ms == 0 and raw.mode == "cold-L2 events" and raw.event_median_ms == raw.median_ms
+    replay = bench.benchmark(launch, label="conv graph", l2="hot", budget_ms=30, cuda_graph=True, calls_per_graph=10)
+    assert replay.launch_cost_ms == 0 and replay.mode.startswith("cuda-graph")
 
 
 def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, conv):
@@ -257,6 +269,7 @@ def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(con
     inputs, fused = conv
     r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
     corrected = r["events_median_us"] - lo["overhead_us"]
+    assert r["harness_median_us"] == pytest.approx(r["events_median_us"] - r["launch_cost_us"])
     # the constant explains the gap to within a microsecond (this conv is only ~5 µs long)
     assert abs(corrected - r["cupti_span_median_us"]) < 1.0, (r, lo)
     assert r["events_median_us"] - r["cupti_span_median_us"] > 0.5 * lo["overhead_us"], (r, lo)

@@ -56,3 +56,24 @@ def test_compare_and_by_example_pair_any_two_recordings():
     assert first[0]["moved"] and round(first[0]["change_pct"], 6) == 10.0  # beyond a 2% band
     latest = history.changes(hist)  # the last two of each page with two or more
     assert len(latest) == 1 and latest[0]["previous_commit"] == "c2" and not latest[0]["moved"]
+
+
+def test_a_change_of_timing_method_is_not_a_move():
+    # the previous recording kept raw event times (no launch_cost_ms); the latest subtracted 3.6 µs
+    prev = _entry("1", 0.0339, 0.0005)
+    cur = _entry("2", 0.0303, 0.0005)
+    cur["measurements"]["k"]["launch_cost_ms"] = 0.0036
+    (row,) = history.changes([prev, cur])
+    assert not row["same_method"] and not row["moved"] and row["change_pct"] < -10
+    # the same change with the same method is a move
+    prev["measurements"]["k"]["launch_cost_ms"] = 0.0036
+    (row,) = history.changes([prev, cur])
+    assert row["same_method"] and row["moved"]
+
+
+def test_history_entries_keep_the_launch_cost():
+    from cudnn_guide import bench
+
+    m = bench.Measurement("k", [0.030, 0.031], "cold-L2 events − launch cost", launch_cost_ms=0.0036)
+    entry = history.entry_from_record({"example": "plot_x", "measurements": [m.to_dict()]})
+    assert entry["measurements"]["k"]["launch_cost_ms"] == 0.0036
