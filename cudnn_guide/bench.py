@@ -11,7 +11,7 @@ bytes you counted. The L2 mode is always your explicit choice:
     Nothing is flushed: repeated calls find their inputs in L2 when they fit.
 
 Before each timed call the harness enqueues a short GPU *spin* (``torch.cuda._sleep``), sized
-from the measured host time of one call, ahead of the start event. The host then enqueues the
+from the measured host time of one call, ahead of the L2 flush and the start event. The host then enqueues the
 whole call while the GPU is still spinning, so the events time the GPU work alone and not the
 Python that launches it (the method nvbench calls a blocking kernel). The host time is measured
 separately, one call at a time on an idle GPU queue, and reported (``host_samples_ms``): when it
@@ -584,9 +584,12 @@ def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
+        # the spin first, then the flush: the host enqueues flush and call while the GPU spins, and
+        # the call starts straight after the flush, as it would after another kernel in a network
+        # (a call that started after the spin's idle SMs ran slower: docs/data/spin_order.json)
+        _spin(spin_ms)
         if flush is not None:
             flush.zero_()
-        _spin(spin_ms)
         s.record()
         _call(fn, label)
         e.record()
@@ -752,7 +755,7 @@ def measure_read_bandwidth(mib: int = 2048) -> Measurement:
 def measure_launch_overhead(cycles: tuple[int, int] = (2_000, 100_000), reps: int = 300) -> dict[str, float]:
     """What a timed call's events add to its GPU work on this GPU: the per-launch cost.
 
-    Times, exactly as :func:`benchmark` times a cold call (L2 flush, spin kernel, start event,
+    Times, exactly as :func:`benchmark` times a cold call (spin kernel, L2 flush, start event,
     call, end event), kernels of two known lengths: ``torch.cuda._sleep(c)`` for ``c`` in
     ``cycles``. Their event medians lie on a line ``overhead + c / rate``; its slope gives the SM
     clock rate during the measurement and its intercept the cost the GPU spends around a launch

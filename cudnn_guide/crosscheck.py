@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any, Callable
 
-__all__ = ["kernels", "same_run", "crosscheck", "main"]
+__all__ = ["kernels", "split_calls", "same_run", "crosscheck", "main"]
 
 
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
@@ -59,15 +59,56 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     return out
 
 
+def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
+    """Cut a time-ordered CUPTI trace of :func:`~cudnn_guide.bench.benchmark` into its timed calls.
+
+    A timed call is the GPU work that follows a spin kernel (and the L2 flush after it), up to
+    the next spin or flush: its kernels and any memset or copy it issues itself. Work that no
+    spin precedes (warm-up calls, the host-time calls) belongs to no timed call.
+
+    Parameters
+    ----------
+    gpu_ops
+        The trace's GPU operations, in start order (anything with a ``name``).
+    flush_names
+        Names of the flush's kernels (:func:`~cudnn_guide.bench.flush_kernel_names`).
+
+    Returns
+    -------
+    list[list[Any]]
+        One list of operations per timed call, in order.
+
+    Example
+    -------
+    >>> calls = split_calls(sorted(gpu_events, key=start), bench.flush_kernel_names(flush))
+    """
+    calls: list[list[Any]] = []
+    current: list[Any] | None = None
+    armed = False
+    for op in gpu_ops:
+        name = op.name.lower()
+        if "sleep" in name or "spin" in name:
+            armed, current = True, None
+        elif op.name in flush_names:
+            current = None
+        elif current is not None:
+            current.append(op)
+        elif armed:
+            current, armed = [op], False
+            calls.append(current)
+    return calls
+
+
 def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = None,
              budget_ms: float = 300.0) -> dict[str, Any]:
     """Time ``launch`` with the harness while the profiler records every kernel, and compare per call.
 
-    The harness enqueues, per timed call: the L2 flush, a spin kernel, the start event, the
-    call's kernels, the end event. In the CUPTI trace, the GPU work after each spin kernel and
-    before the next flush is one call (its kernels, and the memsets or copies it issues itself);
-    its *span* runs from the first one's start to the last one's end, its *kernel time* sums
-    their durations.
+    The harness enqueues, per timed call: a spin kernel, the L2 flush (cold), the start event,
+    the call's kernels, the end event. In the CUPTI trace, the GPU work after a spin (and its
+    flush) and before the next spin or flush is one call (its kernels, and the memsets or copies
+    it issues itself); work that no spin precedes (warm-up, the host-time calls) is left out.
+    A call's *span* runs from its first operation's start to its last one's end, its *kernel
+    time* sums their durations.
 
     Parameters
     ----------
@@ -108,18 +149,7 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
             torch.cuda.synchronize()
     gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                  key=lambda e: e.time_range.start)
-    # A call is what runs after its spin kernel, up to the next L2 flush (or spin): its kernels and
-    # any memset or copy it issues itself (each call measured here issues one small memset).
-    calls, current, in_call = [], [], False
-    for e in gpu:
-        if "sleep" in e.name.lower() or "spin" in e.name.lower():
-            in_call, current = True, []
-            calls.append(current)
-        elif e.name in flush_names:
-            in_call = False
-        elif in_call:
-            current.append(e)
-    calls = [c for c in calls if c][-m.n:]  # the timed calls are the last n; warm-up ran without spins
+    calls = split_calls(gpu, flush_names)[-m.n:]
     span = [c[-1].time_range.end - c[0].time_range.start for c in calls]
     busy = [sum(e.time_range.end - e.time_range.start for e in c) for c in calls]
     memsets = [sum("memset" in e.name.lower() or "memcpy" in e.name.lower() for e in c) for c in calls]

@@ -125,8 +125,9 @@ print(f"launcher overhead over raw graph.execute: {overhead_us:+.2f} µs/call")
 # %%
 # Sweep: eager loop against graph replay
 # --------------------------------------
-# For each size: the GPU time of one call (the harness hides the host behind a GPU spin, so
-# this is the kernel alone); the per-call time of a loop of 100 eager calls, wall clock to the
+# For each size: the GPU time of one call (the harness hides the host behind a GPU spin and
+# subtracts the launch cost, so this is the kernel alone; for the smallest sizes that cost is
+# most of the event time, and the harness says so); the per-call time of a loop of 100 eager calls, wall clock to the
 # end of a synchronize (what a loop really costs); and the same for one replay of a CUDA graph
 # holding those 100 calls. All hot L2: the point is launch overhead, not memory.
 from cudnn_guide import bench

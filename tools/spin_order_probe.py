@@ -1,0 +1,119 @@
+"""Does what runs just before a call change how long its kernel takes? Run on a GPU.
+
+The harness enqueues, before each timed call, an L2 flush and a spin kernel that holds the GPU
+while the host enqueues the call. The profiler's separate run (``bench.profile_kernels``) runs
+flush then call, back to back, with no spin. On the conv page the two disagreed by more than
+the events' launch cost, so this probe reads CUPTI's kernel durations for the same kernels
+under five orders, 100 calls each, with CUDA events around each call where a spin hides the
+host (so the events time the GPU alone):
+
+- ``flush→call``: the profiler's separate run (no spin, no events);
+- ``flush→spin→call``: the harness's cold order until this probe;
+- ``spin→flush→call``: the spin first, so the call follows the flush directly;
+- ``spin→call``: the harness's hot order;
+- ``call→call``: back to back, hot, no spin, no events.
+
+``python tools/spin_order_probe.py docs/data/spin_order.json``; the methodology page renders it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import warnings
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from cudnn_guide import bench, environment, recipes, tensors
+
+ORDERS = ("flush→call", "flush→spin→call", "spin→flush→call", "spin→call", "call→call")
+CALLS = 100
+
+
+def launchers() -> dict:
+    conv = recipes.ConvProblem()
+    ci = conv.make_inputs()
+    cf = recipes.conv_bias_relu_graph(conv, ci)
+    mm = recipes.MatmulProblem()
+    mi = mm.make_inputs()
+    mf = recipes.matmul_epilogue_graph(mm, mi)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    return {
+        "conv→bias→ReLU (cuDNN graph)": cf.built.bind(cf.pack(**ci)),
+        "conv→bias→ReLU (PyTorch eager)": lambda: conv.torch_forward(ci["x"], ci["w"], ci["b"]),
+        "matmul epilogue + AMAX (cuDNN graph)": mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
+        "bf16 matmul 4096³ (cuBLAS)": lambda: torch.matmul(a, a, out=c),
+    }
+
+
+def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
+    timed = "spin" in order
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(CALLS)]
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for s, e in ev:
+                for step in order.split("→")[:-1]:
+                    if step == "flush":
+                        flush.zero_()
+                    elif step == "spin":
+                        bench._spin(spin_ms)
+                    elif step == "call":
+                        fn()
+                if timed:
+                    s.record()
+                fn()
+                if timed:
+                    e.record()
+            torch.cuda.synchronize()
+    gpu = sorted((x for x in prof.events() if x.device_type == torch.autograd.DeviceType.CUDA),
+                 key=lambda x: x.time_range.start)
+    calls, current = [], None
+    for x in gpu:
+        if x.name in skip or "sleep" in x.name.lower():
+            current = None
+            continue
+        if current is None:
+            current = []
+            calls.append(current)
+        current.append(x)
+    if order == "call→call":  # no separators: cut the stream into calls of the known length
+        flat = [x for c in calls for x in c]
+        per = len(flat) // (2 * CALLS)  # each loop iteration runs two calls: the untimed one and the timed one
+        calls = [flat[i:i + per] for i in range(0, per * 2 * CALLS, per)]
+    busy = [sum(x.time_range.end - x.time_range.start for x in c) for c in calls[-CALLS:]]
+    span = [c[-1].time_range.end - c[0].time_range.start for c in calls[-CALLS:]]
+    out = {"order": order, "kernel_median_us": statistics.median(busy), "span_median_us": statistics.median(span),
+           "calls": len(busy)}
+    if timed:
+        out["events_median_us"] = statistics.median(s.elapsed_time(e) * 1e3 for s, e in ev)
+    return out
+
+
+def main(path: str) -> None:
+    flush = bench.l2_flush_buffer()
+    skip = bench.flush_kernel_names(flush)
+    cost = bench.launch_cost()
+    rows = []
+    for name, fn in launchers().items():
+        host = bench._host_times(fn, flush, name, 20)
+        spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
+        for rnd in range(2):  # two rounds, orders alternating, so drift shows as a spread
+            for order in ORDERS:
+                r = run_order(fn, order, flush, spin_ms, skip)
+                rows.append({"kernel": name, "round": rnd, "spin_us": spin_ms * 1e3, **r})
+                print(f"{name:40s} {order:18s} kernels {r['kernel_median_us']:8.2f} µs  span {r['span_median_us']:8.2f} µs"
+                      + (f"  events {r['events_median_us']:8.2f} µs" if "events_median_us" in r else ""), flush=True)
+    data = {"environment": environment.collect().to_dict(), "launch_cost_us": cost["overhead_us"], "rows": rows}
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
