@@ -51,7 +51,7 @@ from . import clocks
 from .errors import BenchmarkError
 
 __all__ = ["Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
-           "measure_read_bandwidth", "measure_launch_overhead", "launch_cost", "kernel_samples",
+           "measure_read_bandwidth", "measure_launch_overhead", "launch_cost", "kernel_samples", "spin_for",
            "ProfiledKernels", "profile_kernels"]
 
 L2_MODES = ("hot", "cold")
@@ -437,7 +437,7 @@ def benchmark(
         mode = f"cuda-graph x{inner}"
     else:
         # each timed call also waits for its spin kernel: count it, so budget_ms bounds the run
-        spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
+        spin_ms = spin_for(statistics.median(host))
         reps = int(min(max(budget_ms / max(est + spin_ms, 1e-4), min_reps), max_reps))
         samples = _time_until_precise(fn, flush, reps, label, spin_ms, min_reps, precision, cost_ms)
         mode = f"{l2}-L2 events"
@@ -536,6 +536,30 @@ def launch_cost(refresh: bool = False) -> dict[str, float]:
 
 
 _CYCLES_PER_MS: dict[int, float] = {}
+
+
+def spin_for(host_ms: float) -> float:
+    """How long the spin before a timed call lasts, in ms, for a call whose host time is ``host_ms``.
+
+    One and a half times the host time plus 20 µs (the events and the flush are enqueued too),
+    at most 20 ms.
+
+    Parameters
+    ----------
+    host_ms
+        Median host time of one call.
+
+    Returns
+    -------
+    float
+        The spin, in milliseconds.
+
+    Example
+    -------
+    >>> spin_for(0.020)
+    0.05
+    """
+    return min(1.5 * host_ms + 0.02, 20.0)
 
 
 def _spin(ms: float) -> None:

@@ -1,10 +1,11 @@
 """Cross-check the harness against independent clocks on the gallery's main kernels.
 
 For each kernel, in alternating rounds: the harness median (:func:`~cudnn_guide.bench.benchmark`,
-CUDA events around one call, cold L2, minus this process's launch cost, so a kernel time); and
-the per-call kernel time the PyTorch profiler reports (CUPTI timestamps,
-:func:`~cudnn_guide.bench.profile_kernels`, cold L2, no events). Then the per-call time of a
-CUDA-graph replay of 100 calls (hot L2, no launch gaps). Run as
+CUDA events around one call, cold L2, minus this process's launch cost, so a kernel time); the
+per-call span the PyTorch profiler reports (CUPTI timestamps, no events) for calls made exactly
+as the harness makes them (:func:`profile_calls`); and the profiler's kernel time for calls
+back to back after the L2 flush alone (:func:`~cudnn_guide.bench.profile_kernels`). Then the
+per-call time of a CUDA-graph replay of 100 calls (hot L2, no launch gaps). Run as
 ``python -m cudnn_guide.crosscheck OUT.json`` on a GPU; the methodology page renders the
 committed result.
 
@@ -20,7 +21,7 @@ import json
 import sys
 from typing import Any, Callable
 
-__all__ = ["kernels", "split_calls", "same_run", "crosscheck", "main"]
+__all__ = ["kernels", "split_calls", "profile_calls", "same_run", "crosscheck", "main"]
 
 
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
@@ -165,12 +166,72 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     }
 
 
+def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50, label: str = "fn") -> dict[str, float]:
+    """CUPTI's view of calls made exactly as the harness makes them, without the events.
+
+    Each call is preceded by the harness's spin and L2 flush, so the kernel runs in the same
+    conditions as in :func:`~cudnn_guide.bench.benchmark` (what runs just before a kernel can
+    change its duration: ``tools/spin_order_probe.py``); only the clock differs.
+
+    Parameters
+    ----------
+    launch
+        The call.
+    spin_ms
+        The spin before each call (:func:`~cudnn_guide.bench.spin_for` of its host time).
+    calls
+        Profiled calls.
+    label
+        Name in errors.
+
+    Returns
+    -------
+    dict[str, float]
+        ``span_us`` and ``kernels_us`` (medians per call) and ``calls`` matched.
+
+    Example
+    -------
+    >>> profile_calls(launch, spin_ms=bench.spin_for(m.host_median_ms))['span_us']
+    """
+    import statistics
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from . import bench
+
+    flush = bench.l2_flush_buffer()
+    flush_names = bench.flush_kernel_names(flush)
+    bench._call(launch, label)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                bench._spin(spin_ms)
+                flush.zero_()
+                bench._call(launch, label)
+            torch.cuda.synchronize()
+    gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                 key=lambda e: e.time_range.start)
+    cut = split_calls(gpu, flush_names)
+    if not cut:
+        raise RuntimeError(f"profile_calls {label!r}: no calls found in the trace")
+    return {"span_us": statistics.median(c[-1].time_range.end - c[0].time_range.start for c in cut),
+            "kernels_us": statistics.median(sum(e.time_range.end - e.time_range.start for e in c) for c in cut),
+            "calls": float(len(cut))}
+
+
 def crosscheck(rounds: int = 3) -> list[dict[str, Any]]:
     """Time each of :func:`kernels` with the harness and with the profiler, in alternating rounds.
 
-    Each round runs the harness and then the profiler on the same kernel, so a drift of the GPU's
-    clocks during the run shows as a spread across rounds rather than as a difference between
-    the clocks. The comparison uses the median over rounds of each clock.
+    Each round runs, on the same kernel: the harness; the profiler on calls made as the harness
+    makes them (spin, flush, call; no events: :func:`profile_calls`), the comparison that
+    differs only in the clock; and the profiler on calls back to back after the flush alone
+    (:func:`~cudnn_guide.bench.profile_kernels`), which shows how much the spin before a call
+    changes the kernel itself. A drift of the GPU's clocks shows as a spread across rounds; the
+    comparison uses each clock's median over rounds.
 
     Parameters
     ----------
@@ -181,8 +242,9 @@ def crosscheck(rounds: int = 3) -> list[dict[str, Any]]:
     -------
     list[dict[str, Any]]
         One dict per kernel: the harness's kernel time and its raw event time, the launch cost
-        subtracted, the profiler's kernel time, their difference in percent (``within_3pct``),
-        each round, a hot-L2 graph replay, and the same-run comparison (:func:`same_run`).
+        subtracted, the profiler's span and kernel time per call in the harness's conditions,
+        their difference in percent (``within_3pct``), the back-to-back kernel time, each round,
+        a hot-L2 graph replay, and the same-run comparison (:func:`same_run`).
 
     Example
     -------
@@ -199,25 +261,29 @@ def crosscheck(rounds: int = 3) -> list[dict[str, Any]]:
         per_round = []
         for _ in range(rounds):
             m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
-            prof = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
+            matched = profile_calls(launch, spin_ms=bench.spin_for(m.host_median_ms), calls=50, label=name)
+            b2b = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
             per_round.append({"harness_us": m.median_ms * 1e3, "events_us": m.event_median_ms * 1e3,
-                              "harness_ci_rel": m.median_ci_rel, "profiler_us": prof.per_call_ms * 1e3})
-        harness = statistics.median(r["harness_us"] for r in per_round)
-        profiler = statistics.median(r["profiler_us"] for r in per_round)
+                              "harness_ci_rel": m.median_ci_rel, "profiler_span_us": matched["span_us"],
+                              "profiler_kernels_us": matched["kernels_us"], "back_to_back_us": b2b.per_call_ms * 1e3})
+        med = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
-        diff = 100 * (harness / profiler - 1)
+        diff = 100 * (med["harness_us"] / med["profiler_span_us"] - 1)
         rows.append({
             "kernel": name,
-            "harness_median_us": harness,
-            "harness_events_us": statistics.median(r["events_us"] for r in per_round),
+            "harness_median_us": med["harness_us"],
+            "harness_events_us": med["events_us"],
             "launch_cost_us": cost["overhead_us"],
-            "profiler_us": profiler,
+            "profiler_us": med["profiler_span_us"],
+            "profiler_kernels_us": med["profiler_kernels_us"],
             "harness_vs_profiler_pct": diff,
             "within_3pct": abs(diff) <= 3,
+            "back_to_back_us": med["back_to_back_us"],
+            "harness_vs_back_to_back_pct": 100 * (med["harness_us"] / med["back_to_back_us"] - 1),
             "rounds": per_round,
             "replay_hot_us": replay.median_ms * 1e3,
             "same_run": same_run(launch, label=name, flops=flops),
-            "kernels": prof.top(3),
+            "kernels": b2b.top(3),
         })
     return rows
 
@@ -248,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
     for r in rows:
         sr = r["same_run"]
         print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs (events {r['harness_events_us']:.1f} − "
-              f"{r['launch_cost_us']:.1f})  profiler {r['profiler_us']:9.1f} µs ({r['harness_vs_profiler_pct']:+5.1f}%)  "
+              f"{r['launch_cost_us']:.1f})  profiler, same conditions {r['profiler_us']:9.1f} µs "
+              f"({r['harness_vs_profiler_pct']:+5.1f}%)  back to back {r['back_to_back_us']:.1f} µs  "
               f"replay(hot) {r['replay_hot_us']:9.1f} µs | same run: harness {sr['harness_median_us']:.1f} µs, "
               f"CUPTI span {sr['cupti_span_median_us']:.1f} µs ({sr['harness_vs_span_pct']:+.1f}%), "
               f"kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls")

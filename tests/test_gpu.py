@@ -318,3 +318,12 @@ def test_pre_started_interpreters_have_no_cuda_state_and_measure_a_cold_start(tm
         assert r["rel_error"] < check.tolerance(torch.bfloat16)
         assert r["context_s"] > 0.01  # each created its own context
         assert r["import_s"] < 0.5  # imports were done before the call: the clock starts after them
+
+
+def test_profile_calls_finds_every_call_made_as_the_harness_makes_it(conv):
+    from cudnn_guide import crosscheck
+
+    inputs, fused = conv
+    r = crosscheck.profile_calls(fused.built.bind(fused.pack(**inputs)), spin_ms=0.05, calls=20, label="conv")
+    assert r["calls"] == 20  # the real spin kernel's name separates the calls
+    assert 0 < r["kernels_us"] <= r["span_us"] + 0.5

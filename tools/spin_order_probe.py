@@ -1,15 +1,17 @@
 """Does what runs just before a call change how long its kernel takes? Run on a GPU.
 
-The harness enqueues, before each timed call, an L2 flush and a spin kernel that holds the GPU
-while the host enqueues the call. The profiler's separate run (``bench.profile_kernels``) runs
-flush then call, back to back, with no spin. On the conv page the two disagreed by more than
-the events' launch cost, so this probe reads CUPTI's kernel durations for the same kernels
-under five orders, 100 calls each, with CUDA events around each call where a spin hides the
-host (so the events time the GPU alone):
+The harness enqueues, before each timed call, a spin kernel that holds the GPU while the host
+enqueues the call, and (cold L2) an L2 flush. The profiler's back-to-back run
+(``bench.profile_kernels``) runs flush then call with no spin. On the conv page the two
+disagreed by more than the events' launch cost, so this probe reads CUPTI's per-call span and
+kernel time for the same kernels under six orders, 100 calls each, alternating, two rounds:
 
-- ``flush→call``: the profiler's separate run (no spin, no events);
-- ``flush→spin→call``: the harness's cold order until this probe;
-- ``spin→flush→call``: the spin first, so the call follows the flush directly;
+- ``flush→call``: the profiler's back-to-back run (no spin, no events);
+- ``flush→call, events``: the same with events around the call (no spin: the flush alone must
+  outlast the host's enqueueing of the call);
+- ``flush→spin→call``: the harness's cold order before this probe;
+- ``spin→flush→call``: the spin first, so the call follows the flush directly (the harness's
+  cold order since);
 - ``spin→call``: the harness's hot order;
 - ``call→call``: back to back, hot, no spin, no events.
 
@@ -28,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from cudnn_guide import bench, environment, recipes, tensors
 
-ORDERS = ("flush→call", "flush→spin→call", "spin→flush→call", "spin→call", "call→call")
+ORDERS = ("flush→call", "flush→call, events", "flush→spin→call", "spin→flush→call", "spin→call", "call→call")
 CALLS = 100
 
 
@@ -49,8 +51,13 @@ def launchers() -> dict:
     }
 
 
+def _is_spin(name: str) -> bool:
+    return "sleep" in name.lower() or "spin" in name.lower()
+
+
 def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
-    timed = "spin" in order
+    steps = order.split(",")[0].split("→")
+    timed = "spin" in order or "events" in order
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(CALLS)]
     for _ in range(3):
         fn()
@@ -59,7 +66,7 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for s, e in ev:
-                for step in order.split("→")[:-1]:
+                for step in steps[:-1]:
                     if step == "flush":
                         flush.zero_()
                     elif step == "spin":
@@ -74,16 +81,17 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
             torch.cuda.synchronize()
     gpu = sorted((x for x in prof.events() if x.device_type == torch.autograd.DeviceType.CUDA),
                  key=lambda x: x.time_range.start)
+    # a call is the run of operations between two separators (a flush or a spin kernel)
     calls, current = [], None
     for x in gpu:
-        if x.name in skip or "sleep" in x.name.lower():
+        if x.name in skip or _is_spin(x.name):
             current = None
-            continue
-        if current is None:
-            current = []
+        elif current is None:
+            current = [x]
             calls.append(current)
-        current.append(x)
-    if order == "call→call":  # no separators: cut the stream into calls of the known length
+        else:
+            current.append(x)
+    if steps[0] == "call":  # no separators: cut the stream into calls of the known length
         flat = [x for c in calls for x in c]
         per = len(flat) // (2 * CALLS)  # each loop iteration runs two calls: the untimed one and the timed one
         calls = [flat[i:i + per] for i in range(0, per * 2 * CALLS, per)]
@@ -103,11 +111,11 @@ def main(path: str) -> None:
     rows = []
     for name, fn in launchers().items():
         host = bench._host_times(fn, flush, name, 20)
-        spin_ms = min(1.5 * statistics.median(host) + 0.02, 20.0)
+        spin_ms = bench.spin_for(statistics.median(host))
         for rnd in range(2):  # two rounds, orders alternating, so drift shows as a spread
             for order in ORDERS:
                 r = run_order(fn, order, flush, spin_ms, skip)
-                rows.append({"kernel": name, "round": rnd, "spin_us": spin_ms * 1e3, **r})
+                rows.append({"kernel": name, "round": rnd, "spin_us": spin_ms * 1e3, "host_us": statistics.median(host) * 1e3, **r})
                 print(f"{name:40s} {order:18s} kernels {r['kernel_median_us']:8.2f} µs  span {r['span_median_us']:8.2f} µs"
                       + (f"  events {r['events_median_us']:8.2f} µs" if "events_median_us" in r else ""), flush=True)
     data = {"environment": environment.collect().to_dict(), "launch_cost_us": cost["overhead_us"], "rows": rows}
