@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, Callable
 
 __all__ = ["kernels", "split_calls", "profile_calls", "same_run", "crosscheck", "main"]
@@ -166,12 +167,15 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
     }
 
 
-def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50, label: str = "fn") -> dict[str, float]:
+def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50, label: str = "fn",
+                  warmup_ms: float = 50.0) -> dict[str, float]:
     """CUPTI's view of calls made exactly as the harness makes them, without the events.
 
-    Each call is preceded by the harness's spin and L2 flush, so the kernel runs in the same
-    conditions as in :func:`~cudnn_guide.bench.benchmark` (what runs just before a kernel can
-    change its duration: ``tools/spin_order_probe.py``); only the clock differs.
+    The harness's warm-up comes first (calls back to back for ``warmup_ms``, which brings a
+    power-hungry kernel to the clock it will run at), then each profiled call is preceded by the
+    harness's spin and L2 flush, so the kernel runs in the same conditions as in
+    :func:`~cudnn_guide.bench.benchmark` (what runs just before a kernel can change its
+    duration: ``tools/spin_order_probe.py``); only the clock differs.
 
     Parameters
     ----------
@@ -183,6 +187,8 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
         Profiled calls.
     label
         Name in errors.
+    warmup_ms
+        Warm-up before profiling, GPU time included, as in :func:`~cudnn_guide.bench.benchmark`.
 
     Returns
     -------
@@ -203,8 +209,12 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
 
     flush = bench.l2_flush_buffer()
     flush_names = bench.flush_kernel_names(flush)
-    bench._call(launch, label)
-    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < warmup_ms:
+        for _ in range(4):
+            flush.zero_()
+            bench._call(launch, label)
+        torch.cuda.synchronize()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -242,8 +252,9 @@ def crosscheck(rounds: int = 3) -> list[dict[str, Any]]:
     -------
     list[dict[str, Any]]
         One dict per kernel: the harness's kernel time and its raw event time, the launch cost
-        subtracted, the profiler's span and kernel time per call in the harness's conditions,
-        their difference in percent (``within_3pct``), the back-to-back kernel time, each round,
+        subtracted, the profiler's kernel time (``profiler_us``, the sum of the call's kernel and
+        memset durations) and span per call in the harness's conditions, the harness's difference
+        from each in percent (``within_3pct`` judges the kernel time), the back-to-back kernel time, each round,
         a hot-L2 graph replay, and the same-run comparison (:func:`same_run`).
 
     Example
@@ -268,15 +279,16 @@ def crosscheck(rounds: int = 3) -> list[dict[str, Any]]:
                               "profiler_kernels_us": matched["kernels_us"], "back_to_back_us": b2b.per_call_ms * 1e3})
         med = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
-        diff = 100 * (med["harness_us"] / med["profiler_span_us"] - 1)
+        diff = 100 * (med["harness_us"] / med["profiler_kernels_us"] - 1)
         rows.append({
             "kernel": name,
             "harness_median_us": med["harness_us"],
             "harness_events_us": med["events_us"],
             "launch_cost_us": cost["overhead_us"],
-            "profiler_us": med["profiler_span_us"],
-            "profiler_kernels_us": med["profiler_kernels_us"],
+            "profiler_us": med["profiler_kernels_us"],
+            "profiler_span_us": med["profiler_span_us"],
             "harness_vs_profiler_pct": diff,
+            "harness_vs_profiler_span_pct": 100 * (med["harness_us"] / med["profiler_span_us"] - 1),
             "within_3pct": abs(diff) <= 3,
             "back_to_back_us": med["back_to_back_us"],
             "harness_vs_back_to_back_pct": 100 * (med["harness_us"] / med["back_to_back_us"] - 1),
@@ -314,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
     for r in rows:
         sr = r["same_run"]
         print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs (events {r['harness_events_us']:.1f} − "
-              f"{r['launch_cost_us']:.1f})  profiler, same conditions {r['profiler_us']:9.1f} µs "
+              f"{r['launch_cost_us']:.1f})  profiler, same conditions {r['profiler_us']:9.1f} µs (span {r['profiler_span_us']:.1f}) "
               f"({r['harness_vs_profiler_pct']:+5.1f}%)  back to back {r['back_to_back_us']:.1f} µs  "
               f"replay(hot) {r['replay_hot_us']:9.1f} µs | same run: harness {sr['harness_median_us']:.1f} µs, "
               f"CUPTI span {sr['cupti_span_median_us']:.1f} µs ({sr['harness_vs_span_pct']:+.1f}%), "
