@@ -168,7 +168,7 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
 
 
 def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50, label: str = "fn",
-                  warmup_ms: float = 50.0) -> dict[str, float]:
+                  warmup_ms: float = 50.0) -> dict[str, Any]:
     """CUPTI's view of calls made exactly as the harness makes them, without the events.
 
     The harness's warm-up comes first (calls back to back for ``warmup_ms``, which brings a
@@ -192,8 +192,9 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
 
     Returns
     -------
-    dict[str, float]
-        ``span_us`` and ``kernels_us`` (medians per call) and ``calls`` matched.
+    dict[str, Any]
+        ``span_us`` and ``kernels_us`` (medians per call), ``calls`` matched, and ``clocks``
+        (:func:`~cudnn_guide.clocks.throttle_summary` of the profiled calls).
 
     Example
     -------
@@ -205,7 +206,7 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from . import bench
+    from . import bench, clocks
 
     flush = bench.l2_flush_buffer()
     flush_names = bench.flush_kernel_names(flush)
@@ -215,6 +216,7 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
             flush.zero_()
             bench._call(launch, label)
         torch.cuda.synchronize()
+    before, t_run = clocks.sample(), time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -223,6 +225,7 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
                 flush.zero_()
                 bench._call(launch, label)
             torch.cuda.synchronize()
+    clock_info = clocks.throttle_summary(before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
     gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                  key=lambda e: e.time_range.start)
     cut = split_calls(gpu, flush_names)
@@ -230,7 +233,7 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
         raise RuntimeError(f"profile_calls {label!r}: no calls found in the trace")
     return {"span_us": statistics.median(c[-1].time_range.end - c[0].time_range.start for c in cut),
             "kernels_us": statistics.median(sum(e.time_range.end - e.time_range.start for e in c) for c in cut),
-            "calls": float(len(cut))}
+            "calls": float(len(cut)), "clocks": clock_info}
 
 
 def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
@@ -277,8 +280,13 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
             b2b = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
             per_round.append({"harness_us": m.median_ms * 1e3, "events_us": m.event_median_ms * 1e3,
                               "harness_ci_rel": m.median_ci_rel, "profiler_span_us": matched["span_us"],
-                              "profiler_kernels_us": matched["kernels_us"], "back_to_back_us": b2b.per_call_ms * 1e3})
-        med = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
+                              "profiler_kernels_us": matched["kernels_us"], "back_to_back_us": b2b.per_call_ms * 1e3,
+                              "harness_sm_mhz_end": m.clocks.get("sm_mhz_end"),
+                              "harness_power_capped": m.clocks.get("power_capped_fraction"),
+                              "profiler_sm_mhz_end": matched["clocks"].get("sm_mhz_end"),
+                              "profiler_power_capped": matched["clocks"].get("power_capped_fraction")})
+        med = {k: statistics.median(r[k] for r in per_round) for k in
+               ("harness_us", "events_us", "profiler_span_us", "profiler_kernels_us", "back_to_back_us")}
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
         # each round pairs the two clocks in time: the median of the paired differences cancels a
         # drift of the GPU's clock across rounds, which a ratio of the two medians would not
