@@ -56,6 +56,11 @@ __all__ = ["Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_ke
 
 L2_MODES = ("hot", "cold")
 
+TIMING_METHOD = 2
+"""Version of how :func:`benchmark` times a call, kept in every measurement it makes, so the
+history never judges a change of method as a change of speed. 1: L2 flush, then spin, then the
+call (recordings up to commit 1a32229); 2: spin, then flush, then the call (since 5a62eb0)."""
+
 
 def _quantile(sorted_samples: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile of already sorted samples."""
@@ -135,6 +140,8 @@ class Measurement:
     launch_cost_ms: float = 0.0
     """The per-call launch cost subtracted from each event sample (0 when nothing was subtracted):
     ``samples_ms`` plus it are the raw event times."""
+    timing_method: int | None = None
+    """:data:`TIMING_METHOD` of the harness that made it (``None``: not recorded)."""
 
     # -- statistics ---------------------------------------------------------------------------
     @property
@@ -216,7 +223,7 @@ class Measurement:
             "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
             "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
             "host_median_ms": self.host_median_ms, "warnings": list(self.warnings), "clocks": dict(self.clocks),
-            "launch_cost_ms": self.launch_cost_ms,
+            "launch_cost_ms": self.launch_cost_ms, "timing_method": self.timing_method,
         }
         if samples:
             # 5 significant digits: finer than the ~0.5 µs resolution of CUDA events
@@ -228,7 +235,7 @@ class Measurement:
     def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
         return cls(d["label"], list(d["samples_ms"]), d["mode"], d.get("flops"), d.get("bytes"),
                    dict(d.get("params", {})), list(d.get("warnings", [])), list(d.get("host_samples_ms", [])),
-                   dict(d.get("clocks", {})), float(d.get("launch_cost_ms") or 0.0))
+                   dict(d.get("clocks", {})), float(d.get("launch_cost_ms") or 0.0), d.get("timing_method"))
 
     def __str__(self) -> str:
         parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} ±{100 * self.median_ci_rel:.1f}% "
@@ -457,7 +464,7 @@ def benchmark(
             f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
         )
     return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples, clock_info,
-                       cost_ms if not cuda_graph else 0.0)
+                       cost_ms if not cuda_graph else 0.0, TIMING_METHOD)
 
 
 LAUNCH_COST_LIMITS_US = (0.0, 20.0)

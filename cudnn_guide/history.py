@@ -7,7 +7,9 @@ one before and flags a measurement that moved beyond its noise band.
 
 Two recordings are compared only when they timed a measurement the same way: a measurement
 whose launch cost was subtracted in one and not in the other (recordings made before the
-harness subtracted it) is listed with ``same_method`` false and never flagged as moved.
+harness subtracted it), or that two versions of the harness timed
+(:data:`~cudnn_guide.bench.TIMING_METHOD`, when both entries carry it), is listed with
+``same_method`` false and never flagged as moved.
 
 The noise band of a measurement is the larger of the two recordings' inter-quartile ranges,
 times 1.5, and never less than 2% of the earlier median: a change inside it is what repeating
@@ -55,7 +57,7 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
         "gpu": env.get("gpu"),
         "measurements": {
             m["label"]: {"median_ms": m["median_ms"], "q1_ms": m["q1_ms"], "q3_ms": m["q3_ms"], "n": m["n"],
-                         "launch_cost_ms": m.get("launch_cost_ms", 0.0)}
+                         "launch_cost_ms": m.get("launch_cost_ms", 0.0), "timing_method": m.get("timing_method")}
             for m in record.get("measurements", [])
         },
         "headlines": record.get("headlines", []),
@@ -148,7 +150,8 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
     -------
     list[dict[str, Any]]
         One row per measurement present in both: the two medians, the change in percent, the
-        noise band in percent, ``same_method`` (both subtracted a launch cost, or neither did) and
+        noise band in percent, ``same_method`` (both subtracted a launch cost, or neither did, and
+        the harness versions match where both are known) and
         ``moved`` (the change exceeds the band, with the same method).
 
     Example
@@ -163,7 +166,9 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
         delta = c["median_ms"] - p["median_ms"]
         iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
         band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
-        same_method = bool(p.get("launch_cost_ms")) == bool(c.get("launch_cost_ms"))
+        same_method = bool(p.get("launch_cost_ms")) == bool(c.get("launch_cost_ms")) and (
+            p.get("timing_method") is None or c.get("timing_method") is None
+            or p["timing_method"] == c["timing_method"])
         rows.append({
             "example": cur["example"], "measurement": label,
             "previous_ms": p["median_ms"], "latest_ms": c["median_ms"],

@@ -129,6 +129,8 @@ def test_kernel_samples_subtract_the_launch_cost_and_keep_it():
     assert math.isclose(m.event_median_ms, 0.0340) and math.isclose(m.median_ms, 0.0304)
     again = bench.Measurement.from_dict(m.to_dict())
     assert again.launch_cost_ms == cost and math.isclose(again.event_median_ms, 0.0340)
+    versioned = bench.Measurement.from_dict(_m([1.0], timing_method=bench.TIMING_METHOD).to_dict())
+    assert versioned.timing_method == bench.TIMING_METHOD
     assert "launch cost" in str(m)
 
 

@@ -91,6 +91,7 @@ def test_harness_agrees_with_the_profiler(conv):
     assert abs(m.median_ms / prof.per_call_ms - 1) < 0.10
     # the subtracted launch cost is this process's calibration, and it brings events closer to the kernels
     assert m.launch_cost_ms == bench.launch_cost()["overhead_us"] / 1e3 > 0 and "launch cost" in m.mode
+    assert m.timing_method == bench.TIMING_METHOD
     assert abs(m.median_ms - prof.per_call_ms) < abs(m.event_median_ms - prof.per_call_ms)
 
 

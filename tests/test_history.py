@@ -77,3 +77,14 @@ def test_history_entries_keep_the_launch_cost():
     m = bench.Measurement("k", [0.030, 0.031], "cold-L2 events − launch cost", launch_cost_ms=0.0036)
     entry = history.entry_from_record({"example": "plot_x", "measurements": [m.to_dict()]})
     assert entry["measurements"]["k"]["launch_cost_ms"] == 0.0036
+
+
+def test_a_new_harness_version_is_a_change_of_method_when_both_sides_know_it():
+    prev, cur = _entry("1", 0.0850, 0.0005), _entry("2", 0.0800, 0.0005)
+    for e, version in ((prev, 1), (cur, 2)):
+        e["measurements"]["k"].update(launch_cost_ms=0.0035, timing_method=version)
+    (row,) = history.changes([prev, cur])
+    assert not row["same_method"] and not row["moved"]
+    del prev["measurements"]["k"]["timing_method"]  # unknown on one side: judged by the launch cost alone
+    (row,) = history.changes([prev, cur])
+    assert row["same_method"] and row["moved"]
