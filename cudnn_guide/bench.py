@@ -493,9 +493,9 @@ def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[l
 
     Example
     -------
-    >>> samples, cost, notes = kernel_samples([0.0100, 0.0102], 0.0035)
+    >>> samples, cost, notes = kernel_samples([0.0300, 0.0302], 0.0035)
     >>> [round(x, 6) for x in samples], cost, notes
-    ([0.0065, 0.0067], 0.0035, [])
+    ([0.0265, 0.0267], 0.0035, [])
     """
     samples = list(event_samples_ms)
     lo, hi = LAUNCH_COST_LIMITS_US
