@@ -22,7 +22,8 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["kernels", "split_calls", "profile_calls", "same_run", "crosscheck", "main"]
+__all__ = ["kernels", "is_spin_kernel", "gpu_ops", "span_and_busy", "split_calls", "profile_calls", "same_run",
+           "crosscheck", "main"]
 
 
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
@@ -61,6 +62,73 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     return out
 
 
+def is_spin_kernel(name: str) -> bool:
+    """Whether a GPU operation is the harness's spin (``torch.cuda._sleep``'s kernel).
+
+    Parameters
+    ----------
+    name
+        The operation's name in a CUPTI trace.
+
+    Returns
+    -------
+    bool
+        True for the spin kernel.
+
+    Example
+    -------
+    >>> is_spin_kernel("at::cuda::(anonymous namespace)::spin_kernel(long)")
+    True
+    """
+    name = name.lower()
+    return "sleep" in name or "spin" in name
+
+
+def gpu_ops(prof: Any) -> list[Any]:
+    """A finished ``torch.profiler.profile``'s GPU operations, in start order.
+
+    Parameters
+    ----------
+    prof
+        The profiler, after its ``with`` block.
+
+    Returns
+    -------
+    list[Any]
+        Its CUDA events (kernels, memsets, copies), sorted by start time.
+
+    Example
+    -------
+    >>> calls = split_calls(gpu_ops(prof), flush_names)
+    """
+    import torch
+
+    return sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                  key=lambda e: e.time_range.start)
+
+
+def span_and_busy(calls: list[list[Any]]) -> tuple[list[float], list[float]]:
+    """Each call's span (first start to last end) and busy time (summed durations), in µs.
+
+    Parameters
+    ----------
+    calls
+        Per-call lists of GPU operations (:func:`split_calls`).
+
+    Returns
+    -------
+    tuple[list[float], list[float]]
+        Spans and busy times, one per call.
+
+    Example
+    -------
+    >>> span, busy = span_and_busy(split_calls(gpu_ops(prof), flush_names))
+    """
+    span = [c[-1].time_range.end - c[0].time_range.start for c in calls]
+    busy = [sum(e.time_range.end - e.time_range.start for e in c) for c in calls]
+    return span, busy
+
+
 def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
     """Cut a time-ordered CUPTI trace of :func:`~cudnn_guide.bench.benchmark` into its timed calls.
 
@@ -88,8 +156,7 @@ def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
     current: list[Any] | None = None
     armed = False
     for op in gpu_ops:
-        name = op.name.lower()
-        if "sleep" in name or "spin" in name:
+        if is_spin_kernel(op.name):
             armed, current = True, None
         elif op.name in flush_names:
             current = None
@@ -149,11 +216,8 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             m = bench.benchmark(launch, label=label, l2="cold", flops=flops, budget_ms=budget_ms)
             torch.cuda.synchronize()
-    gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                 key=lambda e: e.time_range.start)
-    calls = split_calls(gpu, flush_names)[-m.n:]
-    span = [c[-1].time_range.end - c[0].time_range.start for c in calls]
-    busy = [sum(e.time_range.end - e.time_range.start for e in c) for c in calls]
+    calls = split_calls(gpu_ops(prof), flush_names)[-m.n:]
+    span, busy = span_and_busy(calls)
     memsets = [sum("memset" in e.name.lower() or "memcpy" in e.name.lower() for e in c) for c in calls]
     ev, kt, sp = m.event_median_ms * 1e3, m.median_ms * 1e3, statistics.median(span)
     return {
@@ -226,13 +290,11 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
                 bench._call(launch, label)
             torch.cuda.synchronize()
     clock_info = clocks.throttle_summary(before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
-    gpu = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                 key=lambda e: e.time_range.start)
-    cut = split_calls(gpu, flush_names)
+    cut = split_calls(gpu_ops(prof), flush_names)
     if not cut:
         raise RuntimeError(f"profile_calls {label!r}: no calls found in the trace")
-    return {"span_us": statistics.median(c[-1].time_range.end - c[0].time_range.start for c in cut),
-            "kernels_us": statistics.median(sum(e.time_range.end - e.time_range.start for e in c) for c in cut),
+    span, busy = span_and_busy(cut)
+    return {"span_us": statistics.median(span), "kernels_us": statistics.median(busy),
             "calls": float(len(cut)), "clocks": clock_info}
 
 

@@ -28,7 +28,7 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from cudnn_guide import bench, environment, recipes, tensors
+from cudnn_guide import bench, crosscheck, environment, recipes, tensors
 
 ORDERS = ("flush→call", "flush→call, events", "flush→spin→call", "spin→flush→call", "spin→call", "call→call")
 CALLS = 100
@@ -49,10 +49,6 @@ def launchers() -> dict:
         "matmul epilogue + AMAX (cuDNN graph)": mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
         "bf16 matmul 4096³ (cuBLAS)": lambda: torch.matmul(a, a, out=c),
     }
-
-
-def _is_spin(name: str) -> bool:
-    return "sleep" in name.lower() or "spin" in name.lower()
 
 
 def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
@@ -79,12 +75,10 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
                 if timed:
                     e.record()
             torch.cuda.synchronize()
-    gpu = sorted((x for x in prof.events() if x.device_type == torch.autograd.DeviceType.CUDA),
-                 key=lambda x: x.time_range.start)
     # a call is the run of operations between two separators (a flush or a spin kernel)
     calls, current = [], None
-    for x in gpu:
-        if x.name in skip or _is_spin(x.name):
+    for x in crosscheck.gpu_ops(prof):
+        if x.name in skip or crosscheck.is_spin_kernel(x.name):
             current = None
         elif current is None:
             current = [x]
@@ -95,8 +89,7 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
         flat = [x for c in calls for x in c]
         per = len(flat) // (2 * CALLS)  # each loop iteration runs two calls: the untimed one and the timed one
         calls = [flat[i:i + per] for i in range(0, per * 2 * CALLS, per)]
-    busy = [sum(x.time_range.end - x.time_range.start for x in c) for c in calls[-CALLS:]]
-    span = [c[-1].time_range.end - c[0].time_range.start for c in calls[-CALLS:]]
+    span, busy = crosscheck.span_and_busy(calls[-CALLS:])
     out = {"order": order, "kernel_median_us": statistics.median(busy), "span_median_us": statistics.median(span),
            "calls": len(busy)}
     if timed:
