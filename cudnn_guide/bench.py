@@ -618,7 +618,7 @@ def _time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms
     for s, e in zip(starts, ends):
         # the spin first, then the flush: the host enqueues flush and call while the GPU spins, and
         # the call starts straight after the flush, as it would after another kernel in a network
-        # (a call that started after the spin's idle SMs ran slower: docs/data/spin_order.json)
+        # (the methodology page compares the two orders: docs/data/spin_order.json)
         _spin(spin_ms)
         if flush is not None:
             flush.zero_()
