@@ -22,7 +22,10 @@ nox.options.sessions = ["docs", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = os.environ.get("CUDNN_GUIDE_TORCH", "torch==2.13.0")
-DOCS_MODULES = ("sphinx", "sphinx_gallery", "myst_nb", "furo", "sphinx_copybutton", "matplotlib", "torch", "cudnn")
+# every module the docs build imports: conf.py, the gallery, and the results/methodology notebooks
+# (pandas; PIL, which checks the recorded figures; ipykernel, which runs the notebooks)
+DOCS_MODULES = ("sphinx", "sphinx_gallery", "myst_nb", "furo", "sphinx_copybutton", "matplotlib", "numpy", "pandas",
+                "PIL", "ipykernel", "torch", "cudnn")
 TEST_MODULES = ("pytest", "hypothesis", "selenium", *DOCS_MODULES)
 
 

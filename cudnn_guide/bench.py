@@ -471,6 +471,9 @@ LAUNCH_COST_LIMITS_US = (0.0, 20.0)
 """A launch-cost calibration outside this range is not trusted, and not subtracted."""
 LAUNCH_COST_WARN_FRACTION = 0.25
 """Warn when the subtracted launch cost is more than this share of a call's event time."""
+TOO_SHORT_FRACTION = 0.5
+"""A call whose launch cost is at least this share of its event time is too short to time per call:
+nothing is subtracted (the raw event time is an upper bound, never a negative number)."""
 
 
 def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[list[float], float, list[str]]:
@@ -496,6 +499,8 @@ def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[l
     >>> samples, cost, notes = kernel_samples([0.0300, 0.0302], 0.0035)
     >>> [round(x, 6) for x in samples], cost, notes
     ([0.0265, 0.0267], 0.0035, [])
+    >>> kernel_samples([0.0040, 0.0031], 0.0035)[:2]  # too short: raw events, never a negative time
+    ([0.004, 0.0031], 0.0)
     """
     samples = list(event_samples_ms)
     lo, hi = LAUNCH_COST_LIMITS_US
@@ -506,7 +511,12 @@ def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[l
         return samples, cost_ms, []
     notes = []
     event_median = statistics.median(samples)
-    if event_median > 0 and cost_ms > LAUNCH_COST_WARN_FRACTION * event_median:
+    if cost_ms >= TOO_SHORT_FRACTION * event_median or min(samples) <= cost_ms:
+        return samples, 0.0, [
+            f"too short to time per call: the launch cost ({_fmt_ms(cost_ms)}) is {100 * cost_ms / event_median:.0f}% "
+            f"of the event time ({_fmt_ms(event_median)}), so subtracting it could give an impossible (non-positive) "
+            "time; the raw event times are reported, an upper bound on the kernel time; time it with cuda_graph=True"]
+    if cost_ms > LAUNCH_COST_WARN_FRACTION * event_median:
         notes.append(f"the launch cost ({_fmt_ms(cost_ms)}) is {100 * cost_ms / event_median:.0f}% of this call's event "
                      f"time ({_fmt_ms(event_median)}): its kernel time is known only to a fraction of a microsecond; "
                      "time it with cuda_graph=True")

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import recording
+from . import datafiles, recording
 from .records import RECORD_SUFFIX
 
-__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "stamp_rst", "warnings_rst", "reset_between_examples", "connect",
+__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "validate_data", "data_digest", "DATA_PAGES", "stamp_rst", "warnings_rst", "reset_between_examples", "connect",
            "record_only_overrides"]
 
 HEALTH_EXCEPTIONS: dict[str, str] = {
@@ -35,11 +35,27 @@ def _record(gallery: Path, stem: str) -> dict[str, Any] | None:
     path = gallery / f"{stem}{RECORD_SUFFIX}"
     if not path.exists():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return datafiles.read_json(path)
+
+
+def _figure_problem(path: Path) -> str | None:
+    """Why a recorded PNG does not decode, or ``None`` when it does."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+    except Exception as exc:  # PIL raises many kinds for truncated or foreign files
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, str] | None = None) -> list[str]:
     """Every way a recorded example page falls short; empty when all are healthy.
+
+    Checked per page: the page, its captured output, at least one figure (and that every figure
+    and thumbnail decodes), a non-zero run time, its run-time file (``.cost.json``), its JSON
+    record, that the record names this page (not another), and that its checks passed.
 
     Parameters
     ----------
@@ -53,7 +69,7 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
     Returns
     -------
     list[str]
-        One message per problem; empty when healthy.
+        One message per problem, each naming the file; empty when healthy.
 
     Example
     -------
@@ -61,33 +77,105 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
     >>> assert not problems, problems
     """
     exceptions = HEALTH_EXCEPTIONS if exceptions is None else exceptions
+    gallery = Path(gallery)
     problems = []
     for src in sorted(Path(examples).glob("plot_*.py")):
         stem = src.stem
         if stem in exceptions:
             continue
-        rst = Path(gallery) / f"{stem}.rst"
+        rst = gallery / f"{stem}.rst"
         if not rst.exists():
             problems.append(f"{stem}: no recorded page ({rst.name} missing)")
             continue
         text = rst.read_text(encoding="utf-8")
-        rec = _record(Path(gallery), stem)
+        rec = _record(gallery, stem)
+        if rec is not None and rec.get("example") != stem:
+            problems.append(f"{stem}: {stem}{RECORD_SUFFIX} is the record of {rec.get('example')!r}, not of this page")
+            continue
+        figures = sorted((gallery / "images").glob(f"sphx_glr_{stem}_*.png"))
+        figures += sorted((gallery / "images" / "thumb").glob(f"sphx_glr_{stem}_thumb.png"))
+        for fig in figures:
+            why = _figure_problem(fig)
+            if why:
+                problems.append(f"{stem}: figure {fig.relative_to(gallery)} does not decode ({why})")
         if rec is not None and rec.get("extra", {}).get("skipped"):
             if "skipped: needs" not in text:
                 problems.append(f"{stem}: skipped on the recording GPU, but its page does not say why")
             continue  # a skipped page has no output, figure or checks by design
         if "sphx-glr-script-out" not in text:
             problems.append(f"{stem}: the recorded page has no captured output")
-        if not list((Path(gallery) / "images").glob(f"sphx_glr_{stem}_*.png")):
+        if not [f for f in figures if "thumb" not in f.parts]:
             problems.append(f"{stem}: the recorded page has no figure")
         m = _RUNTIME.search(text)
         if not m or (int(m.group(1)) == 0 and float(m.group(2)) == 0.0):
             problems.append(f"{stem}: the recorded run time is zero or missing")
+        if not (gallery / f"{stem}.cost.json").exists():
+            problems.append(f"{stem}: its run-time file {stem}.cost.json is missing")
         if rec is None:
             problems.append(f"{stem}: no JSON record ({stem}{RECORD_SUFFIX})")
         elif not rec.get("all_checks_passed"):
             problems.append(f"{stem}: its record reports a failed or missing correctness check")
     return problems
+
+
+DATA_PAGES: tuple[str, ...] = ("results", "methodology")
+"""The notebooks that read the recording's data files (and measure nothing)."""
+
+
+def data_digest(gallery: Path, data_dir: Path) -> str:
+    """One digest over the names and bytes of every data file the data pages read.
+
+    Parameters
+    ----------
+    gallery
+        The recorded gallery.
+    data_dir
+        ``docs/data``.
+
+    Returns
+    -------
+    str
+        A hex digest; the build re-executes :data:`DATA_PAGES` whenever it changes.
+
+    Example
+    -------
+    >>> print(data_digest(Path('docs/auto_examples'), Path('docs/data'))[:12])
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted([*Path(gallery).glob("*.json"), *Path(data_dir).glob("*.json*")]):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def validate_data(gallery: Path, data_dir: Path) -> None:
+    """Parse every JSON and JSON-lines file the site is built from, before any page reads them.
+
+    The gallery's records, costs, cell times and manifest, and ``docs/data`` (probes and the
+    history), so that a corrupt file stops the build with its name and line instead of surfacing
+    later inside an executed notebook.
+
+    Parameters
+    ----------
+    gallery
+        The recorded gallery.
+    data_dir
+        ``docs/data``.
+
+    Raises
+    ------
+    CorruptDataError
+        The first file that does not parse, with its line.
+
+    Example
+    -------
+    >>> validate_data(Path('docs/auto_examples'), Path('docs/data'))
+    """
+    for path in sorted(Path(gallery).glob("*.json")) + sorted(Path(data_dir).glob("*.json")):
+        datafiles.read_json(path)
+    for path in sorted(Path(data_dir).glob("*.jsonl")):
+        datafiles.read_jsonl(path)
 
 
 def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
@@ -312,11 +400,26 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     def on_builder_inited_late(app: Any) -> None:
         if partial:
             return
+        from sphinx.errors import ExtensionError
+
+        from .errors import CorruptDataError
+
+        try:
+            validate_data(gallery, gallery.parent / "data")
+        except CorruptDataError as exc:
+            raise ExtensionError(f"corrupt recorded data: {exc}") from None
         problems = recorded_page_problems(gallery, examples)
         if problems:
-            from sphinx.errors import ExtensionError
-
             raise ExtensionError("recorded gallery is unhealthy:\n  " + "\n  ".join(problems))
+
+    def on_get_outdated(app: Any, env: Any, added: set[str], changed: set[str], removed: set[str]) -> list[str]:
+        # The data notebooks read the records, history and manifest, which Sphinx does not track:
+        # re-execute them whenever any of those files changed since the last build into this folder.
+        digest = data_digest(gallery, gallery.parent / "data")
+        if getattr(env, "cudnn_guide_data_digest", None) == digest:
+            return []
+        env.cudnn_guide_data_digest = digest
+        return [d for d in DATA_PAGES if d in env.found_docs]
 
     def on_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
         if what in ("function", "class") and name.startswith("cudnn_guide."):
@@ -333,6 +436,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     app.connect("source-read", on_source_read)
     # priority > 500: after sphinx-gallery generated (record) or kept (render) the pages
     app.connect("builder-inited", on_builder_inited_late, priority=900)
+    app.connect("env-get-outdated", on_get_outdated)
     if "sphinx.ext.autodoc" in app.extensions:  # a one-example recording build loads the gallery alone
         app.connect("autodoc-process-docstring", on_docstring)
     app.connect("build-finished", on_finished)

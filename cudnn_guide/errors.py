@@ -18,6 +18,7 @@ __all__ = [
     "GraphExecutionError",
     "CheckFailedError",
     "BenchmarkError",
+    "CorruptDataError",
 ]
 
 
@@ -159,3 +160,21 @@ class BenchmarkError(GuideError):
     -------
     >>> bench.benchmark(lambda: 1 / 0, label='bad', l2='hot')  # BenchmarkError: ... raised ZeroDivisionError
     """
+
+
+class CorruptDataError(GuideError):
+    """A committed data file (record, manifest, history, figure) is missing, unreadable or inconsistent.
+
+    The message names the file, the line where there is one, what is wrong, and the fix.
+
+    Example
+    -------
+    >>> print(CorruptDataError("docs/data/history.jsonl", "line is not valid JSON", line=4))
+    docs/data/history.jsonl:4: line is not valid JSON. Fix: restore it from git (`git checkout -- <file>`) or re-record the page on a GPU.
+    """
+
+    def __init__(self, path: object, problem: str, line: int | None = None,
+                 fix: str = "restore it from git (`git checkout -- <file>`) or re-record the page on a GPU") -> None:
+        self.path, self.problem, self.line = str(path), problem, line
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {problem}. Fix: {fix}.")

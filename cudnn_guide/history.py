@@ -23,11 +23,14 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import datafiles
 from .records import RECORD_SUFFIX
 
-__all__ = ["BAND_IQR_FACTOR", "BAND_MIN_FRACTION", "entry_from_record", "entries_from_gallery", "append", "load", "compare",
+__all__ = ["SOFTWARE_KEYS", "comparable", "reproducibility", "format_reproducibility", "BAND_IQR_FACTOR", "BAND_MIN_FRACTION", "entry_from_record", "entries_from_gallery", "append", "load", "compare",
            "by_example", "changes"]
 
+SOFTWARE_KEYS = ("driver", "cuda", "cudnn_backend", "cudnn_frontend", "torch")
+"""What must match, besides the GPU, for two recordings to be compared."""
 BAND_IQR_FACTOR = 1.5
 BAND_MIN_FRACTION = 0.02
 
@@ -55,6 +58,7 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
         "recorded_utc": record.get("created_utc"),
         "commit": env.get("commit"),
         "gpu": env.get("gpu"),
+        "software": {k: env.get(k) for k in SOFTWARE_KEYS},
         "measurements": {
             m["label"]: {"median_ms": m["median_ms"], "q1_ms": m["q1_ms"], "q3_ms": m["q3_ms"], "n": m["n"],
                          "launch_cost_ms": m.get("launch_cost_ms", 0.0), "timing_method": m.get("timing_method")}
@@ -86,14 +90,14 @@ def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) 
     wanted = None if names is None else {Path(n).stem for n in names}
     out = []
     for path in sorted(Path(gallery_dir).glob(f"*{RECORD_SUFFIX}")):
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = datafiles.read_json(path)
         if wanted is None or record["example"] in wanted:
             out.append(entry_from_record(record))
     return out
 
 
 def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
-    """Append entries to the JSON-lines history, creating it if needed.
+    """Append entries to the JSON-lines history, creating it if needed (locked, newline-safe).
 
     Parameters
     ----------
@@ -106,11 +110,7 @@ def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
     -------
     >>> append(Path('docs/data/history.jsonl'), entries)
     """
-    history_path = Path(history_path)
-    history_path.parent.mkdir(parents=True, exist_ok=True)
-    with history_path.open("a", encoding="utf-8") as f:
-        for e in entries:
-            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+    datafiles.append_lines(history_path, [json.dumps(e, separators=(",", ":")) for e in entries])
 
 
 def load(history_path: Path) -> list[dict[str, Any]]:
@@ -131,9 +131,7 @@ def load(history_path: Path) -> list[dict[str, Any]]:
     >>> hist = load(Path('docs/data/history.jsonl'))
     """
     path = Path(history_path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return datafiles.read_jsonl(path)
 
 
 def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
@@ -221,3 +219,130 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     return [row for entries in by_example(history).values() if len(entries) >= 2
             for row in compare(entries[-2], entries[-1])]
+
+
+def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
+    """Why two entries of one example cannot be compared (another GPU or software), or ``None`` if they can.
+
+    Parameters
+    ----------
+    prev, cur
+        Two history entries.
+
+    Returns
+    -------
+    str | None
+        The reason, naming both sides; ``None`` when GPU and software match (where both are known).
+
+    Example
+    -------
+    >>> comparable({"gpu": "NVIDIA H200"}, {"gpu": "NVIDIA B200"})
+    'recorded on different GPUs (NVIDIA H200 vs NVIDIA B200)'
+    """
+    if prev.get("gpu") != cur.get("gpu"):
+        return f"recorded on different GPUs ({prev.get('gpu')} vs {cur.get('gpu')})"
+    ps, cs = prev.get("software") or {}, cur.get("software") or {}
+    differ = [f"{k} {ps[k]} vs {cs[k]}" for k in SOFTWARE_KEYS if ps.get(k) and cs.get(k) and ps[k] != cs[k]]
+    return f"recorded with different software ({'; '.join(differ)})" if differ else None
+
+
+def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Does the latest recording of each page reproduce the one before it?
+
+    For each example with two entries that :func:`comparable` allows: the measurements that moved
+    beyond their noise band (:func:`compare`), the headlines whose new value lies outside the
+    previous interval (``low``/``high``), and the verdicts that changed. Examples recorded on
+    another GPU or software are listed as not compared, with the reason.
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``pages``, ``measurements``, ``moved``, ``headlines_with_interval``, ``headlines_inside``,
+        ``outside`` (rows), ``verdicts``, ``flipped`` (rows), ``not_compared`` (rows).
+
+    Example
+    -------
+    >>> print(format_reproducibility(reproducibility(load(Path('docs/data/history.jsonl')))))
+    """
+    out: dict[str, Any] = {"pages": 0, "measurements": 0, "moved": [], "headlines_with_interval": 0,
+                           "headlines_inside": 0, "outside": [], "verdicts": 0, "flipped": [], "not_compared": []}
+    for example, entries in sorted(by_example(history).items()):
+        if len(entries) < 2:
+            continue
+        prev, cur = entries[-2], entries[-1]
+        why = comparable(prev, cur)
+        if why:
+            out["not_compared"].append({"example": example, "reason": why})
+            continue
+        out["pages"] += 1
+        rows = [r for r in compare(prev, cur) if r["same_method"]]
+        out["measurements"] += len(rows)
+        out["moved"] += [r for r in rows if r["moved"]]
+        old = {h["name"]: h for h in prev.get("headlines", [])}
+        for h in cur.get("headlines", []):
+            o = old.get(h["name"])
+            if o is None:
+                continue
+            if "low" in o and "high" in o:
+                out["headlines_with_interval"] += 1
+                if o["low"] <= h["value"] <= o["high"]:
+                    out["headlines_inside"] += 1
+                else:
+                    out["outside"].append({"example": example, "headline": h["name"], "previous": o["value"],
+                                           "low": o["low"], "high": o["high"], "latest": h["value"]})
+            if "verdict" in o and "verdict" in h:
+                out["verdicts"] += 1
+                if o["verdict"] != h["verdict"]:
+                    out["flipped"].append({"example": example, "headline": h["name"], "previous": o["verdict"],
+                                           "latest": h["verdict"], "previous_value": o["value"], "latest_value": h["value"]})
+    return out
+
+
+def format_reproducibility(report: dict[str, Any]) -> str:
+    """The report of :func:`reproducibility` as text for a console.
+
+    Parameters
+    ----------
+    report
+        From :func:`reproducibility`.
+
+    Returns
+    -------
+    str
+        A few lines: counts first, then each moved measurement, headline outside its interval and flipped verdict.
+
+    Example
+    -------
+    >>> print(format_reproducibility(reproducibility([])))
+    reproducibility: 0 pages compared; 0 of 0 measurements moved beyond their noise band; 0 of 0 headlines inside the previous interval; 0 of 0 verdicts changed
+    """
+    r = report
+    lines = [f"reproducibility: {r['pages']} pages compared; {len(r['moved'])} of {r['measurements']} measurements "
+             f"moved beyond their noise band; {r['headlines_inside']} of {r['headlines_with_interval']} headlines inside "
+             f"the previous interval; {len(r['flipped'])} of {r['verdicts']} verdicts changed"]
+    lines += [f"  moved: {m['example']} / {m['measurement']}: {m['change_pct']:+.1f}% (band ±{m['band_pct']:.1f}%)"
+              for m in r["moved"]]
+    lines += [f"  outside: {o['example']} / {o['headline']}: {o['latest']:.4g} not in [{o['low']:.4g}, {o['high']:.4g}]"
+              for o in r["outside"]]
+    lines += [f"  verdict changed: {f['example']} / {f['headline']}: {f['previous']} -> {f['latest']}" for f in r["flipped"]]
+    lines += [f"  not compared: {n['example']}: {n['reason']}" for n in r["not_compared"]]
+    return "\n".join(lines)
+
+
+def _main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin CLI
+    """``python -m cudnn_guide.history [history.jsonl]``: the reproducibility report of the last two recordings."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    path = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "docs" / "data" / "history.jsonl"
+    print(format_reproducibility(reproducibility(load(path))))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(_main())

@@ -10,6 +10,12 @@ cache key (:class:`PlanKey`) holds the graph's description, the GPU name and SM 
 cuDNN backend version and the frontend version. Every entry carries a header with that key and a
 SHA-256 of the plan bytes; an entry whose key or checksum does not match is rebuilt and
 overwritten *before* cuDNN ever sees its bytes.
+
+**Trust model.** ``deserialize`` runs whatever plan bytes an entry holds, and the checksum only
+catches accidents: whoever can write the cache folder can write a matching checksum, and so
+chooses what cuDNN loads. The cache therefore creates its folder private (0700) and its entries
+0600, and refuses to read from a folder that group or others may write. Never point it at a
+shared or world-writable folder.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from . import datafiles
 from .errors import GraphExecutionError
 
 __all__ = ["PlanKey", "LoadedPlan", "PlanCache", "current_key", "load_plan"]
@@ -156,25 +163,27 @@ class PlanCache:
         return self.directory / f"{key.digest[:40]}.cudnnplan"
 
     def store(self, key: PlanKey, blob: bytes, uids: dict[str, int]) -> Path:
-        """Write an entry atomically (a temporary file, then a rename)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Write an entry atomically (a temporary file named per process and thread, then a rename).
+
+        The folder is created private (0700) and the entry readable by its owner only (0600)."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         header = {"magic": MAGIC, "format": FORMAT, "key": key.to_dict(), "uids": uids,
                   "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
-        path = self.path(key)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(json.dumps(header).encode() + b"\n" + blob)
-        os.replace(tmp, path)
-        return path
+        return datafiles.write_bytes(self.path(key), json.dumps(header).encode() + b"\n" + blob, mode=0o600)
 
     def read(self, key: PlanKey) -> tuple[bytes, dict[str, int]] | None:
         """The entry's plan bytes and UIDs if it exists and is valid for ``key``; else ``None``.
 
         ``last_event`` says which: ``miss``, ``hit``, or the reason the entry was rejected
-        (unreadable header, other key, checksum mismatch).
+        (unreadable header, other key, checksum mismatch, malformed uids, a folder others may write).
         """
         path = self.path(key)
         if not path.exists():
             self.last_event = "miss"
+            return None
+        if self.directory.stat().st_mode & 0o022:
+            self.last_event = (f"rejected: {self.directory} is writable by group or others, who could choose the "
+                               "plan bytes cuDNN loads (chmod 700 it)")
             return None
         raw = path.read_bytes()
         head, sep, blob = raw.partition(b"\n")
@@ -191,8 +200,13 @@ class PlanCache:
         if header.get("size") != len(blob) or header.get("sha256") != hashlib.sha256(blob).hexdigest():
             self.last_event = "rejected: checksum mismatch (corrupt or truncated)"
             return None
+        uids = header.get("uids")
+        if not (isinstance(uids, dict) and uids and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in uids.items())):
+            self.last_event = "rejected: malformed uids (expected a non-empty map of tensor name to non-negative int)"
+            return None
         self.last_event = "hit"
-        return blob, {k: int(v) for k, v in header.get("uids", {}).items()}
+        return blob, dict(uids)
 
     def get_or_build(self, key: PlanKey, build: Callable[[], Any], *, handle: Any = None) -> tuple[LoadedPlan | Any, str]:
         """Load the plan for ``key``, or build, store and return it.

@@ -17,9 +17,11 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+from . import datafiles
 from .errors import GuideError
 
 __all__ = [
@@ -27,12 +29,14 @@ __all__ = [
     "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
     "package_md5", "package_changed_since_recording", "ONLY_ENV", "record_examples",
     "declared_requirements", "unmet_requirements", "write_skip_page", "CELLS_SUFFIX", "time_cells",
-    "read_cell_times", "RECORDING_PRELOAD", "recording_preload",
+    "read_cell_times", "RECORDING_PRELOAD", "recording_preload", "stage_docs", "promote_page",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
 MANIFEST = "recording.json"
+REPRODUCIBILITY = "reproducibility.json"
+"""In ``docs/data``: the last full recording's :func:`~cudnn_guide.history.reproducibility` report."""
 CELLS_SUFFIX = ".cells.json"
 
 
@@ -242,7 +246,7 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
     path = Path(gallery_dir) / MANIFEST
     if not path.exists():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return datafiles.read_json(path)
 
 
 def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
@@ -298,9 +302,7 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
         "examples": {s.name: _md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
         "package_md5": package_md5(),
     }
-    path = Path(gallery_dir) / MANIFEST
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    return path
+    return datafiles.write_json(Path(gallery_dir) / MANIFEST, data, indent=1)
 
 
 def describe_recording(gallery_dir: Path) -> str:
@@ -524,8 +526,8 @@ def time_cells(gallery_dir: Path) -> None:
                 stem = Path(script_vars.get("src_file", "example.py")).stem
                 cells.setdefault(stem, []).append({"line": block.lineno, "code": _first_code_line(block.content),
                                                    "seconds": round(time.perf_counter() - t0, 3)})
-                (Path(gallery_dir) / f"{stem}{CELLS_SUFFIX}").write_text(
-                    json.dumps({"example": f"{stem}.py", "cells": cells[stem]}, indent=1) + "\n")
+                datafiles.write_json(Path(gallery_dir) / f"{stem}{CELLS_SUFFIX}",
+                                     {"example": f"{stem}.py", "cells": cells[stem]}, indent=1)
 
     timed._cudnn_guide_timed = True  # type: ignore[attr-defined]
     gen_rst.execute_code_block = timed
@@ -551,7 +553,7 @@ def read_cell_times(gallery_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """
     out = {}
     for path in sorted(Path(gallery_dir).glob(f"*{CELLS_SUFFIX}")):
-        data = json.loads(path.read_text())
+        data = datafiles.read_json(path)
         out[data["example"]] = data["cells"]
     return out
 
@@ -596,19 +598,119 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
     return build_main(["-b", "dummy", "-q", docs_dir, out_dir])
 
 
+def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root: Path) -> Path:
+    """A private copy of the docs source in which one page records; returns the copy's gallery.
+
+    The copy holds ``conf.py``, a link to ``_static``, a link to the examples and a full copy of
+    the gallery, so the page's build writes nothing outside ``stage_root`` until
+    :func:`promote_page` moves its files in.
+
+    Parameters
+    ----------
+    docs_dir
+        The Sphinx source directory.
+    examples_dir
+        The example sources.
+    gallery_dir
+        The recorded gallery.
+    stage_root
+        An empty or missing private folder.
+
+    Returns
+    -------
+    Path
+        The staged gallery.
+
+    Example
+    -------
+    >>> staged = stage_docs(Path('docs'), Path('examples'), Path('docs/auto_examples'), Path(tmp) / 'p')
+    """
+    stage_root = Path(stage_root)
+    docs = stage_root / Path(docs_dir).name
+    docs.mkdir(parents=True)
+    if (Path(docs_dir) / "conf.py").exists():
+        shutil.copy2(Path(docs_dir) / "conf.py", docs / "conf.py")
+    if (Path(docs_dir) / "_static").is_dir():
+        (docs / "_static").symlink_to((Path(docs_dir) / "_static").resolve())
+    (stage_root / "examples").symlink_to(Path(examples_dir).resolve())
+    staged = docs / Path(gallery_dir).name
+    shutil.copytree(gallery_dir, staged) if Path(gallery_dir).exists() else staged.mkdir()
+    return staged
+
+
+def _page_files(folder: Path, stem: str) -> dict[Path, Path]:
+    """The files of page ``stem`` (``stem.*``, ``sphx_glr_stem_*``) and those of no page (the index, zips)."""
+    def ours(name: str) -> bool:
+        return name.startswith((f"{stem}.", f"sphx_glr_{stem}_")) or "plot_" not in name
+
+    return {p.relative_to(folder): p for p in Path(folder).rglob("*") if p.is_file() and ours(p.name)}
+
+
+def promote_page(staged: Path, gallery_dir: Path, example: str) -> list[str]:
+    """Move what a successful build of ``example`` changed in ``staged`` into ``gallery_dir``; returns the paths.
+
+    Only the page's own files and the gallery's shared ones (its index) move: sphinx-gallery
+    also rewrites other pages' downloads as it passes them, and those stay as committed. Every
+    file is replaced atomically. The page's ``.md5`` is removed first and written last: a
+    promotion cut short leaves the page stale (the build refuses it and names it), never a
+    half-new page that claims to be current.
+
+    Parameters
+    ----------
+    staged
+        The staged gallery the page was recorded into.
+    gallery_dir
+        The committed gallery.
+    example
+        The example's file name.
+
+    Returns
+    -------
+    list[str]
+        The paths written, relative to the gallery, the ``.md5`` last.
+
+    Raises
+    ------
+    RuntimeError
+        The staged build wrote no ``.md5`` for ``example`` (sphinx-gallery did not finish it).
+
+    Example
+    -------
+    >>> promote_page(staged, Path('docs/auto_examples'), 'plot_08_cuda_graphs.py')
+    """
+    staged, gallery_dir = Path(staged), Path(gallery_dir)
+    md5 = Path(f"{example}.md5")
+    if not (staged / md5).exists():
+        raise RuntimeError(f"recording {example}: its build finished without writing {md5}; nothing was kept")
+    stem = Path(example).stem
+    new, old = _page_files(staged, stem), _page_files(gallery_dir, stem)
+    changed = sorted(rel for rel, path in new.items()
+                     if rel != md5 and (rel not in old or old[rel].read_bytes() != path.read_bytes()))
+    (gallery_dir / md5).unlink(missing_ok=True)
+    for rel in changed:
+        (gallery_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        datafiles.write_bytes(gallery_dir / rel, new[rel].read_bytes())
+    for rel in sorted(set(old) - set(new) - {md5}):
+        (gallery_dir / rel).unlink()
+    datafiles.write_bytes(gallery_dir / md5, new[md5].read_bytes())
+    return [str(r) for r in [*changed, md5]]
+
+
 def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
                     names: list[str] | None = None) -> dict[str, float]:
-    """Record each example in its own fresh process, then write the manifest.
+    """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
-    For each example: delete its stored md5 (so sphinx-gallery treats it as changed) and run a
-    ``dummy`` Sphinx build with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which makes ``conf.py``
-    execute that example alone; every other example's md5 still matches, so it is kept as
-    recorded. Each build runs in a new interpreter of its own: no CUDA context, cuDNN handle,
-    compiled graph or warm library is left by another example. The interpreters are started
-    together before the first page (an :class:`~cudnn_guide.fresh_process.InterpreterPool`,
-    about 1 GB of host memory each while they wait), so their imports of torch, Sphinx and
-    matplotlib (:func:`recording_preload`) overlap instead of delaying every page. Appends the new records to ``docs/data/history.jsonl``
-    (:mod:`cudnn_guide.history`). Returns seconds per example.
+    For each example: copy the docs source and gallery into a private staging folder
+    (:func:`stage_docs`), delete the example's stored md5 there (so sphinx-gallery treats it as
+    changed) and run a ``dummy`` Sphinx build with ``CUDNN_GUIDE_RECORD_ONLY`` naming it, which
+    makes ``conf.py`` execute that example alone. Only when the build succeeds are its files
+    moved into ``gallery_dir`` (:func:`promote_page`); a page that fails leaves every committed
+    file byte-identical. Each build runs in a new interpreter of its own (an
+    :class:`~cudnn_guide.fresh_process.InterpreterPool`, all started up front so their imports
+    overlap), so no CUDA context, cuDNN handle or warm library is left by another example.
+
+    The manifest and ``docs/data/history.jsonl`` are then updated for the pages recorded, also
+    when a later page failed: a full run stopped at page k keeps pages 1 … k−1.
 
     Parameters
     ----------
@@ -631,7 +733,7 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
     ValueError
         A name in ``names`` is not an example.
     RuntimeError
-        An example failed while being recorded.
+        An example failed while being recorded (after the pages before it were kept).
 
     Example
     -------
@@ -653,39 +755,55 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
     t_all = time.perf_counter()
     env_record = environment.collect().to_dict()
     capability = tuple(int(x) for x in env_record["sm"].split("."))
-    runnable, pool_seconds = [], None
-    for src in sources:
-        needs = unmet_requirements(src, capability)
-        if needs:
-            write_skip_page(src, gallery_dir, needs, env_record)
-            seconds[src.name] = 0.0
-            print(f"cudnn-guide: skipped {src.name}: this GPU lacks {'; '.join(needs)}", flush=True)
-        else:
-            runnable.append(src)
-    if runnable:
-        print(f"cudnn-guide: starting {len(runnable)} interpreter(s), one per page ...", flush=True)
-        with tempfile.TemporaryDirectory() as out, \
-                fresh_process.InterpreterPool(len(runnable), preload=recording_preload()) as pool:
-            for src in runnable:
-                (Path(gallery_dir) / f"{src.name}.md5").unlink(missing_ok=True)
-                print(f"cudnn-guide: recording {src.name} in a fresh interpreter ...", flush=True)
-                try:
-                    done = pool.run(_build_one_example, str(docs_dir), out, src.name, timeout=None)
-                except fresh_process.FreshProcessError as exc:
-                    raise RuntimeError(f"recording {src.name} failed:\n{exc.detail}") from None
-                if done.value != 0:
-                    raise RuntimeError(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
-                seconds[src.name] = done.seconds
-                print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s", flush=True)
-            pool_seconds = pool.start_seconds
-            print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True)
+    runnable, pool_seconds, failure = [], None, None
+    with tempfile.TemporaryDirectory(prefix="cudnn-guide-stage-") as stage_dir:
+        for src in sources:
+            needs = unmet_requirements(src, capability)
+            if needs:
+                staged = stage_docs(docs_dir, examples_dir, gallery_dir, Path(stage_dir) / src.stem)
+                write_skip_page(src, staged, needs, env_record)
+                promote_page(staged, gallery_dir, src.name)
+                seconds[src.name] = 0.0
+                print(f"cudnn-guide: skipped {src.name}: this GPU lacks {'; '.join(needs)}", flush=True)
+            else:
+                runnable.append(src)
+        if runnable:
+            print(f"cudnn-guide: starting {len(runnable)} interpreter(s), one per page ...", flush=True)
+            with fresh_process.InterpreterPool(len(runnable), preload=recording_preload()) as pool:
+                for src in runnable:
+                    staged = stage_docs(docs_dir, examples_dir, gallery_dir, Path(stage_dir) / src.stem)
+                    (staged / f"{src.name}.md5").unlink(missing_ok=True)
+                    print(f"cudnn-guide: recording {src.name} in a fresh interpreter ...", flush=True)
+                    try:
+                        done = pool.run(_build_one_example, str(staged.parent), str(Path(stage_dir) / "out"),
+                                        src.name, timeout=None)
+                    except fresh_process.FreshProcessError as exc:
+                        failure = f"recording {src.name} failed:\n{exc.detail}"
+                        break
+                    if done.value != 0:
+                        failure = f"recording {src.name} failed (sphinx exit {done.value}); see the output above"
+                        break
+                    promote_page(staged, gallery_dir, src.name)
+                    seconds[src.name] = done.seconds
+                    print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s", flush=True)
+                pool_seconds = pool.start_seconds
+                print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started",
+                      flush=True)
     from . import history
 
-    write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
-                   example_seconds=seconds, interpreters_seconds=pool_seconds,
-                   full_run=not names)
-    history.append(Path(docs_dir) / "data" / "history.jsonl",
-                   history.entries_from_gallery(gallery_dir, [s.name for s in sources]))
+    if seconds:
+        write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
+                       example_seconds=seconds, interpreters_seconds=pool_seconds,
+                       full_run=not names and failure is None)
+        history.append(Path(docs_dir) / "data" / "history.jsonl",
+                       history.entries_from_gallery(gallery_dir, list(seconds)))
+        if not names and failure is None:  # a full recording: does it reproduce the one before?
+            report = history.reproducibility(history.load(Path(docs_dir) / "data" / "history.jsonl"))
+            datafiles.write_json(Path(docs_dir) / "data" / REPRODUCIBILITY, report, indent=1)
+            print(f"cudnn-guide: {history.format_reproducibility(report)}", flush=True)
+    if failure:
+        kept = ", ".join(seconds) or "none"
+        raise RuntimeError(f"{failure}\nIts committed files are unchanged. Pages recorded before it were kept: {kept}.")
     return seconds
 
 

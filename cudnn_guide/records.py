@@ -14,14 +14,19 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from . import datafiles
 from .bench import Measurement
 from .check import CheckResult
+from .errors import BenchmarkError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Record", "record_dir", "load", "RECORD_SUFFIX"]
 
 SCHEMA = "cudnn-guide/record"
 SCHEMA_VERSION = 1
 RECORD_SUFFIX = ".record.json"
+POSITIVE_UNITS = frozenset({"µs", "us", "ms", "s", "GB/s", "TB/s", "TFLOP/s", "x"})
+"""Units of headlines that must be positive: times, rates and ratios."""
+VERDICTS = ("faster", "slower", "tie")
 
 
 def record_dir() -> Path:
@@ -70,10 +75,37 @@ class Record:
         self.checks.append(result)
         return result
 
-    def headline(self, name: str, value: float, unit: str, *, baseline: str = "", **details: Any) -> float:
-        """Register a number the page's prose quotes; returns ``value`` for use in the text."""
-        self.headlines.append({"name": name, "value": float(value), "unit": unit, "baseline": baseline, **details})
+    def headline(self, name: str, value: float, unit: str, *, baseline: str = "", low: float | None = None,
+                 high: float | None = None, verdict: str | None = None, **details: Any) -> float:
+        """Register a number the page's prose quotes, with its interval; returns ``value`` for use in the text.
+
+        A time, rate or ratio that is not positive cannot be true: it raises instead of being recorded.
+        """
+        value = float(value)
+        if unit in POSITIVE_UNITS and not value > 0:
+            raise BenchmarkError(f"headline {name!r} of {self.example}: {value:g} {unit} cannot be a measured "
+                                 "time, rate or ratio (too short to time?); say so on the page instead of recording it")
+        entry = {"name": name, "value": value, "unit": unit, "baseline": baseline, **details}
+        if low is not None and high is not None:
+            if not float(low) <= value <= float(high):
+                raise BenchmarkError(f"headline {name!r}: value {value:g} lies outside its interval [{low:g}, {high:g}]")
+            entry.update(low=float(low), high=float(high))
+        if verdict is not None:
+            if verdict not in VERDICTS:
+                raise BenchmarkError(f"headline {name!r}: verdict {verdict!r} is not one of {VERDICTS}")
+            entry["verdict"] = verdict
+        self.headlines.append(entry)
         return value
+
+    def comparison(self, name: str, result: Any, contender: str) -> float:
+        """Register ``contender``'s speed-up over the baseline of a :class:`~cudnn_guide.compare.Comparison`
+        as a headline with ``low``, ``high`` and ``verdict``, and add the comparison's measurements."""
+        s = result.speedup[contender]
+        for m in result.measurements.values():
+            if m not in self.measurements:
+                self.measurements.append(m)
+        return self.headline(name, s["value"], "x", baseline=result.baseline, low=s["low"], high=s["high"],
+                             verdict=s["verdict"], tie_band=result.tie_band, rounds=result.rounds)
 
     def to_dict(self) -> dict[str, Any]:
         env = self.environment
@@ -98,7 +130,7 @@ class Record:
         out = Path(directory) if directory is not None else record_dir()
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{self.example}{RECORD_SUFFIX}"
-        path.write_text(json.dumps(self.to_dict(), separators=(",", ":"), default=_json_default) + "\n", encoding="utf-8")
+        datafiles.write_json(path, self.to_dict(), separators=(",", ":"), default=_json_default)
         return path
 
 
@@ -133,7 +165,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     >>> rec = load('docs/auto_examples/plot_02_conv_bias_relu.record.json')
     >>> print(rec['headlines'])
     """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data = datafiles.read_json(path)
     if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a {SCHEMA} file")
     if int(data.get("schema_version", 0)) > SCHEMA_VERSION:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .bench import Measurement
 
-__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio", "versus"]
+__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio", "versus", "Html", "page_link", "html_table"]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)
@@ -242,3 +242,72 @@ def plot_lines(measurements: Sequence[Measurement], *, x: str, line: str = "impl
     ax.grid(True, alpha=0.3)
     ax.legend()
     return ax
+
+
+class Html(str):
+    """Text that is already HTML (a link made by :func:`page_link`); :func:`html_table` keeps it as is.
+
+    Example
+    -------
+    >>> isinstance(page_link("plot_02_conv_bias_relu", "Conv"), Html)
+    True
+    """
+
+
+def page_link(example: str, title: str, prefix: str = "auto_examples/") -> Html:
+    """A link to a gallery page whose text (a title from a record) is HTML-escaped.
+
+    Parameters
+    ----------
+    example
+        The page's stem.
+    title
+        The link text, escaped.
+    prefix
+        The gallery's folder, relative to the linking page.
+
+    Returns
+    -------
+    Html
+        The ``<a>`` element.
+
+    Example
+    -------
+    >>> page_link("plot_x", "<b>")
+    '<a href="auto_examples/plot_x.html">&lt;b&gt;</a>'
+    """
+    from urllib.parse import quote
+
+    return Html(f'<a href="{html.escape(prefix + quote(example))}.html">{html.escape(str(title))}</a>')
+
+
+def html_table(frame: Any, formats: dict[str, Any] | None = None, **format_kwargs: Any) -> Any:
+    """A pandas ``Styler`` without the index, with every text cell HTML-escaped unless it is :class:`Html`.
+
+    Titles and labels come from recorded data, so a ``<script>`` in one must show as text, never run.
+
+    Parameters
+    ----------
+    frame
+        A pandas ``DataFrame``.
+    formats
+        Per-column formats for ``Styler.format`` (numbers).
+    format_kwargs
+        More keywords for ``Styler.format`` (``precision``, ``na_rep``).
+
+    Returns
+    -------
+    Any
+        The ``Styler``, which a notebook renders as a table.
+
+    Example
+    -------
+    >>> import pandas as pd
+    >>> html_table(pd.DataFrame({"label": ["<b>x</b>"], "ms": [1.5]}), {"ms": "{:.1f}"}).to_html().count("&lt;b&gt;")
+    1
+    """
+    text_cols = list(frame.select_dtypes(exclude="number").columns)
+    styler = frame.style.hide(axis="index").format(formats, **format_kwargs)
+    if text_cols:
+        styler = styler.format(lambda v: v if isinstance(v, Html) else html.escape(str(v)), subset=text_cols)
+    return styler

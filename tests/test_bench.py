@@ -135,10 +135,18 @@ def test_kernel_samples_subtract_the_launch_cost_and_keep_it():
 
 
 def test_a_call_that_is_mostly_launch_cost_is_flagged():
-    _, _, notes = bench.kernel_samples([0.0050] * 10, 0.0036)  # 72% of the event time
-    assert len(notes) == 1 and "cuda_graph=True" in notes[0]
+    samples, cost, notes = bench.kernel_samples([0.0100] * 10, 0.0036)  # 36% of the event time
+    assert cost == 0.0036 and len(notes) == 1 and "cuda_graph=True" in notes[0]
     _, _, notes = bench.kernel_samples([0.0200] * 10, 0.0036)  # 18%: fine
     assert notes == []
+
+
+@pytest.mark.parametrize("events", [[0.0050] * 10, [0.0100] * 9 + [0.0030], [0.0030, 0.0032, 0.0020]])
+def test_a_call_too_short_to_time_is_never_a_non_positive_time(events):
+    # half or more of the event time is launch cost, or a sample would go to zero or below
+    samples, cost, notes = bench.kernel_samples(events, 0.0036)
+    assert samples == events and cost == 0.0 and min(samples) > 0
+    assert len(notes) == 1 and notes[0].startswith("too short to time per call") and "upper bound" in notes[0]
 
 
 @pytest.mark.parametrize("bad_us", [-1.0, 25.0])

@@ -92,7 +92,9 @@ class _Links(HTMLParser):
                 self.links.append(a[key])
 
 
+@functools.lru_cache(maxsize=None)
 def _parse(path: Path) -> _Links:
+    """Each page is parsed once per session (it used to be re-parsed for every link into it)."""
     p = _Links()
     p.feed(path.read_text(encoding="utf-8", errors="replace"))
     return p
@@ -115,10 +117,9 @@ def test_every_page_loads_without_console_errors_and_all_images_load(browser, se
 
 def test_every_internal_link_resolves(site):
     bad = []
-    cache: dict[Path, _Links] = {}
     for page in _pages(site):
         path = site / page
-        parsed = cache.setdefault(path, _parse(path))
+        parsed = _parse(path.resolve())
         for link in parsed.links:
             url = urlparse(link)
             if url.scheme or link.startswith(("mailto:", "//", "javascript:")):
@@ -132,7 +133,7 @@ def test_every_internal_link_resolves(site):
                 bad.append(f"{page}: {link} (no such file)")
                 continue
             if frag and tpath.suffix == ".html":
-                tparsed = cache.setdefault(tpath, _parse(tpath))
+                tparsed = _parse(tpath.resolve())
                 if frag not in tparsed.ids:
                     bad.append(f"{page}: {link} (no anchor #{frag})")
     assert not bad, f"{len(bad)} broken internal links:\n" + "\n".join(bad[:30])

@@ -70,3 +70,30 @@ def test_a_page_skipped_for_lack_of_hardware_renders_a_clear_note(tmp_path):
     assert "skipped: needs SM 8.0 or newer (cuDNN fused attention)" in page
     assert "Skipped on <strong>Tesla T4</strong>" in page
     assert "sphx-glr-script-out" not in page
+
+
+def test_corrupt_recorded_data_stops_the_build_naming_the_file_and_line(tmp_path):
+    copy_project(tmp_path)
+    hist = tmp_path / "docs" / "data" / "history.jsonl"
+    lines = hist.read_text().splitlines()
+    lines[1] = lines[1][:30]
+    hist.write_text("\n".join(lines) + "\n")
+    proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
+    assert proc.returncode != 0
+    assert f"{hist}:2: line is not valid JSON" in proc.stdout + proc.stderr
+
+
+def test_a_rebuild_into_the_same_folder_shows_changed_records(tmp_path):
+    """The data pages read files Sphinx does not track: a rebuild must re-execute them, not reuse stale output."""
+    import json
+
+    copy_project(tmp_path)
+    out = tmp_path / "out"
+    assert sphinx_render(tmp_path / "docs", out).returncode == 0
+    rec = tmp_path / "docs" / "auto_examples" / "plot_02_conv_bias_relu.record.json"
+    data = json.loads(rec.read_text())
+    data["headlines"][0]["value"] = 12345.0
+    rec.write_text(json.dumps(data))
+    proc = sphinx_render(tmp_path / "docs", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1.234e+04" in (out / "results.html").read_text()

@@ -1,0 +1,103 @@
+"""Interleaved, paired comparisons with intervals and verdicts; the reproducibility report."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cudnn_guide import bench, compare, history
+from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.records import Record
+
+
+def test_bootstrap_interval_is_deterministic_and_contains_the_median():
+    values = [1.0 + 0.01 * ((i * 7) % 5 - 2) for i in range(15)]
+    lo, hi = compare.bootstrap_median_ci(values)
+    assert lo <= sorted(values)[7] <= hi
+    assert compare.bootstrap_median_ci(values) == (lo, hi)
+
+
+def test_too_few_rounds_is_a_clear_error():
+    with pytest.raises(BenchmarkError, match="at least 5 rounds"):
+        compare.bootstrap_median_ci([1.0, 1.1, 0.9])
+    with pytest.raises(BenchmarkError, match="use at least 5"):
+        compare.compare({"a": lambda: None}, baseline="a", l2="cold", rounds=3)
+    with pytest.raises(BenchmarkError, match="baseline 'b' is not one of"):
+        compare.compare({"a": lambda: None}, baseline="b", l2="cold")
+
+
+@pytest.mark.parametrize("low, high, band, verdict", [
+    (1.05, 1.10, 0.02, "faster"), (1.01, 1.10, 0.02, "tie"), (0.90, 0.97, 0.02, "slower"),
+    (0.90, 0.985, 0.01, "slower"), (0.99, 1.01, 0.0, "tie")])
+def test_a_verdict_needs_the_whole_interval_outside_the_band(low, high, band, verdict):
+    assert compare.judge(low, high, band) == verdict
+
+
+class _FakeGPU:
+    """Stands in for bench.benchmark: each contender has a true time; each round the clock drifts."""
+
+    def __init__(self, times, noise=0.002, seed=1):
+        self.times, self.noise, self.rng, self.calls, self.drift = times, noise, random.Random(seed), [], 1.0
+
+    def __call__(self, fn, *, label, l2, flops=None, bytes=None, budget_ms, precision, params, **kw):
+        self.calls.append(label)
+        if len(self.calls) % 4 == 1:
+            self.drift *= 1 + self.rng.uniform(-0.05, 0.05)  # power-cap drift between rounds
+        base = self.times[label.removesuffix(" (repeat)")] * self.drift
+        samples = [base * (1 + self.rng.gauss(0, self.noise)) for _ in range(10)]
+        return bench.Measurement(label, samples, "cold-L2 events", flops, bytes, dict(params))
+
+
+def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
+    fake = _FakeGPU({"cudnn": 0.080, "torch": 0.100, "twin": 0.1003})
+    monkeypatch.setattr(compare, "benchmark", fake)
+    c = compare.compare({"cudnn": None, "torch": None, "twin": None}, baseline="torch", l2="cold", rounds=11)
+    assert len(fake.calls) == 11 * 4  # every contender and the baseline's repeat, each round
+    orders = [tuple(fake.calls[i:i + 4]) for i in range(0, len(fake.calls), 4)]
+    assert len(set(orders)) > 1  # shuffled per round
+    s = c.speedup["cudnn"]
+    assert s["verdict"] == "faster" and s["low"] <= s["value"] <= s["high"] and 1.2 < s["value"] < 1.3
+    assert c.speedup["twin"]["verdict"] == "tie"  # 0.3% apart: inside the measured band
+    assert compare.MIN_TIE_BAND <= c.tie_band < 0.05
+    assert len(c.measurements["cudnn"].samples_ms) == 110
+    assert "faster than torch" in c.describe("cudnn") and "95% CI" in c.describe("cudnn")
+
+
+def test_a_comparison_headline_carries_its_interval_and_verdict(monkeypatch):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"a": 0.05, "b": 0.10}))
+    c = compare.compare({"a": None, "b": None}, baseline="b", l2="cold")
+    rec = Record("plot_x", title="x")
+    rec.comparison("speed-up over b", c, "a")
+    h = rec.headlines[0]
+    assert h["verdict"] == "faster" and h["low"] <= h["value"] <= h["high"] and h["baseline"] == "b"
+    assert {m.label for m in rec.measurements} == {"a", "b"}
+
+
+@pytest.mark.parametrize("value, unit", [(-1.9e4, "GB/s"), (0.0, "µs"), (-0.2, "x")])
+def test_an_impossible_headline_is_refused(value, unit):
+    with pytest.raises(BenchmarkError, match="cannot be a measured"):
+        Record("plot_x", title="x").headline("n", value, unit)
+
+
+def _entry(gpu="NVIDIA H200", torch="2.11", value=1.2, low=1.1, high=1.3, verdict="faster"):
+    return {"example": "plot_x", "gpu": gpu, "software": {"torch": torch},
+            "measurements": {"m": {"median_ms": 1.0, "q1_ms": 0.99, "q3_ms": 1.01, "n": 10}},
+            "headlines": [{"name": "speed-up", "value": value, "low": low, "high": high, "verdict": verdict}]}
+
+
+def test_reproducibility_counts_headlines_outside_the_old_interval_and_flipped_verdicts():
+    same = history.reproducibility([_entry(), _entry(value=1.25)])
+    assert same["headlines_inside"] == 1 and same["flipped"] == [] and same["moved"] == []
+    flip = history.reproducibility([_entry(), _entry(value=1.02, low=0.98, high=1.05, verdict="tie")])
+    assert flip["headlines_inside"] == 0 and flip["outside"][0]["latest"] == 1.02
+    assert flip["flipped"][0]["previous"] == "faster" and flip["flipped"][0]["latest"] == "tie"
+    text = history.format_reproducibility(flip)
+    assert "0 of 1 headlines inside" in text and "verdict changed: plot_x / speed-up: faster -> tie" in text
+
+
+@pytest.mark.parametrize("other, reason", [(dict(gpu="NVIDIA B200"), "different GPUs"),
+                                           (dict(torch="2.13"), "different software (torch 2.11 vs 2.13)")])
+def test_recordings_from_other_gpus_or_software_are_not_compared(other, reason):
+    report = history.reproducibility([_entry(), _entry(**other)])
+    assert report["pages"] == 0 and reason in report["not_compared"][0]["reason"]
