@@ -11,10 +11,11 @@ import logging
 import warnings
 from typing import Any, Callable
 
-__all__ = ["compile_quietly", "sdpa_backends"]
+__all__ = ["compile_quietly", "sdpa_backends", "with_cudnn_benchmark"]
 
 
-def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagraphs") -> Callable[..., Any]:
+def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagraphs",
+                    dynamic: bool | None = None) -> Callable[..., Any]:
     """``torch.compile(fn, mode=mode)`` without Inductor's autotuning report on the page.
 
     Inductor prints a table of the candidates it benchmarked, and logs each Triton candidate that
@@ -27,6 +28,8 @@ def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagra
         The function to compile.
     mode
         ``torch.compile`` mode.
+    dynamic
+        ``torch.compile``'s ``dynamic``; ``False`` compiles each shape of a sweep for that shape.
 
     Returns
     -------
@@ -46,7 +49,7 @@ def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagra
             setattr(inductor_config, name, value)
     logging.getLogger("torch._inductor").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
-    return torch.compile(fn, mode=mode)
+    return torch.compile(fn, mode=mode, dynamic=dynamic)
 
 
 def sdpa_backends() -> dict[str, Any]:
@@ -74,3 +77,40 @@ def sdpa_backends() -> dict[str, Any]:
         "PyTorch mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
         "PyTorch cuDNN": SDPBackend.CUDNN_ATTENTION,
     }
+
+
+def with_cudnn_benchmark(fn: Callable[[], Any], enabled: bool) -> Callable[[], Any]:
+    """``fn`` run with ``torch.backends.cudnn.benchmark = enabled``, restored after each call.
+
+    Lets the two PyTorch settings be interleaved with other contenders in one comparison: the
+    flag is a Python setting (no GPU work). With ``enabled``, PyTorch times cuDNN's algorithms on
+    the first call of a shape and reuses the fastest after; call it once before timing.
+
+    Parameters
+    ----------
+    fn
+        A zero-argument launcher that runs PyTorch convolutions.
+    enabled
+        The value of ``torch.backends.cudnn.benchmark`` during the call.
+
+    Returns
+    -------
+    Callable[[], Any]
+        The wrapped launcher.
+
+    Example
+    -------
+    >>> tuned = with_cudnn_benchmark(lambda: F.conv2d(x, w, padding=1), True)
+    >>> y = tuned()  # first call picks the algorithm
+    """
+    import torch
+
+    def call() -> Any:
+        before = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = enabled
+        try:
+            return fn()
+        finally:
+            torch.backends.cudnn.benchmark = before
+
+    return call

@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import clocks
 from .errors import BenchmarkError
 
-__all__ = ["Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
+__all__ = ["estimate", "DATASHEET", "datasheet_peaks", "Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
            "measure_read_bandwidth", "measure_launch_overhead", "launch_cost", "kernel_samples", "spin_for",
            "ProfiledKernels", "profile_kernels"]
 
@@ -111,6 +111,55 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     j = max(1, math.floor((n - z * math.sqrt(n)) / 2))
     k = min(n, math.ceil(1 + (n + z * math.sqrt(n)) / 2))
     return xs[j - 1], xs[k - 1]
+
+
+def estimate(median_ms: float, low_ms: float, high_ms: float, *, unit: str = "µs", work: float | None = None,
+             scale: float = 1.0) -> dict[str, float]:
+    """A time and its interval, in milliseconds, as a headline in ``unit``: ``{"value", "low", "high"}``.
+
+    Parameters
+    ----------
+    median_ms
+        The time.
+    low_ms
+        Its interval's lower end.
+    high_ms
+        Its interval's upper end.
+    unit
+        ``µs`` or ``ms`` (times), ``TFLOP/s`` or ``GB/s`` (rates: ``work`` per call, the interval inverts).
+    work
+        FLOPs or bytes per call, for a rate.
+    scale
+        A factor applied last (``100 / ceiling`` for a percentage of a ceiling).
+
+    Returns
+    -------
+    dict[str, float]
+        Keywords for :meth:`~cudnn_guide.records.Record.headline`.
+
+    Raises
+    ------
+    BenchmarkError
+        A non-positive time (it cannot be measured), or a rate without its work.
+
+    Example
+    -------
+    >>> estimate(0.080, 0.079, 0.082, unit="TFLOP/s", work=8e10)
+    {'value': 1000.0, 'low': 975.6097560975609, 'high': 1012.6582278481012}
+    """
+    if not 0 < low_ms <= median_ms <= high_ms:
+        raise BenchmarkError(f"estimate: {low_ms:g} ≤ {median_ms:g} ≤ {high_ms:g} ms is not a positive time with its "
+                             "interval (too short to time?)")
+    if unit in ("µs", "ms"):
+        f = 1e3 if unit == "µs" else 1.0
+        return {"value": median_ms * f * scale, "low": low_ms * f * scale, "high": high_ms * f * scale}
+    if unit in ("TFLOP/s", "GB/s"):
+        if not work:
+            raise BenchmarkError(f"estimate: a rate in {unit} needs the work per call")
+        per = 1e12 if unit == "TFLOP/s" else 1e9
+        rate = lambda ms: work / (ms * 1e-3) / per * scale  # noqa: E731
+        return {"value": rate(median_ms), "low": rate(high_ms), "high": rate(low_ms)}
+    raise ValueError(f"estimate: unknown unit {unit!r}")
 
 
 @dataclasses.dataclass
@@ -205,6 +254,11 @@ class Measurement:
     @property
     def gbps(self) -> float | None:
         return None if self.bytes is None else self.bytes / (self.median_ms * 1e-3) / 1e9
+
+    def estimate(self, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
+        """The median in ``unit`` (``µs``, ``ms``, ``TFLOP/s``, ``GB/s``) with its 95% interval (:func:`estimate`)."""
+        return estimate(self.median_ms, *self.median_ci_ms, unit=unit,
+                        work=self.flops if unit == "TFLOP/s" else self.bytes, scale=scale)
 
     def percent_of(self, ceilings: "Ceilings") -> dict[str, float]:
         """Median rate as a percentage of the measured ceilings (compute and bandwidth)."""
@@ -700,13 +754,58 @@ class Ceilings:
     """Dense bf16 matmul, TFLOP/s: the best of the measured sizes."""
     copy: Measurement
     matmul: Measurement
+    peak_bf16_tflops: float | None = None
+    """The datasheet's dense bf16 peak (:data:`DATASHEET`), ``None`` for a GPU not in it."""
+    peak_hbm_gbps: float | None = None
+    """The datasheet's memory bandwidth, GB/s."""
+
+    def floor_ms(self, flops: float, bytes: float) -> float:
+        """The shortest time any implementation could take: work at the datasheet peaks (measured
+        ceilings where the GPU is not in :data:`DATASHEET`). No measurement can beat a datasheet floor;
+        a measured ceiling moves with the clock and can be beaten."""
+        tflops = self.peak_bf16_tflops or self.bf16_tflops
+        gbps = self.peak_hbm_gbps or self.copy_gbps
+        return max(flops / (tflops * 1e12), bytes / (gbps * 1e9)) * 1e3
 
     def to_dict(self) -> dict[str, Any]:
-        return {"copy_gbps": self.copy_gbps, "bf16_tflops": self.bf16_tflops,
+        return {"copy_gbps": self.copy_gbps, "bf16_tflops": self.bf16_tflops, "peak_bf16_tflops": self.peak_bf16_tflops,
+                "peak_hbm_gbps": self.peak_hbm_gbps, "matmul_sm_mhz_end": self.matmul.clocks.get("sm_mhz_end"),
                 "copy": self.copy.to_dict(), "matmul": self.matmul.to_dict()}
 
 
 _CEILINGS: Ceilings | None = None
+
+DATASHEET: dict[str, tuple[float, float]] = {
+    # substring of torch's device name: (dense bf16 tensor-core TFLOP/s, HBM GB/s), from NVIDIA's datasheets
+    "H200": (989.4, 4800.0),
+    "H100 80GB HBM3": (989.4, 3350.0),
+    "A100-SXM4-80GB": (312.0, 2039.0),
+}
+"""Datasheet peaks per GPU: the floor no measurement can beat (:meth:`Ceilings.floor_ms`)."""
+
+
+def datasheet_peaks(gpu_name: str) -> tuple[float | None, float | None]:
+    """``(bf16 TFLOP/s, HBM GB/s)`` of ``gpu_name`` from :data:`DATASHEET`, or ``(None, None)``.
+
+    Parameters
+    ----------
+    gpu_name
+        torch's device name.
+
+    Returns
+    -------
+    tuple[float | None, float | None]
+        The dense bf16 peak and the memory bandwidth.
+
+    Example
+    -------
+    >>> datasheet_peaks("NVIDIA H200")
+    (989.4, 4800.0)
+    """
+    for key, peaks in DATASHEET.items():
+        if key in gpu_name:
+            return peaks
+    return None, None
 
 
 def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096, 6144, 8192),
@@ -757,7 +856,8 @@ def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096
     a = b = c = None
     mm = max(runs, key=lambda m: m.tflops)
     torch.cuda.empty_cache()
-    _CEILINGS = Ceilings(copy.gbps or 0.0, mm.tflops or 0.0, copy, mm)
+    _CEILINGS = Ceilings(copy.gbps or 0.0, mm.tflops or 0.0, copy, mm,
+                         *datasheet_peaks(torch.cuda.get_device_name(torch.cuda.current_device())))
     return _CEILINGS
 
 

@@ -66,7 +66,7 @@ def _reference(graph: str, problem: Any, inputs: dict[str, Any]) -> tuple[Any, A
     return inputs["o"], check.reference(problem.torch_forward, inputs["q"], inputs["k"], inputs["v"])
 
 
-def measure(graph: str, mode: str, cache_dir: str | Path) -> dict[str, Any]:
+def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path | None = None) -> dict[str, Any]:
     """Time one fresh start: context, then build or load the plan, then the first result.
 
     Call it only at the start of a new process (:func:`run_fresh` does): every cost it measures
@@ -80,11 +80,16 @@ def measure(graph: str, mode: str, cache_dir: str | Path) -> dict[str, Any]:
         ``"build"`` or ``"cache"`` (the cache must hold the plan from an earlier ``build``).
     cache_dir
         Directory of the :class:`~cudnn_guide.plan_cache.PlanCache`.
+    jit_cache
+        The CUDA JIT disk cache for this process (``CUDA_CACHE_PATH``, set before CUDA starts):
+        a new empty folder for a truly cold start, one an earlier process filled for a warm one.
+        ``None`` leaves the user's (``~/.nv/ComputeCache``), whose state this process does not control.
 
     Returns
     -------
     dict[str, Any]
-        ``graph``, ``mode``, ``import_s``, ``context_s``, ``plan_s``, ``first_result_s``, ``rel_error``.
+        ``graph``, ``mode``, ``import_s``, ``context_s``, ``plan_s``, ``first_result_s``, ``rel_error``,
+        ``jit_cache``.
 
     Example
     -------
@@ -95,7 +100,14 @@ def measure(graph: str, mode: str, cache_dir: str | Path) -> dict[str, Any]:
     if mode not in ("build", "cache"):
         raise ValueError(f"mode must be 'build' or 'cache', got {mode!r}")
     t_process = time.perf_counter()
+    import os
+
+    if jit_cache is not None:
+        os.environ["CUDA_CACHE_PATH"] = str(jit_cache)  # read by the driver when CUDA starts, below
     import torch
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError("coldstart.measure: CUDA already started in this process; the JIT cache cannot be chosen")
 
     from . import check, graphs, plan_cache
 
@@ -133,7 +145,7 @@ def measure(graph: str, mode: str, cache_dir: str | Path) -> dict[str, Any]:
         "graph": graph, "mode": mode,
         "import_s": t_imported - t_process, "context_s": t_context - t_imported,
         "plan_s": t_plan - t0, "first_result_s": t_first - t0,
-        "rel_error": check.compare(out, ref).rel_error,
+        "rel_error": check.compare(out, ref).rel_error, "jit_cache": None if jit_cache is None else str(jit_cache),
     }
     return result
 
@@ -165,8 +177,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
-def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, pool: Any = None,
-              timeout: float = 300) -> dict[str, Any]:
+def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, jit_cache: str | Path | None = None,
+              pool: Any = None, timeout: float = 300) -> dict[str, Any]:
     """Run :func:`measure` in a new interpreter; return its result plus the process's wall time.
 
     Parameters
@@ -177,6 +189,8 @@ def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, pool: Any = None,
         ``"build"`` or ``"cache"``.
     cache_dir
         Directory of the plan cache.
+    jit_cache
+        The process's CUDA JIT cache folder (see :func:`measure`).
     pool
         An :class:`~cudnn_guide.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
         whose next interpreter runs it; ``None`` starts one interpreter now and waits for its imports.
@@ -205,9 +219,9 @@ def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, pool: Any = None,
 
     try:
         if pool is None:
-            done = fresh_process.run(measure, graph, mode, str(cache_dir), preload=PRELOAD, timeout=timeout)
+            done = fresh_process.run(measure, graph, mode, str(cache_dir), jit_cache, preload=PRELOAD, timeout=timeout)
         else:
-            done = pool.run(measure, graph, mode, str(cache_dir), timeout=timeout)
+            done = pool.run(measure, graph, mode, str(cache_dir), jit_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
         raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
     return {**done.value, "process_s": done.seconds}

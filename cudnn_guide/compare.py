@@ -2,14 +2,14 @@
 
 Timing contenders one after another on a power-capped GPU measures the clock as much as the code.
 :func:`compare` times them in **interleaved rounds** (a shuffled order per round, one process),
-takes the **per-round ratio** to the baseline (paired: both ran within milliseconds of each
-other), and reports the median ratio with a **bootstrap 95% interval** over rounds (percentile
-method, 2,000 resamples, fixed seed).
+takes the **per-round ratio** of each baseline's time to the candidate's (paired: both ran
+within milliseconds of each other), and reports the median ratio with a **bootstrap 95%
+interval** over rounds (percentile method, 2,000 resamples, fixed seed).
 
-The **tie band** is measured, not typed: every round also times the baseline a second time, and
-the interval of that same-code ratio (which should be 1) shows how far from 1 identical code can
-appear under this run's noise. A contender is ``faster`` or ``slower`` only when its whole
-interval lies outside ``1 ± band``; otherwise it is a ``tie``.
+The **tie band** is measured, not typed: every round also times the candidate a second time,
+and the interval of that same-code ratio (which should be 1) shows how far from 1 identical
+code can appear under this run's noise. The candidate is ``faster`` or ``slower`` than a
+baseline only when the whole interval lies outside ``1 ± band``; otherwise it is a ``tie``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from .bench import Measurement, benchmark
+from .bench import Measurement, benchmark, estimate
 from .errors import BenchmarkError
 
-__all__ = ["MIN_ROUNDS", "MIN_TIE_BAND", "Verdict", "Comparison", "bootstrap_median_ci", "judge", "compare"]
+__all__ = ["MIN_ROUNDS", "MIN_TIE_BAND", "Comparison", "bootstrap_median_ci", "judge", "compare"]
 
 MIN_ROUNDS = 5
 """Fewer rounds than this give no usable interval: :func:`compare` refuses them."""
@@ -81,8 +81,10 @@ def judge(low: float, high: float, band: float) -> Verdict:
 
     Parameters
     ----------
-    low, high
-        The interval of the speed-up.
+    low
+        The interval's lower end.
+    high
+        The interval's upper end.
     band
         The tie band, as a fraction.
 
@@ -105,37 +107,57 @@ def judge(low: float, high: float, band: float) -> Verdict:
 
 @dataclass
 class Comparison:
-    """The outcome of :func:`compare`: each contender's pooled measurement, and its speed-up over the baseline.
+    """The outcome of :func:`compare`: pooled measurements, and the candidate's speed-up over each baseline.
 
-    ``speedup[name]`` is ``{"value", "low", "high", "verdict"}``: the median over rounds of
-    baseline time / contender time (above 1: the contender is faster), its bootstrap interval,
+    ``versus[baseline]`` is ``{"value", "low", "high", "verdict"}``: the median over rounds of
+    baseline time / candidate time (above 1: the candidate is faster), its bootstrap interval,
     and the verdict against :attr:`tie_band`.
 
     Example
     -------
-    >>> c = compare({"cudnn": fused, "torch": eager}, baseline="torch", l2="cold")
-    >>> c.speedup["cudnn"]["verdict"]
+    >>> c = compare({"cuDNN": fused, "PyTorch": eager}, candidate="cuDNN", l2="cold")
+    >>> c.versus["PyTorch"]["verdict"]
     """
 
-    baseline: str
+    candidate: str
     rounds: int
     measurements: dict[str, Measurement]
     round_medians_ms: dict[str, list[float]]
-    speedup: dict[str, dict[str, Any]]
+    versus: dict[str, dict[str, Any]]
     tie_band: float
     same_code: dict[str, float] = field(default_factory=dict)
 
-    def describe(self, name: str) -> str:
-        """One line: ``1.27× faster than torch.compile (95% CI 1.22–1.31, tie band ±1.5%, 11 rounds)``."""
-        s = self.speedup[name]
-        interval = f"95% CI {s['low']:.2f}–{s['high']:.2f}, tie band ±{100 * self.tie_band:.1f}%, {self.rounds} rounds"
+    @property
+    def best_baseline(self) -> str:
+        """The baseline with the shortest time (median of its round medians): the one to beat."""
+        return min(self.versus, key=lambda b: statistics.median(self.round_medians_ms[b]))
+
+    def describe(self, baseline: str | None = None) -> str:
+        """One line, e.g. ``1.27× faster than torch.compile (95% CI 1.22–1.31; tie band ±1.5%, 11 rounds)``."""
+        baseline = baseline or self.best_baseline
+        s = self.versus[baseline]
+        interval = f"95% CI {s['low']:.2f}–{s['high']:.2f}; tie band ±{100 * self.tie_band:.1f}%, {self.rounds} rounds"
         if s["verdict"] == "tie":
-            return f"a tie with {self.baseline} ({s['value']:.2f}×; {interval})"
-        return f"{s['value']:.2f}× {s['verdict']} than {self.baseline} ({interval})"
+            return f"a tie with {baseline} ({s['value']:.2f}×, {interval})"
+        if s["verdict"] == "faster":
+            return f"{s['value']:.2f}× faster than {baseline} ({interval})"
+        return f"{1 / s['value']:.2f}× slower than {baseline} ({interval})"
+
+    def estimate(self, name: str, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
+        """``name``'s time over rounds as a headline: median of its round medians, bootstrap interval, in ``unit``.
+
+        The interval spans the rounds, so it includes the clock's drift during the run, which the
+        samples of one round do not show.
+        """
+        rounds = self.round_medians_ms[name]
+        lo, hi = bootstrap_median_ci(rounds)
+        m = self.measurements[name]
+        return estimate(statistics.median(rounds), lo, hi, unit=unit,
+                        work=m.flops if unit == "TFLOP/s" else m.bytes, scale=scale)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "rounds": self.rounds, "tie_band": self.tie_band,
-                "same_code": self.same_code, "speedup": self.speedup, "round_medians_ms": self.round_medians_ms}
+        return {"candidate": self.candidate, "rounds": self.rounds, "tie_band": self.tie_band,
+                "same_code": self.same_code, "versus": self.versus, "round_medians_ms": self.round_medians_ms}
 
 
 def _pooled(label: str, parts: list[Measurement]) -> Measurement:
@@ -147,27 +169,32 @@ def _pooled(label: str, parts: list[Measurement]) -> Measurement:
                        first.clocks, first.launch_cost_ms, first.timing_method)
 
 
-def compare(contenders: Mapping[str, Callable[[], Any]], *, baseline: str, l2: str, rounds: int = 11,
-            round_budget_ms: float = 40.0, flops: float | None = None, bytes: float | None = None,
-            params: Mapping[str, Any] | None = None, seed: int = 0, **bench_kwargs: Any) -> Comparison:
-    """Time ``contenders`` in interleaved rounds and judge each against ``baseline`` with an interval.
+def compare(contenders: Mapping[str, Callable[[], Any]], *, candidate: str, l2: str, rounds: int = 11,
+            round_budget_ms: float = 25.0, flops: float | None = None, bytes: float | None = None,
+            params: Mapping[str, Any] | None = None, tag: str = "", seed: int = 0, **bench_kwargs: Any) -> Comparison:
+    """Time ``contenders`` in interleaved rounds and judge ``candidate`` against each other one, with an interval.
 
     Parameters
     ----------
     contenders
-        Name → zero-argument launcher (checked beforehand), the baseline among them.
-    baseline
-        The name of the strongest fair baseline.
+        Name → zero-argument launcher (each checked beforehand): the candidate and its baselines.
+    candidate
+        The implementation being judged (the cuDNN graph).
     l2
         ``"cold"`` or ``"hot"``, as in :func:`~cudnn_guide.bench.benchmark`.
     rounds
-        Rounds; each times every contender (and the baseline twice) in a shuffled order.
+        Rounds; each times every contender (and the candidate twice) in a shuffled order.
     round_budget_ms
         Timing budget of one contender in one round.
-    flops, bytes
-        Work per call, for rates.
+    flops
+        FLOPs per call, for rates.
+    bytes
+        Bytes per call, for rates.
     params
         Metadata kept on each measurement (``impl`` is set to the contender's name).
+    tag
+        Appended to each measurement's label (``"dgrad"``, ``"@ n=4096"``), so that the
+        comparisons of a sweep keep distinct labels in the record and the history.
     seed
         Seed of the round orders and of the bootstrap.
     bench_kwargs
@@ -181,46 +208,48 @@ def compare(contenders: Mapping[str, Callable[[], Any]], *, baseline: str, l2: s
     Raises
     ------
     BenchmarkError
-        Fewer than :data:`MIN_ROUNDS` rounds, an unknown baseline, or a round median that is not
-        positive (a call too short to time this way).
+        Fewer than :data:`MIN_ROUNDS` rounds, an unknown candidate, no baseline, or a round
+        median that is not positive (a call too short to time this way).
 
     Example
     -------
-    >>> c = compare({"cuDNN": fused, "PyTorch": eager}, baseline="PyTorch", l2="cold", flops=f)
-    >>> print(c.describe("cuDNN"))
+    >>> c = compare({"cuDNN": fused, "PyTorch": eager}, candidate="cuDNN", l2="cold", flops=f)
+    >>> print(c.describe())
     """
-    if baseline not in contenders:
-        raise BenchmarkError(f"compare: baseline {baseline!r} is not one of the contenders {sorted(contenders)}")
+    if candidate not in contenders:
+        raise BenchmarkError(f"compare: candidate {candidate!r} is not one of the contenders {sorted(contenders)}")
+    if len(contenders) < 2:
+        raise BenchmarkError("compare: needs at least one baseline besides the candidate")
     if rounds < MIN_ROUNDS:
         raise BenchmarkError(f"compare: {rounds} rounds give no usable interval; use at least {MIN_ROUNDS}")
-    names = [*contenders, baseline + _REPEAT]
+    names = [*contenders, candidate + _REPEAT]
     runs: dict[str, list[Measurement]] = {n: [] for n in names}
     rng = random.Random(seed)
-    bench_kwargs.setdefault("warmup_ms", 10.0)
-    bench_kwargs.setdefault("min_reps", 10)
+    bench_kwargs.setdefault("warmup_ms", 5.0)
+    bench_kwargs.setdefault("min_reps", 5)
     for _ in range(rounds):
         order = names[:]
         rng.shuffle(order)
         for name in order:
-            fn = contenders[name.removesuffix(_REPEAT)] if name.endswith(_REPEAT) else contenders[name]
-            runs[name].append(benchmark(fn, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=round_budget_ms,
+            fn = contenders[name.removesuffix(_REPEAT)]
+            runs[name].append(benchmark(fn, label=f"{name} {tag}".strip(), l2=l2, flops=flops, bytes=bytes, budget_ms=round_budget_ms,
                                         precision=None, params={**(params or {}), "impl": name}, **bench_kwargs))
     medians = {n: [m.median_ms for m in ms] for n, ms in runs.items()}
     for n, ms in medians.items():
         if min(ms) <= 0:
             raise BenchmarkError(f"compare: {n!r} has a non-positive round median ({min(ms):.3g} ms): too short to "
                                  "time per call; use cuda_graph=True")
-    base = medians[baseline]
-    same = [b / r for b, r in zip(base, medians[baseline + _REPEAT])]
+    cand = medians[candidate]
+    same = [r / c for c, r in zip(cand, medians[candidate + _REPEAT])]
     same_lo, same_hi = bootstrap_median_ci(same, seed=seed)
     band = max(MIN_TIE_BAND, abs(same_lo - 1), abs(same_hi - 1))
-    speedup = {}
+    versus = {}
     for name in contenders:
-        if name == baseline:
+        if name == candidate:
             continue
-        ratios = [b / c for b, c in zip(base, medians[name])]
+        ratios = [b / c for b, c in zip(medians[name], cand)]
         lo, hi = bootstrap_median_ci(ratios, seed=seed)
-        speedup[name] = {"value": statistics.median(ratios), "low": lo, "high": hi, "verdict": judge(lo, hi, band)}
-    pooled = {n: _pooled(n, runs[n]) for n in contenders}
-    return Comparison(baseline, rounds, pooled, medians, speedup, band,
+        versus[name] = {"value": statistics.median(ratios), "low": lo, "high": hi, "verdict": judge(lo, hi, band)}
+    pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
+    return Comparison(candidate, rounds, pooled, {n: medians[n] for n in contenders}, versus, band,
                       {"value": statistics.median(same), "low": same_lo, "high": same_hi})

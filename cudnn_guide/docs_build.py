@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path

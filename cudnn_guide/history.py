@@ -226,8 +226,10 @@ def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
 
     Parameters
     ----------
-    prev, cur
-        Two history entries.
+    prev
+        The earlier history entry.
+    cur
+        The later one.
 
     Returns
     -------

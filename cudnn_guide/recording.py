@@ -780,6 +780,9 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
                     except fresh_process.FreshProcessError as exc:
                         failure = f"recording {src.name} failed:\n{exc.detail}"
                         break
+                    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (see _main)
+                        failure = f"recording interrupted while on {src.name}"
+                        break
                     if done.value != 0:
                         failure = f"recording {src.name} failed (sphinx exit {done.value}); see the output above"
                         break
@@ -810,6 +813,12 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
 def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     import sys
 
+    import signal
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # a time limit's SIGTERM ends the run like Ctrl-C: recorded pages are kept
+
+    signal.signal(signal.SIGTERM, interrupted)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "record":
         raise SystemExit("usage: python -m cudnn_guide.recording record [plot_xx.py ...]")

@@ -9,7 +9,6 @@ files, never from numbers typed by hand.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -97,15 +96,18 @@ class Record:
         self.headlines.append(entry)
         return value
 
-    def comparison(self, name: str, result: Any, contender: str) -> float:
-        """Register ``contender``'s speed-up over the baseline of a :class:`~cudnn_guide.compare.Comparison`
-        as a headline with ``low``, ``high`` and ``verdict``, and add the comparison's measurements."""
-        s = result.speedup[contender]
+    def comparison(self, name: str, result: Any, baseline: str | None = None) -> float:
+        """Register the candidate's speed-up over ``baseline`` (default: the best) of a
+        :class:`~cudnn_guide.compare.Comparison` as a headline with ``low``, ``high`` and ``verdict``,
+        and add the comparison's measurements."""
+        baseline = baseline or result.best_baseline
+        s = result.versus[baseline]
         for m in result.measurements.values():
             if m not in self.measurements:
                 self.measurements.append(m)
-        return self.headline(name, s["value"], "x", baseline=result.baseline, low=s["low"], high=s["high"],
-                             verdict=s["verdict"], tie_band=result.tie_band, rounds=result.rounds)
+        return self.headline(name, s["value"], "x", baseline=baseline, low=s["low"], high=s["high"],
+                             verdict=s["verdict"], tie_band=result.tie_band, rounds=result.rounds,
+                             kind="comparison")
 
     def to_dict(self) -> dict[str, Any]:
         env = self.environment

@@ -28,6 +28,14 @@ class SweepResult:
 
     x: str
     measurements: list[Measurement]
+    comparisons: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    """Size → :class:`~cudnn_guide.compare.Comparison`, when the sweep named a ``candidate``."""
+
+    def verdicts(self) -> list[dict[str, Any]]:
+        """One row per size and baseline: the candidate's speed-up with its interval and verdict."""
+        return [{self.x: value, "baseline": b, "speed-up": v["value"], "95% CI": f"{v['low']:.2f}–{v['high']:.2f}",
+                 "verdict": v["verdict"], "tie band": f"±{100 * c.tie_band:.1f}%"}
+                for value, c in self.comparisons.items() for b, v in c.versus.items()]
 
     def table(self, metric: str = "median_ms", title: str = "") -> ComparisonTable:
         return ComparisonTable(self.measurements, row="impl", column=self.x, metric=metric, title=title)
@@ -50,6 +58,8 @@ def sweep(
     l2: str,
     flops: Callable[[Any], float] | None = None,
     bytes: Callable[[Any], float] | None = None,
+    candidate: str | None = None,
+    rounds: int = 11,
     **bench_kwargs: Any,
 ) -> SweepResult:
     """Time every implementation at every size.
@@ -68,6 +78,11 @@ def sweep(
         size → FLOPs per call.
     bytes
         size → bytes per call.
+    candidate
+        With a name, each size is a :func:`~cudnn_guide.compare.compare` of ``candidate``
+        against the other implementations, in ``rounds`` interleaved rounds, with verdicts.
+    rounds
+        Rounds per size, with ``candidate``.
     bench_kwargs
         More :func:`~cudnn_guide.bench.benchmark` arguments.
 
@@ -92,6 +107,18 @@ def sweep(
     if len(impls) == 0:
         raise ValueError("sweep(): no implementations given")
     out: list[Measurement] = []
+    if candidate is not None:
+        from .compare import compare
+
+        bench_kwargs.pop("budget_ms", None)  # rounds have their own budget
+        comparisons = {}
+        for value in xs:
+            contenders = {name: fn for name, factory in impls.items() if (fn := factory(value)) is not None}
+            c = compare(contenders, candidate=candidate, l2=l2, rounds=rounds, flops=flops(value) if flops else None,
+                        bytes=bytes(value) if bytes else None, params={x: value}, tag=f"@ {x}={value}", **bench_kwargs)
+            comparisons[value] = c
+            out += c.measurements.values()
+        return SweepResult(x, out, comparisons)
     for value in xs:
         for name, factory in impls.items():
             fn = factory(value)

@@ -22,9 +22,11 @@ def test_too_few_rounds_is_a_clear_error():
     with pytest.raises(BenchmarkError, match="at least 5 rounds"):
         compare.bootstrap_median_ci([1.0, 1.1, 0.9])
     with pytest.raises(BenchmarkError, match="use at least 5"):
-        compare.compare({"a": lambda: None}, baseline="a", l2="cold", rounds=3)
-    with pytest.raises(BenchmarkError, match="baseline 'b' is not one of"):
-        compare.compare({"a": lambda: None}, baseline="b", l2="cold")
+        compare.compare({"a": lambda: None, "b": lambda: None}, candidate="a", l2="cold", rounds=3)
+    with pytest.raises(BenchmarkError, match="candidate 'c' is not one of"):
+        compare.compare({"a": lambda: None}, candidate="c", l2="cold")
+    with pytest.raises(BenchmarkError, match="at least one baseline"):
+        compare.compare({"a": lambda: None}, candidate="a", l2="cold")
 
 
 @pytest.mark.parametrize("low, high, band, verdict", [
@@ -52,23 +54,31 @@ class _FakeGPU:
 def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     fake = _FakeGPU({"cudnn": 0.080, "torch": 0.100, "twin": 0.1003})
     monkeypatch.setattr(compare, "benchmark", fake)
-    c = compare.compare({"cudnn": None, "torch": None, "twin": None}, baseline="torch", l2="cold", rounds=11)
+    c = compare.compare({"cudnn": None, "torch": None, "twin": None}, candidate="cudnn", l2="cold", rounds=11)
     assert len(fake.calls) == 11 * 4  # every contender and the baseline's repeat, each round
     orders = [tuple(fake.calls[i:i + 4]) for i in range(0, len(fake.calls), 4)]
     assert len(set(orders)) > 1  # shuffled per round
-    s = c.speedup["cudnn"]
+    s = c.versus["torch"]
     assert s["verdict"] == "faster" and s["low"] <= s["value"] <= s["high"] and 1.2 < s["value"] < 1.3
-    assert c.speedup["twin"]["verdict"] == "tie"  # 0.3% apart: inside the measured band
+    assert c.best_baseline == "torch"
     assert compare.MIN_TIE_BAND <= c.tie_band < 0.05
     assert len(c.measurements["cudnn"].samples_ms) == 110
-    assert "faster than torch" in c.describe("cudnn") and "95% CI" in c.describe("cudnn")
+    assert c.describe().startswith("1.2") and "faster than torch" in c.describe() and "95% CI" in c.describe()
+    est = c.estimate("cudnn", "µs")
+    assert est["low"] <= est["value"] <= est["high"] and 60 < est["value"] < 100  # 80 µs under a drifting clock
+
+
+def test_a_baseline_within_the_noise_is_a_tie(monkeypatch):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1000, "torch": 0.1003}))
+    c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    assert c.versus["torch"]["verdict"] == "tie" and c.describe().startswith("a tie with torch")
 
 
 def test_a_comparison_headline_carries_its_interval_and_verdict(monkeypatch):
     monkeypatch.setattr(compare, "benchmark", _FakeGPU({"a": 0.05, "b": 0.10}))
-    c = compare.compare({"a": None, "b": None}, baseline="b", l2="cold")
+    c = compare.compare({"a": None, "b": None}, candidate="a", l2="cold")
     rec = Record("plot_x", title="x")
-    rec.comparison("speed-up over b", c, "a")
+    rec.comparison("speed-up over b", c)
     h = rec.headlines[0]
     assert h["verdict"] == "faster" and h["low"] <= h["value"] <= h["high"] and h["baseline"] == "b"
     assert {m.label for m in rec.measurements} == {"a", "b"}

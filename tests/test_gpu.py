@@ -330,3 +330,25 @@ def test_profile_calls_finds_every_call_made_as_the_harness_makes_it(conv):
     r = crosscheck.profile_calls(fused.built.bind(fused.pack(**inputs)), spin_ms=0.05, calls=20, label="conv")
     assert r["calls"] == 20  # the real spin kernel's name separates the calls
     assert 0 < r["kernels_us"] <= r["span_us"] + 0.5
+
+
+def test_compare_on_the_gpu_judges_a_real_difference_and_an_identical_twin():
+    from cudnn_guide import compare
+
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    small = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    out_big, out_small = torch.empty_like(a), torch.empty(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    c = compare.compare({"half the work": lambda: torch.matmul(small, a, out=out_small),
+                         "full work": lambda: torch.matmul(a, a, out=out_big),
+                         "half the work, again": lambda: torch.matmul(small, a, out=out_small)},
+                        candidate="half the work", l2="cold", rounds=7)
+    assert c.versus["full work"]["verdict"] == "faster" and 1.5 < c.versus["full work"]["value"] < 2.5
+    assert c.versus["half the work, again"]["verdict"] == "tie"
+    est = c.estimate("half the work", "µs")
+    assert 0 < est["low"] <= est["value"] <= est["high"]
+
+
+def test_a_call_too_short_to_time_is_never_recorded_as_a_non_positive_time():
+    x = torch.empty(1024, device="cuda")
+    m = bench.benchmark(lambda: x.zero_(), label="tiny", l2="hot")
+    assert m.median_ms > 0 and min(m.samples_ms) > 0
