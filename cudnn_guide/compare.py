@@ -129,8 +129,10 @@ class Comparison:
 
     @property
     def best_baseline(self) -> str:
-        """The baseline with the shortest time (median of its round medians): the one to beat."""
-        return min(self.versus, key=lambda b: statistics.median(self.round_medians_ms[b]))
+        """The baseline with the shortest time (median of its round medians): the one to beat.
+        Contenders named ``(control …)`` are references, not baselines, and are left out."""
+        real = [b for b in self.versus if "(control" not in b] or list(self.versus)
+        return min(real, key=lambda b: statistics.median(self.round_medians_ms[b]))
 
     def describe(self, baseline: str | None = None) -> str:
         """One line, e.g. ``1.27× faster than torch.compile (95% CI 1.22–1.31; tie band ±1.5%, 11 rounds)``."""
@@ -141,7 +143,7 @@ class Comparison:
             return f"a tie with {baseline} ({s['value']:.2f}×, {interval})"
         if s["verdict"] == "faster":
             return f"{s['value']:.2f}× faster than {baseline} ({interval})"
-        return f"{1 / s['value']:.2f}× slower than {baseline} ({interval})"
+        return (f"{1 / s['value']:.2f}× slower than {baseline} (speed-up {s['value']:.2f}×, {interval})")
 
     def estimate(self, name: str, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
         """``name``'s time over rounds as a headline: median of its round medians, bootstrap interval, in ``unit``.

@@ -74,6 +74,15 @@ def test_a_baseline_within_the_noise_is_a_tie(monkeypatch):
     assert c.versus["torch"]["verdict"] == "tie" and c.describe().startswith("a tie with torch")
 
 
+def test_a_slower_candidate_is_described_with_its_speed_up_interval_and_controls_are_not_baselines(monkeypatch):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1, "torch": 0.08, "torch (control, no gather)": 0.05}))
+    c = compare.compare({"cudnn": None, "torch": None, "torch (control, no gather)": None}, candidate="cudnn",
+                        l2="cold", rounds=9)
+    assert c.best_baseline == "torch"  # the control is faster, but it is a reference, not a baseline
+    text = c.describe()
+    assert text.startswith("1.25× slower than torch (speed-up 0.80×, 95% CI 0.8") and c.versus["torch"]["verdict"] == "slower"
+
+
 def test_a_comparison_headline_carries_its_interval_and_verdict(monkeypatch):
     monkeypatch.setattr(compare, "benchmark", _FakeGPU({"a": 0.05, "b": 0.10}))
     c = compare.compare({"a": None, "b": None}, candidate="a", l2="cold")

@@ -66,37 +66,44 @@ from cudnn_guide import baselines
 
 eager_y, eager_amax = problem.torch_forward(inputs["a"], inputs["b"], inputs["bias"])
 print(check.check(eager_y, ref_y, name="PyTorch eager chain"))
-compiled = baselines.compile_quietly(problem.torch_forward)
+compiled = baselines.compile_quietly(problem.torch_forward)  # mode max-autotune-no-cudagraphs
 comp_y, comp_amax = compiled(inputs["a"], inputs["b"], inputs["bias"])
-print(check.check(comp_y, ref_y, name="torch.compile chain"))
+print(check.check(comp_y, ref_y, name="torch.compile (max-autotune-no-cudagraphs) chain"))
 
 # %%
 # Benchmark at the base size
-# --------------------------
-# Cold L2 for everyone. The bare ``torch.matmul`` is not a competitor (it skips the epilogue)
-# but a floor for any implementation that calls cuBLAS and then does the rest.
-from cudnn_guide import bench
+# ---------------------------
+# Cold L2 for everyone, in interleaved rounds: each round times every contender in a shuffled
+# order, and the verdict rests on the per-round ratio to the cuDNN graph with its 95% interval
+# (:mod:`cudnn_guide.compare`). The bare ``torch.matmul`` is not a competitor (it skips the
+# epilogue) but a floor for any implementation that calls cuBLAS and then does the rest.
+from cudnn_guide import bench, compare
 from cudnn_guide.report import ComparisonTable
 
 a, b, bias = inputs["a"], inputs["b"], inputs["bias"]
 mm_out = torch.empty_like(inputs["y"])
+COMPILED = "torch.compile (max-autotune-no-cudagraphs) chain"
 contenders = {
     "cuDNN graph (fused)": fused.built.bind(pack),
     "PyTorch eager chain": lambda: problem.torch_forward(a, b, bias),
-    "torch.compile chain": lambda: compiled(a, b, bias),
-    "bare matmul (no epilogue)": lambda: torch.matmul(a, b, out=mm_out),
+    COMPILED: lambda: compiled(a, b, bias),
 }
-base = [bench.benchmark(fn, label=name, l2="cold", flops=problem.flops, bytes=problem.bytes,
-                        params={"impl": name, "size": str(problem)}) for name, fn in contenders.items()]
-for m in base:
-    print(m)
+base_cmp = compare.compare(contenders, candidate="cuDNN graph (fused)", l2="cold", rounds=15, flops=problem.flops,
+                           bytes=problem.bytes, params={"size": str(problem)})
+bare = bench.benchmark(lambda: torch.matmul(a, b, out=mm_out), label="bare matmul (no epilogue)", l2="cold",
+                       flops=problem.flops, params={"impl": "bare matmul (no epilogue)", "size": str(problem)})
+base = [*base_cmp.measurements.values(), bare]
+for name in base_cmp.versus:
+    print(f"cuDNN graph vs {name}: {base_cmp.describe(name)}")
 ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + AMAX")
 
 # %%
 # Sweep the reduction dimension
 # -----------------------------
 # With M = N = 512 fixed, the epilogue's work (∝ M·N) stays constant while the GEMM's (∝ M·N·K)
-# grows with K. Every fused graph is checked before it is timed.
+# grows with K. Every fused graph is checked before it is timed. The sweep's ``torch.compile``
+# uses the default mode, compiled for each K (``dynamic=False``): max-autotune at eight shapes
+# would cost minutes of autotuning; the base size above has both.
 from cudnn_guide import sweep
 
 ks = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
@@ -112,13 +119,17 @@ def case(k):
         check.poison(ins["y"])
         f.built.execute(pk)
         check.check(ins["y"], check.reference(p.torch_forward, ins["a"], ins["b"], ins["bias"])[0], name=f"K={k}")
-        cases[k] = (p, ins, f, pk, torch.empty_like(ins["y"]))
+        comp = baselines.compile_quietly(p.torch_forward, mode="default", dynamic=False)
+        check.check(comp(ins["a"], ins["b"], ins["bias"])[0],
+                    check.reference(p.torch_forward, ins["a"], ins["b"], ins["bias"])[0], name=f"compiled K={k}")
+        cases[k] = (p, ins, f, pk, torch.empty_like(ins["y"]), comp)
     return cases[k]
 
 
 impls = {
     "cuDNN graph (fused)": lambda k: case(k)[2].built.bind(case(k)[3]),
     "PyTorch eager chain": lambda k: (lambda p=case(k)[0], i=case(k)[1]: p.torch_forward(i["a"], i["b"], i["bias"])),
+    "torch.compile (default) chain": lambda k: (lambda c=case(k)[5], i=case(k)[1]: c(i["a"], i["b"], i["bias"])),
     "bare matmul (no epilogue)": lambda k: (lambda i=case(k)[1], o=case(k)[4]: torch.matmul(i["a"], i["b"], out=o)),
 }
 result = sweep.sweep(ks, impls, x="K", l2="cold",
@@ -136,8 +147,11 @@ plot_lines(result.measurements, x="K", metric="median_us", ax=ax1, logx=True, lo
            title="time per call (cold L2)")
 fused_over_mm = [result.get("cuDNN graph (fused)", k).median_ms / result.get("bare matmul (no epilogue)", k).median_ms for k in ks]
 chain_over_mm = [result.get("PyTorch eager chain", k).median_ms / result.get("bare matmul (no epilogue)", k).median_ms for k in ks]
+comp_over_mm = [result.get("torch.compile (default) chain", k).median_ms / result.get("bare matmul (no epilogue)", k).median_ms
+                for k in ks]
 ax2.plot(ks, fused_over_mm, "o-", label="cuDNN fused / bare matmul")
 ax2.plot(ks, chain_over_mm, "o-", label="PyTorch chain / bare matmul")
+ax2.plot(ks, comp_over_mm, "o-", label="torch.compile (default) / bare matmul")
 ax2.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
 ax2.set_xscale("log", base=2)
 ax2.set_xlabel("K")
@@ -153,17 +167,16 @@ result.table("median_us", title="time per call, µs (M = N = 512, batch 16)")
 # %%
 # Takeaways
 # ---------
-from cudnn_guide.report import ratio, versus
-
-by = {m.label: m for m in base}
-f, e, c = by["cuDNN graph (fused)"], by["PyTorch eager chain"], by["torch.compile chain"]
-best_baseline = min((e, c), key=lambda m: m.median_ms)
-print(f"* At the base size the fused graph takes {f.median_ms * 1e3:.1f} µs: {versus(f, e)} the eager chain "
-      f"({e.median_ms * 1e3:.1f} µs) and {versus(f, c)} the torch.compile chain ({c.median_ms * 1e3:.1f} µs).")
-print(f"* Its epilogue costs {100 * (f.median_ms / by['bare matmul (no epilogue)'].median_ms - 1):+.0f}% over the "
-      f"bare matmul; the eager chain's costs {100 * (e.median_ms / by['bare matmul (no epilogue)'].median_ms - 1):+.0f}%.")
+f_est = base_cmp.estimate("cuDNN graph (fused)", "µs")
+bare_ms = bare.median_ms
+print(f"* At the base size the fused graph takes {f_est['value']:.1f} µs (95% CI {f_est['low']:.1f}–{f_est['high']:.1f}): "
+      + "; ".join(f"{base_cmp.describe(n)}" for n in base_cmp.versus) + ".")
+fused_ms, chain_ms = (base_cmp.measurements[n].median_ms for n in ("cuDNN graph (fused)", "PyTorch eager chain"))
+print(f"* Its epilogue costs {100 * (fused_ms / bare_ms - 1):+.0f}% over the bare matmul (timed just after the "
+      f"rounds); the eager chain's costs {100 * (chain_ms / bare_ms - 1):+.0f}%.")
 print(f"* Across the sweep the chain's epilogue overhead falls from {100 * (chain_over_mm[0] - 1):.0f}% at K={ks[0]} "
-      f"to {100 * (chain_over_mm[-1] - 1):.0f}% at K={ks[-1]}: fusion pays most when K is small and the GEMM is short.")
+      f"to {100 * (chain_over_mm[-1] - 1):.0f}% at K={ks[-1]}; torch.compile's (default mode) from "
+      f"{100 * (comp_over_mm[0] - 1):.0f}% to {100 * (comp_over_mm[-1] - 1):.0f}%.")
 print(f"* The fused graph runs at {fused_over_mm[0]:.2f}× the bare matmul's time at K={ks[0]} and "
       f"{fused_over_mm[-1]:.2f}× at K={ks[-1]}.")
 
@@ -173,9 +186,10 @@ from cudnn_guide import records
 rec = records.Record("plot_04_matmul_epilogue", title="Matmul with a fused epilogue", environment=env)
 rec.add_check(y_check)
 rec.add_check(amax_check)
-rec.add(base, result.measurements)
-rec.headline("fused median (base size)", f.median_ms * 1e3, "µs")
-rec.headline("speed-up over best baseline", ratio(best_baseline, f), "x", baseline=best_baseline.label)
-rec.headline("chain epilogue overhead at smallest K", 100 * (chain_over_mm[0] - 1), "%")
+rec.add([bare], result.measurements)
+rec.headline("fused median (base size)", unit="µs", **f_est)
+rec.comparison("speed-up over best baseline", base_cmp)
+rec.comparison("speed-up over torch.compile (max-autotune-no-cudagraphs)", base_cmp, COMPILED)
+rec.extra["comparison"] = base_cmp.to_dict()
 _record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -128,12 +128,13 @@ def torch_at(backend, d):
     return factory
 
 
-measurements = []
-for d in dims:
+measurements, sweeps = [], {}
+for d in dims:  # each length: the cuDNN graph against every backend, in interleaved rounds, with verdicts
     impls = {f"cuDNN graph, d={d}": cudnn_at(d)}
     impls.update({f"{name}, d={d}": torch_at(backend, d) for name, backend in BACKENDS.items()})
-    res = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s, d=d: problem_at(s, d).flops, budget_ms=150)
-    measurements += res.measurements
+    sweeps[d] = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s, d=d: problem_at(s, d).flops,
+                            candidate=f"cuDNN graph, d={d}", rounds=7)
+    measurements += sweeps[d].measurements
     built.clear()
     torch.cuda.empty_cache()
 result = sweep.SweepResult("seq_len", measurements)
@@ -149,8 +150,8 @@ ceil = bench.measure_ceilings()
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained", sharey=True)
 for ax, d in zip(axes, dims):
     plot_lines([m for m in measurements if m.params["impl"].endswith(f"d={d}")], x="seq_len", metric="tflops",
-               ax=ax, logx=True, title=f"causal attention, head dim {d}", ceiling=ceil.bf16_tflops,
-               ceiling_label="bf16 matmul ceiling")
+               ax=ax, logx=True, title=f"causal attention, head dim {d}", ceiling=ceil.peak_bf16_tflops,
+               ceiling_label="datasheet dense bf16 peak")
     ax.legend(fontsize=8)
 plt.show()
 
@@ -158,28 +159,35 @@ plt.show()
 result.table("tflops", title="causal SDPA forward, TFLOP/s")
 
 # %%
+# The verdicts at every length: the cuDNN graph's speed-up over each backend (above 1: cuDNN is faster).
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+html_table(pd.DataFrame([row for d in dims for row in sweeps[d].verdicts()]), {"speed-up": "{:.2f}×"})
+
+# %%
 # Takeaways
 # ---------
+from collections import Counter
+
+peaks = {}
 for d in dims:
-    ours = [m for m in measurements if m.params["impl"] == f"cuDNN graph, d={d}"]
-    best_ours = max(ours, key=lambda m: m.tflops)
-    wins = 0
-    for s in seqs:
-        mine = result.get(f"cuDNN graph, d={d}", s)
-        others = [result.get(f"{n}, d={d}", s) for n in BACKENDS]
-        others = [o for o in others if o is not None]
-        if others and mine.median_ms <= min(o.median_ms for o in others):
-            wins += 1
-    print(f"* d={d}: the cuDNN graph peaks at {best_ours.tflops:.0f} TFLOP/s (S={best_ours.params['seq_len']}, "
-          f"{100 * best_ours.tflops / ceil.bf16_tflops:.0f}% of the bf16 matmul ceiling) and is fastest at "
-          f"{wins} of {len(seqs)} sequence lengths.")
+    cand = f"cuDNN graph, d={d}"
+    cmps = sweeps[d].comparisons
+    peak_s = max(seqs, key=lambda s: cmps[s].measurements[cand].tflops)
+    peaks[d] = (peak_s, cmps[peak_s].estimate(cand, "TFLOP/s"))
+    fastest = sum(all(v["verdict"] == "faster" for v in cmps[s].versus.values()) for s in seqs)
+    tied = sum(all(v["verdict"] != "slower" for v in cmps[s].versus.values()) for s in seqs) - fastest
+    print(f"* d={d}: the cuDNN graph peaks at {peaks[d][1]['value']:.0f} TFLOP/s (S={peak_s}, "
+          f"{100 * peaks[d][1]['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak); it is faster than "
+          f"every backend at {fastest} of {len(seqs)} lengths, and at least ties all of them at {tied} more.")
     for name in BACKENDS:
-        pts = [(result.get(f"cuDNN graph, d={d}", s), result.get(f"{name}, d={d}", s)) for s in seqs]
-        pts = [(a, b) for a, b in pts if b is not None]
+        pts = [cmps[s].versus[f"{name}, d={d}"] for s in seqs if f"{name}, d={d}" in cmps[s].versus]
         if pts:
-            ratios = [b.median_ms / a.median_ms for a, b in pts]
-            print(f"    {name} takes {min(ratios):.2f}× to {max(ratios):.2f}× the cuDNN graph's time "
-                  f"({len(pts)} sequence lengths)")
+            verdicts = ", ".join(f"{k} at {n}" for k, n in sorted(Counter(p["verdict"] for p in pts).items()))
+            print(f"    against {name}: speed-up {min(p['value'] for p in pts):.2f}× to {max(p['value'] for p in pts):.2f}× "
+                  f"({verdicts})")
         else:
             print(f"    {name}: unavailable at every size")
 
@@ -192,8 +200,8 @@ for c in baseline_checks.values():
     rec.add_check(c)
 rec.add(measurements)
 for d in dims:
-    best = max((m for m in measurements if m.params["impl"] == f"cuDNN graph, d={d}"), key=lambda m: m.tflops)
-    rec.headline(f"cuDNN SDPA peak TFLOP/s, d={d}", best.tflops, "TFLOP/s", seq_len=best.params["seq_len"])
+    rec.headline(f"cuDNN SDPA peak TFLOP/s, d={d}", unit="TFLOP/s", seq_len=peaks[d][0], **peaks[d][1])
+rec.extra["verdicts"] = {d: sweeps[d].verdicts() for d in dims}
 rec.extra["future_mass"] = future_mass
 _record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -180,8 +180,8 @@ def torch_at(backend):
 
 impls = {"cuDNN graphs (fwd + bwd)": cudnn_step}
 impls.update({name: torch_at(backend) for name, backend in BACKENDS.items()})
-result = sweep.sweep(seqs, impls, x="seq_len", l2="cold",
-                     flops=lambda s: attention.training_flops(problem_at(s)), budget_ms=150)
+result = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s: attention.training_flops(problem_at(s)),
+                     candidate="cuDNN graphs (fwd + bwd)", rounds=7)  # interleaved rounds and verdicts per length
 
 # %%
 # Plot
@@ -193,8 +193,8 @@ from cudnn_guide.report import plot_lines
 ceil = bench.measure_ceilings()
 fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
 plot_lines(result.measurements, x="seq_len", metric="tflops", ax=ax, logx=True,
-           title="causal attention, forward + backward, head dim 128", ceiling=ceil.bf16_tflops,
-           ceiling_label="bf16 matmul ceiling")
+           title="causal attention, forward + backward, head dim 128", ceiling=ceil.peak_bf16_tflops,
+           ceiling_label="datasheet dense bf16 peak")
 ax.legend(fontsize=8)
 plt.show()
 
@@ -202,26 +202,33 @@ plt.show()
 result.table("tflops", title="causal SDPA forward + backward, TFLOP/s")
 
 # %%
+# The verdicts at every length (above 1: the cuDNN step is faster):
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+html_table(pd.DataFrame(result.verdicts()), {"speed-up": "{:.2f}×"})
+
+# %%
 # Takeaways
 # ---------
-from cudnn_guide.report import versus
-
-mine = [result.get("cuDNN graphs (fwd + bwd)", s) for s in seqs]
-best = max(mine, key=lambda m: m.tflops)
-print(f"* One training step peaks at {best.tflops:.0f} TFLOP/s (S={best.params['seq_len']}), "
-      f"{100 * best.tflops / ceil.bf16_tflops:.0f}% of the measured bf16 matmul ceiling.")
+CAND = "cuDNN graphs (fwd + bwd)"
+peak_s = max(seqs, key=lambda s: result.comparisons[s].measurements[CAND].tflops)
+peak = result.comparisons[peak_s]
+peak_est = peak.estimate(CAND, "TFLOP/s")
+print(f"* One training step peaks at {peak_est['value']:.0f} TFLOP/s (S={peak_s}, 95% CI {peak_est['low']:.0f}–"
+      f"{peak_est['high']:.0f}), {100 * peak_est['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak.")
 print(f"* At S={problem.seq} the backward takes {split[1].median_ms / split[0].median_ms:.2f}× the forward's time "
       f"for 2.5× its matrix work.")
 for name in BACKENDS:
-    pts = [(result.get("cuDNN graphs (fwd + bwd)", s), result.get(name, s)) for s in seqs]
-    pts = [(a, b) for a, b in pts if b is not None]
+    pts = {s: result.comparisons[s].versus[name] for s in seqs if name in result.comparisons[s].versus}
     if not pts:
         print(f"* {name}: unavailable at every size")
         continue
-    ratios = [b.median_ms / a.median_ms for a, b in pts]
-    a, b = pts[-1]
-    print(f"* {name} takes {min(ratios):.2f}× to {max(ratios):.2f}× the cuDNN step's time; at "
-          f"S={a.params['seq_len']} the cuDNN step is {versus(a, b)} it.")
+    last = max(pts)
+    print(f"* Against {name}: speed-up {min(v['value'] for v in pts.values()):.2f}× to "
+          f"{max(v['value'] for v in pts.values()):.2f}× over {len(pts)} lengths; at S={last} the cuDNN step is "
+          f"{result.comparisons[last].describe(name)}.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
@@ -230,10 +237,8 @@ rec = records.Record("plot_09_sdpa_backward", title="Attention for training", en
 for c in checks + baseline_checks:
     rec.add_check(c)
 rec.add(split, result.measurements)
-rec.headline("cuDNN fwd+bwd peak TFLOP/s", best.tflops, "TFLOP/s", seq_len=best.params["seq_len"])
-fastest_torch = min((m for m in (result.get(n, best.params["seq_len"]) for n in BACKENDS) if m is not None),
-                    key=lambda m: m.median_ms)
-rec.headline("PyTorch's fastest backend at that length, time ratio", fastest_torch.median_ms / best.median_ms, "x",
-             baseline=fastest_torch.label)
+rec.headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
+rec.comparison("speed-up over PyTorch's fastest backend at that length", peak)
+rec.extra["verdicts"] = result.verdicts()
 _record_path = rec.write()
 # sphinx_gallery_end_ignore

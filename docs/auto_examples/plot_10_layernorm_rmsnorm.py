@@ -90,7 +90,7 @@ for kind, (p, data, fwd_launch, bwd_launch) in graphs_by_kind.items():
     label = "LayerNorm" if kind == "layer" else "RMSNorm"
     eager = torch_training(p, data, p.torch_forward)
     compiled = torch_training(p, data, baselines.compile_quietly(p.torch_forward, mode="default"))
-    for name, (forward, step, leaves) in (("PyTorch eager", eager), ("torch.compile", compiled)):
+    for name, (forward, step, leaves) in (("PyTorch eager", eager), ("torch.compile (default)", compiled)):
         step()
         checks.append(check.check(leaves["x"].grad, check.reference_grads(
             lambda **kw: p.torch_forward(**kw), {n: data[n] for n in leaves}, data["dy"])[1]["x"], name=f"{name} {label} dx"))
@@ -109,19 +109,24 @@ print(*checks[-4:], sep="\n")
 # below). Bytes are the fewest
 # a kernel must move: the forward reads x and writes y (2 × 128 MiB); the backward reads x and dy
 # and writes dx (3 × 128 MiB). Parameters and statistics (< 0.1 MiB) are not counted.
-from cudnn_guide import bench
+from cudnn_guide import bench, compare
 
 print(f"activation {TOKENS * HIDDEN * 2 / 2**20:.0f} MiB; L2 {env.l2_mib:.0f} MiB")
 ceil = bench.measure_ceilings()
-base = []
-for (label, name), (p, forward, step) in impls.items():
-    base.append(bench.benchmark(forward, label=f"{name} {label} forward", l2="cold", bytes=p.forward_bytes,
-                                params={"impl": name, "norm": label, "pass": "forward (training)"}))
-    base.append(bench.benchmark(step, label=f"{name} {label} forward + backward", l2="cold",
-                                bytes=p.forward_bytes + p.backward_bytes,
-                                params={"impl": name, "norm": label, "pass": "forward + backward"}))
-for m in base:
-    print(f"{m}\n  = {100 * m.gbps / ceil.copy_gbps:.0f}% of the measured copy bandwidth")
+IMPLS = ("cuDNN graphs", "PyTorch eager", "torch.compile (default)")
+results, base = {}, []
+for label in ("LayerNorm", "RMSNorm"):
+    p = impls[(label, "cuDNN graphs")][0]
+    for pass_name, which, nbytes in (("forward (training)", 1, p.forward_bytes),
+                                     ("forward + backward", 2, p.forward_bytes + p.backward_bytes)):
+        res = compare.compare({n: impls[(label, n)][which] for n in IMPLS}, candidate="cuDNN graphs", l2="cold",
+                              rounds=11, bytes=nbytes, params={"norm": label, "pass": pass_name},
+                              tag=f"{label} {pass_name}")
+        results[(label, pass_name)] = res
+        base += res.measurements.values()
+        print(f"{label} {pass_name}: cuDNN {res.measurements['cuDNN graphs'].gbps:.0f} GB/s "
+              f"({100 * res.measurements['cuDNN graphs'].gbps / ceil.copy_gbps:.0f}% of the measured copy bandwidth), "
+              f"{res.describe()}")
 
 # %%
 from cudnn_guide.report import ComparisonTable
@@ -138,7 +143,8 @@ ComparisonTable([m for m in base if m.params["norm"] == "RMSNorm"], row="impl", 
 # -------------------------
 # In a pre-norm transformer each norm follows a residual add: ``s = x + r`` is the next
 # block's residual and ``norm(s)`` feeds the attention or MLP. One cuDNN graph reads x and r
-# once and writes s and y (4 × 128 MiB); PyTorch eager does the add, then the norm (6 × 128 MiB).
+# once and writes s and y; PyTorch eager does the add (reads x and r, writes s), then the norm
+# (reads s, writes y). The byte counts are printed below.
 # All three run the training forward (the statistics are saved: PyTorch's inputs require
 # gradients).
 residual, res_checks = [], []
@@ -160,14 +166,21 @@ for kind in ("layer", "rms"):
         s = x + r
         return s, p.torch_forward(s, w, b)
     compiled = baselines.compile_quietly(add_then_norm, mode="default")
-    res_checks.append(check.check(compiled(x, r, w, b)[1].detach(), ref, name=f"torch.compile {label} (residual)"))
-    for name, fn in (("cuDNN graph (fused)", fused.built.bind(pack)),
-                     ("PyTorch eager", lambda f=add_then_norm, a=(x, r, w, b): f(*a)),
-                     ("torch.compile", lambda f=compiled, a=(x, r, w, b): f(*a))):
-        residual.append(bench.benchmark(fn, label=f"{name} residual+{label}", l2="cold", bytes=p.forward_bytes,
-                                        params={"impl": name, "norm": label}))
+    res_checks.append(check.check(compiled(x, r, w, b)[1].detach(), ref, name=f"torch.compile (default) {label} (residual)"))
+    res_checks.append(check.check(add_then_norm(x, r, w, b)[1].detach(), ref, name=f"PyTorch eager {label} (residual)"))
+    res = compare.compare({"cuDNN graph (fused)": fused.built.bind(pack),
+                           "PyTorch eager": lambda f=add_then_norm, a=(x, r, w, b): f(*a),
+                           "torch.compile (default)": lambda f=compiled, a=(x, r, w, b): f(*a)},
+                          candidate="cuDNN graph (fused)", l2="cold", rounds=11, bytes=p.forward_bytes,
+                          params={"norm": label}, tag=f"residual+{label}")
+    results[("residual", label)] = res
+    residual += res.measurements.values()
 for c in res_checks:
     print(c)
+act = TOKENS * HIDDEN * 2  # bytes of one activation
+fused_moves, eager_moves = p.forward_bytes / act, (3 + 2) * act / act  # eager: add (x, r → s), then norm (s → y)
+print(f"bytes moved, in activations of {act / 2**20:.0f} MiB: fused {fused_moves:.0f}, eager {eager_moves:.0f} "
+      f"({eager_moves / fused_moves:.2f}× the fused graph's)")
 ComparisonTable(residual, row="impl", column="norm", metric="gbps",
                 title="residual add → norm (training forward): GB/s of the fewest bytes")
 
@@ -221,7 +234,7 @@ for kind, label in (("layer", "LayerNorm"), ("rms", "RMSNorm")):
     sweep_impls[f"cuDNN {label}"] = cudnn_at(kind)
     sweep_impls[f"PyTorch eager {label}"] = eager_at(kind)
 widths_result = sweep.sweep(widths, sweep_impls, x="hidden", l2="cold",
-                            bytes=lambda h: 5 * TOKENS * h * 2, budget_ms=150)
+                            bytes=lambda h: 5 * TOKENS * h * 2, budget_ms=150)  # one line per implementation
 
 # %%
 # Plot
@@ -243,23 +256,17 @@ widths_result.table("gbps", title="forward + backward, GB/s")
 # %%
 # Takeaways
 # ---------
-from cudnn_guide.report import versus
-
-by = {(m.params["impl"], m.params["norm"], m.params["pass"]): m for m in base}
 for label in ("LayerNorm", "RMSNorm"):
-    ours = by[("cuDNN graphs", label, "forward + backward")]
-    eager = by[("PyTorch eager", label, "forward + backward")]
-    comp = by[("torch.compile", label, "forward + backward")]
-    fwd = by[("cuDNN graphs", label, "forward (training)")]
-    print(f"* {label} training step at {TOKENS}×{HIDDEN}: cuDNN {ours.median_ms * 1e3:.0f} µs "
-          f"({100 * ours.gbps / ceil.copy_gbps:.0f}% of copy bandwidth) is {versus(ours, eager)} eager "
-          f"and {versus(ours, comp)} torch.compile; its forward alone reaches "
-          f"{100 * fwd.gbps / ceil.copy_gbps:.0f}%.")
-rby = {(m.params["impl"], m.params["norm"]): m for m in residual}
+    res, fwd = results[(label, "forward + backward")], results[(label, "forward (training)")]
+    est = res.estimate("cuDNN graphs", "µs")
+    print(f"* {label} training step at {TOKENS}×{HIDDEN}: cuDNN {est['value']:.0f} µs (95% CI {est['low']:.0f}–{est['high']:.0f}), "
+          f"{100 * res.measurements['cuDNN graphs'].gbps / ceil.copy_gbps:.0f}% of copy bandwidth: "
+          f"{res.describe('PyTorch eager')}; {res.describe('torch.compile (default)')}. Its forward alone reaches "
+          f"{100 * fwd.measurements['cuDNN graphs'].gbps / ceil.copy_gbps:.0f}%.")
 for label in ("LayerNorm", "RMSNorm"):
-    f, e, c = (rby[(n, label)] for n in ("cuDNN graph (fused)", "PyTorch eager", "torch.compile"))
-    print(f"* Residual add → {label}: the fused graph is {versus(f, e)} eager (which moves 1.5× the bytes) "
-          f"and {versus(f, c)} torch.compile.")
+    res = results[("residual", label)]
+    print(f"* Residual add → {label}: the fused graph is {res.describe('PyTorch eager')} (eager moves "
+          f"{eager_moves / fused_moves:.2f}× the bytes), and {res.describe('torch.compile (default)')}.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
@@ -269,10 +276,9 @@ for c in checks + res_checks:
     rec.add_check(c)
 rec.add(base, residual, widths_result.measurements)
 for label in ("LayerNorm", "RMSNorm"):
-    ours = by[("cuDNN graphs", label, "forward + backward")]
-    best = min((by[(n, label, "forward + backward")] for n in ("PyTorch eager", "torch.compile")), key=lambda m: m.median_ms)
-    rec.headline(f"{label} training step, % of copy bandwidth", 100 * ours.gbps / ceil.copy_gbps, "%")
-    rec.headline(f"{label} training step, time ratio best PyTorch / cuDNN", best.median_ms / ours.median_ms, "x",
-                 baseline=best.label)
+    res = results[(label, "forward + backward")]
+    rec.headline(f"{label} training step, % of copy bandwidth", unit="%",
+                 **res.estimate("cuDNN graphs", "GB/s", scale=100 / ceil.copy_gbps))
+    rec.comparison(f"{label} training step, speed-up over best PyTorch", res)
 _record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -32,6 +32,8 @@ env
 # --------------------------------------
 # N32 C128 56×56 → K256 3×3, pad 1, bf16, NHWC: the core pages' convolution (without its bias
 # and ReLU, whose backward is elementwise).
+import statistics
+
 import torch
 import torch.nn.functional as F
 
@@ -87,10 +89,12 @@ print(*checks[-2:], sep="\n")
 # %%
 # Measure each pass and the full step
 # -----------------------------------
-# Cold L2. PyTorch is measured twice: with its default algorithm choice and with
+# Cold L2, in interleaved rounds per pass (:mod:`cudnn_guide.compare`): each round times the
+# cuDNN graph and both PyTorch settings in a shuffled order, and the verdict rests on the
+# per-round ratio with its 95% interval. PyTorch runs with its default algorithm choice and with
 # ``torch.backends.cudnn.benchmark = True``, which times cuDNN's algorithms on first use of a
-# shape and keeps the fastest (its warm-up runs before timing starts).
-from cudnn_guide import bench
+# shape and keeps the fastest (that first call runs before the rounds).
+from cudnn_guide import baselines, compare
 
 launchers = {name: f.built.bind(packs[name]) for name, f in passes.items()}
 
@@ -102,21 +106,19 @@ def cudnn_step():
 
 
 torch_step = conv_training.torch_training_step(problem, data)
-rows = []
-for name in ("forward", "dgrad", "wgrad", "training step"):
-    flops = problem.flops * (3 if name == "training step" else 1)
-    ours = cudnn_step if name == "training step" else launchers[name]
-    rows.append(bench.benchmark(ours, label=f"cuDNN graph {name}", l2="cold", flops=flops,
-                                params={"impl": "cuDNN graphs", "pass": name}))
-    for bench_mode in (False, True):
-        torch.backends.cudnn.benchmark = bench_mode
-        theirs = torch_step if name == "training step" else torch_pass(name)
-        impl = f"PyTorch (cudnn.benchmark={bench_mode})"
-        rows.append(bench.benchmark(theirs, label=f"{impl} {name}", l2="cold", flops=flops,
-                                    params={"impl": impl, "pass": name}))
 torch.backends.cudnn.benchmark = False
-for m in rows:
-    print(m)
+results, rows = {}, []
+for name in ("forward", "dgrad", "wgrad", "training step"):
+    theirs = torch_step if name == "training step" else torch_pass(name)
+    contenders = {"cuDNN graphs": cudnn_step if name == "training step" else launchers[name]}
+    for bench_mode in (False, True):
+        contenders[f"PyTorch (cudnn.benchmark={bench_mode})"] = baselines.with_cudnn_benchmark(theirs, bench_mode)
+        contenders[f"PyTorch (cudnn.benchmark={bench_mode})"]()  # benchmark=True picks its algorithm now
+    results[name] = compare.compare(contenders, candidate="cuDNN graphs", l2="cold", rounds=11,
+                                    flops=problem.flops * (3 if name == "training step" else 1), params={"pass": name},
+                                    tag=name)
+    rows += results[name].measurements.values()
+    print(f"{name}: cuDNN graph is {results[name].describe()}")
 
 # %%
 from cudnn_guide.report import ComparisonTable
@@ -131,7 +133,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 impls = list(dict.fromkeys(m.params["impl"] for m in rows))
-pass_names = list(dict.fromkeys(m.params["pass"] for m in rows))
+pass_names = list(results)
 fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
 width = 0.8 / len(impls)
 for i, impl in enumerate(impls):
@@ -149,17 +151,14 @@ plt.show()
 # %%
 # Takeaways
 # ---------
-from cudnn_guide.report import versus
-
-by = {(m.params["impl"], m.params["pass"]): m for m in rows}
-for p in pass_names:
-    ours = by[("cuDNN graphs", p)]
-    best = min((by[(i, p)] for i in impls if i != "cuDNN graphs"), key=lambda m: m.median_ms)
-    print(f"* {p}: cuDNN graph {ours.median_ms * 1e3:.1f} µs ({ours.tflops:.0f} TFLOP/s) is {versus(ours, best)} "
-          f"the faster PyTorch setting ({best.params['impl']}, {best.median_ms * 1e3:.1f} µs).")
-step = by[("cuDNN graphs", "training step")]
-print(f"* The backward passes together take {(by[('cuDNN graphs', 'dgrad')].median_ms + by[('cuDNN graphs', 'wgrad')].median_ms) / by[('cuDNN graphs', 'forward')].median_ms:.2f}× "
-      f"the forward's time; the whole step runs at {step.tflops:.0f} TFLOP/s.")
+for p, res in results.items():
+    est = res.estimate("cuDNN graphs", "µs")
+    print(f"* {p}: the cuDNN graph takes {est['value']:.1f} µs (95% CI {est['low']:.1f}–{est['high']:.1f}), "
+          f"{res.measurements['cuDNN graphs'].tflops:.0f} TFLOP/s: {res.describe()}.")
+ms = {p: statistics.median(res.round_medians_ms["cuDNN graphs"]) for p, res in results.items()}
+step = results["training step"]
+print(f"* The backward passes together take {(ms['dgrad'] + ms['wgrad']) / ms['forward']:.2f}× the forward's time; "
+      f"the whole step runs at {step.measurements['cuDNN graphs'].tflops:.0f} TFLOP/s.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
@@ -168,9 +167,8 @@ rec = records.Record("plot_12_conv_backward", title="Convolution backward", envi
 for c in checks:
     rec.add_check(c)
 rec.add(rows)
-best_step = min((by[(i, "training step")] for i in impls if i != "cuDNN graphs"), key=lambda m: m.median_ms)
-rec.headline("conv training step TFLOP/s", step.tflops, "TFLOP/s")
-rec.headline("training step, time ratio best PyTorch / cuDNN", best_step.median_ms / step.median_ms, "x",
-             baseline=best_step.label)
+rec.headline("conv training step TFLOP/s", unit="TFLOP/s", **step.estimate("cuDNN graphs", "TFLOP/s"))
+rec.comparison("training step, speed-up over best PyTorch", step)
+rec.extra["comparisons"] = {p: res.to_dict() for p, res in results.items()}
 _record_path = rec.write()
 # sphinx_gallery_end_ignore

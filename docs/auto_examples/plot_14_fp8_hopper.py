@@ -63,7 +63,9 @@ for c in mm_checks:
 # %%
 # FP8 matmul speed across sizes
 # -----------------------------
-# Square problems 2k–16k, cold L2, FP8 and bf16 side by side.
+# Square problems 2k–16k, cold L2, FP8 and bf16 side by side. Each size is a comparison in
+# interleaved rounds (:mod:`cudnn_guide.compare`): the cuDNN graph against each baseline, with
+# the 95% interval of the per-round ratio and a verdict at every size, not one picked size.
 from cudnn_guide import bench, sweep
 
 sizes = [2048, 4096, 8192, 16384]
@@ -97,7 +99,7 @@ mm_impls = {
     "torch._scaled_mm FP8 (cuBLASLt)": scaled_mm,
     "torch.matmul bf16 (cuBLAS)": lambda n: (lambda d=setup(n)[1], o=setup(n)[3]: torch.matmul(d["a"], d["b"], out=o)),
 }
-mm_result = sweep.sweep(sizes, mm_impls, x="n", l2="cold", flops=lambda n: 2 * n ** 3, budget_ms=150)
+mm_result = sweep.sweep(sizes, mm_impls, x="n", l2="cold", flops=lambda n: 2 * n ** 3, candidate="cuDNN FP8 graph")
 made.clear()
 torch.cuda.empty_cache()
 
@@ -175,7 +177,7 @@ att_impls = {
 }
 att_result = sweep.sweep(seqs, att_impls, x="seq_len", l2="cold",
                          flops=lambda s: recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128).flops,
-                         budget_ms=150)
+                         candidate="cuDNN FP8 graph")
 
 # %%
 # Plot
@@ -198,22 +200,36 @@ plt.show()
 mm_result.table("tflops", title="matmul TFLOP/s")
 
 # %%
+# The verdicts, at every size: cuDNN FP8's speed-up over each baseline (above 1: cuDNN is faster).
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+html_table(pd.DataFrame(mm_result.verdicts()), {"speed-up": "{:.2f}×"})
+
+# %%
 att_result.table("tflops", title="causal attention TFLOP/s")
+
+# %%
+html_table(pd.DataFrame(att_result.verdicts()), {"speed-up": "{:.2f}×"})
 
 # %%
 # Accuracy and speed, side by side
 # --------------------------------
-from cudnn_guide.report import versus
+from collections import Counter
 
-m8, msm, m16 = (mm_result.get(n, 8192) for n in mm_impls)
-a8, a16, afl = (att_result.get(n, 2048) for n in att_impls)
-print(f"* Matmul 8192³: cuDNN FP8 {m8.tflops:.0f} TFLOP/s is {versus(m8, msm)} torch._scaled_mm FP8 and "
-      f"{versus(m8, m16)} the bf16 matmul ({m16.tflops:.0f} TFLOP/s); its relative error is "
-      f"{mm_checks[0].rel_error:.1e} against bf16's {mm_checks[2].rel_error:.1e} "
-      f"({mm_checks[0].rel_error / mm_checks[2].rel_error:.0f}× larger).")
-print(f"* Attention at S=2048: cuDNN FP8 {a8.tflops:.0f} TFLOP/s is {versus(a8, a16)} cuDNN bf16 and "
-      f"{versus(a8, afl)} PyTorch flash; relative error {att_checks[0].rel_error:.1e} against bf16's "
-      f"{att_checks[1].rel_error:.1e}.")
+SCALED = "torch._scaled_mm FP8 (cuBLASLt)"
+tally = Counter(mm_result.comparisons[n].versus[SCALED]["verdict"] for n in sizes)
+print(f"* Matmul, cuDNN FP8 against torch._scaled_mm across {len(sizes)} sizes: "
+      + ", ".join(f"{k} at {v}" for k, v in sorted(tally.items())) + "; "
+      + "; ".join(f"{n}³ {mm_result.comparisons[n].describe(SCALED)}" for n in sizes) + ".")
+m8 = mm_result.comparisons[8192]
+print(f"* At 8192³ cuDNN FP8 runs at {m8.measurements['cuDNN FP8 graph'].tflops:.0f} TFLOP/s and is "
+      f"{m8.describe('torch.matmul bf16 (cuBLAS)')}; its relative error is {mm_checks[0].rel_error:.1e} against bf16's "
+      f"{mm_checks[2].rel_error:.1e} ({mm_checks[0].rel_error / mm_checks[2].rel_error:.0f}× larger).")
+a2 = att_result.comparisons[2048]
+print(f"* Attention at S=2048: cuDNN FP8 is {a2.describe('cuDNN bf16 graph')} and {a2.describe('PyTorch flash bf16')}; "
+      f"relative error {att_checks[0].rel_error:.1e} against bf16's {att_checks[1].rel_error:.1e}.")
 peak8 = max((m for m in att_result.measurements if m.params["impl"] == "cuDNN FP8 graph"), key=lambda m: m.tflops)
 peak16 = max((m for m in att_result.measurements if m.params["impl"] == "cuDNN bf16 graph"), key=lambda m: m.tflops)
 print(f"* Peak attention throughput: FP8 {peak8.tflops:.0f} TFLOP/s (S={peak8.params['seq_len']}), "
@@ -226,9 +242,11 @@ rec = records.Record("plot_14_fp8_hopper", title="FP8 on Hopper", environment=en
 for c in mm_checks + att_checks:
     rec.add_check(c)
 rec.add(mm_result.measurements, att_result.measurements)
-rec.headline("FP8 matmul 8192³ TFLOP/s", m8.tflops, "TFLOP/s")
-rec.headline("FP8 matmul 8192³, time ratio torch._scaled_mm / cuDNN", msm.median_ms / m8.median_ms, "x", baseline=msm.label)
-rec.headline("FP8 attention S=2048, time ratio cuDNN bf16 / cuDNN FP8", a16.median_ms / a8.median_ms, "x", baseline=a16.label)
+rec.headline("FP8 matmul 8192³ TFLOP/s", unit="TFLOP/s", **m8.estimate("cuDNN FP8 graph", "TFLOP/s"))
+for n in sizes:
+    rec.comparison(f"FP8 matmul {n}³, speed-up over torch._scaled_mm", mm_result.comparisons[n], SCALED)
+rec.comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
 rec.headline("FP8 attention relative error", att_checks[0].rel_error, "")
+rec.extra["verdicts"] = {"matmul": mm_result.verdicts(), "attention": att_result.verdicts()}
 _record_path = rec.write()
 # sphinx_gallery_end_ignore
