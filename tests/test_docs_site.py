@@ -97,3 +97,16 @@ def test_a_rebuild_into_the_same_folder_shows_changed_records(tmp_path):
     proc = sphinx_render(tmp_path / "docs", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1.234e+04" in (out / "results.html").read_text()
+
+
+def test_an_error_inside_a_data_notebook_reaches_the_console_with_its_cause(tmp_path):
+    copy_project(tmp_path)
+    results = tmp_path / "docs" / "results.md"
+    text = results.read_text()
+    marker = "```{code-cell} ipython3\nimport pandas as pd\n"
+    assert marker in text
+    results.write_text(text.replace(marker, marker + "raise ValueError('the cause, named')\n", 1))
+    proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "ValueError" in out and "the cause, named" in out

@@ -191,8 +191,8 @@ for g in coldstart.GRAPHS:
     cold, warm, plan = (first[(g, c)] for c in CASES)
     speedups[g] = (cold / plan, warm / plan)
     print(f"* {g}: first result {cold * 1e3:.1f} ms cold, {warm * 1e3:.1f} ms with a warm JIT cache, {plan * 1e3:.1f} ms "
-          f"from a plan on disk: the plan cache saves {speedups[g][0]:.1f}× on a fresh machine and {speedups[g][1]:.1f}× "
-          f"on a restart whose JIT cache is warm.")
+          f"from a plan on disk: the plan cache's speed-up is {speedups[g][0]:.2f}× on a fresh machine and "
+          f"{speedups[g][1]:.2f}× on a restart whose JIT cache is warm (below 1: loading is slower than building).")
 gains = [g for g in coldstart.GRAPHS if speedups[g][1] >= 10]
 flat = [g for g in coldstart.GRAPHS if speedups[g][1] < 2]
 if gains:
