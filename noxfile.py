@@ -24,9 +24,21 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = os.environ.get("CUDNN_GUIDE_TORCH", "torch==2.13.0")
 # every module the docs build imports: conf.py, the gallery, and the results/methodology notebooks
 # (pandas; PIL, which checks the recorded figures; ipykernel, which runs the notebooks)
-DOCS_MODULES = ("sphinx", "sphinx_gallery", "myst_nb", "furo", "sphinx_copybutton", "matplotlib", "numpy", "pandas",
-                "PIL", "ipykernel", "torch", "cudnn")
-TEST_MODULES = ("pytest", "hypothesis", "selenium", *DOCS_MODULES)
+DOCS_MODULES = (
+    "sphinx",
+    "sphinx_gallery",
+    "myst_nb",
+    "furo",
+    "sphinx_copybutton",
+    "matplotlib",
+    "numpy",
+    "pandas",
+    "PIL",
+    "ipykernel",
+    "torch",
+    "cudnn",
+)
+TEST_MODULES = ("pytest", "hypothesis", "selenium", "ruff", *DOCS_MODULES)
 
 
 def _no_venv(session: nox.Session) -> bool:
@@ -37,6 +49,8 @@ def _prepare(session: nox.Session, extras: str, modules: tuple[str, ...]) -> str
     """Install into a fresh venv, or with --no-venv check the interpreter has everything.
 
     Returns the python executable to run commands with."""
+    # the docs build's own machinery lives beside the docs, outside the installed library
+    ext = os.path.join(os.getcwd(), "docs", "_ext")
     if _no_venv(session):
         missing = [m for m in modules if importlib.util.find_spec(m) is None]
         if missing:
@@ -45,10 +59,11 @@ def _prepare(session: nox.Session, extras: str, modules: tuple[str, ...]) -> str
                 "(offline: pip install --no-index --find-links <wheelhouse> ...), or drop --no-venv to let "
                 "nox create an environment from the package index."
             )
-        session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+        session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), ext, os.environ.get("PYTHONPATH", "")]))
         return sys.executable
     session.install(TORCH)
     session.install("-e", f".[{extras}]")
+    session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [ext, os.environ.get("PYTHONPATH", "")]))
     return "python"
 
 
@@ -59,20 +74,43 @@ def docs(session: nox.Session) -> None:
     With a GPU, each example is first recorded in its own fresh process (no CUDA or cuDNN state
     shared between examples); the site is then assembled from the recording."""
     python = _prepare(session, "docs", DOCS_MODULES)
-    mode = session.run(python, "-c", "from cudnn_guide.recording import docs_mode; print(docs_mode())",
-                       silent=True, external=True).strip().splitlines()[-1]
+    mode = (
+        session.run(
+            python,
+            "-c",
+            "from gallery_build.recording import docs_mode; print(docs_mode())",
+            silent=True,
+            external=True,
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     if mode == "record":
         session.log("CUDA GPU found: recording every example afresh, each in its own process")
-        session.run(python, "-m", "cudnn_guide.recording", "record", external=True)
+        session.run(python, "-m", "gallery_build.recording", "record", external=True)
     else:
         session.log("no CUDA GPU: rendering the committed recording (nothing is executed)")
-    session.run(python, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
-                *session.posargs, env={"CUDNN_GUIDE_DOCS_MODE": "render"}, external=True)
+    session.run(
+        python,
+        "-m",
+        "sphinx",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "docs",
+        "docs/_build/html",
+        *session.posargs,
+        env={"CUDNN_GUIDE_DOCS_MODE": "render"},
+        external=True,
+    )
     session.log("site built: docs/_build/html/index.html (serve: python -m http.server -d docs/_build/html)")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (GPU tests are skipped without a GPU)."""
+    """Lint (ruff), then run the test suite (GPU tests are skipped without a GPU)."""
     python = _prepare(session, "docs,test", TEST_MODULES)
+    session.run(python, "-m", "ruff", "check", ".", external=True)
+    session.run(python, "-m", "ruff", "format", "--check", ".", external=True)
     session.run(python, "-m", "pytest", *session.posargs, external=True)

@@ -16,8 +16,15 @@ from typing import Any
 from . import graphs, tensors
 from .recipes import Fused, SdpaProblem, _causal_mask, _new_graph, _Problem
 
-__all__ = ["training_flops", "make_training_inputs", "sdpa_forward_training_graph", "sdpa_backward_graph",
-           "PagedDecodeProblem", "paged_decode_graph", "gather_pages"]
+__all__ = [
+    "training_flops",
+    "make_training_inputs",
+    "sdpa_forward_training_graph",
+    "sdpa_backward_graph",
+    "PagedDecodeProblem",
+    "paged_decode_graph",
+    "gather_pages",
+]
 
 
 def training_flops(problem: SdpaProblem) -> float:
@@ -77,8 +84,14 @@ def make_training_inputs(problem: SdpaProblem, seed: int = 0) -> dict[str, Any]:
     return data
 
 
-def sdpa_forward_training_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None,
-                                name: str = "sdpa_forward_training", **graph_kwargs: Any) -> Fused:
+def sdpa_forward_training_graph(
+    problem: SdpaProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    name: str = "sdpa_forward_training",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build the training forward: attention output *and* its softmax statistics.
 
     Parameters
@@ -108,16 +121,30 @@ def sdpa_forward_training_graph(problem: SdpaProblem, inputs: dict[str, Any], *,
 
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
     Q, K, V = (tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v"))
-    O, stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=True, attn_scale=problem.scale,
-                      compute_data_type=cudnn.data_type.FLOAT, **_causal_mask(problem))
+    O, stats = g.sdpa(
+        name="sdpa",
+        q=Q,
+        k=K,
+        v=V,
+        generate_stats=True,
+        attn_scale=problem.scale,
+        compute_data_type=cudnn.data_type.FLOAT,
+        **_causal_mask(problem),
+    )
     tensors.output_like(O, inputs["o"])
     tensors.output_like(stats, inputs["stats"])
     built = graphs.build(g, name=name, handle=handle)
     return Fused(built, {"q": Q, "k": K, "v": V, "o": O, "stats": stats})
 
 
-def sdpa_backward_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None,
-                        name: str = "sdpa_backward", **graph_kwargs: Any) -> Fused:
+def sdpa_backward_graph(
+    problem: SdpaProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    name: str = "sdpa_backward",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build the backward: ``dq, dk, dv`` from ``q, k, v``, the forward's ``o`` and ``stats``, and ``d_o``.
 
     The mask and scale must match the forward's (both come from ``problem``).
@@ -149,9 +176,18 @@ def sdpa_backward_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle:
 
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
     io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v", "o", "d_o", "stats")}
-    dQ, dK, dV = g.sdpa_backward(name="sdpa_backward", q=io["q"], k=io["k"], v=io["v"], o=io["o"],
-                                 dO=io["d_o"], stats=io["stats"], attn_scale=problem.scale,
-                                 compute_data_type=cudnn.data_type.FLOAT, **_causal_mask(problem))
+    dQ, dK, dV = g.sdpa_backward(
+        name="sdpa_backward",
+        q=io["q"],
+        k=io["k"],
+        v=io["v"],
+        o=io["o"],
+        dO=io["d_o"],
+        stats=io["stats"],
+        attn_scale=problem.scale,
+        compute_data_type=cudnn.data_type.FLOAT,
+        **_causal_mask(problem),
+    )
     for n, t in (("dq", dQ), ("dk", dK), ("dv", dV)):
         io[n] = tensors.output_like(t, inputs[n])
     built = graphs.build(g, name=name, handle=handle)
@@ -187,7 +223,7 @@ class PagedDecodeProblem(_Problem):
 
     @property
     def scale(self) -> float:
-        return self.head_dim ** -0.5
+        return self.head_dim**-0.5
 
     @property
     def pages_per_sequence(self) -> int:
@@ -203,8 +239,10 @@ class PagedDecodeProblem(_Problem):
         return int(4 * self.heads * self.head_dim * int(lengths.sum()))
 
     def __str__(self) -> str:
-        return (f"decode: {self.batch} sequences of up to {self.max_context} tokens, H{self.heads} D{self.head_dim}, "
-                f"pages of {self.page_size} tokens, {self.dtype}")
+        return (
+            f"decode: {self.batch} sequences of up to {self.max_context} tokens, H{self.heads} D{self.head_dim}, "
+            f"pages of {self.page_size} tokens, {self.dtype}"
+        )
 
     def make_inputs(self, seed: int = 0) -> dict[str, Any]:
         """The pools, a shuffled page table, the lengths, the query and an empty output.
@@ -220,7 +258,9 @@ class PagedDecodeProblem(_Problem):
         dt, b, h, d = self.torch_dtype, self.batch, self.heads, self.head_dim
         pps = self.pages_per_sequence
         pool = (b * pps, h, self.page_size, d)
-        lengths = torch.randint(max(1, self.max_context // 8), self.max_context + 1, (b,), generator=cpu, dtype=torch.int32)
+        lengths = torch.randint(
+            max(1, self.max_context // 8), self.max_context + 1, (b,), generator=cpu, dtype=torch.int32
+        )
         table = torch.randperm(b * pps, generator=cpu, dtype=torch.int32).reshape(b, 1, pps, 1)
         return {
             "q": torch.randn(b, h, 1, d, device="cuda", dtype=dt, generator=g),
@@ -274,8 +314,14 @@ def gather_pages(pool: Any, page_table: Any) -> Any:
     return pages.permute(0, 2, 1, 3, 4).reshape(b, h, pps * page, d)
 
 
-def paged_decode_graph(problem: PagedDecodeProblem, inputs: dict[str, Any], *, handle: Any = None,
-                       name: str = "paged_decode", **graph_kwargs: Any) -> Fused:
+def paged_decode_graph(
+    problem: PagedDecodeProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    name: str = "paged_decode",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build cuDNN attention that reads K and V straight from the paged pools.
 
     The pools stand in for K and V; ``paged_attention_k_table``/``_v_table`` map each sequence's
@@ -308,14 +354,25 @@ def paged_decode_graph(problem: PagedDecodeProblem, inputs: dict[str, Any], *, h
     import cudnn
 
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    io = {n: tensors.graph_tensor(g, inputs[n], n)
-          for n in ("q", "k_pool", "v_pool", "page_table", "seq_len_q", "seq_len_kv")}
-    O, _ = g.sdpa(name="sdpa_paged", q=io["q"], k=io["k_pool"], v=io["v_pool"], generate_stats=False,
-                  attn_scale=problem.scale, use_padding_mask=True, seq_len_q=io["seq_len_q"],
-                  seq_len_kv=io["seq_len_kv"], paged_attention_k_table=io["page_table"],
-                  paged_attention_v_table=io["page_table"],
-                  paged_attention_max_seq_len_kv=problem.pages_per_sequence * problem.page_size,
-                  compute_data_type=cudnn.data_type.FLOAT)
+    io = {
+        n: tensors.graph_tensor(g, inputs[n], n)
+        for n in ("q", "k_pool", "v_pool", "page_table", "seq_len_q", "seq_len_kv")
+    }
+    O, _ = g.sdpa(
+        name="sdpa_paged",
+        q=io["q"],
+        k=io["k_pool"],
+        v=io["v_pool"],
+        generate_stats=False,
+        attn_scale=problem.scale,
+        use_padding_mask=True,
+        seq_len_q=io["seq_len_q"],
+        seq_len_kv=io["seq_len_kv"],
+        paged_attention_k_table=io["page_table"],
+        paged_attention_v_table=io["page_table"],
+        paged_attention_max_seq_len_kv=problem.pages_per_sequence * problem.page_size,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
     io["o"] = tensors.output_like(O, inputs["o"])
     built = graphs.build(g, name=name, handle=handle)
     return Fused(built, io)

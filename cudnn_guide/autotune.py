@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .bench import Measurement, benchmark
 from .errors import BenchmarkError, GraphExecutionError
@@ -149,8 +150,18 @@ def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
     return built.workspace
 
 
-def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *, l2: str, reps: int,
-               flops: float | None, bytes: float | None, max_ms_per_plan: float) -> PlanTiming:
+def _time_plan(
+    built: BuiltGraph,
+    pack: Mapping[Any, Any],
+    index: int,
+    name: str,
+    *,
+    l2: str,
+    reps: int,
+    flops: float | None,
+    bytes: float | None,
+    max_ms_per_plan: float,
+) -> PlanTiming:
     # Select the plan, then time the ordinary execute path: exactly what runs once this plan wins.
     try:
         built.graph.build_plan_at_index(index)
@@ -159,15 +170,34 @@ def _time_plan(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str
     launch = built.bind(pack)
     try:
         # reps calls, unless that would take longer than max_ms_per_plan: then as many as fit, at least 5
-        m = benchmark(launch, label=name, l2=l2, flops=flops, bytes=bytes, budget_ms=max_ms_per_plan, warmup_ms=5.0,
-                      min_reps=min(5, reps), max_reps=reps, precision=None, params={"impl": name, "plan_index": index})
+        m = benchmark(
+            launch,
+            label=name,
+            l2=l2,
+            flops=flops,
+            bytes=bytes,
+            budget_ms=max_ms_per_plan,
+            warmup_ms=5.0,
+            min_reps=min(5, reps),
+            max_reps=reps,
+            precision=None,
+            params={"impl": name, "plan_index": index},
+        )
     except BenchmarkError as exc:
         return PlanTiming(index, name, error=str(exc.__cause__ or exc))
     return PlanTiming(index, name, m)
 
 
-def _screen(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *, l2: str,
-            flops: float | None, bytes: float | None) -> PlanTiming:
+def _screen(
+    built: BuiltGraph,
+    pack: Mapping[Any, Any],
+    index: int,
+    name: str,
+    *,
+    l2: str,
+    flops: float | None,
+    bytes: float | None,
+) -> PlanTiming:
     """One warm call, then one timed call (events, L2 as asked): enough to drop hopeless plans."""
     import torch
 
@@ -186,15 +216,26 @@ def _screen(built: BuiltGraph, pack: Mapping[Any, Any], index: int, name: str, *
         end.synchronize()
     except Exception as exc:
         return PlanTiming(index, name, error=f"{type(exc).__name__}: {exc}", finalist=False)
-    m = Measurement(name, [start.elapsed_time(end)], f"{l2}-L2 screen x1", flops, bytes,
-                    {"impl": name, "plan_index": index})
+    m = Measurement(
+        name, [start.elapsed_time(end)], f"{l2}-L2 screen x1", flops, bytes, {"impl": name, "plan_index": index}
+    )
     return PlanTiming(index, name, m, finalist=False)
 
 
-def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustive", reps: int = 200,
-         l2: str = "cold", flops: float | None = None, bytes: float | None = None,
-         first_round_reps: int = 10, keep: float = 0.5, max_ms_per_plan: float = 250.0,
-         screen_cutoff: float = 3.0) -> TuneResult:
+def tune(
+    built: BuiltGraph,
+    pack: Mapping[Any, Any],
+    *,
+    method: str = "exhaustive",
+    reps: int = 200,
+    l2: str = "cold",
+    flops: float | None = None,
+    bytes: float | None = None,
+    first_round_reps: int = 10,
+    keep: float = 0.5,
+    max_ms_per_plan: float = 250.0,
+    screen_cutoff: float = 3.0,
+) -> TuneResult:
     """Time every plan of a graph built with ``policy=build_plan_policy.ALL``.
 
     Parameters
@@ -284,7 +325,7 @@ def tune(built: BuiltGraph, pack: Mapping[Any, Any], *, method: str = "exhaustiv
     seconds = time.perf_counter() - t0
     built.graph.build_plan_at_index(original)  # leave the graph on the plan it had; select() the winner
     result = TuneResult(method, timings, seconds)
-    result.best  # raises if nothing ran
+    _ = result.best  # raises if nothing ran
     return result
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["compile_quietly", "sdpa_backends", "with_cudnn_benchmark"]
 
 
-def compile_quietly(fn: Callable[..., Any], mode: str = "max-autotune-no-cudagraphs",
-                    dynamic: bool | None = None) -> Callable[..., Any]:
+def compile_quietly(
+    fn: Callable[..., Any], mode: str = "max-autotune-no-cudagraphs", dynamic: bool | None = None
+) -> Callable[..., Any]:
     """``torch.compile(fn, mode=mode)`` without Inductor's autotuning report on the page.
 
     Inductor prints a table of the candidates it benchmarked, and logs each Triton candidate that

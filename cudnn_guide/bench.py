@@ -45,14 +45,31 @@ import math
 import statistics
 import time
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from . import clocks
 from .errors import BenchmarkError
 
-__all__ = ["estimate", "DATASHEET", "datasheet_peaks", "Measurement", "benchmark", "median_ci", "l2_flush_buffer", "flush_kernel_names", "Ceilings", "measure_ceilings",
-           "measure_read_bandwidth", "measure_launch_overhead", "launch_cost", "kernel_samples", "spin_for",
-           "ProfiledKernels", "profile_kernels"]
+__all__ = [
+    "estimate",
+    "DATASHEET",
+    "datasheet_peaks",
+    "Measurement",
+    "benchmark",
+    "median_ci",
+    "l2_flush_buffer",
+    "flush_kernel_names",
+    "Ceilings",
+    "measure_ceilings",
+    "measure_read_bandwidth",
+    "measure_launch_overhead",
+    "launch_cost",
+    "kernel_samples",
+    "spin_for",
+    "ProfiledKernels",
+    "profile_kernels",
+]
 
 L2_MODES = ("hot", "cold")
 
@@ -113,8 +130,9 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     return xs[j - 1], xs[k - 1]
 
 
-def estimate(median_ms: float, low_ms: float, high_ms: float, *, unit: str = "µs", work: float | None = None,
-             scale: float = 1.0) -> dict[str, float]:
+def estimate(
+    median_ms: float, low_ms: float, high_ms: float, *, unit: str = "µs", work: float | None = None, scale: float = 1.0
+) -> dict[str, float]:
     """A time and its interval, in milliseconds, as a headline in ``unit``: ``{"value", "low", "high"}``.
 
     Parameters
@@ -148,8 +166,10 @@ def estimate(median_ms: float, low_ms: float, high_ms: float, *, unit: str = "µ
     {'value': 1000.0, 'low': 975.6097560975609, 'high': 1012.6582278481012}
     """
     if not 0 < low_ms <= median_ms <= high_ms:
-        raise BenchmarkError(f"estimate: {low_ms:g} ≤ {median_ms:g} ≤ {high_ms:g} ms is not a positive time with its "
-                             "interval (too short to time?)")
+        raise BenchmarkError(
+            f"estimate: {low_ms:g} ≤ {median_ms:g} ≤ {high_ms:g} ms is not a positive time with its "
+            "interval (too short to time?)"
+        )
     if unit in ("µs", "ms"):
         f = 1e3 if unit == "µs" else 1.0
         return {"value": median_ms * f * scale, "low": low_ms * f * scale, "high": high_ms * f * scale}
@@ -157,7 +177,7 @@ def estimate(median_ms: float, low_ms: float, high_ms: float, *, unit: str = "µ
         if not work:
             raise BenchmarkError(f"estimate: a rate in {unit} needs the work per call")
         per = 1e12 if unit == "TFLOP/s" else 1e9
-        rate = lambda ms: work / (ms * 1e-3) / per * scale  # noqa: E731
+        rate = lambda ms: work / (ms * 1e-3) / per * scale
         return {"value": rate(median_ms), "low": rate(high_ms), "high": rate(low_ms)}
     raise ValueError(f"estimate: unknown unit {unit!r}")
 
@@ -257,10 +277,15 @@ class Measurement:
 
     def estimate(self, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
         """The median in ``unit`` (``µs``, ``ms``, ``TFLOP/s``, ``GB/s``) with its 95% interval (:func:`estimate`)."""
-        return estimate(self.median_ms, *self.median_ci_ms, unit=unit,
-                        work=self.flops if unit == "TFLOP/s" else self.bytes, scale=scale)
+        return estimate(
+            self.median_ms,
+            *self.median_ci_ms,
+            unit=unit,
+            work=self.flops if unit == "TFLOP/s" else self.bytes,
+            scale=scale,
+        )
 
-    def percent_of(self, ceilings: "Ceilings") -> dict[str, float]:
+    def percent_of(self, ceilings: Ceilings) -> dict[str, float]:
         """Median rate as a percentage of the measured ceilings (compute and bandwidth)."""
         out = {}
         if self.tflops is not None:
@@ -271,13 +296,27 @@ class Measurement:
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         d = {
-            "label": self.label, "mode": self.mode, "params": self.params, "unit": "ms",
-            "n": self.n, "median_ms": self.median_ms, "median_ci_ms": list(self.median_ci_ms),
-            "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
-            "p10_ms": self.quantile(0.1), "p90_ms": self.quantile(0.9), "min_ms": self.min_ms,
-            "flops": self.flops, "bytes": self.bytes, "tflops": self.tflops, "gbps": self.gbps,
-            "host_median_ms": self.host_median_ms, "warnings": list(self.warnings), "clocks": dict(self.clocks),
-            "launch_cost_ms": self.launch_cost_ms, "timing_method": self.timing_method,
+            "label": self.label,
+            "mode": self.mode,
+            "params": self.params,
+            "unit": "ms",
+            "n": self.n,
+            "median_ms": self.median_ms,
+            "median_ci_ms": list(self.median_ci_ms),
+            "q1_ms": self.q1_ms,
+            "q3_ms": self.q3_ms,
+            "p10_ms": self.quantile(0.1),
+            "p90_ms": self.quantile(0.9),
+            "min_ms": self.min_ms,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "tflops": self.tflops,
+            "gbps": self.gbps,
+            "host_median_ms": self.host_median_ms,
+            "warnings": list(self.warnings),
+            "clocks": dict(self.clocks),
+            "launch_cost_ms": self.launch_cost_ms,
+            "timing_method": self.timing_method,
         }
         if samples:
             # 5 significant digits: finer than the ~0.5 µs resolution of CUDA events
@@ -286,14 +325,26 @@ class Measurement:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
-        return cls(d["label"], list(d["samples_ms"]), d["mode"], d.get("flops"), d.get("bytes"),
-                   dict(d.get("params", {})), list(d.get("warnings", [])), list(d.get("host_samples_ms", [])),
-                   dict(d.get("clocks", {})), float(d.get("launch_cost_ms") or 0.0), d.get("timing_method"))
+    def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
+        return cls(
+            d["label"],
+            list(d["samples_ms"]),
+            d["mode"],
+            d.get("flops"),
+            d.get("bytes"),
+            dict(d.get("params", {})),
+            list(d.get("warnings", [])),
+            list(d.get("host_samples_ms", [])),
+            dict(d.get("clocks", {})),
+            float(d.get("launch_cost_ms") or 0.0),
+            d.get("timing_method"),
+        )
 
     def __str__(self) -> str:
-        parts = [f"{self.label}: median {_fmt_ms(self.median_ms)} ±{100 * self.median_ci_rel:.1f}% "
-                 f"(IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"]
+        parts = [
+            f"{self.label}: median {_fmt_ms(self.median_ms)} ±{100 * self.median_ci_rel:.1f}% "
+            f"(IQR {_fmt_ms(self.iqr_ms)}, n={self.n}, {self.mode})"
+        ]
         if self.tflops is not None:
             parts.append(f"{self.tflops:.1f} TFLOP/s")
         if self.gbps is not None:
@@ -453,7 +504,9 @@ def benchmark(
     if l2 not in L2_MODES:
         raise ValueError(f"l2 must be one of {L2_MODES}, got {l2!r}")
     if cuda_graph and l2 == "cold":
-        raise ValueError("cuda_graph=True times back-to-back replays, which cannot flush L2 between calls; use l2='hot'")
+        raise ValueError(
+            "cuda_graph=True times back-to-back replays, which cannot flush L2 between calls; use l2='hot'"
+        )
     if not callable(fn):
         raise BenchmarkError(f"benchmark {label!r}: expected a callable, got {type(fn).__name__}")
     require_gpu(f"benchmark {label!r}")
@@ -517,8 +570,19 @@ def benchmark(
             f"host time per call ({_fmt_ms(statistics.median(host_samples))}) exceeds GPU time "
             f"({_fmt_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
         )
-    return Measurement(label, samples, mode, flops, bytes, dict(params or {}), notes, host_samples, clock_info,
-                       cost_ms if not cuda_graph else 0.0, TIMING_METHOD)
+    return Measurement(
+        label,
+        samples,
+        mode,
+        flops,
+        bytes,
+        dict(params or {}),
+        notes,
+        host_samples,
+        clock_info,
+        cost_ms if not cuda_graph else 0.0,
+        TIMING_METHOD,
+    )
 
 
 LAUNCH_COST_LIMITS_US = (0.0, 20.0)
@@ -559,21 +623,35 @@ def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[l
     samples = list(event_samples_ms)
     lo, hi = LAUNCH_COST_LIMITS_US
     if not lo <= cost_ms * 1e3 <= hi:
-        return samples, 0.0, [f"launch-cost calibration gave {cost_ms * 1e3:.2f} µs, outside {lo:g}–{hi:g} µs: "
-                              "not subtracted, the times are raw event times"]
+        return (
+            samples,
+            0.0,
+            [
+                f"launch-cost calibration gave {cost_ms * 1e3:.2f} µs, outside {lo:g}–{hi:g} µs: "
+                "not subtracted, the times are raw event times"
+            ],
+        )
     if not samples or cost_ms == 0:
         return samples, cost_ms, []
     notes = []
     event_median = statistics.median(samples)
     if cost_ms >= TOO_SHORT_FRACTION * event_median or min(samples) <= cost_ms:
-        return samples, 0.0, [
-            f"too short to time per call: the launch cost ({_fmt_ms(cost_ms)}) is {100 * cost_ms / event_median:.0f}% "
-            f"of the event time ({_fmt_ms(event_median)}), so subtracting it could give an impossible (non-positive) "
-            "time; the raw event times are reported, an upper bound on the kernel time; time it with cuda_graph=True"]
+        return (
+            samples,
+            0.0,
+            [
+                f"too short to time per call: the launch cost ({_fmt_ms(cost_ms)}) is "
+                f"{100 * cost_ms / event_median:.0f}% of the event time ({_fmt_ms(event_median)}), so subtracting it "
+                "could give an impossible (non-positive) time; the raw event times are reported, an upper bound on "
+                "the kernel time; time it with cuda_graph=True"
+            ],
+        )
     if cost_ms > LAUNCH_COST_WARN_FRACTION * event_median:
-        notes.append(f"the launch cost ({_fmt_ms(cost_ms)}) is {100 * cost_ms / event_median:.0f}% of this call's event "
-                     f"time ({_fmt_ms(event_median)}): its kernel time is known only to a fraction of a microsecond; "
-                     "time it with cuda_graph=True")
+        notes.append(
+            f"the launch cost ({_fmt_ms(cost_ms)}) is {100 * cost_ms / event_median:.0f}% of this call's event "
+            f"time ({_fmt_ms(event_median)}): its kernel time is known only to a fraction of a microsecond; "
+            "time it with cuda_graph=True"
+        )
     return [x - cost_ms for x in samples], cost_ms, notes
 
 
@@ -652,8 +730,16 @@ def _spin(ms: float) -> None:
     torch.cuda._sleep(int(ms * rate))
 
 
-def _time_until_precise(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float,
-                        min_reps: int, precision: float | None, offset_ms: float = 0.0) -> list[float]:
+def _time_until_precise(
+    fn: Callable[[], Any],
+    flush: Any,
+    reps: int,
+    label: str,
+    spin_ms: float,
+    min_reps: int,
+    precision: float | None,
+    offset_ms: float = 0.0,
+) -> list[float]:
     """Time up to ``reps`` calls, in doubling batches, stopping once the median is precise enough.
 
     The precision is relative to the median minus ``offset_ms`` (the launch cost that will be
@@ -768,12 +854,32 @@ class Ceilings:
         return max(flops / (tflops * 1e12), bytes / (gbps * 1e9)) * 1e3
 
     def to_dict(self) -> dict[str, Any]:
-        return {"copy_gbps": self.copy_gbps, "bf16_tflops": self.bf16_tflops, "peak_bf16_tflops": self.peak_bf16_tflops,
-                "peak_hbm_gbps": self.peak_hbm_gbps, "matmul_sm_mhz_end": self.matmul.clocks.get("sm_mhz_end"),
-                "copy": self.copy.to_dict(), "matmul": self.matmul.to_dict()}
+        return {
+            "copy_gbps": self.copy_gbps,
+            "bf16_tflops": self.bf16_tflops,
+            "peak_bf16_tflops": self.peak_bf16_tflops,
+            "peak_hbm_gbps": self.peak_hbm_gbps,
+            "matmul_sm_mhz_end": self.matmul.clocks.get("sm_mhz_end"),
+            "copy": self.copy.to_dict(),
+            "matmul": self.matmul.to_dict(),
+        }
 
 
 _CEILINGS: Ceilings | None = None
+
+
+def reset_caches() -> None:
+    """Forget this process's measured ceilings, launch-cost calibration and L2 flush buffer.
+
+    Example
+    -------
+    >>> reset_caches()
+    """
+    global _CEILINGS
+    _CEILINGS = None
+    _FLUSH.clear()
+    _LAUNCH_COST.clear()
+
 
 DATASHEET: dict[str, tuple[float, float]] = {
     # substring of torch's device name: (dense bf16 tensor-core TFLOP/s, HBM GB/s), from NVIDIA's datasheets
@@ -808,8 +914,9 @@ def datasheet_peaks(gpu_name: str) -> tuple[float | None, float | None]:
     return None, None
 
 
-def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096, 6144, 8192),
-                     refresh: bool = False) -> Ceilings:
+def measure_ceilings(
+    copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096, 6144, 8192), refresh: bool = False
+) -> Ceilings:
     """Measure device-copy bandwidth and bf16 matmul throughput once per process.
 
     Copies a ``copy_mib`` buffer (counting bytes read + written), and multiplies random square
@@ -851,13 +958,25 @@ def measure_ceilings(copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-        runs.append(benchmark(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), label=f"bf16 matmul {n}³",
-                              l2="cold", flops=2 * n**3, budget_ms=300))
+        runs.append(
+            benchmark(
+                lambda a=a, b=b, c=c: torch.matmul(a, b, out=c),
+                label=f"bf16 matmul {n}³",
+                l2="cold",
+                flops=2 * n**3,
+                budget_ms=300,
+            )
+        )
     a = b = c = None
     mm = max(runs, key=lambda m: m.tflops)
     torch.cuda.empty_cache()
-    _CEILINGS = Ceilings(copy.gbps or 0.0, mm.tflops or 0.0, copy, mm,
-                         *datasheet_peaks(torch.cuda.get_device_name(torch.cuda.current_device())))
+    _CEILINGS = Ceilings(
+        copy.gbps or 0.0,
+        mm.tflops or 0.0,
+        copy,
+        mm,
+        *datasheet_peaks(torch.cuda.get_device_name(torch.cuda.current_device())),
+    )
     return _CEILINGS
 
 
@@ -887,8 +1006,14 @@ def measure_read_bandwidth(mib: int = 2048) -> Measurement:
 
     src = torch.randn(mib * 2**20 // 4, device="cuda", dtype=torch.float32)
     out = torch.empty((), device="cuda", dtype=torch.float32)
-    m = benchmark(lambda: torch.sum(src, dim=0, out=out), label="device read (sum)", l2="cold", bytes=src.numel() * 4,
-                  budget_ms=300, params={"impl": "device read (sum)", "size_mib": mib})
+    m = benchmark(
+        lambda: torch.sum(src, dim=0, out=out),
+        label="device read (sum)",
+        l2="cold",
+        bytes=src.numel() * 4,
+        budget_ms=300,
+        params={"impl": "device read (sum)", "size_mib": mib},
+    )
     src = out = None  # release the buffer before returning its cache
     torch.cuda.empty_cache()
     return m
@@ -932,14 +1057,19 @@ def measure_launch_overhead(cycles: tuple[int, int] = (2_000, 100_000), reps: in
     flush = l2_flush_buffer()
     medians = []
     for c in (short, long):
-        sleep = lambda c=c: torch.cuda._sleep(c)  # noqa: E731
+        sleep = lambda c=c: torch.cuda._sleep(c)
         for _ in range(5):
             sleep()
         torch.cuda.synchronize()
         medians.append(statistics.median(_time_each(sleep, flush, reps, "known-length kernel", spin_ms=0.05)))
     us_per_cycle = (medians[1] - medians[0]) * 1e3 / (long - short)
-    return {"overhead_us": medians[0] * 1e3 - short * us_per_cycle, "short_events_us": medians[0] * 1e3,
-            "long_events_us": medians[1] * 1e3, "cycles_per_us": 1 / us_per_cycle, "calls": float(reps)}
+    return {
+        "overhead_us": medians[0] * 1e3 - short * us_per_cycle,
+        "short_events_us": medians[0] * 1e3,
+        "long_events_us": medians[1] * 1e3,
+        "cycles_per_us": 1 / us_per_cycle,
+        "calls": float(reps),
+    }
 
 
 # ---------------------------------------------------------------------------------------------

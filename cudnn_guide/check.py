@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .errors import CheckFailedError, InputError
 
@@ -112,7 +113,10 @@ class CheckResult:
     def __str__(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         nan = f", {self.nan_count} NaN of {self.numel}" if self.nan_count else ""
-        return f"check {self.name}: {verdict} rel. error {self.rel_error:.2e} (tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+        return (
+            f"check {self.name}: {verdict} rel. error {self.rel_error:.2e} "
+            f"(tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+        )
 
 
 def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
@@ -198,7 +202,8 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
         why = (
             f"{result.nan_count} of {result.numel} elements are NaN (never written, or NaN produced)"
             if result.nan_count
-            else f"relative error {result.rel_error:.3e} exceeds the {result.tolerance:.1e} tolerance for {result.dtype}"
+            else f"relative error {result.rel_error:.3e} exceeds the {result.tolerance:.1e} "
+            f"tolerance for {result.dtype}"
         )
         raise CheckFailedError(f"check {name} failed: {why}")
     return result
@@ -260,8 +265,9 @@ def reference(fn: Callable[..., Any], *inputs: Any, dtype: Any = None) -> Any:
         return fn(*up)
 
 
-def reference_grads(fn: Callable[..., Any], inputs: dict[str, Any], grad_output: Any, *,
-                    dtype: Any = None) -> tuple[Any, dict[str, Any]]:
+def reference_grads(
+    fn: Callable[..., Any], inputs: dict[str, Any], grad_output: Any, *, dtype: Any = None
+) -> tuple[Any, dict[str, Any]]:
     """Autograd reference: run ``fn(**inputs)`` upcast to ``dtype`` and backpropagate ``grad_output``.
 
     Every floating input gets a gradient; TF32 is off. The result is what a training framework
@@ -291,8 +297,10 @@ def reference_grads(fn: Callable[..., Any], inputs: dict[str, Any], grad_output:
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
-    up = {k: (v.detach().to(dtype).requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-          for k, v in inputs.items()}
+    up = {
+        k: (v.detach().to(dtype).requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+        for k, v in inputs.items()
+    }
     with full_precision(), torch.enable_grad():
         out = fn(**up)
         out.backward(grad_output.detach().to(dtype))

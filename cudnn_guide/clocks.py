@@ -57,7 +57,7 @@ class ClockSample:
         return dataclasses.asdict(self) | {"active": self.active}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nvml_handle(index: int) -> Any:
     import pynvml
 
@@ -77,21 +77,38 @@ def _sample_nvml() -> ClockSample:
     import pynvml
 
     h = _nvml_handle(_nvml_index())
-    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    reasons = (
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
     violation = {}
     for name, policy in (("power", pynvml.NVML_PERF_POLICY_POWER), ("thermal", pynvml.NVML_PERF_POLICY_THERMAL)):
         violation[name] = int(pynvml.nvmlDeviceGetViolationStatus(h, policy).violationTime)
-    return ClockSample(int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                       int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                       int(reasons(h)), violation, "nvml")
+    return ClockSample(
+        int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        int(reasons(h)),
+        violation,
+        "nvml",
+    )
 
 
 def _sample_smi() -> ClockSample:
     index = _nvml_index()
     last_error = ""
     for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
-        proc = subprocess.run(["nvidia-smi", "-i", str(index), f"--query-gpu=clocks.sm,clocks.max.sm,{field}",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        proc = subprocess.run(
+            [
+                "nvidia-smi",
+                "-i",
+                str(index),
+                f"--query-gpu=clocks.sm,clocks.max.sm,{field}",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if proc.returncode == 0:
             sm, max_sm, mask = (p.strip() for p in proc.stdout.strip().split(","))
             return ClockSample(int(sm), int(max_sm), int(mask, 16), None, "nvidia-smi")
@@ -99,7 +116,7 @@ def _sample_smi() -> ClockSample:
     raise RuntimeError(last_error)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _method() -> str | None:
     """The first source that works here, found once per process."""
     try:
@@ -175,8 +192,12 @@ def throttle_summary(before: ClockSample | None, after: ClockSample | None, run_
     """
     if after is None:
         return {"read_with": None}
-    out: dict[str, Any] = {"read_with": after.method, "max_sm_mhz": after.max_sm_mhz, "sm_mhz_end": after.sm_mhz,
-                           "active_end": after.active}
+    out: dict[str, Any] = {
+        "read_with": after.method,
+        "max_sm_mhz": after.max_sm_mhz,
+        "sm_mhz_end": after.sm_mhz,
+        "active_end": after.active,
+    }
     if before is not None and before.violation_ns is not None and after.violation_ns is not None and run_ms > 0:
         for name in ("power", "thermal"):
             grew = after.violation_ns.get(name, 0) - before.violation_ns.get(name, 0)

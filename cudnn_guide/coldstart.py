@@ -28,8 +28,15 @@ __all__ = ["GRAPHS", "PRELOAD", "measure", "run_fresh", "main"]
 
 GRAPHS = ("matmul", "conv", "sdpa")
 
-PRELOAD = ("torch", "numpy", "cudnn", "cudnn_guide.check", "cudnn_guide.graphs", "cudnn_guide.plan_cache",
-           "cudnn_guide.recipes")
+PRELOAD = (
+    "torch",
+    "numpy",
+    "cudnn",
+    "cudnn_guide.check",
+    "cudnn_guide.graphs",
+    "cudnn_guide.plan_cache",
+    "cudnn_guide.recipes",
+)
 """What a start-up study's interpreter imports before its turn: what :func:`measure` imports
 before its clock starts, so the numbers are those of an interpreter that has just imported them."""
 
@@ -142,10 +149,14 @@ def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path 
         cache.store(key, bytes(fused.built.graph.serialize(as_bytes=True)), fused.uids)
     out, ref = _reference(graph, problem, inputs)
     result = {
-        "graph": graph, "mode": mode,
-        "import_s": t_imported - t_process, "context_s": t_context - t_imported,
-        "plan_s": t_plan - t0, "first_result_s": t_first - t0,
-        "rel_error": check.compare(out, ref).rel_error, "jit_cache": None if jit_cache is None else str(jit_cache),
+        "graph": graph,
+        "mode": mode,
+        "import_s": t_imported - t_process,
+        "context_s": t_context - t_imported,
+        "plan_s": t_plan - t0,
+        "first_result_s": t_first - t0,
+        "rel_error": check.compare(out, ref).rel_error,
+        "jit_cache": None if jit_cache is None else str(jit_cache),
     }
     return result
 
@@ -177,8 +188,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
-def run_fresh(graph: str, mode: str, cache_dir: str | Path, *, jit_cache: str | Path | None = None,
-              pool: Any = None, timeout: float = 300) -> dict[str, Any]:
+def run_fresh(
+    graph: str,
+    mode: str,
+    cache_dir: str | Path,
+    *,
+    jit_cache: str | Path | None = None,
+    pool: Any = None,
+    timeout: float = 300,
+) -> dict[str, Any]:
     """Run :func:`measure` in a new interpreter; return its result plus the process's wall time.
 
     Parameters

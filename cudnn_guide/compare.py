@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .bench import Measurement, benchmark, estimate
 from .errors import BenchmarkError
@@ -32,8 +33,9 @@ _RESAMPLES = 2000
 _REPEAT = " (repeat)"
 
 
-def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = _RESAMPLES,
-                        seed: int = 0) -> tuple[float, float]:
+def bootstrap_median_ci(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = _RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
     """Percentile-bootstrap interval of the median of ``values``.
 
     Parameters
@@ -64,8 +66,9 @@ def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95, resam
     """
     values = list(values)
     if len(values) < MIN_ROUNDS:
-        raise BenchmarkError(f"an interval needs at least {MIN_ROUNDS} rounds, got {len(values)}: "
-                             "raise rounds= in compare()")
+        raise BenchmarkError(
+            f"an interval needs at least {MIN_ROUNDS} rounds, got {len(values)}: raise rounds= in compare()"
+        )
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
     tail = (1 - confidence) / 2
@@ -143,7 +146,7 @@ class Comparison:
             return f"a tie with {baseline} ({s['value']:.2f}×, {interval})"
         if s["verdict"] == "faster":
             return f"{s['value']:.2f}× faster than {baseline} ({interval})"
-        return (f"{1 / s['value']:.2f}× slower than {baseline} (speed-up {s['value']:.2f}×, {interval})")
+        return f"{1 / s['value']:.2f}× slower than {baseline} (speed-up {s['value']:.2f}×, {interval})"
 
     def estimate(self, name: str, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
         """``name``'s time over rounds as a headline: median of its round medians, bootstrap interval, in ``unit``.
@@ -154,12 +157,19 @@ class Comparison:
         rounds = self.round_medians_ms[name]
         lo, hi = bootstrap_median_ci(rounds)
         m = self.measurements[name]
-        return estimate(statistics.median(rounds), lo, hi, unit=unit,
-                        work=m.flops if unit == "TFLOP/s" else m.bytes, scale=scale)
+        return estimate(
+            statistics.median(rounds), lo, hi, unit=unit, work=m.flops if unit == "TFLOP/s" else m.bytes, scale=scale
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "rounds": self.rounds, "tie_band": self.tie_band,
-                "same_code": self.same_code, "versus": self.versus, "round_medians_ms": self.round_medians_ms}
+        return {
+            "candidate": self.candidate,
+            "rounds": self.rounds,
+            "tie_band": self.tie_band,
+            "same_code": self.same_code,
+            "versus": self.versus,
+            "round_medians_ms": self.round_medians_ms,
+        }
 
 
 def _pooled(label: str, parts: list[Measurement]) -> Measurement:
@@ -167,13 +177,35 @@ def _pooled(label: str, parts: list[Measurement]) -> Measurement:
     samples = [x for m in parts for x in m.samples_ms]
     notes = sorted({w for m in parts for w in m.warnings})
     host = [x for m in parts for x in (m.host_samples_ms or [])]
-    return Measurement(label, samples, first.mode, first.flops, first.bytes, dict(first.params), notes, host,
-                       first.clocks, first.launch_cost_ms, first.timing_method)
+    return Measurement(
+        label,
+        samples,
+        first.mode,
+        first.flops,
+        first.bytes,
+        dict(first.params),
+        notes,
+        host,
+        first.clocks,
+        first.launch_cost_ms,
+        first.timing_method,
+    )
 
 
-def compare(contenders: Mapping[str, Callable[[], Any]], *, candidate: str, l2: str, rounds: int = 11,
-            round_budget_ms: float = 25.0, flops: float | None = None, bytes: float | None = None,
-            params: Mapping[str, Any] | None = None, tag: str = "", seed: int = 0, **bench_kwargs: Any) -> Comparison:
+def compare(
+    contenders: Mapping[str, Callable[[], Any]],
+    *,
+    candidate: str,
+    l2: str,
+    rounds: int = 11,
+    round_budget_ms: float = 25.0,
+    flops: float | None = None,
+    bytes: float | None = None,
+    params: Mapping[str, Any] | None = None,
+    tag: str = "",
+    seed: int = 0,
+    **bench_kwargs: Any,
+) -> Comparison:
     """Time ``contenders`` in interleaved rounds and judge ``candidate`` against each other one, with an interval.
 
     Parameters
@@ -234,13 +266,26 @@ def compare(contenders: Mapping[str, Callable[[], Any]], *, candidate: str, l2: 
         rng.shuffle(order)
         for name in order:
             fn = contenders[name.removesuffix(_REPEAT)]
-            runs[name].append(benchmark(fn, label=f"{name} {tag}".strip(), l2=l2, flops=flops, bytes=bytes, budget_ms=round_budget_ms,
-                                        precision=None, params={**(params or {}), "impl": name}, **bench_kwargs))
+            runs[name].append(
+                benchmark(
+                    fn,
+                    label=f"{name} {tag}".strip(),
+                    l2=l2,
+                    flops=flops,
+                    bytes=bytes,
+                    budget_ms=round_budget_ms,
+                    precision=None,
+                    params={**(params or {}), "impl": name},
+                    **bench_kwargs,
+                )
+            )
     medians = {n: [m.median_ms for m in ms] for n, ms in runs.items()}
     for n, ms in medians.items():
         if min(ms) <= 0:
-            raise BenchmarkError(f"compare: {n!r} has a non-positive round median ({min(ms):.3g} ms): too short to "
-                                 "time per call; use cuda_graph=True")
+            raise BenchmarkError(
+                f"compare: {n!r} has a non-positive round median ({min(ms):.3g} ms): too short to "
+                "time per call; use cuda_graph=True"
+            )
     cand = medians[candidate]
     same = [r / c for c, r in zip(cand, medians[candidate + _REPEAT])]
     same_lo, same_hi = bootstrap_median_ci(same, seed=seed)
@@ -253,5 +298,12 @@ def compare(contenders: Mapping[str, Callable[[], Any]], *, candidate: str, l2: 
         lo, hi = bootstrap_median_ci(ratios, seed=seed)
         versus[name] = {"value": statistics.median(ratios), "low": lo, "high": hi, "verdict": judge(lo, hi, band)}
     pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
-    return Comparison(candidate, rounds, pooled, {n: medians[n] for n in contenders}, versus, band,
-                      {"value": statistics.median(same), "low": same_lo, "high": same_hi})
+    return Comparison(
+        candidate,
+        rounds,
+        pooled,
+        {n: medians[n] for n in contenders},
+        versus,
+        band,
+        {"value": statistics.median(same), "low": same_lo, "high": same_hi},
+    )

@@ -47,22 +47,37 @@ def make_training_inputs(problem: ConvProblem, seed: int = 0) -> dict[str, Any]:
     return data
 
 
-def _conv_graph(problem: ConvProblem, inputs: dict[str, Any], op: str, ports: dict[str, str], out: str,
-                handle: Any, name: str, graph_kwargs: dict[str, Any]) -> Fused:
+def _conv_graph(
+    problem: ConvProblem,
+    inputs: dict[str, Any],
+    op: str,
+    ports: dict[str, str],
+    out: str,
+    handle: Any,
+    name: str,
+    graph_kwargs: dict[str, Any],
+) -> Fused:
     """One convolution graph: ``op`` (``conv_fprop``/``conv_dgrad``/``conv_wgrad``) with its input
     ports fed from ``inputs`` (port → input name), the result written to ``inputs[out]``."""
     import cudnn
 
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
     io = {key: tensors.graph_tensor(g, inputs[key], key) for key in ports.values()}
-    result = getattr(g, op)(**{port: io[key] for port, key in ports.items()}, compute_data_type=cudnn.data_type.FLOAT,
-                            name=op, padding=[problem.padding] * 2, stride=[problem.stride] * 2, dilation=[1, 1])
+    result = getattr(g, op)(
+        **{port: io[key] for port, key in ports.items()},
+        compute_data_type=cudnn.data_type.FLOAT,
+        name=op,
+        padding=[problem.padding] * 2,
+        stride=[problem.stride] * 2,
+        dilation=[1, 1],
+    )
     io[out] = tensors.output_like(result, inputs[out])
     return Fused(graphs.build(g, name=name, handle=handle), io)
 
 
-def conv_fprop_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_fprop",
-                     **graph_kwargs: Any) -> Fused:
+def conv_fprop_graph(
+    problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_fprop", **graph_kwargs: Any
+) -> Fused:
     """Build the plain forward ``y = conv(x, w)``.
 
     Parameters
@@ -91,8 +106,9 @@ def conv_fprop_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: An
     return _conv_graph(problem, inputs, "conv_fprop", {"image": "x", "weight": "w"}, "y", handle, name, graph_kwargs)
 
 
-def conv_dgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_dgrad",
-                     **graph_kwargs: Any) -> Fused:
+def conv_dgrad_graph(
+    problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_dgrad", **graph_kwargs: Any
+) -> Fused:
     """Build the data gradient ``dx`` from ``dy`` and ``w``.
 
     Parameters
@@ -121,8 +137,9 @@ def conv_dgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: An
     return _conv_graph(problem, inputs, "conv_dgrad", {"loss": "dy", "filter": "w"}, "dx", handle, name, graph_kwargs)
 
 
-def conv_wgrad_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_wgrad",
-                     **graph_kwargs: Any) -> Fused:
+def conv_wgrad_graph(
+    problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_wgrad", **graph_kwargs: Any
+) -> Fused:
     """Build the weight gradient ``dw`` from ``x`` and ``dy``.
 
     Parameters

@@ -20,10 +20,20 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["kernels", "is_spin_kernel", "gpu_ops", "span_and_busy", "split_calls", "profile_calls", "same_run",
-           "crosscheck", "main"]
+__all__ = [
+    "kernels",
+    "is_spin_kernel",
+    "gpu_ops",
+    "span_and_busy",
+    "split_calls",
+    "profile_calls",
+    "same_run",
+    "crosscheck",
+    "main",
+]
 
 
 def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
@@ -50,7 +60,10 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     mm = recipes.MatmulProblem()
     mi = mm.make_inputs()
     mf = recipes.matmul_epilogue_graph(mm, mi)
-    out["matmul epilogue + AMAX (cuDNN graph)"] = (mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))), mm.flops)
+    out["matmul epilogue + AMAX (cuDNN graph)"] = (
+        mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
+        mm.flops,
+    )
     sd = recipes.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128)
     si = sd.make_inputs()
     sf = recipes.sdpa_graph(sd, si)
@@ -103,8 +116,9 @@ def gpu_ops(prof: Any) -> list[Any]:
     """
     import torch
 
-    return sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                  key=lambda e: e.time_range.start)
+    return sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: e.time_range.start
+    )
 
 
 def span_and_busy(calls: list[list[Any]]) -> tuple[list[float], list[float]]:
@@ -168,8 +182,9 @@ def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
     return calls
 
 
-def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = None,
-             budget_ms: float = 300.0) -> dict[str, Any]:
+def same_run(
+    launch: Callable[[], Any], *, label: str, flops: float | None = None, budget_ms: float = 300.0
+) -> dict[str, Any]:
     """Time ``launch`` with the harness while the profiler records every kernel, and compare per call.
 
     The harness enqueues, per timed call: a spin kernel, the L2 flush (cold), the start event,
@@ -216,23 +231,29 @@ def same_run(launch: Callable[[], Any], *, label: str, flops: float | None = Non
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             m = bench.benchmark(launch, label=label, l2="cold", flops=flops, budget_ms=budget_ms)
             torch.cuda.synchronize()
-    calls = split_calls(gpu_ops(prof), flush_names)[-m.n:]
+    calls = split_calls(gpu_ops(prof), flush_names)[-m.n :]
     span, busy = span_and_busy(calls)
     memsets = [sum("memset" in e.name.lower() or "memcpy" in e.name.lower() for e in c) for c in calls]
     ev, kt, sp = m.event_median_ms * 1e3, m.median_ms * 1e3, statistics.median(span)
     return {
-        "events_median_us": ev, "harness_median_us": kt, "launch_cost_us": m.launch_cost_ms * 1e3,
-        "events_iqr_us": m.iqr_ms * 1e3, "calls": len(calls),
-        "cupti_span_median_us": sp, "cupti_kernels_median_us": statistics.median(busy),
+        "events_median_us": ev,
+        "harness_median_us": kt,
+        "launch_cost_us": m.launch_cost_ms * 1e3,
+        "events_iqr_us": m.iqr_ms * 1e3,
+        "calls": len(calls),
+        "cupti_span_median_us": sp,
+        "cupti_kernels_median_us": statistics.median(busy),
         "kernels_per_call": statistics.median(len(c) - n for c, n in zip(calls, memsets)),
         "memsets_per_call": statistics.median(memsets),
-        "events_vs_span_pct": 100 * (ev / sp - 1), "events_minus_span_us": ev - sp,
+        "events_vs_span_pct": 100 * (ev / sp - 1),
+        "events_minus_span_us": ev - sp,
         "harness_vs_span_pct": 100 * (kt / sp - 1),
     }
 
 
-def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50, label: str = "fn",
-                  warmup_ms: float = 50.0) -> dict[str, Any]:
+def profile_calls(
+    launch: Callable[[], Any], *, spin_ms: float, calls: int = 50, label: str = "fn", warmup_ms: float = 50.0
+) -> dict[str, Any]:
     """CUPTI's view of calls made exactly as the harness makes them, without the events.
 
     The harness's warm-up comes first (calls back to back for ``warmup_ms``, which brings a
@@ -294,8 +315,12 @@ def profile_calls(launch: Callable[[], Any], *, spin_ms: float, calls: int = 50,
     if not cut:
         raise RuntimeError(f"profile_calls {label!r}: no calls found in the trace")
     span, busy = span_and_busy(cut)
-    return {"span_us": statistics.median(span), "kernels_us": statistics.median(busy),
-            "calls": float(len(cut)), "clocks": clock_info}
+    return {
+        "span_us": statistics.median(span),
+        "kernels_us": statistics.median(busy),
+        "calls": float(len(cut)),
+        "clocks": clock_info,
+    }
 
 
 def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
@@ -340,38 +365,50 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
             m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
             matched = profile_calls(launch, spin_ms=bench.spin_for(m.host_median_ms), calls=50, label=name)
             b2b = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
-            per_round.append({"harness_us": m.median_ms * 1e3, "events_us": m.event_median_ms * 1e3,
-                              "harness_ci_rel": m.median_ci_rel, "profiler_span_us": matched["span_us"],
-                              "profiler_kernels_us": matched["kernels_us"], "back_to_back_us": b2b.per_call_ms * 1e3,
-                              "harness_sm_mhz_end": m.clocks.get("sm_mhz_end"),
-                              "harness_power_capped": m.clocks.get("power_capped_fraction"),
-                              "profiler_sm_mhz_end": matched["clocks"].get("sm_mhz_end"),
-                              "profiler_power_capped": matched["clocks"].get("power_capped_fraction")})
-        med = {k: statistics.median(r[k] for r in per_round) for k in
-               ("harness_us", "events_us", "profiler_span_us", "profiler_kernels_us", "back_to_back_us")}
+            per_round.append(
+                {
+                    "harness_us": m.median_ms * 1e3,
+                    "events_us": m.event_median_ms * 1e3,
+                    "harness_ci_rel": m.median_ci_rel,
+                    "profiler_span_us": matched["span_us"],
+                    "profiler_kernels_us": matched["kernels_us"],
+                    "back_to_back_us": b2b.per_call_ms * 1e3,
+                    "harness_sm_mhz_end": m.clocks.get("sm_mhz_end"),
+                    "harness_power_capped": m.clocks.get("power_capped_fraction"),
+                    "profiler_sm_mhz_end": matched["clocks"].get("sm_mhz_end"),
+                    "profiler_power_capped": matched["clocks"].get("power_capped_fraction"),
+                }
+            )
+        med = {
+            k: statistics.median(r[k] for r in per_round)
+            for k in ("harness_us", "events_us", "profiler_span_us", "profiler_kernels_us", "back_to_back_us")
+        }
         replay = cudagraphs.time_replay(cudagraphs.capture(launch, calls=100, label=name), label=name, reps=20)
         # each round pairs the two clocks in time: the median of the paired differences cancels a
         # drift of the GPU's clock across rounds, which a ratio of the two medians would not
         diff = statistics.median(100 * (r["harness_us"] / r["profiler_kernels_us"] - 1) for r in per_round)
-        rows.append({
-            "kernel": name,
-            "harness_median_us": med["harness_us"],
-            "harness_events_us": med["events_us"],
-            "launch_cost_us": cost["overhead_us"],
-            "profiler_us": med["profiler_kernels_us"],
-            "profiler_span_us": med["profiler_span_us"],
-            "harness_vs_profiler_pct": diff,
-            "harness_vs_profiler_span_pct": statistics.median(
-                100 * (r["harness_us"] / r["profiler_span_us"] - 1) for r in per_round),
-            "ratio_of_medians_pct": 100 * (med["harness_us"] / med["profiler_kernels_us"] - 1),
-            "within_3pct": abs(diff) <= 3,
-            "back_to_back_us": med["back_to_back_us"],
-            "harness_vs_back_to_back_pct": 100 * (med["harness_us"] / med["back_to_back_us"] - 1),
-            "rounds": per_round,
-            "replay_hot_us": replay.median_ms * 1e3,
-            "same_run": same_run(launch, label=name, flops=flops),
-            "kernels": b2b.top(3),
-        })
+        rows.append(
+            {
+                "kernel": name,
+                "harness_median_us": med["harness_us"],
+                "harness_events_us": med["events_us"],
+                "launch_cost_us": cost["overhead_us"],
+                "profiler_us": med["profiler_kernels_us"],
+                "profiler_span_us": med["profiler_span_us"],
+                "harness_vs_profiler_pct": diff,
+                "harness_vs_profiler_span_pct": statistics.median(
+                    100 * (r["harness_us"] / r["profiler_span_us"] - 1) for r in per_round
+                ),
+                "ratio_of_medians_pct": 100 * (med["harness_us"] / med["profiler_kernels_us"] - 1),
+                "within_3pct": abs(diff) <= 3,
+                "back_to_back_us": med["back_to_back_us"],
+                "harness_vs_back_to_back_pct": 100 * (med["harness_us"] / med["back_to_back_us"] - 1),
+                "rounds": per_round,
+                "replay_hot_us": replay.median_ms * 1e3,
+                "same_run": same_run(launch, label=name, flops=flops),
+                "kernels": b2b.top(3),
+            }
+        )
     return rows
 
 
@@ -400,12 +437,15 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
             f.write(text + "\n")
     for r in rows:
         sr = r["same_run"]
-        print(f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs (events {r['harness_events_us']:.1f} − "
-              f"{r['launch_cost_us']:.1f})  profiler, same conditions {r['profiler_us']:9.1f} µs (span {r['profiler_span_us']:.1f}) "
-              f"({r['harness_vs_profiler_pct']:+5.1f}%)  back to back {r['back_to_back_us']:.1f} µs  "
-              f"replay(hot) {r['replay_hot_us']:9.1f} µs | same run: harness {sr['harness_median_us']:.1f} µs, "
-              f"CUPTI span {sr['cupti_span_median_us']:.1f} µs ({sr['harness_vs_span_pct']:+.1f}%), "
-              f"kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls")
+        print(
+            f"{r['kernel']:42s} harness {r['harness_median_us']:9.1f} µs (events {r['harness_events_us']:.1f} − "
+            f"{r['launch_cost_us']:.1f})  profiler, same conditions {r['profiler_us']:9.1f} µs "
+            f"(span {r['profiler_span_us']:.1f}) "
+            f"({r['harness_vs_profiler_pct']:+5.1f}%)  back to back {r['back_to_back_us']:.1f} µs  "
+            f"replay(hot) {r['replay_hot_us']:9.1f} µs | same run: harness {sr['harness_median_us']:.1f} µs, "
+            f"CUPTI span {sr['cupti_span_median_us']:.1f} µs ({sr['harness_vs_span_pct']:+.1f}%), "
+            f"kernels {sr['cupti_kernels_median_us']:.1f} µs, {sr['calls']} calls"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,7 +13,8 @@ just works; a raw ``graph.execute`` needs ``cudnn.set_stream(handle, capture_str
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .bench import Measurement, _call, _spread_warnings
 from .errors import BenchmarkError
@@ -104,8 +105,16 @@ def _wall_clock_per_call(run: Callable[[], Any], calls: int, reps: int) -> list[
     return samples
 
 
-def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int = 30,
-              flops: float | None = None, bytes: float | None = None, params: dict | None = None) -> Measurement:
+def time_loop(
+    fn: Callable[[], Any],
+    *,
+    label: str,
+    calls: int = 100,
+    reps: int = 30,
+    flops: float | None = None,
+    bytes: float | None = None,
+    params: dict | None = None,
+) -> Measurement:
     """Per-call time of a loop of ``calls`` back-to-back calls: wall clock from the first launch to
     the end of a final synchronize, divided by ``calls``; hot L2.
 
@@ -149,12 +158,20 @@ def time_loop(fn: Callable[[], Any], *, label: str, calls: int = 100, reps: int 
             fn()
 
     samples = _wall_clock_per_call(loop, calls, reps)
-    return Measurement(label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}),
-                       _spread_warnings(samples))
+    return Measurement(
+        label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}), _spread_warnings(samples)
+    )
 
 
-def time_replay(graph: CapturedGraph, *, label: str, reps: int = 30, flops: float | None = None,
-                bytes: float | None = None, params: dict | None = None) -> Measurement:
+def time_replay(
+    graph: CapturedGraph,
+    *,
+    label: str,
+    reps: int = 30,
+    flops: float | None = None,
+    bytes: float | None = None,
+    params: dict | None = None,
+) -> Measurement:
     """Per-call time of replaying ``graph`` (wall clock, one synchronize per replay, divided by the
     calls the graph holds): the counterpart of :func:`time_loop`.
 
@@ -185,5 +202,6 @@ def time_replay(graph: CapturedGraph, *, label: str, reps: int = 30, flops: floa
     """
     graph.replay()
     samples = _wall_clock_per_call(graph.replay, graph.calls, reps)
-    return Measurement(label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}),
-                       _spread_warnings(samples))
+    return Measurement(
+        label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}), _spread_warnings(samples)
+    )

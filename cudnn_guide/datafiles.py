@@ -14,8 +14,9 @@ import json
 import os
 import threading
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = ["write_bytes", "write_text", "write_json", "append_lines", "read_json", "read_jsonl"]
 
@@ -242,7 +243,10 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
         try:
             out.append(json.loads(line))
         except ValueError as exc:
-            raise CorruptDataError(path, f"line is not valid JSON ({exc.msg}, column {exc.colno})", line=number,
-                                   fix="delete or repair that line (each line is one recording's entry), "
-                                       "or restore the file from git") from None
+            raise CorruptDataError(
+                path,
+                f"line is not valid JSON ({exc.msg}, column {exc.colno})",
+                line=number,
+                fix="delete or repair that line (each line is one recording's entry), or restore the file from git",
+            ) from None
     return out

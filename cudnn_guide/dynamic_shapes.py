@@ -17,13 +17,21 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["PRELOAD", "build_sequence", "run_fresh_sequence", "main"]
 
 
-def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, k: int = 1024, n: int = 512,
-                   time_execution: bool = True) -> list[dict[str, Any]]:
+def build_sequence(
+    batches: Sequence[int],
+    *,
+    kernel_cache: bool,
+    m: int = 512,
+    k: int = 1024,
+    n: int = 512,
+    time_execution: bool = True,
+) -> list[dict[str, Any]]:
     """Build ``matmul → scale → bias → GELU`` for each batch size in order; time each build.
 
     With ``kernel_cache=True`` all graphs share one ``cudnn.create_kernel_cache()`` and are
@@ -71,16 +79,30 @@ def build_sequence(batches: Sequence[int], *, kernel_cache: bool, m: int = 512, 
         t0 = time.perf_counter()
         fused = recipes.matmul_epilogue_graph(problem, inputs, handle=handle, amax=False, **extra)
         build_s = time.perf_counter() - t0
-        pack = fused.pack(**{k_: v for k_, v in inputs.items() if k_ != "amax"}, alpha=tensors.scalar_value(problem.alpha))
+        pack = fused.pack(
+            **{k_: v for k_, v in inputs.items() if k_ != "amax"}, alpha=tensors.scalar_value(problem.alpha)
+        )
         check.poison(inputs["y"])
         fused.built.execute(pack)
         ref, _ = check.reference(problem.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
         result = check.compare(inputs["y"], ref, name=f"batch {batch}")
-        row = {"batch": batch, "build_s": build_s, "steps_s": fused.built.report.step_seconds,
-               "plan": fused.built.report.plan_name, "rel_error": result.rel_error, "passed": result.passed}
+        row = {
+            "batch": batch,
+            "build_s": build_s,
+            "steps_s": fused.built.report.step_seconds,
+            "plan": fused.built.report.plan_name,
+            "rel_error": result.rel_error,
+            "passed": result.passed,
+        }
         if time_execution:
-            m_ = bench.benchmark(fused.built.bind(pack), label=f"batch {batch}", l2="cold", flops=problem.flops,
-                                 budget_ms=60, min_reps=20)
+            m_ = bench.benchmark(
+                fused.built.bind(pack),
+                label=f"batch {batch}",
+                l2="cold",
+                flops=problem.flops,
+                budget_ms=60,
+                min_reps=20,
+            )
             row["exec_median_ms"] = m_.median_ms
             row["exec"] = m_.to_dict()
         rows.append(row)
@@ -108,13 +130,22 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(build_sequence(batches, kernel_cache=mode == "cache")))
 
 
-PRELOAD = ("torch", "numpy", "cudnn", "cudnn_guide.bench", "cudnn_guide.check", "cudnn_guide.graphs",
-           "cudnn_guide.recipes", "cudnn_guide.tensors")
+PRELOAD = (
+    "torch",
+    "numpy",
+    "cudnn",
+    "cudnn_guide.bench",
+    "cudnn_guide.check",
+    "cudnn_guide.graphs",
+    "cudnn_guide.recipes",
+    "cudnn_guide.tensors",
+)
 """What a sequence's interpreter imports before its turn (what :func:`build_sequence` uses)."""
 
 
-def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, pool: Any = None,
-                       timeout: float = 600) -> list[dict[str, Any]]:
+def run_fresh_sequence(
+    batches: Sequence[int], *, kernel_cache: bool, pool: Any = None, timeout: float = 600
+) -> list[dict[str, Any]]:
     """:func:`build_sequence` in a new interpreter (:mod:`cudnn_guide.fresh_process`); returns its rows.
 
     Parameters
@@ -147,8 +178,9 @@ def run_fresh_sequence(batches: Sequence[int], *, kernel_cache: bool, pool: Any 
 
     try:
         if pool is None:
-            done = fresh_process.run(build_sequence, list(batches), kernel_cache=kernel_cache, preload=PRELOAD,
-                                     timeout=timeout)
+            done = fresh_process.run(
+                build_sequence, list(batches), kernel_cache=kernel_cache, preload=PRELOAD, timeout=timeout
+            )
         else:
             done = pool.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:

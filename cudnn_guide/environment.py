@@ -278,7 +278,7 @@ class EnvironmentRecord:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EnvironmentRecord":
+    def from_dict(cls, data: dict[str, Any]) -> EnvironmentRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -292,11 +292,21 @@ class EnvironmentRecord:
 
     def rows(self) -> list[tuple[str, str]]:
         labels = {
-            "gpu": "GPU", "sm": "SM version", "sm_count": "SMs", "memory_gib": "Memory (GiB)",
-            "l2_mib": "L2 cache (MiB)", "driver": "Driver", "cuda": "CUDA (torch build)",
-            "torch": "PyTorch", "cudnn_backend": "cuDNN backend", "cudnn_frontend": "cuDNN Frontend",
-            "libcudnn": "libcudnn loaded", "python": "Python", "platform": "Platform",
-            "commit": "cudnn-guide commit", "date_utc": "Date (UTC)",
+            "gpu": "GPU",
+            "sm": "SM version",
+            "sm_count": "SMs",
+            "memory_gib": "Memory (GiB)",
+            "l2_mib": "L2 cache (MiB)",
+            "driver": "Driver",
+            "cuda": "CUDA (torch build)",
+            "torch": "PyTorch",
+            "cudnn_backend": "cuDNN backend",
+            "cudnn_frontend": "cuDNN Frontend",
+            "libcudnn": "libcudnn loaded",
+            "python": "Python",
+            "platform": "Platform",
+            "commit": "cudnn-guide commit",
+            "date_utc": "Date (UTC)",
         }
         return [(labels[k], str(v)) for k, v in self.to_dict().items()]
 
@@ -307,9 +317,7 @@ class EnvironmentRecord:
     def _repr_html_(self) -> str:
         import html
 
-        body = "".join(
-            f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in self.rows()
-        )
+        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in self.rows())
         return f'<table class="cg-env-table">{body}</table>'
 
 
@@ -333,13 +341,19 @@ def git_commit() -> str:
         return env
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=_REPO_ROOT, capture_output=True,
-            text=True, timeout=10, check=True,
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=_REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-             ":(exclude)docs/auto_examples"],
-            cwd=_REPO_ROOT, capture_output=True, text=True, timeout=10,
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs/auto_examples"],
+            cwd=_REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -350,7 +364,9 @@ def _driver_version() -> str:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         ).stdout.strip()
         if out:
             return out.splitlines()[0].strip()
@@ -422,7 +438,7 @@ def _main() -> None:  # pragma: no cover - thin CLI
         print(collect().to_json())
     except Exception as exc:
         print(f"\n{type(exc).__name__}: {exc}", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -171,10 +171,15 @@ class CorruptDataError(GuideError):
     -------
     >>> print(CorruptDataError("docs/data/history.jsonl", "line is not valid JSON", line=4))
     docs/data/history.jsonl:4: line is not valid JSON. Fix: restore it from git (`git checkout -- <file>`) or re-record the page on a GPU.
-    """
+    """  # noqa: E501
 
-    def __init__(self, path: object, problem: str, line: int | None = None,
-                 fix: str = "restore it from git (`git checkout -- <file>`) or re-record the page on a GPU") -> None:
+    def __init__(
+        self,
+        path: object,
+        problem: str,
+        line: int | None = None,
+        fix: str = "restore it from git (`git checkout -- <file>`) or re-record the page on a GPU",
+    ) -> None:
         self.path, self.problem, self.line = str(path), problem, line
         where = f"{path}:{line}" if line is not None else f"{path}"
         super().__init__(f"{where}: {problem}. Fix: {fix}.")

@@ -15,8 +15,15 @@ from typing import Any
 from . import graphs, tensors
 from .recipes import Fused, SdpaProblem, _new_graph, _Problem
 
-__all__ = ["E4M3_MAX", "quantize", "dequantize", "Fp8MatmulProblem", "fp8_matmul_graph", "make_sdpa_fp8_inputs",
-           "sdpa_fp8_graph"]
+__all__ = [
+    "E4M3_MAX",
+    "quantize",
+    "dequantize",
+    "Fp8MatmulProblem",
+    "fp8_matmul_graph",
+    "make_sdpa_fp8_inputs",
+    "sdpa_fp8_graph",
+]
 
 E4M3_MAX = 448.0
 """Largest finite FP8 E4M3 value."""
@@ -49,8 +56,11 @@ def quantize(t: Any, amax: float | None = None, rank: int = 4) -> tuple[Any, Any
     scale = E4M3_MAX / max(amax, 1e-12)
     t8 = (t.float() * scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     shape = (1,) * rank
-    return (t8, torch.full(shape, scale, device=t.device, dtype=torch.float32),
-            torch.full(shape, 1.0 / scale, device=t.device, dtype=torch.float32))
+    return (
+        t8,
+        torch.full(shape, scale, device=t.device, dtype=torch.float32),
+        torch.full(shape, 1.0 / scale, device=t.device, dtype=torch.float32),
+    )
 
 
 def dequantize(t8: Any, descale: Any) -> Any:
@@ -109,13 +119,25 @@ class Fp8MatmulProblem(_Problem):
         b = torch.randn(1, self.n, self.k, device="cuda", dtype=self.torch_dtype, generator=g).transpose(1, 2)
         a8, _, descale_a = quantize(a, rank=3)
         b8, _, descale_b = quantize(b, rank=3)
-        return {"a": a, "b": b, "a8": a8, "b8": b8.transpose(1, 2).contiguous().transpose(1, 2),
-                "descale_a": descale_a, "descale_b": descale_b,
-                "c": torch.empty(1, self.m, self.n, device="cuda", dtype=self.torch_dtype)}
+        return {
+            "a": a,
+            "b": b,
+            "a8": a8,
+            "b8": b8.transpose(1, 2).contiguous().transpose(1, 2),
+            "descale_a": descale_a,
+            "descale_b": descale_b,
+            "c": torch.empty(1, self.m, self.n, device="cuda", dtype=self.torch_dtype),
+        }
 
 
-def fp8_matmul_graph(problem: Fp8MatmulProblem, inputs: dict[str, Any], *, handle: Any = None,
-                     name: str = "fp8_matmul", **graph_kwargs: Any) -> Fused:
+def fp8_matmul_graph(
+    problem: Fp8MatmulProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    name: str = "fp8_matmul",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build the FP8 matmul with both descales applied in the epilogue (fp32 accumulate).
 
     Parameters
@@ -187,16 +209,20 @@ def make_sdpa_fp8_inputs(q: Any, k: Any, v: Any) -> dict[str, Any]:
     one = dict(size=(1, 1, 1, 1), device=q.device, dtype=torch.float32)
     scale_o = E4M3_MAX / max(float(v.abs().max()), 1e-12)
     out.update(
-        scale_s=torch.full(fill_value=E4M3_MAX, **one), descale_s=torch.full(fill_value=1 / E4M3_MAX, **one),
-        scale_o=torch.full(fill_value=scale_o, **one), descale_o=torch.full(fill_value=1 / scale_o, **one),
+        scale_s=torch.full(fill_value=E4M3_MAX, **one),
+        descale_s=torch.full(fill_value=1 / E4M3_MAX, **one),
+        scale_o=torch.full(fill_value=scale_o, **one),
+        descale_o=torch.full(fill_value=1 / scale_o, **one),
         o8=torch.empty(q.shape, device=q.device, dtype=torch.float8_e4m3fn),
-        amax_s=torch.zeros(**one), amax_o=torch.zeros(**one),
+        amax_s=torch.zeros(**one),
+        amax_o=torch.zeros(**one),
     )
     return out
 
 
-def sdpa_fp8_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa_fp8",
-                   **graph_kwargs: Any) -> Fused:
+def sdpa_fp8_graph(
+    problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa_fp8", **graph_kwargs: Any
+) -> Fused:
     """Build FP8 attention: FP8 ``q, k, v`` with their descales; the softmax probabilities are
     re-quantized inside with ``scale_s``/``descale_s``; the FP8 output takes ``scale_o``; the
     graph reports ``amax_s`` and ``amax_o``.
@@ -233,9 +259,21 @@ def sdpa_fp8_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any 
     # sdpa_fp8 names the band's right edge ``right_bound`` (sdpa: ``diagonal_band_right_bound``)
     mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, right_bound=0) if problem.causal else {}
     O, _stats, amax_s, amax_o = g.sdpa_fp8(
-        name="sdpa_fp8", q=io["q8"], k=io["k8"], v=io["v8"], descale_q=io["descale_q"], descale_k=io["descale_k"],
-        descale_v=io["descale_v"], descale_s=io["descale_s"], scale_s=io["scale_s"], scale_o=io["scale_o"],
-        generate_stats=False, attn_scale=problem.scale, compute_data_type=cudnn.data_type.FLOAT, **mask)
+        name="sdpa_fp8",
+        q=io["q8"],
+        k=io["k8"],
+        v=io["v8"],
+        descale_q=io["descale_q"],
+        descale_k=io["descale_k"],
+        descale_v=io["descale_v"],
+        descale_s=io["descale_s"],
+        scale_s=io["scale_s"],
+        scale_o=io["scale_o"],
+        generate_stats=False,
+        attn_scale=problem.scale,
+        compute_data_type=cudnn.data_type.FLOAT,
+        **mask,
+    )
     io["o8"] = tensors.output_like(O, inputs["o8"])
     io["amax_s"] = tensors.output_like(amax_s, inputs["amax_s"])
     io["amax_o"] = tensors.output_like(amax_o, inputs["amax_o"])

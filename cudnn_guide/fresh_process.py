@@ -32,8 +32,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .errors import GuideError
 
@@ -42,8 +43,10 @@ __all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "PRELOAD", "ru
 PRELOAD: tuple[str, ...] = ("torch", "numpy")
 """Modules each interpreter imports before it is ready, unless it is given others."""
 
-_WORKER = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-           "from cudnn_guide.fresh_process import _worker_main; _worker_main(int(sys.argv[2]), sys.argv[3:])")
+_WORKER = (
+    "import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+    "from cudnn_guide.fresh_process import _worker_main; _worker_main(int(sys.argv[2]), sys.argv[3:])"
+)
 
 
 class FreshProcessError(GuideError):
@@ -110,7 +113,7 @@ def _send(fd: int, obj: Any) -> None:
     data = pickle.dumps(obj)
     view = memoryview(struct.pack("<Q", len(data)) + data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
@@ -162,7 +165,7 @@ def _worker_main(answer_fd: int, preload: Sequence[str]) -> None:
     try:  # CUDA was checked untouched when the interpreter said it was ready; nothing ran since
         fn, args, kwargs = pickle.loads(payload)
         message = ("ok", t_started, fn(*args, **kwargs))
-    except BaseException:  # noqa: BLE001 - every failure goes back to the caller, with its traceback
+    except BaseException:
         message = ("error", t_started, traceback.format_exc())
     sys.stdout.flush()
     sys.stderr.flush()
@@ -177,9 +180,20 @@ class _Interpreter:
         read, write = os.pipe()
         self.launched = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", _WORKER,
-             json.dumps(sys.path), str(write), *preload],
-            stdin=subprocess.PIPE, pass_fds=(write,), cwd=os.getcwd(), env=dict(os.environ))
+            [
+                sys.executable,
+                *subprocess._args_from_interpreter_flags(),
+                "-c",
+                _WORKER,
+                json.dumps(sys.path),
+                str(write),
+                *preload,
+            ],
+            stdin=subprocess.PIPE,
+            pass_fds=(write,),
+            cwd=os.getcwd(),
+            env=dict(os.environ),
+        )
         os.close(write)
         self.answers = read
         self.import_seconds: float | None = None
@@ -190,7 +204,9 @@ class _Interpreter:
         try:
             _, self.import_seconds, not_fresh = _receive(self.answers, timeout)
         except EOFError:
-            raise FreshProcessError("interpreter start", f"it exited while importing (exit code {self.proc.wait()})") from None
+            raise FreshProcessError(
+                "interpreter start", f"it exited while importing (exit code {self.proc.wait()})"
+            ) from None
         except TimeoutError:
             self.kill()
             raise FreshProcessError("interpreter start", f"not ready within {timeout} s; it was killed") from None
@@ -246,7 +262,7 @@ class InterpreterPool:
         self.start_seconds: float | None = None
         """Wall time from creating the pool until all its interpreters were ready."""
 
-    def __enter__(self) -> "InterpreterPool":
+    def __enter__(self) -> InterpreterPool:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -304,11 +320,15 @@ class InterpreterPool:
         """
         what = _qualname(fn)
         if getattr(fn, "__module__", None) == "__main__":
-            raise FreshProcessError(what, "a function defined in __main__ cannot be found by name in a new "
-                                          "interpreter; define it in an importable module")
+            raise FreshProcessError(
+                what,
+                "a function defined in __main__ cannot be found by name in a new "
+                "interpreter; define it in an importable module",
+            )
         if not self._idle:
-            raise FreshProcessError(what, "this InterpreterPool has no interpreter left: make it as large as the "
-                                          "number of calls")
+            raise FreshProcessError(
+                what, "this InterpreterPool has no interpreter left: make it as large as the number of calls"
+            )
         for interp in self._idle:  # all started together; wait for all, so none imports during a call
             interp.wait_ready(self.ready_timeout)
         if self.start_seconds is None:
@@ -325,7 +345,9 @@ class InterpreterPool:
             raise FreshProcessError(what, f"no answer within {timeout} s; the interpreter was killed") from None
         except (EOFError, BrokenPipeError):
             interp.kill()
-            raise FreshProcessError(what, f"the interpreter died without an answer (exit code {interp.proc.returncode})") from None
+            raise FreshProcessError(
+                what, f"the interpreter died without an answer (exit code {interp.proc.returncode})"
+            ) from None
         try:
             interp.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -334,12 +356,18 @@ class InterpreterPool:
         interp.close()
         if status != "ok":
             raise FreshProcessError(what, value)
-        return FreshResult(value=value, seconds=time.perf_counter() - t0, start_seconds=max(0.0, t_started - t_asked),
-                           import_seconds=interp.import_seconds or 0.0, pid=interp.proc.pid)
+        return FreshResult(
+            value=value,
+            seconds=time.perf_counter() - t0,
+            start_seconds=max(0.0, t_started - t_asked),
+            import_seconds=interp.import_seconds or 0.0,
+            pid=interp.proc.pid,
+        )
 
 
-def run(fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, timeout: float | None = 600,
-        **kwargs: Any) -> FreshResult:
+def run(
+    fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, timeout: float | None = 600, **kwargs: Any
+) -> FreshResult:
     """Call ``fn(*args, **kwargs)`` in one new interpreter (an :class:`InterpreterPool` of one).
 
     It waits for the interpreter's imports; to run several calls without that wait, make an

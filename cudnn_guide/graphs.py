@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
 
@@ -25,6 +26,26 @@ STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_s
 """The five build steps, in order."""
 
 _HANDLES: dict[int, Any] = {}
+
+
+def reset_caches() -> None:
+    """Destroy the cuDNN handles this module created (one per device); the next call creates new ones.
+
+    Example
+    -------
+    >>> reset_caches()
+    """
+    import sys
+
+    if "cudnn" in sys.modules:
+        import cudnn
+
+        for handle in _HANDLES.values():
+            try:
+                cudnn.destroy_handle(handle)
+            except Exception:  # a handle of a context already gone: nothing left to free
+                pass
+    _HANDLES.clear()
 
 
 def handle_for_current_device() -> Any:
@@ -167,7 +188,9 @@ class BuiltGraph:
                 raise InputError(f"graph {self.name!r}: the variant pack has no tensor for {gt.get_name()!r}")
             data = pack[gt]
             if not isinstance(data, torch.Tensor):
-                raise InputError(f"graph {self.name!r}: {gt.get_name()!r} must be a torch.Tensor, got {type(data).__name__}")
+                raise InputError(
+                    f"graph {self.name!r}: {gt.get_name()!r} must be a torch.Tensor, got {type(data).__name__}"
+                )
             if gt.get_is_pass_by_value():
                 continue
             if data.device.type != "cuda":

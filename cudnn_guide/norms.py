@@ -15,8 +15,16 @@ from typing import Any
 from . import graphs, tensors
 from .recipes import Fused, _new_graph, _Problem
 
-__all__ = ["NormProblem", "norm_forward_graph", "norm_backward_graph", "pack_norm", "BatchNormProblem",
-           "batchnorm_relu_graph", "fold_batchnorm", "folded_batchnorm_relu_graph"]
+__all__ = [
+    "NormProblem",
+    "norm_forward_graph",
+    "norm_backward_graph",
+    "pack_norm",
+    "BatchNormProblem",
+    "batchnorm_relu_graph",
+    "fold_batchnorm",
+    "folded_batchnorm_relu_graph",
+]
 
 
 def _as_4d(t: Any) -> Any:
@@ -112,8 +120,10 @@ class NormProblem(_Problem):
 
         x = x.float()
         if self.kind == "layer":
-            return {"mean": x.mean(-1, keepdim=True),
-                    "inv_var": torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps)}
+            return {
+                "mean": x.mean(-1, keepdim=True),
+                "inv_var": torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps),
+            }
         return {"inv_var": torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)}
 
 
@@ -121,8 +131,15 @@ def _param(t: Any) -> Any:
     return t.reshape(1, -1, 1, 1)
 
 
-def norm_forward_graph(problem: NormProblem, inputs: dict[str, Any], *, training: bool = True,
-                       handle: Any = None, name: str = "", **graph_kwargs: Any) -> Fused:
+def norm_forward_graph(
+    problem: NormProblem,
+    inputs: dict[str, Any],
+    *,
+    training: bool = True,
+    handle: Any = None,
+    name: str = "",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build the norm's forward; in training mode it also writes the statistics the backward needs.
 
     Feed ``epsilon`` with ``tensors.scalar_value(problem.eps, rank=4)``.
@@ -157,9 +174,11 @@ def norm_forward_graph(problem: NormProblem, inputs: dict[str, Any], *, training
 
     name = name or f"{problem.kind}norm_forward{'_residual' if problem.residual else ''}"
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    io = {"x": tensors.graph_tensor(g, _as_4d(inputs["x"]), "x"),
-          "scale": tensors.graph_tensor(g, _param(inputs["scale"]), "scale"),
-          "epsilon": tensors.scalar(g, "epsilon", rank=4)}
+    io = {
+        "x": tensors.graph_tensor(g, _as_4d(inputs["x"]), "x"),
+        "scale": tensors.graph_tensor(g, _param(inputs["scale"]), "scale"),
+        "epsilon": tensors.scalar(g, "epsilon", rank=4),
+    }
     src = io["x"]
     if problem.residual:
         io["r"] = tensors.graph_tensor(g, _as_4d(inputs["r"]), "r")
@@ -168,13 +187,20 @@ def norm_forward_graph(problem: NormProblem, inputs: dict[str, Any], *, training
     phase = cudnn.norm_forward_phase.TRAINING if training else cudnn.norm_forward_phase.INFERENCE
     if problem.kind == "layer":
         io["bias"] = tensors.graph_tensor(g, _param(inputs["bias"]), "bias")
-        Y, mean, inv_var = g.layernorm(name="layernorm", norm_forward_phase=phase, input=src, scale=io["scale"],
-                                       bias=io["bias"], epsilon=io["epsilon"])
+        Y, mean, inv_var = g.layernorm(
+            name="layernorm",
+            norm_forward_phase=phase,
+            input=src,
+            scale=io["scale"],
+            bias=io["bias"],
+            epsilon=io["epsilon"],
+        )
         if training:
             io["mean"] = tensors.output_like(mean, _as_4d(inputs["mean"]))
     else:
-        Y, inv_var = g.rmsnorm(name="rmsnorm", norm_forward_phase=phase, input=src, scale=io["scale"],
-                               epsilon=io["epsilon"])
+        Y, inv_var = g.rmsnorm(
+            name="rmsnorm", norm_forward_phase=phase, input=src, scale=io["scale"], epsilon=io["epsilon"]
+        )
     if training:
         io["inv_var"] = tensors.output_like(inv_var, _as_4d(inputs["inv_var"]))
     io["y"] = tensors.output_like(Y, _as_4d(inputs["y"]))
@@ -182,8 +208,9 @@ def norm_forward_graph(problem: NormProblem, inputs: dict[str, Any], *, training
     return Fused(built, io)
 
 
-def norm_backward_graph(problem: NormProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "",
-                        **graph_kwargs: Any) -> Fused:
+def norm_backward_graph(
+    problem: NormProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "", **graph_kwargs: Any
+) -> Fused:
     """Build the norm's backward: ``dx``, ``dscale`` (and ``dbias``) from ``dy``, ``x``, the scale
     and the forward's saved statistics.
 
@@ -214,18 +241,32 @@ def norm_backward_graph(problem: NormProblem, inputs: dict[str, Any], *, handle:
     """
     name = name or f"{problem.kind}norm_backward"
     g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    io = {"dy": tensors.graph_tensor(g, _as_4d(inputs["dy"]), "dy"),
-          "x": tensors.graph_tensor(g, _as_4d(inputs["x"]), "x"),
-          "scale": tensors.graph_tensor(g, _param(inputs["scale"]), "scale"),
-          "inv_var": tensors.graph_tensor(g, _as_4d(inputs["inv_var"]), "inv_var")}
+    io = {
+        "dy": tensors.graph_tensor(g, _as_4d(inputs["dy"]), "dy"),
+        "x": tensors.graph_tensor(g, _as_4d(inputs["x"]), "x"),
+        "scale": tensors.graph_tensor(g, _param(inputs["scale"]), "scale"),
+        "inv_var": tensors.graph_tensor(g, _as_4d(inputs["inv_var"]), "inv_var"),
+    }
     if problem.kind == "layer":
         io["mean"] = tensors.graph_tensor(g, _as_4d(inputs["mean"]), "mean")
-        DX, DScale, DBias = g.layernorm_backward(name="layernorm_backward", grad=io["dy"], input=io["x"],
-                                                 scale=io["scale"], mean=io["mean"], inv_variance=io["inv_var"])
+        DX, DScale, DBias = g.layernorm_backward(
+            name="layernorm_backward",
+            grad=io["dy"],
+            input=io["x"],
+            scale=io["scale"],
+            mean=io["mean"],
+            inv_variance=io["inv_var"],
+        )
         io["dbias"] = tensors.output_like(DBias, _param(inputs["dbias"]))
     else:
-        DX, DScale, _ = g.rmsnorm_backward(name="rmsnorm_backward", grad=io["dy"], input=io["x"], scale=io["scale"],
-                                           inv_variance=io["inv_var"], has_dbias=False)
+        DX, DScale, _ = g.rmsnorm_backward(
+            name="rmsnorm_backward",
+            grad=io["dy"],
+            input=io["x"],
+            scale=io["scale"],
+            inv_variance=io["inv_var"],
+            has_dbias=False,
+        )
     io["dx"] = tensors.output_like(DX, _as_4d(inputs["dx"]))
     io["dscale"] = tensors.output_like(DScale, _param(inputs["dscale"]))
     built = graphs.build(g, name=name, handle=handle)
@@ -266,7 +307,6 @@ def pack_norm(fused: Fused, inputs: dict[str, Any], eps: float | None = None) ->
         else:
             pack[gt] = _as_4d(inputs[key])
     return pack
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,18 +366,34 @@ class BatchNormProblem(_Problem):
             "inv_var": torch.empty(1, c, 1, 1, **per_channel),
         }
 
-    def torch_forward(self, x: Any, scale: Any, bias: Any, running_mean: Any, running_var: Any,
-                      training: bool = True) -> Any:
+    def torch_forward(
+        self, x: Any, scale: Any, bias: Any, running_mean: Any, running_var: Any, training: bool = True
+    ) -> Any:
         """``relu(F.batch_norm(...))``; in training it updates ``running_mean``/``running_var`` in place."""
         import torch.nn.functional as F
 
-        y = F.batch_norm(x, running_mean.reshape(-1), running_var.reshape(-1), scale.reshape(-1), bias.reshape(-1),
-                         training=training, momentum=self.momentum, eps=self.eps)
+        y = F.batch_norm(
+            x,
+            running_mean.reshape(-1),
+            running_var.reshape(-1),
+            scale.reshape(-1),
+            bias.reshape(-1),
+            training=training,
+            momentum=self.momentum,
+            eps=self.eps,
+        )
         return F.relu(y, inplace=True)
 
 
-def batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, training: bool = True,
-                         handle: Any = None, name: str = "", **graph_kwargs: Any) -> Fused:
+def batchnorm_relu_graph(
+    problem: BatchNormProblem,
+    inputs: dict[str, Any],
+    *,
+    training: bool = True,
+    handle: Any = None,
+    name: str = "",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build BatchNorm → ReLU as one graph, for training or for inference.
 
     Training: inputs ``x, scale, bias, running_mean, running_var`` and the host scalars
@@ -383,8 +439,15 @@ def batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, t
         io["epsilon"] = tensors.scalar(g, "epsilon", rank=4)
         io["momentum"] = tensors.scalar(g, "momentum", rank=4)
         Y, mean, inv_var, next_mean, next_var = g.batchnorm(
-            name="batchnorm", input=x, scale=scale, bias=bias, in_running_mean=io["running_mean"],
-            in_running_var=io["running_var"], epsilon=io["epsilon"], momentum=io["momentum"])
+            name="batchnorm",
+            input=x,
+            scale=scale,
+            bias=bias,
+            in_running_mean=io["running_mean"],
+            in_running_var=io["running_var"],
+            epsilon=io["epsilon"],
+            momentum=io["momentum"],
+        )
         io["mean"] = tensors.output_like(mean, inputs["mean"])
         io["inv_var"] = tensors.output_like(inv_var, inputs["inv_var"])
         io["next_running_mean"] = tensors.output_like(next_mean, inputs["running_mean"])
@@ -392,8 +455,9 @@ def batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, t
     else:
         io["mean"] = tensors.graph_tensor(g, inputs["mean"], "mean")
         io["inv_var"] = tensors.graph_tensor(g, inputs["inv_var"], "inv_var")
-        Y = g.batchnorm_inference(name="batchnorm_inference", input=x, mean=io["mean"], inv_variance=io["inv_var"],
-                                  scale=scale, bias=bias)
+        Y = g.batchnorm_inference(
+            name="batchnorm_inference", input=x, mean=io["mean"], inv_variance=io["inv_var"], scale=scale, bias=bias
+        )
     io["y"] = tensors.output_like(g.relu(input=Y, name="relu"), inputs["y"])
     built = graphs.build(g, name=name, handle=handle)
     return Fused(built, io)
@@ -433,8 +497,14 @@ def fold_batchnorm(scale: Any, bias: Any, running_mean: Any, running_var: Any, e
     return a, bias.float() - running_mean.float() * a
 
 
-def folded_batchnorm_relu_graph(problem: BatchNormProblem, inputs: dict[str, Any], *, handle: Any = None,
-                                name: str = "folded_batchnorm_relu", **graph_kwargs: Any) -> Fused:
+def folded_batchnorm_relu_graph(
+    problem: BatchNormProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    name: str = "folded_batchnorm_relu",
+    **graph_kwargs: Any,
+) -> Fused:
     """Build inference BatchNorm → ReLU as ``relu(x · a + b)`` with the folded per-channel ``a``, ``b``.
 
     Parameters

@@ -24,8 +24,9 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import datafiles
 from .errors import GraphExecutionError
@@ -167,8 +168,14 @@ class PlanCache:
 
         The folder is created private (0700) and the entry readable by its owner only (0600)."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        header = {"magic": MAGIC, "format": FORMAT, "key": key.to_dict(), "uids": uids,
-                  "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+        header = {
+            "magic": MAGIC,
+            "format": FORMAT,
+            "key": key.to_dict(),
+            "uids": uids,
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "size": len(blob),
+        }
         return datafiles.write_bytes(self.path(key), json.dumps(header).encode() + b"\n" + blob, mode=0o600)
 
     def read(self, key: PlanKey) -> tuple[bytes, dict[str, int]] | None:
@@ -182,8 +189,10 @@ class PlanCache:
             self.last_event = "miss"
             return None
         if self.directory.stat().st_mode & 0o022:
-            self.last_event = (f"rejected: {self.directory} is writable by group or others, who could choose the "
-                               "plan bytes cuDNN loads (chmod 700 it)")
+            self.last_event = (
+                f"rejected: {self.directory} is writable by group or others, who could choose the "
+                "plan bytes cuDNN loads (chmod 700 it)"
+            )
             return None
         raw = path.read_bytes()
         head, sep, blob = raw.partition(b"\n")
@@ -201,14 +210,22 @@ class PlanCache:
             self.last_event = "rejected: checksum mismatch (corrupt or truncated)"
             return None
         uids = header.get("uids")
-        if not (isinstance(uids, dict) and uids and all(
-                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in uids.items())):
+        if not (
+            isinstance(uids, dict)
+            and uids
+            and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for k, v in uids.items()
+            )
+        ):
             self.last_event = "rejected: malformed uids (expected a non-empty map of tensor name to non-negative int)"
             return None
         self.last_event = "hit"
         return blob, dict(uids)
 
-    def get_or_build(self, key: PlanKey, build: Callable[[], Any], *, handle: Any = None) -> tuple[LoadedPlan | Any, str]:
+    def get_or_build(
+        self, key: PlanKey, build: Callable[[], Any], *, handle: Any = None
+    ) -> tuple[LoadedPlan | Any, str]:
         """Load the plan for ``key``, or build, store and return it.
 
         ``build`` returns a :class:`~cudnn_guide.recipes.Fused` (a built graph and its tensors).

@@ -12,7 +12,15 @@ from typing import Any
 
 from . import graphs, tensors
 
-__all__ = ["Fused", "ConvProblem", "conv_bias_relu_graph", "MatmulProblem", "matmul_epilogue_graph", "SdpaProblem", "sdpa_graph"]
+__all__ = [
+    "Fused",
+    "ConvProblem",
+    "conv_bias_relu_graph",
+    "MatmulProblem",
+    "matmul_epilogue_graph",
+    "SdpaProblem",
+    "sdpa_graph",
+]
 
 
 @dataclasses.dataclass
@@ -45,9 +53,14 @@ def _new_graph(problem: Any, name: str, handle: Any, graph_kwargs: dict[str, Any
     import cudnn
 
     handle = handle if handle is not None else graphs.handle_for_current_device()
-    graph = cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
-                          intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
-                          handle=handle, **graph_kwargs)
+    graph = cudnn.pygraph(
+        name=name,
+        io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+        handle=handle,
+        **graph_kwargs,
+    )
     return graph, handle
 
 
@@ -105,12 +118,18 @@ class ConvProblem(_Problem):
     def bytes(self) -> int:
         """The fewest bytes a fused kernel must move: read x, w, b once; write y once."""
         item = 2 if self.dtype in ("bfloat16", "float16") else 4
-        return item * (self.n * self.c * self.h * self.w + self.k * self.c * self.r * self.s + self.k
-                       + self.n * self.k * self.p * self.q)
+        return item * (
+            self.n * self.c * self.h * self.w
+            + self.k * self.c * self.r * self.s
+            + self.k
+            + self.n * self.k * self.p * self.q
+        )
 
     def __str__(self) -> str:
-        return (f"N{self.n} C{self.c} {self.h}×{self.w} → K{self.k} {self.r}×{self.s} "
-                f"pad {self.padding} stride {self.stride}, {self.dtype}, NHWC")
+        return (
+            f"N{self.n} C{self.c} {self.h}×{self.w} → K{self.k} {self.r}×{self.s} "
+            f"pad {self.padding} stride {self.stride}, {self.dtype}, NHWC"
+        )
 
     def make_inputs(self, seed: int = 0) -> dict[str, Any]:
         """Random ``x``, ``w``, ``b`` on the GPU (channels-last), and an empty ``y``."""
@@ -119,7 +138,10 @@ class ConvProblem(_Problem):
         g = torch.Generator(device="cuda").manual_seed(seed)
         dt = self.torch_dtype
         x = torch.randn(self.n, self.c, self.h, self.w, device="cuda", dtype=dt, generator=g)
-        w = torch.randn(self.k, self.c, self.r, self.s, device="cuda", dtype=dt, generator=g) / (self.c * self.r * self.s) ** 0.5
+        w = (
+            torch.randn(self.k, self.c, self.r, self.s, device="cuda", dtype=dt, generator=g)
+            / (self.c * self.r * self.s) ** 0.5
+        )
         b = torch.randn(1, self.k, 1, 1, device="cuda", dtype=dt, generator=g)
         y = torch.empty(self.n, self.k, self.p, self.q, device="cuda", dtype=dt)
         return {"x": tensors.nhwc(x), "w": tensors.nhwc(w), "b": tensors.nhwc(b), "y": tensors.nhwc(y)}
@@ -131,9 +153,16 @@ class ConvProblem(_Problem):
         return F.relu(F.conv2d(x, w, b.reshape(-1), stride=self.stride, padding=self.padding))
 
 
-def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None,
-                         heuristics: Any = ("A", "FALLBACK"), policy: Any = None, name: str = "conv_bias_relu",
-                         **graph_kwargs: Any) -> Fused:
+def conv_bias_relu_graph(
+    problem: ConvProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    heuristics: Any = ("A", "FALLBACK"),
+    policy: Any = None,
+    name: str = "conv_bias_relu",
+    **graph_kwargs: Any,
+) -> Fused:
     """Declare and build ``relu(conv(x, w) + b)`` as one cuDNN graph.
 
     ``inputs`` supplies tensors of the right shape, layout and dtype (from
@@ -174,8 +203,15 @@ def conv_bias_relu_graph(problem: ConvProblem, inputs: dict[str, Any], *, handle
     X = tensors.graph_tensor(g, inputs["x"], "x")
     W = tensors.graph_tensor(g, inputs["w"], "w")
     B = tensors.graph_tensor(g, inputs["b"], "b")
-    conv = g.conv_fprop(image=X, weight=W, padding=[problem.padding] * 2, stride=[problem.stride] * 2,
-                        dilation=[1, 1], compute_data_type=cudnn.data_type.FLOAT, name="conv")
+    conv = g.conv_fprop(
+        image=X,
+        weight=W,
+        padding=[problem.padding] * 2,
+        stride=[problem.stride] * 2,
+        dilation=[1, 1],
+        compute_data_type=cudnn.data_type.FLOAT,
+        name="conv",
+    )
     biased = g.bias(input=conv, bias=B, name="bias")
     Y = g.relu(input=biased, name="relu")
     y = inputs["y"]
@@ -227,7 +263,7 @@ class MatmulProblem(_Problem):
         g = torch.Generator(device="cuda").manual_seed(seed)
         dt = self.torch_dtype
         a = torch.randn(self.batch, self.m, self.k, device="cuda", dtype=dt, generator=g)
-        b = torch.randn(self.batch, self.k, self.n, device="cuda", dtype=dt, generator=g) / self.k ** 0.5
+        b = torch.randn(self.batch, self.k, self.n, device="cuda", dtype=dt, generator=g) / self.k**0.5
         bias = torch.randn(1, 1, self.n, device="cuda", dtype=dt, generator=g)
         y = torch.empty(self.batch, self.m, self.n, device="cuda", dtype=dt)
         amax = torch.empty(1, 1, 1, device="cuda", dtype=torch.float32)
@@ -243,8 +279,15 @@ class MatmulProblem(_Problem):
         return y, y.abs().amax().float().reshape(1, 1, 1)
 
 
-def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, handle: Any = None,
-                          name: str = "matmul_scale_bias_gelu_amax", amax: bool = True, **graph_kwargs: Any) -> Fused:
+def matmul_epilogue_graph(
+    problem: MatmulProblem,
+    inputs: dict[str, Any],
+    *,
+    handle: Any = None,
+    name: str = "matmul_scale_bias_gelu_amax",
+    amax: bool = True,
+    **graph_kwargs: Any,
+) -> Fused:
     """Declare and build matmul → scale → bias → GELU with an AMAX reduction, as one graph.
 
     ``alpha`` is a pass-by-value scalar: feed it with ``tensors.scalar_value(problem.alpha)``
@@ -291,7 +334,9 @@ def matmul_epilogue_graph(problem: MatmulProblem, inputs: dict[str, Any], *, han
     Y.set_output(True).set_data_type(tensors.cudnn_dtype(y.dtype)).set_dim(list(y.shape)).set_stride(list(y.stride()))
     io = {"a": A, "b": B, "bias": bias, "alpha": alpha, "y": Y}
     if amax:
-        AMAX = g.reduction(input=Y, mode=cudnn.reduction_mode.AMAX, compute_data_type=cudnn.data_type.FLOAT, name="amax")
+        AMAX = g.reduction(
+            input=Y, mode=cudnn.reduction_mode.AMAX, compute_data_type=cudnn.data_type.FLOAT, name="amax"
+        )
         AMAX.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim([1, 1, 1]).set_stride([1, 1, 1])
         io["amax"] = AMAX
     built = graphs.build(g, name=name, handle=handle)
@@ -322,7 +367,7 @@ class SdpaProblem(_Problem):
 
     @property
     def scale(self) -> float:
-        return self.head_dim ** -0.5
+        return self.head_dim**-0.5
 
     @property
     def flops(self) -> float:
@@ -335,8 +380,10 @@ class SdpaProblem(_Problem):
         return 2 * 4 * self.batch * self.heads * self.seq * self.head_dim  # q, k, v read; o written
 
     def __str__(self) -> str:
-        return (f"B{self.batch} H{self.heads} S{self.seq} D{self.head_dim}, "
-                f"{'causal' if self.causal else 'full'}, {self.dtype}")
+        return (
+            f"B{self.batch} H{self.heads} S{self.seq} D{self.head_dim}, "
+            f"{'causal' if self.causal else 'full'}, {self.dtype}"
+        )
 
     def make_inputs(self, seed: int = 0) -> dict[str, Any]:
         import torch
@@ -357,11 +404,16 @@ def _causal_mask(problem: SdpaProblem) -> dict[str, Any]:
     ending on the diagonal (key j visible to query i when j ≤ i); empty for full attention."""
     import cudnn
 
-    return dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if problem.causal else {}
+    return (
+        dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+        if problem.causal
+        else {}
+    )
 
 
-def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa",
-               **graph_kwargs: Any) -> Fused:
+def sdpa_graph(
+    problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa", **graph_kwargs: Any
+) -> Fused:
     """Declare and build cuDNN's fused attention for ``problem``.
 
     Causal masking uses the current API, ``diagonal_alignment=TOP_LEFT`` with
@@ -397,8 +449,16 @@ def sdpa_graph(problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = No
     Q = tensors.graph_tensor(g, inputs["q"], "q")
     K = tensors.graph_tensor(g, inputs["k"], "k")
     V = tensors.graph_tensor(g, inputs["v"], "v")
-    O, _stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=False, attn_scale=problem.scale,
-                       compute_data_type=cudnn.data_type.FLOAT, **_causal_mask(problem))
+    O, _stats = g.sdpa(
+        name="sdpa",
+        q=Q,
+        k=K,
+        v=V,
+        generate_stats=False,
+        attn_scale=problem.scale,
+        compute_data_type=cudnn.data_type.FLOAT,
+        **_causal_mask(problem),
+    )
     o = inputs["o"]
     O.set_output(True).set_data_type(tensors.cudnn_dtype(o.dtype)).set_dim(list(o.shape)).set_stride(list(o.stride()))
     built = graphs.build(g, name=name, handle=handle)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from . import datafiles
 from .bench import Measurement
@@ -74,20 +75,34 @@ class Record:
         self.checks.append(result)
         return result
 
-    def headline(self, name: str, value: float, unit: str, *, baseline: str = "", low: float | None = None,
-                 high: float | None = None, verdict: str | None = None, **details: Any) -> float:
+    def headline(
+        self,
+        name: str,
+        value: float,
+        unit: str,
+        *,
+        baseline: str = "",
+        low: float | None = None,
+        high: float | None = None,
+        verdict: str | None = None,
+        **details: Any,
+    ) -> float:
         """Register a number the page's prose quotes, with its interval; returns ``value`` for use in the text.
 
         A time, rate or ratio that is not positive cannot be true: it raises instead of being recorded.
         """
         value = float(value)
         if unit in POSITIVE_UNITS and not value > 0:
-            raise BenchmarkError(f"headline {name!r} of {self.example}: {value:g} {unit} cannot be a measured "
-                                 "time, rate or ratio (too short to time?); say so on the page instead of recording it")
+            raise BenchmarkError(
+                f"headline {name!r} of {self.example}: {value:g} {unit} cannot be a measured "
+                "time, rate or ratio (too short to time?); say so on the page instead of recording it"
+            )
         entry = {"name": name, "value": value, "unit": unit, "baseline": baseline, **details}
         if low is not None and high is not None:
             if not float(low) <= value <= float(high):
-                raise BenchmarkError(f"headline {name!r}: value {value:g} lies outside its interval [{low:g}, {high:g}]")
+                raise BenchmarkError(
+                    f"headline {name!r}: value {value:g} lies outside its interval [{low:g}, {high:g}]"
+                )
             entry.update(low=float(low), high=float(high))
         if verdict is not None:
             if verdict not in VERDICTS:
@@ -105,9 +120,18 @@ class Record:
         for m in result.measurements.values():
             if m not in self.measurements:
                 self.measurements.append(m)
-        return self.headline(name, s["value"], "x", baseline=baseline, low=s["low"], high=s["high"],
-                             verdict=s["verdict"], tie_band=result.tie_band, rounds=result.rounds,
-                             kind="comparison")
+        return self.headline(
+            name,
+            s["value"],
+            "x",
+            baseline=baseline,
+            low=s["low"],
+            high=s["high"],
+            verdict=s["verdict"],
+            tie_band=result.tie_band,
+            rounds=result.rounds,
+            kind="comparison",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         env = self.environment
@@ -171,5 +195,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a {SCHEMA} file")
     if int(data.get("schema_version", 0)) > SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema version {data['schema_version']} is newer than {SCHEMA_VERSION}; upgrade cudnn-guide")
+        raise ValueError(
+            f"{path}: schema version {data['schema_version']} is newer than {SCHEMA_VERSION}; upgrade cudnn-guide"
+        )
     return dict(data)

@@ -8,7 +8,8 @@ median of each implementation as a line with its inter-quartile band.
 from __future__ import annotations
 
 import html
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .bench import Measurement
 
@@ -93,8 +94,15 @@ class ComparisonTable:
     >>> ComparisonTable(ms, row="impl", column="seq_len", metric="tflops")
     """
 
-    def __init__(self, measurements: Iterable[Measurement], *, row: str = "impl", column: str = "size",
-                 metric: str = "median_ms", title: str = "") -> None:
+    def __init__(
+        self,
+        measurements: Iterable[Measurement],
+        *,
+        row: str = "impl",
+        column: str = "size",
+        metric: str = "median_ms",
+        title: str = "",
+    ) -> None:
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose from {sorted(METRICS)}")
         self.metric, self.title = metric, title
@@ -141,7 +149,11 @@ class ComparisonTable:
             body.append([str(r)] + cells)
         widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
         lines = [self.title] if self.title else []
-        lines.append(f"{self.unit}; * best per column; ± half the IQR" if self.metric.startswith("median") else f"{self.unit}; * best per column")
+        lines.append(
+            f"{self.unit}; * best per column; ± half the IQR"
+            if self.metric.startswith("median")
+            else f"{self.unit}; * best per column"
+        )
         lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
         lines.append("  ".join("-" * w for w in widths))
         lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in body]
@@ -158,14 +170,26 @@ class ComparisonTable:
                 tds.append(f"<td><b>{text}</b></td>" if self.best_row(c) == r else f"<td>{text}</td>")
             rows.append(f"<tr><th>{esc(str(r))}</th>{''.join(tds)}</tr>")
         caption = esc(self.title + (" — " if self.title else "") + self.unit + "; best per column in bold")
-        return (f'<table class="cg-compare"><caption>{caption}</caption>'
-                f"<thead><tr><th>{esc(self.row_name)} \\ {esc(self.column_name)}</th>{head}</tr></thead>"
-                f"<tbody>{''.join(rows)}</tbody></table>")
+        return (
+            f'<table class="cg-compare"><caption>{caption}</caption>'
+            f"<thead><tr><th>{esc(self.row_name)} \\ {esc(self.column_name)}</th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>"
+        )
 
 
-def plot_lines(measurements: Sequence[Measurement], *, x: str, line: str = "impl", metric: str = "median_ms",
-               ax: Any = None, logx: bool = False, logy: bool = False, title: str = "",
-               ceiling: float | None = None, ceiling_label: str = "") -> Any:
+def plot_lines(
+    measurements: Sequence[Measurement],
+    *,
+    x: str,
+    line: str = "impl",
+    metric: str = "median_ms",
+    ax: Any = None,
+    logx: bool = False,
+    logy: bool = False,
+    title: str = "",
+    ceiling: float | None = None,
+    ceiling_label: str = "",
+) -> Any:
     """Plot ``metric`` against ``params[x]``, one line per ``params[line]``, with an IQR band.
 
     For time metrics the band spans the 25th–75th percentile of the samples; for rates it is the

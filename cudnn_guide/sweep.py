@@ -7,7 +7,8 @@ time, or ``None`` when it does not support that size (shown as "—", never as a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .bench import Measurement, benchmark
 from .report import ComparisonTable, plot_lines
@@ -33,9 +34,18 @@ class SweepResult:
 
     def verdicts(self) -> list[dict[str, Any]]:
         """One row per size and baseline: the candidate's speed-up with its interval and verdict."""
-        return [{self.x: value, "baseline": b, "speed-up": v["value"], "95% CI": f"{v['low']:.2f}–{v['high']:.2f}",
-                 "verdict": v["verdict"], "tie band": f"±{100 * c.tie_band:.1f}%"}
-                for value, c in self.comparisons.items() for b, v in c.versus.items()]
+        return [
+            {
+                self.x: value,
+                "baseline": b,
+                "speed-up": v["value"],
+                "95% CI": f"{v['low']:.2f}–{v['high']:.2f}",
+                "verdict": v["verdict"],
+                "tie band": f"±{100 * c.tie_band:.1f}%",
+            }
+            for value, c in self.comparisons.items()
+            for b, v in c.versus.items()
+        ]
 
     def table(self, metric: str = "median_ms", title: str = "") -> ComparisonTable:
         return ComparisonTable(self.measurements, row="impl", column=self.x, metric=metric, title=title)
@@ -114,8 +124,17 @@ def sweep(
         comparisons = {}
         for value in xs:
             contenders = {name: fn for name, factory in impls.items() if (fn := factory(value)) is not None}
-            c = compare(contenders, candidate=candidate, l2=l2, rounds=rounds, flops=flops(value) if flops else None,
-                        bytes=bytes(value) if bytes else None, params={x: value}, tag=f"@ {x}={value}", **bench_kwargs)
+            c = compare(
+                contenders,
+                candidate=candidate,
+                l2=l2,
+                rounds=rounds,
+                flops=flops(value) if flops else None,
+                bytes=bytes(value) if bytes else None,
+                params={x: value},
+                tag=f"@ {x}={value}",
+                **bench_kwargs,
+            )
             comparisons[value] = c
             out += c.measurements.values()
         return SweepResult(x, out, comparisons)
@@ -124,9 +143,15 @@ def sweep(
             fn = factory(value)
             if fn is None:
                 continue
-            out.append(benchmark(
-                fn, label=f"{name} @ {x}={value}", l2=l2,
-                flops=flops(value) if flops else None, bytes=bytes(value) if bytes else None,
-                params={"impl": name, x: value}, **bench_kwargs,
-            ))
+            out.append(
+                benchmark(
+                    fn,
+                    label=f"{name} @ {x}={value}",
+                    l2=l2,
+                    flops=flops(value) if flops else None,
+                    bytes=bytes(value) if bytes else None,
+                    params={"impl": name, x: value},
+                    **bench_kwargs,
+                )
+            )
     return SweepResult(x, out)

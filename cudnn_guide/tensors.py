@@ -12,7 +12,17 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["TensorSpec", "cudnn_dtype", "describe", "graph_tensor", "output_like", "scalar", "scalar_value", "nhwc", "is_nhwc"]
+__all__ = [
+    "TensorSpec",
+    "cudnn_dtype",
+    "describe",
+    "graph_tensor",
+    "output_like",
+    "scalar",
+    "scalar_value",
+    "nhwc",
+    "is_nhwc",
+]
 
 
 def _dtype_table() -> dict[Any, Any]:
@@ -84,7 +94,7 @@ class TensorSpec:
 
     @property
     def layout(self) -> str:
-        """``"NHWC"``/``"NDHWC"`` when channels are innermost in a 4-D/5-D tensor, else ``"packed"`` or ``"strided"``."""
+        """``"NHWC"``/``"NDHWC"`` when channels are innermost (4-D/5-D), else ``"packed"`` or ``"strided"``."""
         if len(self.dims) in (4, 5) and self.strides[1] == 1 and self.dims[1] > 1:
             return "NHWC" if len(self.dims) == 4 else "NDHWC"
         expected, acc = [], 1
@@ -130,8 +140,7 @@ def describe(t: Any, *, name: str = "tensor", allow_cpu: bool = False) -> Tensor
         raise InputError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if not allow_cpu and t.device.type != "cuda":
         raise InputError(
-            f"{name}: tensor is on {t.device}, but cuDNN graph operands must be CUDA tensors; "
-            f"move it with .cuda()"
+            f"{name}: tensor is on {t.device}, but cuDNN graph operands must be CUDA tensors; move it with .cuda()"
         )
     if t.dim() == 0:
         raise InputError(f"{name}: a 0-d tensor cannot be a graph operand; use scalar() for scalars")
@@ -210,8 +219,12 @@ def output_like(node_output: Any, t: Any) -> Any:
     >>> Y = output_like(graph.relu(input=X), y)
     """
     spec = describe(t, name=node_output.get_name())
-    return (node_output.set_output(True).set_data_type(cudnn_dtype(spec.dtype))
-            .set_dim(list(spec.dims)).set_stride(list(spec.strides)))
+    return (
+        node_output.set_output(True)
+        .set_data_type(cudnn_dtype(spec.dtype))
+        .set_dim(list(spec.dims))
+        .set_stride(list(spec.strides))
+    )
 
 
 def scalar(graph: Any, name: str, dtype: Any = None, rank: int = 3) -> Any:

@@ -1,6 +1,6 @@
 """Sphinx configuration for cudnn-guide.
 
-Two modes (see :mod:`cudnn_guide.recording`):
+Two modes (see :mod:`gallery_build.recording`):
 
 * **record** — a CUDA GPU is visible (or ``CUDNN_GUIDE_DOCS_MODE=record``): sphinx-gallery runs
   every example afresh and writes pages, figures, downloads and JSON records into
@@ -21,9 +21,11 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DOCS / "_ext"))  # the docs build's own machinery (gallery_build), outside the library
 
-from cudnn_guide import __version__, recording  # noqa: E402
-from cudnn_guide import docs_build  # noqa: E402
+from gallery_build import hooks, recording
+
+from cudnn_guide import __version__
 
 EXAMPLES = ROOT / "examples"
 GALLERY = DOCS / "auto_examples"
@@ -34,22 +36,32 @@ _BUILD_START = time.perf_counter()
 if MODE == "render":
     recording.require_fresh_recording(EXAMPLES, GALLERY)
     RECORDED_ON = recording.describe_recording(GALLERY)
-    print(f"cudnn-guide: render mode: nothing is executed; "
-          f"pages show the committed recording measured on {RECORDED_ON}.", flush=True)
+    print(
+        f"cudnn-guide: render mode: nothing is executed; pages show the committed recording measured on {RECORDED_ON}.",
+        flush=True,
+    )
     if recording.package_changed_since_recording(GALLERY):
-        print("cudnn-guide: note: cudnn_guide has changed since this recording was made; the pages show the "
-              "numbers of the recorded run. Re-record on a GPU to refresh them.", flush=True)
+        print(
+            "cudnn-guide: note: cudnn_guide has changed since this recording was made; the pages show the "
+            "numbers of the recorded run. Re-record on a GPU to refresh them.",
+            flush=True,
+        )
 else:
     from cudnn_guide import environment
 
     os.environ["CUDNN_GUIDE_RECORD_DIR"] = str(GALLERY)
     recording.time_cells(GALLERY)  # seconds per cell, beside each page: where the build time goes
     _ENV = environment.collect()
-    RECORDED_ON = (f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
-                   f"frontend {_ENV.cudnn_frontend}, torch {_ENV.torch}) on {_ENV.date_utc}, commit {_ENV.commit}")
+    RECORDED_ON = (
+        f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
+        f"frontend {_ENV.cudnn_frontend}, torch {_ENV.torch}) on {_ENV.date_utc}, commit {_ENV.commit}"
+    )
     what = RECORD_ONLY or "every example"
-    print(f"cudnn-guide: record mode: executing {what} on {RECORDED_ON}; "
-          f"outputs go to {GALLERY.relative_to(ROOT)} (commit them).", flush=True)
+    print(
+        f"cudnn-guide: record mode: executing {what} on {RECORDED_ON}; "
+        f"outputs go to {GALLERY.relative_to(ROOT)} (commit them).",
+        flush=True,
+    )
 
 # -- Project -----------------------------------------------------------------------------------
 project = "cudnn-guide"
@@ -70,6 +82,7 @@ source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-n
 # sphinx-gallery writes a notebook and a script beside each page; they are downloads, not pages.
 exclude_patterns = [
     "_build",
+    "_ext",
     "auto_examples/*.ipynb",
     "auto_examples/*.py",
     "auto_examples/*.zip",
@@ -119,7 +132,7 @@ sphinx_gallery_conf = {
     # sg_execution_times pages would pull jQuery/DataTables from a CDN, which offline readers lack
     "write_computation_times": False,
     # each example starts from a clean process state (no handles, caches or compiled graphs of the last)
-    "reset_modules": ("matplotlib", docs_build.reset_between_examples),
+    "reset_modules": ("matplotlib", hooks.reset_between_examples),
 }
 abort_on_example_error = True
 
@@ -141,17 +154,18 @@ html_theme_options = {"navigation_with_keys": True}
 # "Edit this page" links need to know where the repository is hosted; set it when publishing:
 #   CUDNN_GUIDE_SOURCE_REPOSITORY=https://github.com/<owner>/cudnn-guide/ nox -s docs
 if os.environ.get("CUDNN_GUIDE_SOURCE_REPOSITORY"):
-    html_theme_options.update(source_repository=os.environ["CUDNN_GUIDE_SOURCE_REPOSITORY"],
-                              source_branch=os.environ.get("CUDNN_GUIDE_SOURCE_BRANCH", "main"),
-                              source_directory="docs/")
+    html_theme_options.update(
+        source_repository=os.environ["CUDNN_GUIDE_SOURCE_REPOSITORY"],
+        source_branch=os.environ.get("CUDNN_GUIDE_SOURCE_BRANCH", "main"),
+        source_directory="docs/",
+    )
 html_show_sourcelink = True
 
 if RECORD_ONLY:  # one example's recording build reads the gallery alone (seconds saved per example)
-    _over = docs_build.record_only_overrides(GALLERY.name)
+    _over = hooks.record_only_overrides(GALLERY.name)
     suppress_warnings += _over.pop("extra_suppress_warnings")
     globals().update(_over)
 
 
 def setup(app):
-    docs_build.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START,
-                       partial=bool(RECORD_ONLY))
+    hooks.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START, partial=bool(RECORD_ONLY))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # gallery_build: the docs build's machinery
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
@@ -45,7 +46,10 @@ def sphinx_render(src: Path, out: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render")
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)],
-        capture_output=True, text=True, env=env, timeout=900,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
 
 

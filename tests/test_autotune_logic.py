@@ -115,6 +115,8 @@ def test_unknown_method_is_rejected(fake):
 
 def test_no_plan_that_runs_is_an_error(monkeypatch, fake):
     built, _ = fake
-    monkeypatch.setattr(autotune, "_screen", lambda b, p, i, n, **kw: autotune.PlanTiming(i, n, error="boom", finalist=False))
+    monkeypatch.setattr(
+        autotune, "_screen", lambda b, p, i, n, **kw: autotune.PlanTiming(i, n, error="boom", finalist=False)
+    )
     with pytest.raises(BenchmarkError, match="no plan could run"):
         autotune.tune(built, {}, method="halving")

@@ -2,10 +2,10 @@ import math
 import statistics
 
 import pytest
+from conftest import HAS_GPU
 
 from cudnn_guide import bench, sweep
 from cudnn_guide.errors import BenchmarkError, NoGPUError
-from conftest import HAS_GPU
 
 
 def _m(samples, **kw):
@@ -88,8 +88,10 @@ def test_median_ci_uses_order_statistics_and_covers_the_true_median():
 
     rng = random.Random(0)
     trials = 2000
-    hits = sum(lo <= math.log(2) <= hi for lo, hi in
-               (bench.median_ci([rng.expovariate(1.0) for _ in range(50)]) for _ in range(trials)))
+    hits = sum(
+        lo <= math.log(2) <= hi
+        for lo, hi in (bench.median_ci([rng.expovariate(1.0) for _ in range(50)]) for _ in range(trials))
+    )
     assert 0.93 <= hits / trials <= 0.985
 
 
@@ -115,9 +117,11 @@ def test_timing_stops_once_the_median_is_precise_or_the_budget_is_spent(monkeypa
             assert len(samples) == 300 and batches == [32, 32, 64, 128, 44]  # noisy: the budget caps it
         else:
             lo, hi = bench.median_ci(samples)
-            assert (hi - lo) / 2 <= 0.005 * statistics.median(samples) and 32 < len(samples) < 2000  # stopped when precise
-            before = bench.median_ci(samples[:len(samples) - batches[-1]])  # ... and not a batch sooner
-            assert (before[1] - before[0]) / 2 > 0.005 * statistics.median(samples[:len(samples) - batches[-1]])
+            assert (hi - lo) / 2 <= 0.005 * statistics.median(samples) and 32 < len(
+                samples
+            ) < 2000  # stopped when precise
+            before = bench.median_ci(samples[: len(samples) - batches[-1]])  # ... and not a batch sooner
+            assert (before[1] - before[0]) / 2 > 0.005 * statistics.median(samples[: len(samples) - batches[-1]])
 
 
 def test_kernel_samples_subtract_the_launch_cost_and_keep_it():
@@ -169,7 +173,9 @@ def test_precision_is_judged_on_the_kernel_time(monkeypatch):
     import random
 
     rng = random.Random(2)
-    monkeypatch.setattr(bench, "_time_each", lambda fn, flush, reps, *a: [10 + 0.08 * rng.uniform(-1, 1) for _ in range(reps)])
+    monkeypatch.setattr(
+        bench, "_time_each", lambda fn, flush, reps, *a: [10 + 0.08 * rng.uniform(-1, 1) for _ in range(reps)]
+    )
     raw = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005)
     corrected = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005, offset_ms=5.0)
     assert len(raw) == 32 and len(corrected) > 32

@@ -32,7 +32,9 @@ def _require_browser():
     except ImportError:
         missing.append("selenium")
     if missing:
-        msg = f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
+        msg = (
+            f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
+        )
         if os.environ.get("CUDNN_GUIDE_REQUIRE_BROWSER") == "1":
             pytest.fail(msg)
         pytest.skip(msg)
@@ -61,9 +63,18 @@ def browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
@@ -74,8 +85,11 @@ def browser():
 
 def _pages(site: Path) -> list[str]:
     skip = {"genindex.html", "py-modindex.html"}
-    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
-                  if not p.relative_to(site).as_posix().startswith(("_", "api/generated")) and p.name not in skip)
+    return sorted(
+        p.relative_to(site).as_posix()
+        for p in site.rglob("*.html")
+        if not p.relative_to(site).as_posix().startswith(("_", "api/generated")) and p.name not in skip
+    )
 
 
 class _Links(HTMLParser):
@@ -92,7 +106,7 @@ class _Links(HTMLParser):
                 self.links.append(a[key])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(path: Path) -> _Links:
     """Each page is parsed once per session (it used to be re-parsed for every link into it)."""
     p = _Links()
@@ -108,8 +122,8 @@ def test_every_page_loads_without_console_errors_and_all_images_load(browser, se
         if errors:
             problems.append(f"{page}: console errors: {errors[:3]}")
         broken = browser.execute_script(
-            "return Array.from(document.images)"
-            ".filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+            "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+        )
         if broken:
             problems.append(f"{page}: images not loaded: {broken[:3]}")
     assert not problems, "\n".join(problems)
@@ -147,15 +161,21 @@ def test_gallery_shows_one_thumbnail_per_example(browser, server, site):
     def thumbs():
         return browser.execute_script(
             "return Array.from(document.querySelectorAll('.sphx-glr-thumbcontainer'))"
-            ".map(t => [t.querySelector('img').naturalWidth, t.querySelector('a').getAttribute('href')])")
+            ".map(t => [t.querySelector('img').naturalWidth, t.querySelector('a').getAttribute('href')])"
+        )
 
     # Wait for the gallery index to be in the DOM (one CI run read it before it was: an empty list
     # though the served file had every thumbnail); reload once before concluding it is missing.
     browser.get(server + "auto_examples/index.html")
     for attempt in range(2):
         try:
-            WebDriverWait(browser, 20).until(lambda d: d.execute_script("return document.readyState") == "complete"
-                                             and thumbs() and all(width > 0 for width, _ in thumbs()))
+            WebDriverWait(browser, 20).until(
+                lambda d: (
+                    d.execute_script("return document.readyState") == "complete"
+                    and thumbs()
+                    and all(width > 0 for width, _ in thumbs())
+                )
+            )
             break
         except TimeoutException:
             if attempt == 0:
@@ -163,8 +183,10 @@ def test_gallery_shows_one_thumbnail_per_example(browser, server, site):
     found = thumbs()
     on_disk = (site / "auto_examples" / "index.html").read_text(encoding="utf-8").count("sphx-glr-thumbcontainer")
     linked = sorted(re.sub(r"\.html(#.*)?$", "", href.split("/")[-1]) for _, href in found)
-    assert linked == examples, (f"the browser saw {len(found)} thumbnails on {browser.current_url!r} "
-                                f"(title {browser.title!r}); the built file has {on_disk}")
+    assert linked == examples, (
+        f"the browser saw {len(found)} thumbnails on {browser.current_url!r} "
+        f"(title {browser.title!r}); the built file has {on_disk}"
+    )
     assert all(width > 0 for width, _ in found), [href for width, href in found if not width]
 
 
@@ -173,7 +195,9 @@ def test_search_finds_a_term(browser, server):
 
     browser.get(server + "search.html?q=kernel+cache")
     WebDriverWait(browser, 30).until(
-        lambda d: d.execute_script("return document.querySelectorAll('#search-results li, ul.search li').length") > 0)
+        lambda d: d.execute_script("return document.querySelectorAll('#search-results li, ul.search li').length") > 0
+    )
     hits = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#search-results li a, ul.search li a')).map(a => a.textContent)")
+        "return Array.from(document.querySelectorAll('#search-results li a, ul.search li a')).map(a => a.textContent)"
+    )
     assert any("kernel cache" in h.lower() for h in hits), hits

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from gallery_build import history
 
-from cudnn_guide import bench, compare, history
+from cudnn_guide import bench, compare
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.records import Record
 
@@ -29,9 +30,16 @@ def test_too_few_rounds_is_a_clear_error():
         compare.compare({"a": lambda: None}, candidate="a", l2="cold")
 
 
-@pytest.mark.parametrize("low, high, band, verdict", [
-    (1.05, 1.10, 0.02, "faster"), (1.01, 1.10, 0.02, "tie"), (0.90, 0.97, 0.02, "slower"),
-    (0.90, 0.985, 0.01, "slower"), (0.99, 1.01, 0.0, "tie")])
+@pytest.mark.parametrize(
+    "low, high, band, verdict",
+    [
+        (1.05, 1.10, 0.02, "faster"),
+        (1.01, 1.10, 0.02, "tie"),
+        (0.90, 0.97, 0.02, "slower"),
+        (0.90, 0.985, 0.01, "slower"),
+        (0.99, 1.01, 0.0, "tie"),
+    ],
+)
 def test_a_verdict_needs_the_whole_interval_outside_the_band(low, high, band, verdict):
     assert compare.judge(low, high, band) == verdict
 
@@ -56,7 +64,7 @@ def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     monkeypatch.setattr(compare, "benchmark", fake)
     c = compare.compare({"cudnn": None, "torch": None, "twin": None}, candidate="cudnn", l2="cold", rounds=11)
     assert len(fake.calls) == 11 * 4  # every contender and the baseline's repeat, each round
-    orders = [tuple(fake.calls[i:i + 4]) for i in range(0, len(fake.calls), 4)]
+    orders = [tuple(fake.calls[i : i + 4]) for i in range(0, len(fake.calls), 4)]
     assert len(set(orders)) > 1  # shuffled per round
     s = c.versus["torch"]
     assert s["verdict"] == "faster" and s["low"] <= s["value"] <= s["high"] and 1.2 < s["value"] < 1.3
@@ -75,12 +83,18 @@ def test_a_baseline_within_the_noise_is_a_tie(monkeypatch):
 
 
 def test_a_slower_candidate_is_described_with_its_speed_up_interval_and_controls_are_not_baselines(monkeypatch):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1, "torch": 0.08, "torch (control, no gather)": 0.05}))
-    c = compare.compare({"cudnn": None, "torch": None, "torch (control, no gather)": None}, candidate="cudnn",
-                        l2="cold", rounds=9)
+    monkeypatch.setattr(
+        compare, "benchmark", _FakeGPU({"cudnn": 0.1, "torch": 0.08, "torch (control, no gather)": 0.05})
+    )
+    c = compare.compare(
+        {"cudnn": None, "torch": None, "torch (control, no gather)": None}, candidate="cudnn", l2="cold", rounds=9
+    )
     assert c.best_baseline == "torch"  # the control is faster, but it is a reference, not a baseline
     text = c.describe()
-    assert text.startswith("1.25× slower than torch (speed-up 0.80×, 95% CI 0.8") and c.versus["torch"]["verdict"] == "slower"
+    assert (
+        text.startswith("1.25× slower than torch (speed-up 0.80×, 95% CI 0.8")
+        and c.versus["torch"]["verdict"] == "slower"
+    )
 
 
 def test_a_comparison_headline_carries_its_interval_and_verdict(monkeypatch):
@@ -100,9 +114,13 @@ def test_an_impossible_headline_is_refused(value, unit):
 
 
 def _entry(gpu="NVIDIA H200", torch="2.11", value=1.2, low=1.1, high=1.3, verdict="faster"):
-    return {"example": "plot_x", "gpu": gpu, "software": {"torch": torch},
-            "measurements": {"m": {"median_ms": 1.0, "q1_ms": 0.99, "q3_ms": 1.01, "n": 10}},
-            "headlines": [{"name": "speed-up", "value": value, "low": low, "high": high, "verdict": verdict}]}
+    return {
+        "example": "plot_x",
+        "gpu": gpu,
+        "software": {"torch": torch},
+        "measurements": {"m": {"median_ms": 1.0, "q1_ms": 0.99, "q3_ms": 1.01, "n": 10}},
+        "headlines": [{"name": "speed-up", "value": value, "low": low, "high": high, "verdict": verdict}],
+    }
 
 
 def test_reproducibility_counts_headlines_outside_the_old_interval_and_flipped_verdicts():
@@ -115,8 +133,10 @@ def test_reproducibility_counts_headlines_outside_the_old_interval_and_flipped_v
     assert "0 of 1 headlines inside" in text and "verdict changed: plot_x / speed-up: faster -> tie" in text
 
 
-@pytest.mark.parametrize("other, reason", [(dict(gpu="NVIDIA B200"), "different GPUs"),
-                                           (dict(torch="2.13"), "different software (torch 2.11 vs 2.13)")])
+@pytest.mark.parametrize(
+    "other, reason",
+    [(dict(gpu="NVIDIA B200"), "different GPUs"), (dict(torch="2.13"), "different software (torch 2.11 vs 2.13)")],
+)
 def test_recordings_from_other_gpus_or_software_are_not_compared(other, reason):
     report = history.reproducibility([_entry(), _entry(**other)])
     assert report["pages"] == 0 and reason in report["not_compared"][0]["reason"]

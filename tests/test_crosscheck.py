@@ -12,10 +12,19 @@ def _trace(*names):
 def test_timed_calls_are_what_follows_a_spin_and_its_flush():
     fill, sleep = "vectorized_elementwise_kernel<FillFunctor>", "at::cuda::sleep"
     trace = _trace(
-        fill, "memset", "conv",                   # warm-up: no spin before it, not a timed call
-        sleep, fill, "Memset (Device)", "conv",   # timed call 1 (spin, then flush)
-        sleep, "Memset (Device)", "conv",         # timed call 2 (hot: spin only)
-        fill, "Memset (Device)", "conv",          # a host-time call after the run: no spin
+        fill,
+        "memset",
+        "conv",  # warm-up: no spin before it, not a timed call
+        sleep,
+        fill,
+        "Memset (Device)",
+        "conv",  # timed call 1 (spin, then flush)
+        sleep,
+        "Memset (Device)",
+        "conv",  # timed call 2 (hot: spin only)
+        fill,
+        "Memset (Device)",
+        "conv",  # a host-time call after the run: no spin
     )
     calls = split_calls(trace, FLUSH)
     assert [[op.name for op in c] for c in calls] == [["Memset (Device)", "conv"], ["Memset (Device)", "conv"]]

@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from conftest import copy_project, remove_recording, sphinx_render
 
 pytestmark = pytest.mark.docs
@@ -18,7 +17,7 @@ def test_render_mode_says_where_numbers_come_from(site):
 def test_conv_page_has_output_figure_and_stamp(site):
     page = (site / "auto_examples" / "plot_02_conv_bias_relu.html").read_text()
     assert "sphx-glr-script-out" in page
-    assert re.search(r'<img[^>]+sphx_glr_plot_02_conv_bias_relu_001\.png', page)
+    assert re.search(r"<img[^>]+sphx_glr_plot_02_conv_bias_relu_001\.png", page)
     assert (site / "_images" / "sphx_glr_plot_02_conv_bias_relu_001.png").stat().st_size > 10_000
     stamp = re.search(r'class="cg-stamp">(.*?)</p>', page, re.S)
     assert stamp and "NVIDIA H200" in stamp.group(1) and "commit" in stamp.group(1)
@@ -56,14 +55,17 @@ def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
 
 
 def test_a_page_skipped_for_lack_of_hardware_renders_a_clear_note(tmp_path):
-    from cudnn_guide import recording
+    from gallery_build import recording
 
     copy_project(tmp_path)
     gal = tmp_path / "docs" / "auto_examples"
     remove_recording(gal, "plot_05_sdpa_causal")
-    recording.write_skip_page(tmp_path / "examples" / "plot_05_sdpa_causal.py", gal,
-                              ["SM 8.0 or newer (cuDNN fused attention)"],
-                              {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "2026-11-29 12:00 UTC", "commit": "abc"})
+    recording.write_skip_page(
+        tmp_path / "examples" / "plot_05_sdpa_causal.py",
+        gal,
+        ["SM 8.0 or newer (cuDNN fused attention)"],
+        {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "2026-11-29 12:00 UTC", "commit": "abc"},
+    )
     proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     page = (tmp_path / "out" / "auto_examples" / "plot_05_sdpa_causal.html").read_text()

@@ -2,10 +2,10 @@ import json
 import os
 
 import pytest
+from conftest import HAS_GPU
 
 from cudnn_guide import environment
 from cudnn_guide.errors import CudnnLibraryError, NoGPUError
-from conftest import HAS_GPU
 
 
 def test_search_follows_frontend_order_and_prefers_ld_library_path(tmp_path, monkeypatch):
@@ -47,10 +47,23 @@ def test_no_gpu_is_one_clear_error():
 
 
 def _record(**over):
-    data = dict(gpu="NVIDIA H200", sm="9.0", sm_count=132, memory_gib=139.8, l2_mib=60.0, driver="580.1",
-                cuda="13.0", torch="2.11.0", cudnn_backend="9.19.0", cudnn_frontend="1.32.0",
-                libcudnn="/x/libcudnn.so.9", python="3.12.3", platform="Linux x86_64", commit="abc123",
-                date_utc="2026-11-29 16:11 UTC")
+    data = dict(
+        gpu="NVIDIA H200",
+        sm="9.0",
+        sm_count=132,
+        memory_gib=139.8,
+        l2_mib=60.0,
+        driver="580.1",
+        cuda="13.0",
+        torch="2.11.0",
+        cudnn_backend="9.19.0",
+        cudnn_frontend="1.32.0",
+        libcudnn="/x/libcudnn.so.9",
+        python="3.12.3",
+        platform="Linux x86_64",
+        commit="abc123",
+        date_utc="2026-11-29 16:11 UTC",
+    )
     data.update(over)
     return environment.EnvironmentRecord(**data)
 
@@ -60,8 +73,16 @@ def test_record_serves_json_stamp_and_html():
     again = environment.EnvironmentRecord.from_dict(json.loads(rec.to_json()))
     assert again == rec
     stamp = rec.stamp()
-    for part in ("NVIDIA H200", "driver 580.1", "CUDA 13.0", "cuDNN 9.19.0", "frontend 1.32.0", "torch 2.11.0",
-                 "commit abc123", "2026-11-29 16:11 UTC"):
+    for part in (
+        "NVIDIA H200",
+        "driver 580.1",
+        "CUDA 13.0",
+        "cuDNN 9.19.0",
+        "frontend 1.32.0",
+        "torch 2.11.0",
+        "commit abc123",
+        "2026-11-29 16:11 UTC",
+    ):
         assert part in stamp
     html = rec._repr_html_()
     assert html.count("<tr>") == len(rec.to_dict())

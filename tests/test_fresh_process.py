@@ -85,6 +85,7 @@ def test_a_result_that_cannot_be_sent_back_is_a_clear_error():
 def test_a_function_from_main_is_refused_with_the_fix():
     def local():
         return 1
+
     local.__module__ = "__main__"
     with pytest.raises(FreshProcessError, match="define it in an importable module"):
         fresh_process.run(local, preload=())
@@ -108,15 +109,22 @@ def test_an_interpreter_can_start_its_own():
 def test_a_script_without_a_main_guard_runs_once(tmp_path):
     # A gallery example run by hand has no ``if __name__ == "__main__"``; its interpreters must not re-run it.
     script = tmp_path / "example.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os
         print("top level ran", flush=True)
         from cudnn_guide import fresh_process
         print("child", fresh_process.run(os.getpid, preload=()).value != os.getpid(), flush=True)
-    """))
+    """)
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=root))
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=root),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["top level ran", "child True"]
 
@@ -134,10 +142,12 @@ def test_unused_interpreters_exit_quietly_when_the_pool_closes(capfd):
 
 def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypatch, tmp_path):
     # A preload module that leaves torch's CUDA state initialized: the pool must refuse the interpreter.
-    (tmp_path / "touches_cuda.py").write_text(textwrap.dedent("""
+    (tmp_path / "touches_cuda.py").write_text(
+        textwrap.dedent("""
         import sys, types
         sys.modules["torch"] = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(FreshProcessError, match="importing its modules touched CUDA"):
         fresh_process.run(os.getpid, preload=("touches_cuda",))

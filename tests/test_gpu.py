@@ -58,7 +58,6 @@ def test_an_unsupported_graph_is_distinguishable_and_names_the_step():
 def test_a_malformed_graph_is_a_build_error_not_unsupported():
     import cudnn
 
-
     handle = graphs.handle_for_current_device()
     g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
     a = g.tensor(name="a", dim=[1, 64, 32], stride=[2048, 32, 1])
@@ -108,7 +107,7 @@ def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, conv):
     inputs, _ = conv
     cache = plan_cache.PlanCache(tmp_path)
     key = plan_cache.current_key("small conv")
-    build = lambda: recipes.conv_bias_relu_graph(SMALL_CONV, inputs)  # noqa: E731
+    build = lambda: recipes.conv_bias_relu_graph(SMALL_CONV, inputs)
     _, source = cache.get_or_build(key, build)
     assert source == "built"
     plan, source = cache.get_or_build(key, build)
@@ -140,8 +139,9 @@ def test_tuning_finds_a_plan_and_selects_it(conv):
     import cudnn
 
     inputs = SMALL_CONV.make_inputs(seed=5)
-    fused = recipes.conv_bias_relu_graph(SMALL_CONV, inputs, heuristics=("A", "B", "FALLBACK"),
-                                         policy=cudnn.build_plan_policy.ALL)
+    fused = recipes.conv_bias_relu_graph(
+        SMALL_CONV, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL
+    )
     pack = fused.pack(**inputs)
     ex = autotune.tune(fused.built, pack, reps=20)
     hv = autotune.tune(fused.built, pack, method="halving", reps=20, first_round_reps=5)
@@ -167,6 +167,7 @@ def test_pass_by_value_scalar_changes_the_result():
 
 
 # --- issue 5 graphs, at small sizes: each checked against PyTorch -------------------------------
+
 
 def _sub(data, fused):
     return {k: data[k] for k in fused.io}
@@ -226,8 +227,9 @@ def test_conv_gradients_match_autograd():
     dg, wg = conv_training.conv_dgrad_graph(p, d), conv_training.conv_wgrad_graph(p, d)
     dg.built.execute(dg.pack(**_sub(d, dg)))
     wg.built.execute(wg.pack(**_sub(d, wg)))
-    _, grads = check.reference_grads(lambda x, w: torch.nn.functional.conv2d(x, w, padding=p.padding),
-                                     {"x": d["x"], "w": d["w"]}, d["dy"])
+    _, grads = check.reference_grads(
+        lambda x, w: torch.nn.functional.conv2d(x, w, padding=p.padding), {"x": d["x"], "w": d["w"]}, d["dy"]
+    )
     check.check(d["dx"], grads["x"], name="dx")
     check.check(d["dw"], grads["w"], name="dw")
 
@@ -285,11 +287,25 @@ def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
     d = p.make_inputs(seed=6)
     rm, rv = d["running_mean"].clone(), d["running_var"].clone()
     f = norms.batchnorm_relu_graph(p, d, training=True)
-    f.built.execute(f.pack(x=d["x"], scale=d["scale"], bias=d["bias"], running_mean=d["running_mean"],
-                           running_var=d["running_var"], epsilon=tensors.scalar_value(p.eps, rank=4),
-                           momentum=tensors.scalar_value(p.momentum, rank=4), mean=d["mean"], inv_var=d["inv_var"],
-                           next_running_mean=d["running_mean"], next_running_var=d["running_var"], y=d["y"]))
-    ref = check.reference(lambda x, s, b: p.torch_forward(x, s, b, rm, rv, training=True), d["x"], d["scale"], d["bias"])
+    f.built.execute(
+        f.pack(
+            x=d["x"],
+            scale=d["scale"],
+            bias=d["bias"],
+            running_mean=d["running_mean"],
+            running_var=d["running_var"],
+            epsilon=tensors.scalar_value(p.eps, rank=4),
+            momentum=tensors.scalar_value(p.momentum, rank=4),
+            mean=d["mean"],
+            inv_var=d["inv_var"],
+            next_running_mean=d["running_mean"],
+            next_running_var=d["running_var"],
+            y=d["y"],
+        )
+    )
+    ref = check.reference(
+        lambda x, s, b: p.torch_forward(x, s, b, rm, rv, training=True), d["x"], d["scale"], d["bias"]
+    )
     check.check(d["y"], ref, name="y")
     check.check(d["running_mean"], rm, name="running mean", tol=1e-4)
     check.check(d["running_var"], rv, name="running var", tol=1e-4)
@@ -338,10 +354,16 @@ def test_compare_on_the_gpu_judges_a_real_difference_and_an_identical_twin():
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     small = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
     out_big, out_small = torch.empty_like(a), torch.empty(1024, 2048, device="cuda", dtype=torch.bfloat16)
-    c = compare.compare({"half the work": lambda: torch.matmul(small, a, out=out_small),
-                         "full work": lambda: torch.matmul(a, a, out=out_big),
-                         "half the work, again": lambda: torch.matmul(small, a, out=out_small)},
-                        candidate="half the work", l2="cold", rounds=7)
+    c = compare.compare(
+        {
+            "half the work": lambda: torch.matmul(small, a, out=out_small),
+            "full work": lambda: torch.matmul(a, a, out=out_big),
+            "half the work, again": lambda: torch.matmul(small, a, out=out_small),
+        },
+        candidate="half the work",
+        l2="cold",
+        rounds=7,
+    )
     assert c.versus["full work"]["verdict"] == "faster" and 1.5 < c.versus["full work"]["value"] < 2.5
     assert c.versus["half the work, again"]["verdict"] == "tie"
     est = c.estimate("half the work", "µs")

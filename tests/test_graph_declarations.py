@@ -15,8 +15,12 @@ from cudnn_guide import attention, conv_training, fp8, norms, recipes, tensors
 
 
 def _new_graph(problem, name, handle, graph_kwargs):
-    return cudnn.pygraph(name=name, io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
-                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT), None
+    return cudnn.pygraph(
+        name=name,
+        io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    ), None
 
 
 def _graph_tensor(g, t, name):  # as tensors.graph_tensor, but accepting CPU tensors
@@ -24,19 +28,28 @@ def _graph_tensor(g, t, name):  # as tensors.graph_tensor, but accepting CPU ten
 
 
 def _output_like(node_output, t):
-    return (node_output.set_output(True).set_data_type(tensors.cudnn_dtype(t.dtype))
-            .set_dim(list(t.shape)).set_stride(list(t.stride())))
+    return (
+        node_output.set_output(True)
+        .set_data_type(tensors.cudnn_dtype(t.dtype))
+        .set_dim(list(t.shape))
+        .set_stride(list(t.stride()))
+    )
 
 
 @pytest.fixture
 def declare():
     """``declare(module)``: its graph builders declare on the CPU and return the unbuilt pygraph."""
     with contextlib.ExitStack() as stack:
+
         def use(module):
-            for target, name, value in ((module, "_new_graph", _new_graph), (module.tensors, "graph_tensor", _graph_tensor),
-                                        (module.tensors, "output_like", _output_like),
-                                        (module.graphs, "build", lambda g, **kw: g)):
+            for target, name, value in (
+                (module, "_new_graph", _new_graph),
+                (module.tensors, "graph_tensor", _graph_tensor),
+                (module.tensors, "output_like", _output_like),
+                (module.graphs, "build", lambda g, **kw: g),
+            ):
                 stack.enter_context(mock.patch.object(target, name, value))
+
         yield use
 
 
@@ -54,9 +67,11 @@ def test_conv_training_graphs(declare):
     p = recipes.ConvProblem(n=2, c=8, h=8, w=8, k=16)
     x, w, y = empty(2, 8, 8, 8, nhwc=True), empty(16, 8, 3, 3, nhwc=True), empty(2, 16, 8, 8, nhwc=True)
     ins = {"x": x, "w": w, "y": y, "dy": y, "dx": x, "dw": w}
-    for fn, op, ports, out in ((conv_training.conv_fprop_graph, "conv_fprop", {"image", "weight"}, "y"),
-                               (conv_training.conv_dgrad_graph, "conv_dgrad", {"loss", "filter"}, "dx"),
-                               (conv_training.conv_wgrad_graph, "conv_wgrad", {"image", "loss"}, "dw")):
+    for fn, op, ports, out in (
+        (conv_training.conv_fprop_graph, "conv_fprop", {"image", "weight"}, "y"),
+        (conv_training.conv_dgrad_graph, "conv_dgrad", {"loss", "filter"}, "dx"),
+        (conv_training.conv_wgrad_graph, "conv_wgrad", {"image", "loss"}, "dw"),
+    ):
         f = fn(p, ins)
         (node,) = f.built.nodes
         assert node.name == op and set(node.inputs) == ports
@@ -69,8 +84,16 @@ def test_conv_training_graphs(declare):
 def test_norm_forward_saves_statistics_in_training(declare, kind, residual):
     declare(norms)
     p = norms.NormProblem(tokens=4, hidden=16, kind=kind, residual=residual)
-    ins = {"x": empty(4, 16), "r": empty(4, 16), "s": empty(4, 16), "y": empty(4, 16), "scale": empty(16),
-           "bias": empty(16), "mean": empty(4, 1, dtype=torch.float32), "inv_var": empty(4, 1, dtype=torch.float32)}
+    ins = {
+        "x": empty(4, 16),
+        "r": empty(4, 16),
+        "s": empty(4, 16),
+        "y": empty(4, 16),
+        "scale": empty(16),
+        "bias": empty(16),
+        "mean": empty(4, 1, dtype=torch.float32),
+        "inv_var": empty(4, 1, dtype=torch.float32),
+    }
     f = norms.norm_forward_graph(p, ins, training=True)
     nodes = _nodes(f)
     norm = nodes[f"{kind}norm"]
@@ -79,14 +102,22 @@ def test_norm_forward_saves_statistics_in_training(declare, kind, residual):
     assert set(norm.inputs) == expected
     assert {"y", "inv_var"} <= set(f.io) and (("mean" in f.io) == (kind == "layer"))
     if residual:
-        assert "residual_add" in nodes and norm.inputs["input"] is f.io["s"]  # the sum is both the norm's input and an output
+        assert (
+            "residual_add" in nodes and norm.inputs["input"] is f.io["s"]
+        )  # the sum is both the norm's input and an output
 
 
 def test_rmsnorm_backward_has_no_bias_gradient(declare):
     declare(norms)
     p = norms.NormProblem(tokens=4, hidden=16, kind="rms")
-    ins = {"dy": empty(4, 16), "x": empty(4, 16), "scale": empty(16), "inv_var": empty(4, 1, dtype=torch.float32),
-           "dx": empty(4, 16), "dscale": empty(16)}
+    ins = {
+        "dy": empty(4, 16),
+        "x": empty(4, 16),
+        "scale": empty(16),
+        "inv_var": empty(4, 1, dtype=torch.float32),
+        "dx": empty(4, 16),
+        "dscale": empty(16),
+    }
     f = norms.norm_backward_graph(p, ins)
     (node,) = f.built.nodes
     assert node.params.get("has_dbias") is False and "dbias" not in f.io
@@ -95,10 +126,24 @@ def test_rmsnorm_backward_has_no_bias_gradient(declare):
 def test_batchnorm_training_updates_running_stats_and_inference_is_folded(declare):
     declare(norms)
     p = norms.BatchNormProblem(n=2, c=8, h=4, w=4)
-    per_c = {n: empty(1, 8, 1, 1, dtype=torch.float32) for n in ("scale", "bias", "running_mean", "running_var", "mean", "inv_var", "a", "b")}
-    ins = {"x": empty(2, 8, 4, 4, dtype=torch.float16, nhwc=True), "y": empty(2, 8, 4, 4, dtype=torch.float16, nhwc=True)} | per_c
+    per_c = {
+        n: empty(1, 8, 1, 1, dtype=torch.float32)
+        for n in ("scale", "bias", "running_mean", "running_var", "mean", "inv_var", "a", "b")
+    }
+    ins = {
+        "x": empty(2, 8, 4, 4, dtype=torch.float16, nhwc=True),
+        "y": empty(2, 8, 4, 4, dtype=torch.float16, nhwc=True),
+    } | per_c
     f = norms.batchnorm_relu_graph(p, ins, training=True)
-    assert set(_nodes(f)["batchnorm"].inputs) == {"input", "scale", "bias", "in_running_mean", "in_running_var", "epsilon", "momentum"}
+    assert set(_nodes(f)["batchnorm"].inputs) == {
+        "input",
+        "scale",
+        "bias",
+        "in_running_mean",
+        "in_running_var",
+        "epsilon",
+        "momentum",
+    }
     assert {"next_running_mean", "next_running_var", "mean", "inv_var"} <= set(f.io)
     folded = norms.folded_batchnorm_relu_graph(p, ins)
     assert [n.name for n in folded.built.nodes] == ["scale", "shift", "relu"]
@@ -108,7 +153,9 @@ def test_attention_training_pair(declare):
     declare(attention)
     p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     t = empty(1, 2, 8, 16)
-    ins = {n: t for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")} | {"stats": empty(1, 2, 8, 1, dtype=torch.float32)}
+    ins = {n: t for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")} | {
+        "stats": empty(1, 2, 8, 1, dtype=torch.float32)
+    }
     fwd = attention.sdpa_forward_training_graph(p, ins)
     (node,) = fwd.built.nodes
     assert node.params["generate_stats"] is True and node.params["diagonal_band_right_bound"] == 0
@@ -121,8 +168,15 @@ def test_paged_decode_reads_pools_through_the_table(declare):
     declare(attention)
     p = attention.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
     i32 = dict(dtype=torch.int32)
-    ins = {"q": empty(2, 2, 1, 16), "o": empty(2, 2, 1, 16), "k_pool": empty(8, 2, 16, 16), "v_pool": empty(8, 2, 16, 16),
-           "page_table": empty(2, 1, 4, 1, **i32), "seq_len_q": empty(2, 1, 1, 1, **i32), "seq_len_kv": empty(2, 1, 1, 1, **i32)}
+    ins = {
+        "q": empty(2, 2, 1, 16),
+        "o": empty(2, 2, 1, 16),
+        "k_pool": empty(8, 2, 16, 16),
+        "v_pool": empty(8, 2, 16, 16),
+        "page_table": empty(2, 1, 4, 1, **i32),
+        "seq_len_q": empty(2, 1, 1, 1, **i32),
+        "seq_len_kv": empty(2, 1, 1, 1, **i32),
+    }
     f = attention.paged_decode_graph(p, ins)
     (node,) = f.built.nodes
     assert node.params["use_padding_mask"] is True and node.params["paged_attention_max_seq_len_kv"] == 64
@@ -134,9 +188,14 @@ def test_fp8_attention_uses_the_fp8_band_keyword(declare):
     p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     e4m3 = torch.float8_e4m3fn
     one = empty(1, 1, 1, 1, dtype=torch.float32)
-    ins = {"q8": empty(1, 2, 8, 16, dtype=e4m3), "k8": empty(1, 2, 8, 16, dtype=e4m3), "v8": empty(1, 2, 8, 16, dtype=e4m3),
-           "o8": empty(1, 2, 8, 16, dtype=e4m3)} | {n: one for n in ("descale_q", "descale_k", "descale_v", "descale_s",
-                                                                    "scale_s", "scale_o", "amax_s", "amax_o")}
+    ins = {
+        "q8": empty(1, 2, 8, 16, dtype=e4m3),
+        "k8": empty(1, 2, 8, 16, dtype=e4m3),
+        "v8": empty(1, 2, 8, 16, dtype=e4m3),
+        "o8": empty(1, 2, 8, 16, dtype=e4m3),
+    } | {n: one for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o", "amax_s", "amax_o")}
     f = fp8.sdpa_fp8_graph(p, ins)
     (node,) = f.built.nodes
-    assert node.params["right_bound"] == 0 and "diagonal_band_right_bound" not in node.params  # sdpa_fp8's C++ binding has no such keyword
+    assert (
+        node.params["right_bound"] == 0 and "diagonal_band_right_bound" not in node.params
+    )  # sdpa_fp8's C++ binding has no such keyword

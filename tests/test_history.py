@@ -1,13 +1,17 @@
+from gallery_build import history
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cudnn_guide import history
-
 
 def _entry(when, median, iqr, commit="c"):
-    return {"example": "plot_x", "recorded_utc": when, "commit": commit, "gpu": "H200",
-            "measurements": {"k": {"median_ms": median, "q1_ms": median - iqr / 2, "q3_ms": median + iqr / 2, "n": 100}},
-            "headlines": []}
+    return {
+        "example": "plot_x",
+        "recorded_utc": when,
+        "commit": commit,
+        "gpu": "H200",
+        "measurements": {"k": {"median_ms": median, "q1_ms": median - iqr / 2, "q3_ms": median + iqr / 2, "n": 100}},
+        "headlines": [],
+    }
 
 
 @settings(max_examples=80, deadline=None)
@@ -28,8 +32,11 @@ def test_moved_exactly_when_the_change_exceeds_the_band(median, rel_iqr, change)
 
 
 def test_only_the_last_two_recordings_are_compared_in_time_order():
-    entries = [_entry("2026-11-29T03", 3.0, 0.0, "c3"), _entry("2026-11-29T01", 1.0, 0.0, "c1"),
-               _entry("2026-11-29T02", 1.0, 0.0, "c2")]
+    entries = [
+        _entry("2026-11-29T03", 3.0, 0.0, "c3"),
+        _entry("2026-11-29T01", 1.0, 0.0, "c1"),
+        _entry("2026-11-29T02", 1.0, 0.0, "c2"),
+    ]
     (row,) = history.changes(entries)
     assert (row["previous_commit"], row["latest_commit"]) == ("c2", "c3")
     assert row["moved"] and round(row["change_pct"]) == 200
@@ -48,8 +55,12 @@ def test_compare_and_by_example_pair_any_two_recordings():
         m = {"median_ms": median, "q1_ms": median * 0.99, "q3_ms": median * 1.01}
         return {"example": example, "recorded_utc": utc, "commit": commit, "measurements": {"k": m}}
 
-    hist = [entry("a", "2026-01-02", "c2", 1.10), entry("a", "2026-01-01", "c1", 1.00),
-            entry("a", "2026-01-03", "c3", 1.11), entry("b", "2026-01-01", "c1", 2.0)]
+    hist = [
+        entry("a", "2026-01-02", "c2", 1.10),
+        entry("a", "2026-01-01", "c1", 1.00),
+        entry("a", "2026-01-03", "c3", 1.11),
+        entry("b", "2026-01-01", "c1", 2.0),
+    ]
     pages = history.by_example(hist)
     assert [e["commit"] for e in pages["a"]] == ["c1", "c2", "c3"] and len(pages["b"]) == 1
     first = history.compare(pages["a"][0], pages["a"][1])

@@ -3,10 +3,9 @@ import json
 import shutil
 
 import pytest
-
 from conftest import HAS_GPU, remove_recording
-
-from cudnn_guide import docs_build, recording
+from gallery_build import hooks as docs_build
+from gallery_build import recording
 
 
 def _gallery(tmp_path, text="print(1)\n"):
@@ -58,10 +57,12 @@ def test_manifest_keeps_the_full_recording_time_across_partial_recordings(tmp_pa
     """Recording one page later updates its time but never passes it off as the gallery's."""
     ex, gal = _gallery(tmp_path)
     env = {"gpu": "NVIDIA H200", "commit": "full1"}
-    recording.write_manifest(gal, ex, env, build_seconds=300.0,
-                             example_seconds={"plot_a.py": 200.0, "plot_b.py": 100.0}, full_run=True)
-    recording.write_manifest(gal, ex, dict(env, commit="part2"), build_seconds=20.0,
-                             example_seconds={"plot_b.py": 20.0}, full_run=False)
+    recording.write_manifest(
+        gal, ex, env, build_seconds=300.0, example_seconds={"plot_a.py": 200.0, "plot_b.py": 100.0}, full_run=True
+    )
+    recording.write_manifest(
+        gal, ex, dict(env, commit="part2"), build_seconds=20.0, example_seconds={"plot_b.py": 20.0}, full_run=False
+    )
     man = recording.read_manifest(gal)
     assert man["build_seconds"] == 20.0
     assert man["example_seconds"] == {"plot_a.py": 200.0, "plot_b.py": 20.0}
@@ -69,6 +70,7 @@ def test_manifest_keeps_the_full_recording_time_across_partial_recordings(tmp_pa
 
 
 # -- the committed recording itself ------------------------------------------------------------
+
 
 def test_every_example_has_a_fresh_recording(root):
     bad = recording.stale_examples(root / "examples", root / "docs" / "auto_examples")
@@ -113,6 +115,7 @@ def test_stamp_goes_under_the_title():
 
 # -- GPUs below a page's requirement -------------------------------------------------------------
 
+
 def test_requirements_are_read_from_the_page_without_running_it(root):
     sdpa = root / "examples" / "plot_05_sdpa_causal.py"
     assert recording.declared_requirements(sdpa) == [((8, 0), "cuDNN fused attention")]
@@ -135,20 +138,29 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     assert (gal / "images" / "thumb" / "sphx_glr_plot_05_sdpa_causal_thumb.png").stat().st_size > 1000
     assert recording.example_states(root / "examples", gal)[4].state == "fresh"
     assert docs_build.recorded_page_problems(gal, root / "examples") == []
-    stamp = docs_build.stamp_rst(json.loads((gal / "plot_05_sdpa_causal.record.json").read_text()), "plot_05_sdpa_causal")
+    stamp = docs_build.stamp_rst(
+        json.loads((gal / "plot_05_sdpa_causal.record.json").read_text()), "plot_05_sdpa_causal"
+    )
     assert "Skipped on **Tesla T4**" in stamp
 
 
 def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkeypatch):
-    from cudnn_guide import environment, history
+    from gallery_build import history
+
+    from cudnn_guide import environment
 
     docs = tmp_path / "docs"
     shutil.copytree(root / "docs" / "auto_examples", docs / "auto_examples")
     (docs / "data").mkdir()
-    fake = dict(json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"],
-                gpu="Tesla T4", sm="7.5")
+    fake = dict(
+        json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"],
+        gpu="Tesla T4",
+        sm="7.5",
+    )
     monkeypatch.setattr(environment, "collect", lambda: environment.EnvironmentRecord.from_dict(fake))
-    seconds = recording.record_examples(docs, root / "examples", docs / "auto_examples", names=["plot_05_sdpa_causal.py"])
+    seconds = recording.record_examples(
+        docs, root / "examples", docs / "auto_examples", names=["plot_05_sdpa_causal.py"]
+    )
     assert seconds == {"plot_05_sdpa_causal.py": 0.0}  # skipped: nothing was executed
     assert "skipped: needs SM 8.0" in (docs / "auto_examples" / "plot_05_sdpa_causal.rst").read_text()
     assert recording.read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
@@ -157,20 +169,32 @@ def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkey
 
 
 def test_page_warnings_are_summarized_under_the_title():
-    clock_warning = "software power cap held the clock down (SM clock 1485 of 1980 MHz at the end); timings may be slower"
-    record = {"environment": {"gpu": "NVIDIA H200"}, "measurements": [
-        {"warnings": [clock_warning], "clocks": {"sm_mhz_end": 1485, "max_sm_mhz": 1980}},
-        {"warnings": ["software power cap held the clock down (SM clock 1335 ...)", "large spread: IQR is 17% of the median"],
-         "clocks": {"sm_mhz_end": 1335, "max_sm_mhz": 1980}},
-        {"warnings": [], "clocks": {}},
-    ]}
+    clock_warning = (
+        "software power cap held the clock down (SM clock 1485 of 1980 MHz at the end); timings may be slower"
+    )
+    record = {
+        "environment": {"gpu": "NVIDIA H200"},
+        "measurements": [
+            {"warnings": [clock_warning], "clocks": {"sm_mhz_end": 1485, "max_sm_mhz": 1980}},
+            {
+                "warnings": [
+                    "software power cap held the clock down (SM clock 1335 ...)",
+                    "large spread: IQR is 17% of the median",
+                ],
+                "clocks": {"sm_mhz_end": 1335, "max_sm_mhz": 1980},
+            },
+            {"warnings": [], "clocks": {}},
+        ],
+    }
     note = docs_build.warnings_rst(record)
     assert "2 of 3 measurements on this page carry a harness warning" in note
     assert "2 × the GPU's power cap held the SM clock below 97% of its maximum (lowest: 1335 of 1980 MHz)" in note
     assert "1 × a large spread" in note
     assert note in docs_build.stamp_rst(record, "plot_x")
     assert docs_build.warnings_rst({"measurements": [{"warnings": []}]}) == ""
-    drift = "timings drifted -15% from the first to the last third of the run (clock or thermal throttling, or interference)"
+    drift = "timings drifted -15% from the first to the last third of the run " + (
+        "(clock or thermal throttling, or interference)"
+    )
     note = docs_build.warnings_rst({"measurements": [{"warnings": [drift]}]})
     assert "1 × timings drifting" in note and "× thermal throttling" not in note  # a possible cause is not a finding
     thermal = "thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)"
@@ -195,7 +219,11 @@ def test_cell_timer_writes_seconds_per_code_cell(tmp_path, monkeypatch):
     recording.time_cells(tmp_path)  # a second install does not wrap twice
     assert gen_rst.execute_code_block is timed
     script_vars = {"src_file": "/x/examples/plot_99_demo.py", "execute_script": True}
-    for lineno, kind, content in ((3, "text", "A title"), (10, "code", "# a comment\nx = slow()\n"), (20, "code", "y = 1")):
+    for lineno, kind, content in (
+        (3, "text", "A title"),
+        (10, "code", "# a comment\nx = slow()\n"),
+        (20, "code", "y = 1"),
+    ):
         block = types.SimpleNamespace(type=kind, lineno=lineno, content=content)
         assert gen_rst.execute_code_block(None, block, {}, script_vars, {}, {}) == "out"
     cells = recording.read_cell_times(tmp_path)["plot_99_demo.py"]
@@ -222,8 +250,11 @@ def test_one_example_recording_build_reads_the_gallery_only(root, tmp_path):
     settings = {k: v for k, v in over.items() if k not in ("extensions", "extra_suppress_warnings")}
     settings["suppress_warnings"] = over["extra_suppress_warnings"]
     (src / "conf.py").write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
-    out = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "dummy", str(src), str(tmp_path / "out")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "dummy", str(src), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -239,5 +270,9 @@ def test_a_page_that_fails_in_its_fresh_process_stops_the_recording_by_name(tmp_
     if HAS_GPU:
         pytest.skip("on a GPU the page would record")
     with pytest.raises(RuntimeError, match=r"recording plot_08_cuda_graphs.py failed \(sphinx exit 2\)"):
-        recording.record_examples(tmp_path / "docs", tmp_path / "examples", tmp_path / "docs" / "auto_examples",
-                                  names=["plot_08_cuda_graphs.py"])
+        recording.record_examples(
+            tmp_path / "docs",
+            tmp_path / "examples",
+            tmp_path / "docs" / "auto_examples",
+            names=["plot_08_cuda_graphs.py"],
+        )

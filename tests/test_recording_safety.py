@@ -13,10 +13,11 @@ import shutil
 import threading
 
 import pytest
-
 from conftest import HAS_GPU
+from gallery_build import history, recording
+from gallery_build import hooks as docs_build
 
-from cudnn_guide import datafiles, docs_build, history, recording
+from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError
 
 OK_PAGE = '''"""
@@ -35,14 +36,17 @@ plt.plot([1, 2, 3], [{v}, 2, 1])
 plt.show()
 '''
 
-FAILING_PAGE = OK_PAGE + '''
+FAILING_PAGE = (
+    OK_PAGE
+    + """
 # %%
 print("half-way")
 plt.figure()
 plt.plot([3, 2, 1])
 plt.show()
 raise RuntimeError("this page fails mid-way")
-'''
+"""
+)
 
 
 def _fake_env(root):
@@ -57,8 +61,10 @@ def _project(tmp_path, root, monkeypatch):
     docs, examples = tmp_path / "docs", tmp_path / "examples"
     (docs / "data").mkdir(parents=True)
     shutil.copytree(root / "docs" / "_static", docs / "_static")
-    patch = ("import json as _json\nfrom cudnn_guide import environment as _environment\n"
-             f"_environment.collect = lambda: _environment.EnvironmentRecord.from_dict(_json.loads({json.dumps(fake)!r}))\n")
+    patch = (
+        "import json as _json\nfrom cudnn_guide import environment as _environment\n"
+        f"_environment.collect = lambda: _environment.EnvironmentRecord.from_dict(_json.loads({json.dumps(fake)!r}))\n"
+    )
     conf = (root / "docs" / "conf.py").read_text()
     future = "from __future__ import annotations\n"
     (docs / "conf.py").write_text(conf.replace(future, future + patch, 1))
@@ -69,8 +75,11 @@ def _project(tmp_path, root, monkeypatch):
 
 
 def _snapshot(gallery, stem):
-    return {p.relative_to(gallery).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in gallery.rglob("*") if p.is_file() and stem in p.name}
+    return {
+        p.relative_to(gallery).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in gallery.rglob("*")
+        if p.is_file() and stem in p.name
+    }
 
 
 @pytest.mark.skipif(HAS_GPU, reason="simulates the GPU on a CPU machine")
@@ -124,6 +133,7 @@ def test_promotion_replaces_changed_files_and_writes_the_md5_last(tmp_path):
 
 # -- writes ------------------------------------------------------------------------------------
 
+
 def test_history_append_ends_an_unterminated_line_first(tmp_path):
     path = tmp_path / "history.jsonl"
     path.write_text('{"example": "a", "measurements": {}}')  # a writer died before its newline
@@ -170,6 +180,7 @@ def test_a_corrupt_json_file_is_named_with_its_line(tmp_path):
 
 # -- the plan cache --------------------------------------------------------------------------
 
+
 def _key():
     from cudnn_guide.plan_cache import PlanKey
 
@@ -186,7 +197,7 @@ def test_plan_cache_stores_from_many_threads_in_a_private_folder(tmp_path):
         try:
             for _ in range(20):
                 cache.store(_key(), b"plan-bytes", {"x": 1})
-        except Exception as exc:  # noqa: BLE001 - the test reports any failure
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=store) for _ in range(4)]
@@ -221,6 +232,7 @@ def test_plan_cache_refuses_a_folder_others_can_write(tmp_path):
 
 # -- what the render refuses -----------------------------------------------------------------
 
+
 @pytest.fixture
 def gallery_copy(tmp_path, root):
     gal = tmp_path / "docs" / "auto_examples"
@@ -235,26 +247,38 @@ def test_swapped_records_are_refused(gallery_copy, root):
     a.write_bytes(tb)
     b.write_bytes(ta)
     problems = docs_build.recorded_page_problems(gallery_copy, root / "examples")
-    assert ("plot_02_conv_bias_relu: plot_02_conv_bias_relu.record.json is the record of "
-            "'plot_04_matmul_epilogue', not of this page") in problems
+    assert (
+        "plot_02_conv_bias_relu: plot_02_conv_bias_relu.record.json is the record of "
+        "'plot_04_matmul_epilogue', not of this page"
+    ) in problems
 
 
 def test_a_truncated_figure_is_refused(gallery_copy, root):
     png = gallery_copy / "images" / "sphx_glr_plot_02_conv_bias_relu_001.png"
     png.write_bytes(png.read_bytes()[:100])
     problems = docs_build.recorded_page_problems(gallery_copy, root / "examples")
-    assert any(p.startswith("plot_02_conv_bias_relu: figure images/sphx_glr_plot_02_conv_bias_relu_001.png "
-                            "does not decode") for p in problems), problems
+    assert any(
+        p.startswith("plot_02_conv_bias_relu: figure images/sphx_glr_plot_02_conv_bias_relu_001.png does not decode")
+        for p in problems
+    ), problems
 
 
 def test_a_missing_run_time_file_is_refused(gallery_copy, root):
     (gallery_copy / "plot_03_autotuning.cost.json").unlink()
     assert docs_build.recorded_page_problems(gallery_copy, root / "examples") == [
-        "plot_03_autotuning: its run-time file plot_03_autotuning.cost.json is missing"]
+        "plot_03_autotuning: its run-time file plot_03_autotuning.cost.json is missing"
+    ]
 
 
-@pytest.mark.parametrize("name", ["plot_02_conv_bias_relu.record.json", "recording.json",
-                                  "plot_02_conv_bias_relu.cost.json", "../data/crosscheck.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "plot_02_conv_bias_relu.record.json",
+        "recording.json",
+        "plot_02_conv_bias_relu.cost.json",
+        "../data/crosscheck.json",
+    ],
+)
 def test_every_data_file_must_parse(gallery_copy, name):
     path = (gallery_copy / name).resolve()
     path.write_text(path.read_text()[: len(path.read_text()) // 2])
@@ -277,8 +301,13 @@ def test_titles_and_labels_from_data_are_escaped():
 
     from cudnn_guide.report import html_table, page_link
 
-    frame = pd.DataFrame({"page": [page_link("plot_x", "<script>alert(1)</script>")],
-                          "number": ["<img src=x onerror=alert(1)>"], "value": [1.25]})
+    frame = pd.DataFrame(
+        {
+            "page": [page_link("plot_x", "<script>alert(1)</script>")],
+            "number": ["<img src=x onerror=alert(1)>"],
+            "value": [1.25],
+        }
+    )
     out = html_table(frame, {"value": "{:.2f}"}).to_html()
     assert "<script>" not in out and "<img" not in out
     assert "&lt;script&gt;alert(1)&lt;/script&gt;</a>" in out and 'href="auto_examples/plot_x.html"' in out

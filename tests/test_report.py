@@ -2,12 +2,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from cudnn_guide import bench, report  # noqa: E402
+from cudnn_guide import bench, report
 
 
 def _m(impl, size, med, flops=None):
-    return bench.Measurement(f"{impl}@{size}", [med * 0.95, med, med * 1.05], "hot-L2 events", flops=flops,
-                             params={"impl": impl, "size": size})
+    return bench.Measurement(
+        f"{impl}@{size}",
+        [med * 0.95, med, med * 1.05],
+        "hot-L2 events",
+        flops=flops,
+        params={"impl": impl, "size": size},
+    )
 
 
 def test_table_pivots_marks_best_and_shows_missing():

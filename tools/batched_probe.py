@@ -45,9 +45,18 @@ def launchers(name):
 
 
 def kernel_times(prof, skip):
-    kern = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and e.name not in skip and "memset" not in e.name.lower() and "memcpy" not in e.name.lower()
-                   and "sleep" not in e.name.lower()), key=lambda e: e.time_range.start)
+    kern = sorted(
+        (
+            e
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and e.name not in skip
+            and "memset" not in e.name.lower()
+            and "memcpy" not in e.name.lower()
+            and "sleep" not in e.name.lower()
+        ),
+        key=lambda e: e.time_range.start,
+    )
     return [e.time_range.end - e.time_range.start for e in kern]
 
 
@@ -76,7 +85,7 @@ def main():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             m = bench.benchmark(fns[0], label=name, l2="cold", budget_ms=200)
             torch.cuda.synchronize()
-        k = kernel_times(prof, skip)[-m.n:]
+        k = kernel_times(prof, skip)[-m.n :]
         row["per_call_events_us"], row["per_call_cupti_us"] = m.median_ms * 1e3, statistics.median(k)
         for mode, group in (("rotating", fns), ("same", fns[:1])):
             batched(group, n=20, repeats=2)

@@ -46,9 +46,13 @@ for label, fn in cases.items():
         t0 = time.perf_counter()
         m = bench.benchmark(fn, label=label, l2="cold", budget_ms=budget, max_reps=200)
         total = time.perf_counter() - t0
-        print(f"{label:18s} budget {budget:5.0f} ms: total {total * 1e3:7.1f} ms, timed loop {log['_time_each'] * 1e3:7.1f} ms "
-              f"({log['reps']} calls, spin {log['spin_ms'] * 1e3:.1f} µs, median {m.median_ms * 1e3:.1f} µs), "
-              f"host-time loop {log['_host_times'] * 1e3:6.1f} ms", flush=True)
+        print(
+            f"{label:18s} budget {budget:5.0f} ms: total {total * 1e3:7.1f} ms, "
+            f"timed loop {log['_time_each'] * 1e3:7.1f} ms "
+            f"({log['reps']} calls, spin {log['spin_ms'] * 1e3:.1f} µs, median {m.median_ms * 1e3:.1f} µs), "
+            f"host-time loop {log['_host_times'] * 1e3:6.1f} ms",
+            flush=True,
+        )
 torch.cuda.synchronize()
 for what, fn in (("flush", flush.zero_), ("spin 0.1 ms", lambda: bench._spin(0.1))):
     fn()

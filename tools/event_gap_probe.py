@@ -20,10 +20,10 @@ mi = mm.make_inputs()
 mf = recipes.matmul_epilogue_graph(mm, mi)
 epilogue = mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha)))
 small = torch.randn(1 << 20, device="cuda")
-tiny = lambda: small.mul_(1.0)  # noqa: E731
+tiny = lambda: small.mul_(1.0)
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 c = torch.empty_like(a)
-gemm = lambda: torch.matmul(a, a, out=c)  # noqa: E731
+gemm = lambda: torch.matmul(a, a, out=c)
 flush = bench.l2_flush_buffer()
 
 
@@ -48,8 +48,14 @@ def probe(fn, use_flush, use_spin, n=300):
             e.record()
         torch.cuda.synchronize()
     times = [s.elapsed_time(e) * 1e3 for s, e in ev]
-    kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.name not in skip
-            and "memset" not in e.name.lower() and "memcpy" not in e.name.lower()]
+    kern = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and e.name not in skip
+        and "memset" not in e.name.lower()
+        and "memcpy" not in e.name.lower()
+    ]
     dur = [e.time_range.end - e.time_range.start for e in kern]
     return statistics.median(times), statistics.median(dur), len(dur)
 
@@ -59,10 +65,22 @@ for name, fn in (("tiny elementwise", tiny), ("matmul epilogue (cuDNN)", epilogu
     for use_flush in (True, False):
         for use_spin in (True, False):
             ev, k, n = probe(fn, use_flush, use_spin)
-            rows.append({"kernel": name, "flush": use_flush, "spin": use_spin, "events_median_us": ev,
-                         "cupti_median_us": k, "gap_us": ev - k, "calls": n})
-            print(f"{name:26s} flush={use_flush!s:5} spin={use_spin!s:5}: events {ev:8.2f} µs, kernel {k:8.2f} µs, "
-                  f"gap {ev - k:6.2f} µs ({n} kernels)", flush=True)
+            rows.append(
+                {
+                    "kernel": name,
+                    "flush": use_flush,
+                    "spin": use_spin,
+                    "events_median_us": ev,
+                    "cupti_median_us": k,
+                    "gap_us": ev - k,
+                    "calls": n,
+                }
+            )
+            print(
+                f"{name:26s} flush={use_flush!s:5} spin={use_spin!s:5}: events {ev:8.2f} µs, kernel {k:8.2f} µs, "
+                f"gap {ev - k:6.2f} µs ({n} kernels)",
+                flush=True,
+            )
 
 if len(sys.argv) > 1:
     with open(sys.argv[1], "w", encoding="utf-8") as f:

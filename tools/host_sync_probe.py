@@ -40,5 +40,7 @@ for name, fn in cases.items():
         fn()
     idle = sorted(host_us(fn, 0) for _ in range(5))[2]
     busy = sorted(host_us(fn, 20.0) for _ in range(5))[2]
-    print(f"{name}: host {idle:.0f} µs with the GPU idle, {busy:.0f} µs with 20 ms queued ->",
-          "BLOCKS" if busy > idle + 5000 else "asynchronous")
+    print(
+        f"{name}: host {idle:.0f} µs with the GPU idle, {busy:.0f} µs with 20 ms queued ->",
+        "BLOCKS" if busy > idle + 5000 else "asynchronous",
+    )

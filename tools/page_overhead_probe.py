@@ -1,6 +1,6 @@
 """What does a recorded page cost besides executing its example? Run on a GPU, from the repository root.
 
-Runs the recording's one-example Sphinx build (cudnn_guide.recording) for a page whose md5 still
+Runs the recording's one-example Sphinx build (gallery_build.recording) for a page whose md5 still
 matches, so sphinx-gallery executes nothing: what is left is the page's fixed cost (its
 interpreter, conf.py's environment, Sphinx reading and writing). Three plain runs, then one under
 cProfile, whose top functions by cumulative time are printed.
@@ -16,7 +16,9 @@ import pstats
 import sys
 import tempfile
 
-from cudnn_guide import fresh_process, recording
+from gallery_build import recording
+
+from cudnn_guide import fresh_process
 
 
 def profiled_build(docs_dir: str, out_dir: str, example: str) -> str:

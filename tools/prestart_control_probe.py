@@ -26,12 +26,20 @@ ROUNDS = 4
 
 def on_demand(mode: str, cache_dir: str) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cudnn_guide.coldstart", "matmul", mode, cache_dir],
-                          capture_output=True, text=True, timeout=300, cwd=os.getcwd())
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudnn_guide.coldstart", "matmul", mode, cache_dir],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.getcwd(),
+    )
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": time.perf_counter() - t0,
-            "process": "on demand"}
+    return {
+        **json.loads(proc.stdout.strip().splitlines()[-1]),
+        "process_s": time.perf_counter() - t0,
+        "process": "on demand",
+    }
 
 
 def main(path: str) -> None:

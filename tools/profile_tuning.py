@@ -1,4 +1,5 @@
 """Where does a tuning pass spend its time? (developer diagnostic; run on a GPU)"""
+
 import cProfile
 import pstats
 import time
@@ -9,7 +10,9 @@ from cudnn_guide import autotune, recipes
 
 problem = recipes.ConvProblem()
 inputs = problem.make_inputs()
-fused = recipes.conv_bias_relu_graph(problem, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL)
+fused = recipes.conv_bias_relu_graph(
+    problem, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL
+)
 pack = fused.pack(**inputs)
 t0 = time.perf_counter()
 prof = cProfile.Profile()

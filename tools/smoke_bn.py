@@ -1,8 +1,8 @@
 """Which BatchNorm-inference → ReLU graphs does cuDNN run here? One line per variant. Run on a GPU."""
 
+import cudnn
 import torch
 import torch.nn.functional as F
-import cudnn
 
 from cudnn_guide import check, graphs, tensors
 
@@ -18,11 +18,19 @@ ref = F.relu(F.batch_norm(x.float(), mean.flatten(), var.flatten(), scale.flatte
 
 def run(label, make, param_dtype=torch.float32, relu=True):
     try:
-        g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT,
-                          compute_data_type=cudnn.data_type.FLOAT, handle=graphs.handle_for_current_device())
+        g = cudnn.pygraph(
+            io_data_type=cudnn.data_type.HALF,
+            intermediate_data_type=cudnn.data_type.FLOAT,
+            compute_data_type=cudnn.data_type.FLOAT,
+            handle=graphs.handle_for_current_device(),
+        )
         X = tensors.graph_tensor(g, x, "x")
-        ps = {n: t.to(param_dtype) for n, t in dict(mean=mean, inv=inv, scale=scale, bias=bias,
-                                                    a=scale * inv, b=bias - mean * scale * inv).items()}
+        ps = {
+            n: t.to(param_dtype)
+            for n, t in dict(
+                mean=mean, inv=inv, scale=scale, bias=bias, a=scale * inv, b=bias - mean * scale * inv
+            ).items()
+        }
         P = {n: tensors.graph_tensor(g, t, n) for n, t in ps.items()}
         Y = make(g, X, P)
         if relu:
@@ -33,15 +41,23 @@ def run(label, make, param_dtype=torch.float32, relu=True):
         pack = {X: x, Y: y}
         pack.update({P[n]: ps[n] for n in P})
         built.execute(pack)
-        r = ref if relu else F.batch_norm(x.float(), mean.flatten(), var.flatten(), scale.flatten(), bias.flatten(), False, 0.1, 1e-5)
+        r = (
+            ref
+            if relu
+            else F.batch_norm(
+                x.float(), mean.flatten(), var.flatten(), scale.flatten(), bias.flatten(), False, 0.1, 1e-5
+            )
+        )
         print(label, "OK", check.compare(y, r, name=label), built.report.plan_name, flush=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(label, "FAIL", type(exc).__name__, str(exc)[:300].replace("\n", " "), flush=True)
 
 
-bn = lambda g, X, P: g.batchnorm_inference(input=X, mean=P["mean"], inv_variance=P["inv"], scale=P["scale"], bias=P["bias"])  # noqa: E731
-folded = lambda g, X, P: g.add(a=g.mul(a=X, b=P["a"]), b=P["b"])  # noqa: E731
-scaled = lambda g, X, P: g.add(a=g.scale(input=X, scale=P["a"]), b=P["b"])  # noqa: E731
+bn = lambda g, X, P: g.batchnorm_inference(
+    input=X, mean=P["mean"], inv_variance=P["inv"], scale=P["scale"], bias=P["bias"]
+)
+folded = lambda g, X, P: g.add(a=g.mul(a=X, b=P["a"]), b=P["b"])
+scaled = lambda g, X, P: g.add(a=g.scale(input=X, scale=P["a"]), b=P["b"])
 run("bn_inference+relu fp32 params", bn)
 run("bn_inference alone fp32 params", bn, relu=False)
 run("bn_inference+relu fp16 params", bn, torch.float16)

@@ -88,10 +88,14 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
     if steps[0] == "call":  # no separators: cut the stream into calls of the known length
         flat = [x for c in calls for x in c]
         per = len(flat) // (2 * CALLS)  # each loop iteration runs two calls: the untimed one and the timed one
-        calls = [flat[i:i + per] for i in range(0, per * 2 * CALLS, per)]
+        calls = [flat[i : i + per] for i in range(0, per * 2 * CALLS, per)]
     span, busy = crosscheck.span_and_busy(calls[-CALLS:])
-    out = {"order": order, "kernel_median_us": statistics.median(busy), "span_median_us": statistics.median(span),
-           "calls": len(busy)}
+    out = {
+        "order": order,
+        "kernel_median_us": statistics.median(busy),
+        "span_median_us": statistics.median(span),
+        "calls": len(busy),
+    }
     if timed:
         out["events_median_us"] = statistics.median(s.elapsed_time(e) * 1e3 for s, e in ev)
     return out
@@ -108,9 +112,21 @@ def main(path: str) -> None:
         for rnd in range(2):  # two rounds, orders alternating, so drift shows as a spread
             for order in ORDERS:
                 r = run_order(fn, order, flush, spin_ms, skip)
-                rows.append({"kernel": name, "round": rnd, "spin_us": spin_ms * 1e3, "host_us": statistics.median(host) * 1e3, **r})
-                print(f"{name:40s} {order:18s} kernels {r['kernel_median_us']:8.2f} µs  span {r['span_median_us']:8.2f} µs"
-                      + (f"  events {r['events_median_us']:8.2f} µs" if "events_median_us" in r else ""), flush=True)
+                rows.append(
+                    {
+                        "kernel": name,
+                        "round": rnd,
+                        "spin_us": spin_ms * 1e3,
+                        "host_us": statistics.median(host) * 1e3,
+                        **r,
+                    }
+                )
+                print(
+                    f"{name:40s} {order:18s} kernels {r['kernel_median_us']:8.2f} µs  "
+                    f"span {r['span_median_us']:8.2f} µs"
+                    + (f"  events {r['events_median_us']:8.2f} µs" if "events_median_us" in r else ""),
+                    flush=True,
+                )
     data = {"environment": environment.collect().to_dict(), "launch_cost_us": cost["overhead_us"], "rows": rows}
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps(data, indent=1) + "\n")

@@ -20,14 +20,28 @@ example, a regression).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from . import datafiles
-from .records import RECORD_SUFFIX
+from cudnn_guide import datafiles
+from cudnn_guide.records import RECORD_SUFFIX
 
-__all__ = ["SOFTWARE_KEYS", "comparable", "reproducibility", "format_reproducibility", "BAND_IQR_FACTOR", "BAND_MIN_FRACTION", "entry_from_record", "entries_from_gallery", "append", "load", "compare",
-           "by_example", "changes"]
+__all__ = [
+    "SOFTWARE_KEYS",
+    "comparable",
+    "reproducibility",
+    "format_reproducibility",
+    "BAND_IQR_FACTOR",
+    "BAND_MIN_FRACTION",
+    "entry_from_record",
+    "entries_from_gallery",
+    "append",
+    "load",
+    "compare",
+    "by_example",
+    "changes",
+]
 
 SOFTWARE_KEYS = ("driver", "cuda", "cudnn_backend", "cudnn_frontend", "torch")
 """What must match, besides the GPU, for two recordings to be compared."""
@@ -60,8 +74,14 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
         "gpu": env.get("gpu"),
         "software": {k: env.get(k) for k in SOFTWARE_KEYS},
         "measurements": {
-            m["label"]: {"median_ms": m["median_ms"], "q1_ms": m["q1_ms"], "q3_ms": m["q3_ms"], "n": m["n"],
-                         "launch_cost_ms": m.get("launch_cost_ms", 0.0), "timing_method": m.get("timing_method")}
+            m["label"]: {
+                "median_ms": m["median_ms"],
+                "q1_ms": m["q1_ms"],
+                "q3_ms": m["q3_ms"],
+                "n": m["n"],
+                "launch_cost_ms": m.get("launch_cost_ms", 0.0),
+                "timing_method": m.get("timing_method"),
+            }
             for m in record.get("measurements", [])
         },
         "headlines": record.get("headlines", []),
@@ -165,15 +185,22 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
         iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
         band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
         same_method = bool(p.get("launch_cost_ms")) == bool(c.get("launch_cost_ms")) and (
-            p.get("timing_method") is None or c.get("timing_method") is None
-            or p["timing_method"] == c["timing_method"])
-        rows.append({
-            "example": cur["example"], "measurement": label,
-            "previous_ms": p["median_ms"], "latest_ms": c["median_ms"],
-            "change_pct": 100 * delta / p["median_ms"], "band_pct": 100 * band / p["median_ms"],
-            "same_method": same_method, "moved": same_method and abs(delta) > band,
-            "previous_commit": prev.get("commit"), "latest_commit": cur.get("commit"),
-        })
+            p.get("timing_method") is None or c.get("timing_method") is None or p["timing_method"] == c["timing_method"]
+        )
+        rows.append(
+            {
+                "example": cur["example"],
+                "measurement": label,
+                "previous_ms": p["median_ms"],
+                "latest_ms": c["median_ms"],
+                "change_pct": 100 * delta / p["median_ms"],
+                "band_pct": 100 * band / p["median_ms"],
+                "same_method": same_method,
+                "moved": same_method and abs(delta) > band,
+                "previous_commit": prev.get("commit"),
+                "latest_commit": cur.get("commit"),
+            }
+        )
     return rows
 
 
@@ -217,8 +244,12 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     -------
     >>> moved = [r for r in changes(load(path)) if r['moved']]
     """
-    return [row for entries in by_example(history).values() if len(entries) >= 2
-            for row in compare(entries[-2], entries[-1])]
+    return [
+        row
+        for entries in by_example(history).values()
+        if len(entries) >= 2
+        for row in compare(entries[-2], entries[-1])
+    ]
 
 
 def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
@@ -271,8 +302,17 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
     -------
     >>> print(format_reproducibility(reproducibility(load(Path('docs/data/history.jsonl')))))
     """
-    out: dict[str, Any] = {"pages": 0, "measurements": 0, "moved": [], "headlines_with_interval": 0,
-                           "headlines_inside": 0, "outside": [], "verdicts": 0, "flipped": [], "not_compared": []}
+    out: dict[str, Any] = {
+        "pages": 0,
+        "measurements": 0,
+        "moved": [],
+        "headlines_with_interval": 0,
+        "headlines_inside": 0,
+        "outside": [],
+        "verdicts": 0,
+        "flipped": [],
+        "not_compared": [],
+    }
     for example, entries in sorted(by_example(history).items()):
         if len(entries) < 2:
             continue
@@ -295,13 +335,29 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
                 if o["low"] <= h["value"] <= o["high"]:
                     out["headlines_inside"] += 1
                 else:
-                    out["outside"].append({"example": example, "headline": h["name"], "previous": o["value"],
-                                           "low": o["low"], "high": o["high"], "latest": h["value"]})
+                    out["outside"].append(
+                        {
+                            "example": example,
+                            "headline": h["name"],
+                            "previous": o["value"],
+                            "low": o["low"],
+                            "high": o["high"],
+                            "latest": h["value"],
+                        }
+                    )
             if "verdict" in o and "verdict" in h:
                 out["verdicts"] += 1
                 if o["verdict"] != h["verdict"]:
-                    out["flipped"].append({"example": example, "headline": h["name"], "previous": o["verdict"],
-                                           "latest": h["verdict"], "previous_value": o["value"], "latest_value": h["value"]})
+                    out["flipped"].append(
+                        {
+                            "example": example,
+                            "headline": h["name"],
+                            "previous": o["verdict"],
+                            "latest": h["verdict"],
+                            "previous_value": o["value"],
+                            "latest_value": h["value"],
+                        }
+                    )
     return out
 
 
@@ -322,22 +378,30 @@ def format_reproducibility(report: dict[str, Any]) -> str:
     -------
     >>> print(format_reproducibility(reproducibility([])))
     reproducibility: 0 pages compared; 0 of 0 measurements moved beyond their noise band; 0 of 0 headlines inside the previous interval; 0 of 0 verdicts changed
-    """
+    """  # noqa: E501
     r = report
-    lines = [f"reproducibility: {r['pages']} pages compared; {len(r['moved'])} of {r['measurements']} measurements "
-             f"moved beyond their noise band; {r['headlines_inside']} of {r['headlines_with_interval']} headlines inside "
-             f"the previous interval; {len(r['flipped'])} of {r['verdicts']} verdicts changed"]
-    lines += [f"  moved: {m['example']} / {m['measurement']}: {m['change_pct']:+.1f}% (band ±{m['band_pct']:.1f}%)"
-              for m in r["moved"]]
-    lines += [f"  outside: {o['example']} / {o['headline']}: {o['latest']:.4g} not in [{o['low']:.4g}, {o['high']:.4g}]"
-              for o in r["outside"]]
-    lines += [f"  verdict changed: {f['example']} / {f['headline']}: {f['previous']} -> {f['latest']}" for f in r["flipped"]]
+    lines = [
+        f"reproducibility: {r['pages']} pages compared; {len(r['moved'])} of {r['measurements']} measurements "
+        f"moved beyond their noise band; {r['headlines_inside']} of {r['headlines_with_interval']} headlines inside "
+        f"the previous interval; {len(r['flipped'])} of {r['verdicts']} verdicts changed"
+    ]
+    lines += [
+        f"  moved: {m['example']} / {m['measurement']}: {m['change_pct']:+.1f}% (band ±{m['band_pct']:.1f}%)"
+        for m in r["moved"]
+    ]
+    lines += [
+        f"  outside: {o['example']} / {o['headline']}: {o['latest']:.4g} not in [{o['low']:.4g}, {o['high']:.4g}]"
+        for o in r["outside"]
+    ]
+    lines += [
+        f"  verdict changed: {f['example']} / {f['headline']}: {f['previous']} -> {f['latest']}" for f in r["flipped"]
+    ]
     lines += [f"  not compared: {n['example']}: {n['reason']}" for n in r["not_compared"]]
     return "\n".join(lines)
 
 
 def _main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin CLI
-    """``python -m cudnn_guide.history [history.jsonl]``: the reproducibility report of the last two recordings."""
+    """``python -m gallery_build.history [history.jsonl]``: the reproducibility report of the last two recordings."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv

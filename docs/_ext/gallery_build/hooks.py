@@ -16,11 +16,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import datafiles, recording
-from .records import RECORD_SUFFIX
+from cudnn_guide import datafiles
+from cudnn_guide.records import RECORD_SUFFIX
 
-__all__ = ["HEALTH_EXCEPTIONS", "recorded_page_problems", "validate_data", "data_digest", "DATA_PAGES", "stamp_rst", "warnings_rst", "reset_between_examples", "connect",
-           "record_only_overrides"]
+from . import recording
+
+__all__ = [
+    "HEALTH_EXCEPTIONS",
+    "recorded_page_problems",
+    "validate_data",
+    "data_digest",
+    "DATA_PAGES",
+    "stamp_rst",
+    "warnings_rst",
+    "reset_between_examples",
+    "connect",
+    "record_only_overrides",
+]
 
 HEALTH_EXCEPTIONS: dict[str, str] = {
     # "plot_name": "why this page may lack a figure/output/record",
@@ -203,7 +215,8 @@ def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
     return (
         "\n.. rst-class:: cg-stamp\n\n"
         f"   {verb} **{env.get('gpu', '?')}** · {env.get('date_utc', '?')} · commit ``{env.get('commit', '?')}`` · "
-        f"cuDNN {env.get('cudnn_backend', '?')} · frontend {env.get('cudnn_frontend', '?')} · torch {env.get('torch', '?')} · "
+        f"cuDNN {env.get('cudnn_backend', '?')} · frontend {env.get('cudnn_frontend', '?')} · "
+        f"torch {env.get('torch', '?')} · "
         f":download:`JSON record <{stem}{RECORD_SUFFIX}>`\n"
     ) + warnings_rst(record)
 
@@ -253,10 +266,15 @@ def warnings_rst(record: dict[str, Any] | None) -> str:
     if not counts:
         return ""
     flagged = sum(1 for m in ms if m.get("warnings"))
-    lines = [f"\n.. admonition:: {flagged} of {len(ms)} measurements on this page carry a harness warning",
-             "   :class: cg-warnings note", ""]
+    lines = [
+        f"\n.. admonition:: {flagged} of {len(ms)} measurements on this page carry a harness warning",
+        "   :class: cg-warnings note",
+        "",
+    ]
     for name, n in counts.items():
-        extra = f" (lowest: {lowest[0]} of {lowest[1]} MHz)" if lowest and name.startswith("the GPU's power cap") else ""
+        extra = (
+            f" (lowest: {lowest[0]} of {lowest[1]} MHz)" if lowest and name.startswith("the GPU's power cap") else ""
+        )
         lines.append(f"   * {n} × {name}{extra}")
     lines += ["", "   Each warning is in the JSON record next to its samples; :doc:`/methodology` explains them.", ""]
     return "\n".join(lines) + "\n"
@@ -269,16 +287,14 @@ def _insert_stamp(text: str, stamp: str) -> str:
     m = _TITLE.search(text)
     if not m or not stamp:
         return text
-    return text[: m.end()] + stamp + text[m.end():]
+    return text[: m.end()] + stamp + text[m.end() :]
 
 
 def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     """Return the process to a clean state before each example (sphinx-gallery ``reset_modules``).
 
-    The gallery runs every example in one process. So that no example inherits another's state,
-    this drops this package's per-process caches (cuDNN handles, measured ceilings, the L2 flush
-    buffer), resets ``torch.compile``'s caches and PyTorch's cuDNN flags, collects garbage and
-    returns cached GPU memory to the driver.
+    So that no example inherits another's state, this calls the library's one public hook,
+    :func:`cudnn_guide.reset_caches`; nothing here reaches into the library's private state.
 
     Parameters
     ----------
@@ -293,36 +309,9 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     -------
     >>> sphinx_gallery_conf['reset_modules'] = ('matplotlib', reset_between_examples)
     """
-    import gc
-    import sys
+    import cudnn_guide
 
-    from . import bench, graphs
-
-    bench._CEILINGS = None
-    bench._FLUSH.clear()
-    if "cudnn" in sys.modules:
-        import cudnn
-
-        for handle in graphs._HANDLES.values():
-            try:
-                cudnn.destroy_handle(handle)
-            except Exception:
-                pass
-    graphs._HANDLES.clear()
-    if "torch" in sys.modules:
-        import torch
-
-        if "torch._dynamo" in sys.modules:
-            torch._dynamo.reset()
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-    else:
-        gc.collect()
+    cudnn_guide.reset_caches()
 
 
 def record_only_overrides(gallery_doc: str = "auto_examples") -> dict[str, Any]:
@@ -362,7 +351,7 @@ def record_only_overrides(gallery_doc: str = "auto_examples") -> dict[str, Any]:
 def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float, partial: bool = False) -> None:
     """Wire the hooks into a Sphinx application (called from ``conf.py``'s ``setup``).
 
-    ``partial``: this build records one example (see :func:`~cudnn_guide.recording.record_examples`);
+    ``partial``: this build records one example (see :func:`~gallery_build.recording.record_examples`);
     the health check and the manifest wait for the full build.
 
     Parameters
@@ -401,7 +390,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             return
         from sphinx.errors import ExtensionError
 
-        from .errors import CorruptDataError
+        from cudnn_guide.errors import CorruptDataError
 
         try:
             validate_data(gallery, gallery.parent / "data")
@@ -426,10 +415,11 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
 
     def on_finished(app: Any, exc: Exception | None) -> None:
         if exc is None and mode == "record" and not partial:
-            from . import environment
+            from cudnn_guide import environment
 
-            path = recording.write_manifest(gallery, examples, environment.collect().to_dict(),
-                                            build_seconds=time.perf_counter() - started)
+            path = recording.write_manifest(
+                gallery, examples, environment.collect().to_dict(), build_seconds=time.perf_counter() - started
+            )
             print(f"cudnn-guide: recording manifest written to {path}; commit docs/auto_examples.")
 
     app.connect("source-read", on_source_read)

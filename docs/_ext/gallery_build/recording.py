@@ -21,22 +21,42 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import datafiles
-from .errors import GuideError
+from cudnn_guide import datafiles
+from cudnn_guide.errors import GuideError
 
 __all__ = [
-    "MODE_ENV", "MANIFEST", "StaleRecordingError", "ExampleState", "docs_mode", "example_states",
-    "stale_examples", "require_fresh_recording", "read_manifest", "write_manifest", "describe_recording",
-    "package_md5", "package_changed_since_recording", "ONLY_ENV", "record_examples",
-    "declared_requirements", "unmet_requirements", "write_skip_page", "CELLS_SUFFIX", "time_cells",
-    "read_cell_times", "RECORDING_PRELOAD", "recording_preload", "stage_docs", "promote_page",
+    "MODE_ENV",
+    "MANIFEST",
+    "StaleRecordingError",
+    "ExampleState",
+    "docs_mode",
+    "example_states",
+    "stale_examples",
+    "require_fresh_recording",
+    "read_manifest",
+    "write_manifest",
+    "describe_recording",
+    "package_md5",
+    "package_changed_since_recording",
+    "ONLY_ENV",
+    "record_examples",
+    "declared_requirements",
+    "unmet_requirements",
+    "write_skip_page",
+    "CELLS_SUFFIX",
+    "time_cells",
+    "read_cell_times",
+    "RECORDING_PRELOAD",
+    "recording_preload",
+    "stage_docs",
+    "promote_page",
 ]
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
 MANIFEST = "recording.json"
 REPRODUCIBILITY = "reproducibility.json"
-"""In ``docs/data``: the last full recording's :func:`~cudnn_guide.history.reproducibility` report."""
+"""In ``docs/data``: the last full recording's :func:`~gallery_build.history.reproducibility` report."""
 CELLS_SUFFIX = ".cells.json"
 
 
@@ -249,10 +269,15 @@ def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
     return datafiles.read_json(path)
 
 
-def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str, Any] | None,
-                   build_seconds: float | None = None, example_seconds: dict[str, float] | None = None,
-                   interpreters_seconds: float | None = None,
-                   full_run: bool = False) -> Path:
+def write_manifest(
+    gallery_dir: Path,
+    examples_dir: Path,
+    environment: dict[str, Any] | None,
+    build_seconds: float | None = None,
+    example_seconds: dict[str, float] | None = None,
+    interpreters_seconds: float | None = None,
+    full_run: bool = False,
+) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
 
     Seconds per example accumulate across partial recordings (an example recorded now replaces
@@ -291,8 +316,12 @@ def write_manifest(gallery_dir: Path, examples_dir: Path, environment: dict[str,
     seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
     full = previous.get("full_recording")
     if full_run and build_seconds is not None:
-        full = {"seconds": build_seconds, "utc": now, "commit": (environment or {}).get("commit"),
-                "interpreters_start_seconds": interpreters_seconds}
+        full = {
+            "seconds": build_seconds,
+            "utc": now,
+            "commit": (environment or {}).get("commit"),
+            "interpreters_start_seconds": interpreters_seconds,
+        }
     data = {
         "recorded_utc": now,
         "environment": environment,
@@ -326,9 +355,11 @@ def describe_recording(gallery_dir: Path) -> str:
     if not manifest or not manifest.get("environment"):
         return "no GPU recording has been committed yet"
     env = manifest["environment"]
-    return (f"{env.get('gpu', '?')} (driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
-            f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
-            f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, commit {env.get('commit', '?')}")
+    return (
+        f"{env.get('gpu', '?')} (driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
+        f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
+        f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, commit {env.get('commit', '?')}"
+    )
 
 
 def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
@@ -389,8 +420,11 @@ def unmet_requirements(example: Path, capability: tuple[int, int]) -> list[str]:
     -------
     >>> unmet_requirements(Path('examples/plot_05_sdpa_causal.py'), (7, 5))
     """
-    return [f"SM {sm[0]}.{sm[1]} or newer ({feature})"
-            for sm, feature in declared_requirements(example) if tuple(capability) < sm]
+    return [
+        f"SM {sm[0]}.{sm[1]} or newer ({feature})"
+        for sm, feature in declared_requirements(example)
+        if tuple(capability) < sm
+    ]
 
 
 def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environment: dict[str, Any]) -> None:
@@ -439,16 +473,22 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     notebook = {  # the notebook download sphinx-gallery expects beside each page
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": [f"# {title}\n\nSkipped on {gpu}: needs {reason}."]},
-            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-             "source": example.read_text(encoding="utf-8").splitlines(keepends=True)},
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": example.read_text(encoding="utf-8").splitlines(keepends=True),
+            },
         ],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5,
+        "nbformat": 4,
+        "nbformat_minor": 5,
     }
     (gallery_dir / f"{stem}.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
     (gallery_dir / f"{example.name}.md5").write_text(_md5(example), encoding="utf-8")
     _skip_thumbnail(gallery_dir / "images" / "thumb" / f"sphx_glr_{stem}_thumb.png", reason)
-    from .records import Record
+    from cudnn_guide.records import Record
 
     rec = Record(stem, title=title, environment=environment)
     rec.extra["skipped"] = f"needs {reason}"
@@ -524,10 +564,18 @@ def time_cells(gallery_dir: Path) -> None:
         finally:
             if block.type == "code" and script_vars.get("execute_script", True):
                 stem = Path(script_vars.get("src_file", "example.py")).stem
-                cells.setdefault(stem, []).append({"line": block.lineno, "code": _first_code_line(block.content),
-                                                   "seconds": round(time.perf_counter() - t0, 3)})
-                datafiles.write_json(Path(gallery_dir) / f"{stem}{CELLS_SUFFIX}",
-                                     {"example": f"{stem}.py", "cells": cells[stem]}, indent=1)
+                cells.setdefault(stem, []).append(
+                    {
+                        "line": block.lineno,
+                        "code": _first_code_line(block.content),
+                        "seconds": round(time.perf_counter() - t0, 3),
+                    }
+                )
+                datafiles.write_json(
+                    Path(gallery_dir) / f"{stem}{CELLS_SUFFIX}",
+                    {"example": f"{stem}.py", "cells": cells[stem]},
+                    indent=1,
+                )
 
     timed._cudnn_guide_timed = True  # type: ignore[attr-defined]
     gen_rst.execute_code_block = timed
@@ -559,9 +607,17 @@ def read_cell_times(gallery_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 RECORDING_PRELOAD: tuple[str, ...] = (
-    "torch", "numpy", "pandas", "matplotlib.pyplot", "sphinx.cmd.build", "sphinx_gallery.gen_gallery",
-    "sphinx_gallery.gen_rst", "sphinx_gallery.backreferences", "sphinx_gallery.notebook",
-    "sphinx_gallery.docs_resolv", "sphinx_gallery.scrapers",
+    "torch",
+    "numpy",
+    "pandas",
+    "matplotlib.pyplot",
+    "sphinx.cmd.build",
+    "sphinx_gallery.gen_gallery",
+    "sphinx_gallery.gen_rst",
+    "sphinx_gallery.backreferences",
+    "sphinx_gallery.notebook",
+    "sphinx_gallery.docs_resolv",
+    "sphinx_gallery.scrapers",
 )
 """What each page's interpreter imports before its turn, so that no page waits for it: the
 modules every page's build imports, none of which touches CUDA at import
@@ -640,6 +696,7 @@ def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root
 
 def _page_files(folder: Path, stem: str) -> dict[Path, Path]:
     """The files of page ``stem`` (``stem.*``, ``sphx_glr_stem_*``) and those of no page (the index, zips)."""
+
     def ours(name: str) -> bool:
         return name.startswith((f"{stem}.", f"sphx_glr_{stem}_")) or "plot_" not in name
 
@@ -684,8 +741,11 @@ def promote_page(staged: Path, gallery_dir: Path, example: str) -> list[str]:
         raise RuntimeError(f"recording {example}: its build finished without writing {md5}; nothing was kept")
     stem = Path(example).stem
     new, old = _page_files(staged, stem), _page_files(gallery_dir, stem)
-    changed = sorted(rel for rel, path in new.items()
-                     if rel != md5 and (rel not in old or old[rel].read_bytes() != path.read_bytes()))
+    changed = sorted(
+        rel
+        for rel, path in new.items()
+        if rel != md5 and (rel not in old or old[rel].read_bytes() != path.read_bytes())
+    )
     (gallery_dir / md5).unlink(missing_ok=True)
     for rel in changed:
         (gallery_dir / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -696,8 +756,9 @@ def promote_page(staged: Path, gallery_dir: Path, example: str) -> list[str]:
     return [str(r) for r in [*changed, md5]]
 
 
-def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
-                    names: list[str] | None = None) -> dict[str, float]:
+def record_examples(
+    docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, names: list[str] | None = None
+) -> dict[str, float]:
     """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
     For each example: copy the docs source and gallery into a private staging folder
@@ -738,12 +799,12 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
     Example
     -------
     >>> record_examples(Path('docs'), Path('examples'), Path('docs/auto_examples'), names=['plot_08_cuda_graphs.py'])
-    ... # or: python -m cudnn_guide.recording record plot_08_cuda_graphs.py
+    ... # or: python -m gallery_build.recording record plot_08_cuda_graphs.py
     """
     import tempfile
     import time
 
-    from . import environment, fresh_process
+    from cudnn_guide import environment, fresh_process
 
     sources = sorted(Path(examples_dir).glob("plot_*.py"))
     if names:
@@ -775,8 +836,9 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
                     (staged / f"{src.name}.md5").unlink(missing_ok=True)
                     print(f"cudnn-guide: recording {src.name} in a fresh interpreter ...", flush=True)
                     try:
-                        done = pool.run(_build_one_example, str(staged.parent), str(Path(stage_dir) / "out"),
-                                        src.name, timeout=None)
+                        done = pool.run(
+                            _build_one_example, str(staged.parent), str(Path(stage_dir) / "out"), src.name, timeout=None
+                        )
                     except fresh_process.FreshProcessError as exc:
                         failure = f"recording {src.name} failed:\n{exc.detail}"
                         break
@@ -790,16 +852,24 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
                     seconds[src.name] = done.seconds
                     print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s", flush=True)
                 pool_seconds = pool.start_seconds
-                print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started",
-                      flush=True)
+                print(
+                    f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True
+                )
     from . import history
 
     if seconds:
-        write_manifest(gallery_dir, examples_dir, env_record, time.perf_counter() - t_all,
-                       example_seconds=seconds, interpreters_seconds=pool_seconds,
-                       full_run=not names and failure is None)
-        history.append(Path(docs_dir) / "data" / "history.jsonl",
-                       history.entries_from_gallery(gallery_dir, list(seconds)))
+        write_manifest(
+            gallery_dir,
+            examples_dir,
+            env_record,
+            time.perf_counter() - t_all,
+            example_seconds=seconds,
+            interpreters_seconds=pool_seconds,
+            full_run=not names and failure is None,
+        )
+        history.append(
+            Path(docs_dir) / "data" / "history.jsonl", history.entries_from_gallery(gallery_dir, list(seconds))
+        )
         if not names and failure is None:  # a full recording: does it reproduce the one before?
             report = history.reproducibility(history.load(Path(docs_dir) / "data" / "history.jsonl"))
             datafiles.write_json(Path(docs_dir) / "data" / REPRODUCIBILITY, report, indent=1)
@@ -811,9 +881,8 @@ def record_examples(docs_dir: Path, examples_dir: Path, gallery_dir: Path, *,
 
 
 def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
-    import sys
-
     import signal
+    import sys
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # a time limit's SIGTERM ends the run like Ctrl-C: recorded pages are kept
@@ -821,16 +890,18 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     signal.signal(signal.SIGTERM, interrupted)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "record":
-        raise SystemExit("usage: python -m cudnn_guide.recording record [plot_xx.py ...]")
+        raise SystemExit("usage: python -m gallery_build.recording record [plot_xx.py ...]")
     root = Path(__file__).resolve().parent.parent
     seconds = record_examples(root / "docs", root / "examples", root / "docs" / "auto_examples", names=argv[1:])
-    print(f"cudnn-guide: recorded {len(seconds)} example(s) in {sum(seconds.values()):.0f} s: "
-          + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+    print(
+        f"cudnn-guide: recorded {len(seconds)} example(s) in {sum(seconds.values()):.0f} s: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover
     # run the imported module's _main, so the functions it sends to fresh processes are named
-    # cudnn_guide.recording.*, which a child can import, not __main__.*, which it cannot
+    # gallery_build.recording.*, which a child can import, not __main__.*, which it cannot
     from cudnn_guide import recording
 
     recording._main()
