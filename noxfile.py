@@ -7,7 +7,8 @@ Offline machines (GPU clusters without network): ``nox --no-venv -s docs`` runs 
 interpreter with the packages already installed there, installing nothing.
 
 ``CUDNN_GUIDE_TORCH`` chooses the torch requirement installed into fresh environments
-(default ``torch==2.13.0``).
+(default ``torch==2.13.0``); ``CUDNN_GUIDE_TORCH_INDEX`` the index it comes from (the hosting
+builds use PyTorch's CPU index, a few hundred MB instead of a multi-GB CUDA build).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ nox.options.sessions = ["docs", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = os.environ.get("CUDNN_GUIDE_TORCH", "torch==2.13.0")
+# a package index for torch alone, e.g. https://download.pytorch.org/whl/cpu for a CPU build (hosting)
+TORCH_INDEX = os.environ.get("CUDNN_GUIDE_TORCH_INDEX", "")
 # every module the docs build imports: conf.py, the gallery, and the results/methodology notebooks
 # (pandas; PIL, which checks the recorded figures; ipykernel, which runs the notebooks)
 DOCS_MODULES = (
@@ -61,7 +64,7 @@ def _prepare(session: nox.Session, extras: str, modules: tuple[str, ...]) -> str
             )
         session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), ext, os.environ.get("PYTHONPATH", "")]))
         return sys.executable
-    session.install(TORCH)
+    session.install(TORCH, *(["--index-url", TORCH_INDEX] if TORCH_INDEX else []))
     session.install("-e", f".[{extras}]")
     session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [ext, os.environ.get("PYTHONPATH", "")]))
     return "python"

@@ -160,6 +160,10 @@ if os.environ.get("CUDNN_GUIDE_SOURCE_REPOSITORY"):
         source_directory="docs/",
     )
 html_show_sourcelink = True
+templates_path = ["_templates"]
+# The footer of every page: the commit the site was built from and the one its recording ran at
+# (each gallery page adds its own, from its record: see gallery_build.hooks).
+html_context = {"site_commit": hooks.site_commit(ROOT), "recording_commit": recording.recording_commit(GALLERY)}
 
 if RECORD_ONLY:  # one example's recording build reads the gallery alone (seconds saved per example)
     _over = hooks.record_only_overrides(GALLERY.name)

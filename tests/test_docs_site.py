@@ -112,3 +112,16 @@ def test_an_error_inside_a_data_notebook_reaches_the_console_with_its_cause(tmp_
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "ValueError" in out and "the cause, named" in out
+
+
+def test_every_footer_names_the_site_commit_and_the_recording_commit(site, root):
+    from gallery_build import recording
+
+    rec_commit = recording.recording_commit(root / "docs" / "auto_examples")
+    index = (site / "index.html").read_text()
+    footer = re.search(r'class="cg-commits">(.*?)</div>', index, re.S).group(1)
+    assert "Site built from commit" in footer and f"<code>{rec_commit}</code>" in footer
+    page = (site / "auto_examples" / "plot_02_conv_bias_relu.html").read_text()
+    footer = re.search(r'class="cg-commits">(.*?)</div>', page, re.S).group(1)
+    assert "this page recorded at commit" in footer and "NVIDIA H200" in footer
+    assert "edit this page" not in page.lower()  # opt-in: no repository URL is set

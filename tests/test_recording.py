@@ -1,6 +1,7 @@
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import HAS_GPU, remove_recording
@@ -276,3 +277,14 @@ def test_a_page_that_fails_in_its_fresh_process_stops_the_recording_by_name(tmp_
             tmp_path / "docs" / "auto_examples",
             names=["plot_08_cuda_graphs.py"],
         )
+
+
+def test_the_build_machinery_finds_the_repository_and_hashes_the_library(root):
+    import cudnn_guide
+
+    assert recording.REPO_ROOT == root and (recording.REPO_ROOT / "examples").is_dir()
+    # the hash covers the library the examples import, not the docs build's own modules
+    h = hashlib.md5()
+    for path in sorted(Path(cudnn_guide.__file__).resolve().parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    assert recording.package_md5() == h.hexdigest()

@@ -332,3 +332,24 @@ def test_datafiles_docstring_examples_run():
     import doctest
 
     assert doctest.testmod(datafiles, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+@pytest.mark.skipif(HAS_GPU, reason="simulates the GPU on a CPU machine")
+def test_recording_into_a_shard_leaves_the_gallery_alone_and_merges_back(tmp_path, root, monkeypatch):
+    from gallery_build import shards
+
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    (examples / "plot_01_a.py").write_text(OK_PAGE.format(n=1, v=1, stem="plot_01_a"))
+    recording.record_examples(docs, examples, gallery)
+    before = _snapshot(gallery, "plot_01_a")
+    (examples / "plot_01_a.py").write_text(OK_PAGE.format(n=1, v=7, stem="plot_01_a"))
+    shard_dir = tmp_path / "shard-1"
+    recording.record_examples(docs, examples, gallery, shard=shard_dir)
+    assert _snapshot(gallery, "plot_01_a") == before  # the gallery is untouched
+    shard = shards.read_shard(shard_dir)
+    assert list(shard.pages) == ["plot_01_a.py"] and shard.gpu == "NVIDIA H200"
+    assert "page 1 version 7" in (shard_dir / "auto_examples" / "plot_01_a.rst").read_text()
+    assert shards.merge([shard_dir], docs, examples) == {"plot_01_a.py": "NVIDIA H200"}
+    assert "page 1 version 7" in (gallery / "plot_01_a.rst").read_text()
+    assert recording.stale_examples(examples, gallery) == []
+    assert [e["example"] for e in history.load(docs / "data" / "history.jsonl")] == ["plot_01_a", "plot_01_a"]

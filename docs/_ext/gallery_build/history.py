@@ -405,7 +405,7 @@ def _main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin CLI
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
-    path = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "docs" / "data" / "history.jsonl"
+    path = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "data" / "history.jsonl"
     print(format_reproducibility(reproducibility(load(path))))
     return 0
 

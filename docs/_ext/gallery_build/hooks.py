@@ -22,6 +22,7 @@ from cudnn_guide.records import RECORD_SUFFIX
 from . import recording
 
 __all__ = [
+    "site_commit",
     "HEALTH_EXCEPTIONS",
     "recorded_page_problems",
     "validate_data",
@@ -348,6 +349,41 @@ def record_only_overrides(gallery_doc: str = "auto_examples") -> dict[str, Any]:
     }
 
 
+def site_commit(root: Path) -> str:
+    """The commit the site is built from: ``$CUDNN_GUIDE_COMMIT``, else git's, else ``"unknown"``.
+
+    Parameters
+    ----------
+    root
+        The repository.
+
+    Returns
+    -------
+    str
+        A 12-character commit, or ``"unknown"`` outside a git checkout.
+
+    Example
+    -------
+    >>> site_commit(Path('.'))
+    """
+    import os
+    import subprocess
+
+    if os.environ.get("CUDNN_GUIDE_COMMIT"):
+        return os.environ["CUDNN_GUIDE_COMMIT"][:12]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float, partial: bool = False) -> None:
     """Wire the hooks into a Sphinx application (called from ``conf.py``'s ``setup``).
 
@@ -429,3 +465,12 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     if "sphinx.ext.autodoc" in app.extensions:  # a one-example recording build loads the gallery alone
         app.connect("autodoc-process-docstring", on_docstring)
     app.connect("build-finished", on_finished)
+
+    def on_page_context(app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+        prefix = f"{gallery_doc}/plot_"
+        if pagename.startswith(prefix):
+            env = (_record(gallery, pagename.split("/", 1)[1]) or {}).get("environment") or {}
+            context["page_recording_commit"] = env.get("commit")
+            context["page_recording_gpu"] = env.get("gpu")
+
+    app.connect("html-page-context", on_page_context)

@@ -37,6 +37,7 @@ __all__ = [
     "write_manifest",
     "describe_recording",
     "package_md5",
+    "recording_commit",
     "package_changed_since_recording",
     "ONLY_ENV",
     "record_examples",
@@ -54,6 +55,10 @@ __all__ = [
 
 MODE_ENV = "CUDNN_GUIDE_DOCS_MODE"
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+"""The repository: ``docs/_ext/gallery_build/recording.py`` is three folders below it."""
+GALLERY_NAME = "auto_examples"
+"""The gallery's folder under ``docs``."""
 MANIFEST = "recording.json"
 REPRODUCIBILITY = "reproducibility.json"
 """In ``docs/data``: the last full recording's :func:`~gallery_build.history.reproducibility` report."""
@@ -220,7 +225,9 @@ def package_md5() -> str:
     >>> print(package_md5())
     """
     h = hashlib.md5()
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    import cudnn_guide
+
+    for path in sorted(Path(cudnn_guide.__file__).resolve().parent.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
@@ -323,6 +330,7 @@ def write_manifest(
             "interpreters_start_seconds": interpreters_seconds,
         }
     data = {
+        "last_run_seconds": dict(example_seconds or {}),
         "recorded_utc": now,
         "environment": environment,
         "build_seconds": build_seconds,
@@ -332,6 +340,27 @@ def write_manifest(
         "package_md5": package_md5(),
     }
     return datafiles.write_json(Path(gallery_dir) / MANIFEST, data, indent=1)
+
+
+def recording_commit(gallery_dir: Path) -> str:
+    """The commit the committed recording ran at (``"none"`` before the first recording).
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    str
+        The commit from ``recording.json``.
+
+    Example
+    -------
+    >>> recording_commit(Path('docs/auto_examples'))
+    """
+    manifest = read_manifest(gallery_dir) or {}
+    return str((manifest.get("environment") or {}).get("commit") or "none")
 
 
 def describe_recording(gallery_dir: Path) -> str:
@@ -757,7 +786,12 @@ def promote_page(staged: Path, gallery_dir: Path, example: str) -> list[str]:
 
 
 def record_examples(
-    docs_dir: Path, examples_dir: Path, gallery_dir: Path, *, names: list[str] | None = None
+    docs_dir: Path,
+    examples_dir: Path,
+    gallery_dir: Path,
+    *,
+    names: list[str] | None = None,
+    shard: Path | None = None,
 ) -> dict[str, float]:
     """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
@@ -783,6 +817,9 @@ def record_examples(
         The recorded gallery.
     names
         Example file names; default all.
+    shard
+        Write the recorded pages into this new shard folder
+        (:mod:`gallery_build.shards`) instead of the gallery, which stays untouched.
 
     Returns
     -------
@@ -805,6 +842,34 @@ def record_examples(
     import time
 
     from cudnn_guide import environment, fresh_process
+
+    if shard is not None:  # record into a private copy of the gallery and history, then keep the pages as a shard
+        from . import shards
+
+        if (Path(shard) / shards.SHARD_MANIFEST).exists():
+            raise shards.ShardError(f"{shard}: already holds a shard; record into a new folder")
+        with tempfile.TemporaryDirectory(prefix="cudnn-guide-shard-") as work:
+            work_docs = Path(work) / "docs"
+            shutil.copytree(docs_dir, work_docs, ignore=shutil.ignore_patterns("_build", GALLERY_NAME))
+            shutil.copytree(gallery_dir, work_docs / GALLERY_NAME)
+            failure = None
+            try:
+                seconds = record_examples(work_docs, examples_dir, work_docs / GALLERY_NAME, names=names)
+            except RuntimeError as exc:
+                failure, seconds = exc, _recorded_in(work_docs / GALLERY_NAME)
+            if seconds:
+                shards.write_shard(
+                    shard,
+                    work_docs / GALLERY_NAME,
+                    examples_dir,
+                    work_docs / "data" / "history.jsonl",
+                    list(seconds),
+                    seconds,
+                    environment.collect().to_dict(),
+                )
+            if failure:
+                raise failure
+            return seconds
 
     sources = sorted(Path(examples_dir).glob("plot_*.py"))
     if names:
@@ -880,6 +945,12 @@ def record_examples(
     return seconds
 
 
+def _recorded_in(gallery_dir: Path) -> dict[str, float]:
+    """Pages a partial run kept, from the manifest it wrote: example → seconds of this run."""
+    manifest = read_manifest(gallery_dir) or {}
+    return dict(manifest.get("last_run_seconds", {}))
+
+
 def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     import signal
     import sys
@@ -891,7 +962,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "record":
         raise SystemExit("usage: python -m gallery_build.recording record [plot_xx.py ...]")
-    root = Path(__file__).resolve().parent.parent
+    root = REPO_ROOT
     seconds = record_examples(root / "docs", root / "examples", root / "docs" / "auto_examples", names=argv[1:])
     print(
         f"cudnn-guide: recorded {len(seconds)} example(s) in {sum(seconds.values()):.0f} s: "

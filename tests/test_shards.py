@@ -1,0 +1,167 @@
+"""Shards: record anywhere, merge anywhere, deterministically, refusing what does not fit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+from gallery_build import recording, shards
+from gallery_build.shards import ShardError
+
+PAGES = ["plot_01_environment.py", "plot_02_conv_bias_relu.py", "plot_03_autotuning.py"]
+
+
+def _env(root, gpu):
+    env = json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"]
+    return dict(env, gpu=gpu, commit=f"commit-{gpu[-4:]}")
+
+
+def _shard(tmp_path, root, name, gpu, pages):
+    out = tmp_path / name
+    shards.write_shard(
+        out,
+        root / "docs" / "auto_examples",
+        root / "examples",
+        root / "docs" / "data" / "history.jsonl",
+        pages,
+        {p: 10.0 for p in pages},
+        _env(root, gpu),
+    )
+    for rec in (out / "auto_examples").glob("*.record.json"):  # as if that GPU had recorded them
+        data = json.loads(rec.read_text())
+        data["environment"]["gpu"] = gpu
+        rec.write_text(json.dumps(data))
+    return out
+
+
+def _docs(tmp_path, root, name):
+    docs = tmp_path / name
+    shutil.copytree(root / "docs", docs, ignore=shutil.ignore_patterns("_build", "generated"))
+    return docs
+
+
+def _digest(folder):
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_a_shard_holds_its_pages_history_and_manifest(tmp_path, root):
+    shard = shards.read_shard(_shard(tmp_path, root, "a", "NVIDIA H200", PAGES[:2]))
+    assert shard.gpu == "NVIDIA H200" and sorted(shard.pages) == PAGES[:2]
+    files = {str(p) for p in shard.page_files(PAGES[1])}
+    assert {
+        "plot_02_conv_bias_relu.rst",
+        "plot_02_conv_bias_relu.record.json",
+        "plot_02_conv_bias_relu.py.md5",
+        "images/sphx_glr_plot_02_conv_bias_relu_001.png",
+    } <= files
+    lines = [json.loads(x) for x in (shard.path / "history.jsonl").read_text().splitlines()]
+    assert [e["example"] for e in lines] == ["plot_01_environment", "plot_02_conv_bias_relu"]
+
+
+def test_merge_is_the_same_whatever_the_order_and_keeps_every_gpu(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:2])
+    b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[1:])
+    one, two = _docs(tmp_path, root, "one"), _docs(tmp_path, root, "two")
+    shown = shards.merge([a, b], one, root / "examples")
+    assert shards.merge([b, a], two, root / "examples") == shown
+    assert _digest(one / "auto_examples") == _digest(two / "auto_examples")
+    assert _digest(one / "data") == _digest(two / "data")
+    assert shown == {PAGES[0]: "NVIDIA H200", PAGES[1]: "NVIDIA B200", PAGES[2]: "NVIDIA B200"}
+    by_gpu = one / "data" / shards.BY_GPU
+    assert sorted(p.name for p in by_gpu.iterdir()) == ["nvidia-b200", "nvidia-h200"]  # the page both recorded
+    manifest = recording.read_manifest(one / "auto_examples")
+    assert (
+        manifest["pages"][PAGES[1]]["gpu"] == "NVIDIA B200" and manifest["pages"][PAGES[0]]["commit"] == "commit-H200"
+    )
+    assert recording.stale_examples(root / "examples", one / "auto_examples") == []
+
+
+def test_a_page_that_ran_beats_a_skip_page_of_another_gpu(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1])
+    b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[:1])
+    manifest = json.loads((b / "shard.json").read_text())
+    manifest["pages"][PAGES[0]]["skipped"] = True  # B200 only wrote a "skipped: needs" page
+    (b / "shard.json").write_text(json.dumps(manifest))
+    assert shards.merge([a, b], _docs(tmp_path, root, "d"), root / "examples") == {PAGES[0]: "NVIDIA H200"}
+
+
+def _refused(tmp_path, root, paths, match):
+    docs = _docs(tmp_path, root, "target")
+    before = _digest(docs)
+    with pytest.raises(ShardError, match=match):
+        shards.merge(paths, docs, root / "examples")
+    assert _digest(docs) == before  # the target stays untouched
+
+
+def test_no_shards_is_refused(tmp_path, root):
+    _refused(tmp_path, root, [], "no shards given")
+
+
+def test_a_shard_of_another_example_version_is_refused_by_name(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:2])
+    manifest = json.loads((a / "shard.json").read_text())
+    manifest["pages"][PAGES[1]]["md5"] = "0" * 32
+    (a / "shard.json").write_text(json.dumps(manifest))
+    _refused(tmp_path, root, [a], rf"shard {a}: {PAGES[1]} was recorded from another version of the example")
+
+
+def test_a_corrupt_record_in_a_shard_is_refused_naming_the_file(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1])
+    rec = a / "auto_examples" / "plot_01_environment.record.json"
+    rec.write_text(rec.read_text()[:100])
+    _refused(tmp_path, root, [a], rf"shard {a}: {rec}:1: not valid JSON")
+
+
+def test_two_shards_claiming_one_page_on_one_gpu_are_refused(tmp_path, root):
+    a = _shard(tmp_path, root, "h200-a", "NVIDIA H200", PAGES[:2])
+    b = _shard(tmp_path, root, "h200-b", "NVIDIA H200", PAGES[1:])
+    _refused(tmp_path, root, [a, b], f"both recorded {PAGES[1]} on NVIDIA H200")
+
+
+def test_a_folder_without_a_shard_is_refused(tmp_path, root):
+    (tmp_path / "empty").mkdir()
+    _refused(tmp_path, root, [tmp_path / "empty"], "no shard.json")
+
+
+def test_pages_recorded_on_several_gpus_give_a_table_across_gpus(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:2])
+    b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[1:2])
+    docs = _docs(tmp_path, root, "d")
+    assert shards.across_gpus(docs / "data") == []  # the committed site: one GPU model
+    shards.merge([a, b], docs, root / "examples")
+    rows = shards.across_gpus(docs / "data")
+    assert {r["gpu"] for r in rows} == {"NVIDIA H200", "NVIDIA B200"}
+    assert {r["page"] for r in rows} == {"plot_02_conv_bias_relu"}  # only the page both recorded
+    assert "shards.across_gpus" in (root / "docs" / "results.md").read_text()  # the results page shows them
+
+
+def test_the_slurm_script_submits_one_task_per_group_and_a_merge_that_waits_for_them(tmp_path, root):
+    import os
+    import subprocess
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "sbatch.log"
+    (fake / "sbatch").write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\necho 4242\n')
+    (fake / "sbatch").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PAGES_GROUPS="a.py,b.py c.py d.py")
+    env.pop("SLURM_ARRAY_TASK_ID", None)
+    proc = subprocess.run(
+        ["bash", str(root / "tools" / "scale" / "record_shards.sbatch")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    array, merge_job = log.read_text().splitlines()
+    assert "--array=0-2" in array  # three groups, three tasks
+    assert "--dependency=afterok:4242" in merge_job and "gallery_build.shards merge shards/shard-4242-*" in merge_job
