@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,7 +176,7 @@ def _worker_main(answer_fd: int, preload: Sequence[str]) -> None:
 
 
 class _Interpreter:
-    def __init__(self, preload: Sequence[str]) -> None:
+    def __init__(self, preload: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         read, write = os.pipe()
         self.launched = time.monotonic()
         self.proc = subprocess.Popen(
@@ -192,7 +192,7 @@ class _Interpreter:
             stdin=subprocess.PIPE,
             pass_fds=(write,),
             cwd=os.getcwd(),
-            env=dict(os.environ),
+            env={**os.environ, **(env or {})},
         )
         os.close(write)
         self.answers = read
@@ -241,6 +241,9 @@ class InterpreterPool:
         CUDA at import: an interpreter that did is refused.
     ready_timeout
         Seconds the first call waits for the interpreters to be ready.
+    env
+        Environment variables set in its interpreters on top of the caller's, from their start
+        (``{"CUDA_VISIBLE_DEVICES": "1"}`` pins them to one GPU).
 
     Raises
     ------
@@ -253,12 +256,18 @@ class InterpreterPool:
     ...     results = [pool.run(coldstart.measure, "conv", mode, "/tmp/plans") for mode in ("build", "cache", "cache")]
     """
 
-    def __init__(self, size: int, preload: Sequence[str] = PRELOAD, ready_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        size: int,
+        preload: Sequence[str] = PRELOAD,
+        ready_timeout: float = 300.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
-        self.preload, self.ready_timeout = tuple(preload), ready_timeout
+        self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
         self._t0 = time.perf_counter()
-        self._idle = [_Interpreter(self.preload) for _ in range(size)]
+        self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
         self.start_seconds: float | None = None
         """Wall time from creating the pool until all its interpreters were ready."""
 
@@ -286,9 +295,9 @@ class InterpreterPool:
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
         """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.
 
-        The interpreter gets the caller's current environment variables, working directory and
-        ``sys.path``. Its standard output and error are the caller's. It exits normally after
-        answering (``atexit`` handlers run).
+        The interpreter gets the caller's current environment variables (plus the pool's
+        ``env``), working directory and ``sys.path``. Its standard output and error are the
+        caller's. It exits normally after answering (``atexit`` handlers run).
 
         Parameters
         ----------
@@ -337,7 +346,7 @@ class InterpreterPool:
         payload = pickle.dumps((fn, args, kwargs))
         t_asked, t0 = time.time(), time.perf_counter()
         try:
-            _send(interp.proc.stdin.fileno(), (dict(os.environ), os.getcwd(), list(sys.path), payload))
+            _send(interp.proc.stdin.fileno(), ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload))
             interp.proc.stdin.close()
             status, t_started, value = _receive(interp.answers, timeout)
         except TimeoutError:

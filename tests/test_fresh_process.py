@@ -157,3 +157,13 @@ def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypa
     assert "already initialized" in fresh_process._cuda_untouched()
     fake_torch.cuda.is_initialized = lambda: False
     assert fresh_process._cuda_untouched() is None
+
+
+def test_a_pool_pins_its_interpreters_environment_from_their_start():
+    import os
+
+    from cudnn_guide import fresh_process
+
+    with fresh_process.InterpreterPool(2, preload=(), env={"CUDA_VISIBLE_DEVICES": "1"}) as pool:
+        assert pool.run(os.getenv, "CUDA_VISIBLE_DEVICES").value == "1"
+        assert pool.run(os.getenv, "PATH").value == os.environ["PATH"]  # the caller's environment too

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import threading
 
@@ -353,3 +354,32 @@ def test_recording_into_a_shard_leaves_the_gallery_alone_and_merges_back(tmp_pat
     assert "page 1 version 7" in (gallery / "plot_01_a.rst").read_text()
     assert recording.stale_examples(examples, gallery) == []
     assert [e["example"] for e in history.load(docs / "data" / "history.jsonl")] == ["plot_01_a", "plot_01_a"]
+
+
+def test_pages_are_spread_over_gpus_longest_first():
+    lanes = recording.schedule(
+        ["a.py", "b.py", "c.py", "d.py", "new.py"], {"a.py": 60, "b.py": 45, "c.py": 30, "d.py": 10}, 2
+    )
+    # a new page counts as the longest known (60 s); each next page goes to the least-loaded GPU
+    assert lanes == [["a.py", "b.py"], ["new.py", "c.py", "d.py"]]
+    assert recording.schedule(["a.py", "b.py"], {}, 4) == [["a.py"], ["b.py"]]
+    assert recording.schedule(["b.py", "a.py"], {"a.py": 5}, 1) == [["b.py", "a.py"]]  # one GPU: given order
+
+
+@pytest.mark.skipif(HAS_GPU, reason="simulates the GPUs on a CPU machine")
+def test_each_page_runs_pinned_to_one_gpu_and_all_are_kept(tmp_path, root, monkeypatch):
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    pinned = OK_PAGE + '\nimport os\nprint("on GPU", os.environ.get("CUDA_VISIBLE_DEVICES"))\n'
+    for n in (1, 2, 3):
+        (examples / f"plot_0{n}_p.py").write_text(pinned.format(n=n, v=1, stem=f"plot_0{n}_p"))
+    seconds = recording.record_examples(docs, examples, gallery, gpus=2)
+    assert sorted(seconds) == ["plot_01_p.py", "plot_02_p.py", "plot_03_p.py"]
+    seen = {n: re.search(r"on GPU (\d)", (gallery / f"plot_0{n}_p.rst").read_text()).group(1) for n in (1, 2, 3)}
+    assert set(seen.values()) == {"0", "1"}  # both GPUs were used, one page at a time each
+    assert recording.stale_examples(examples, gallery) == []
+    assert sorted(e["example"] for e in history.load(docs / "data" / "history.jsonl")) == [
+        "plot_01_p",
+        "plot_02_p",
+        "plot_03_p",
+    ]
+    assert recording.read_manifest(gallery)["full_recording"]["seconds"] > 0

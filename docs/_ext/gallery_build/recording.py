@@ -38,6 +38,7 @@ __all__ = [
     "describe_recording",
     "package_md5",
     "recording_commit",
+    "schedule",
     "package_changed_since_recording",
     "ONLY_ENV",
     "record_examples",
@@ -792,6 +793,7 @@ def record_examples(
     *,
     names: list[str] | None = None,
     shard: Path | None = None,
+    gpus: int | None = None,
 ) -> dict[str, float]:
     """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
@@ -820,6 +822,10 @@ def record_examples(
     shard
         Write the recorded pages into this new shard folder
         (:mod:`gallery_build.shards`) instead of the gallery, which stays untouched.
+    gpus
+        How many GPUs record at once (default: every visible one). Each page runs in an
+        interpreter pinned to one of them with ``CUDA_VISIBLE_DEVICES``; the pages are spread
+        over them longest first (:func:`schedule`), from the previous recording's seconds.
 
     Returns
     -------
@@ -841,7 +847,7 @@ def record_examples(
     import tempfile
     import time
 
-    from cudnn_guide import environment, fresh_process
+    from cudnn_guide import environment
 
     if shard is not None:  # record into a private copy of the gallery and history, then keep the pages as a shard
         from . import shards
@@ -854,7 +860,7 @@ def record_examples(
             shutil.copytree(gallery_dir, work_docs / GALLERY_NAME)
             failure = None
             try:
-                seconds = record_examples(work_docs, examples_dir, work_docs / GALLERY_NAME, names=names)
+                seconds = record_examples(work_docs, examples_dir, work_docs / GALLERY_NAME, names=names, gpus=gpus)
             except RuntimeError as exc:
                 failure, seconds = exc, _recorded_in(work_docs / GALLERY_NAME)
             if seconds:
@@ -894,32 +900,9 @@ def record_examples(
             else:
                 runnable.append(src)
         if runnable:
-            print(f"cudnn-guide: starting {len(runnable)} interpreter(s), one per page ...", flush=True)
-            with fresh_process.InterpreterPool(len(runnable), preload=recording_preload()) as pool:
-                for src in runnable:
-                    staged = stage_docs(docs_dir, examples_dir, gallery_dir, Path(stage_dir) / src.stem)
-                    (staged / f"{src.name}.md5").unlink(missing_ok=True)
-                    print(f"cudnn-guide: recording {src.name} in a fresh interpreter ...", flush=True)
-                    try:
-                        done = pool.run(
-                            _build_one_example, str(staged.parent), str(Path(stage_dir) / "out"), src.name, timeout=None
-                        )
-                    except fresh_process.FreshProcessError as exc:
-                        failure = f"recording {src.name} failed:\n{exc.detail}"
-                        break
-                    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (see _main)
-                        failure = f"recording interrupted while on {src.name}"
-                        break
-                    if done.value != 0:
-                        failure = f"recording {src.name} failed (sphinx exit {done.value}); see the output above"
-                        break
-                    promote_page(staged, gallery_dir, src.name)
-                    seconds[src.name] = done.seconds
-                    print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s", flush=True)
-                pool_seconds = pool.start_seconds
-                print(
-                    f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True
-                )
+            pool_seconds, failure = _record_on_gpus(
+                runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus
+            )
     from . import history
 
     if seconds:
@@ -943,6 +926,122 @@ def record_examples(
         kept = ", ".join(seconds) or "none"
         raise RuntimeError(f"{failure}\nIts committed files are unchanged. Pages recorded before it were kept: {kept}.")
     return seconds
+
+
+def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int) -> list[list[str]]:
+    """Spread pages over ``workers`` GPUs, longest first, each onto the least-loaded GPU (LPT).
+
+    A page without a previous time counts as the longest known one, so it starts early.
+
+    Parameters
+    ----------
+    pages
+        Example file names.
+    previous_seconds
+        Each page's seconds in the last recording (``recording.json``).
+    workers
+        How many GPUs.
+
+    Returns
+    -------
+    list[list[str]]
+        One list of pages per GPU, in the order each runs them.
+
+    Example
+    -------
+    >>> schedule(["a.py", "b.py", "c.py"], {"a.py": 60, "b.py": 40, "c.py": 30}, 2)
+    [['a.py'], ['b.py', 'c.py']]
+    """
+    if workers <= 1:
+        return [list(pages)] if pages else []  # one GPU: the pages' own order (a failure stops the rest)
+    default = max(previous_seconds.values(), default=1.0)
+    cost = {p: previous_seconds.get(p, default) or default for p in pages}
+    lanes: list[list[str]] = [[] for _ in range(max(1, workers))]
+    load = [0.0] * len(lanes)
+    for page in sorted(pages, key=lambda p: (-cost[p], p)):
+        i = min(range(len(lanes)), key=lambda k: (load[k], k))
+        lanes[i].append(page)
+        load[i] += cost[page]
+    return [lane for lane in lanes if lane]
+
+
+def _visible_gpus() -> int:
+    try:
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    except ImportError:
+        return 1
+
+
+def _record_on_gpus(
+    runnable: list[Path],
+    docs_dir: Path,
+    examples_dir: Path,
+    gallery_dir: Path,
+    stage_dir: Path,
+    seconds: dict[str, float],
+    gpus: int | None,
+) -> tuple[float | None, str | None]:
+    """Record ``runnable`` pages, one page per GPU at a time; fill ``seconds``; return (pool start, failure)."""
+    import threading
+    import time
+
+    from cudnn_guide import fresh_process
+
+    workers = gpus or _visible_gpus()
+    previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
+    lanes = schedule([s.name for s in runnable], previous, workers)
+    by_name = {s.name: s for s in runnable}
+    lock, failures, starts = threading.Lock(), [], []
+    print(
+        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} GPU(s), longest first: "
+        + "; ".join(f"GPU {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
+        flush=True,
+    )
+
+    def lane_worker(gpu: int, lane: list[str]) -> None:
+        env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else None
+        t0 = time.perf_counter()
+        with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env) as pool:
+            for name in lane:
+                if failures:
+                    return
+                src = by_name[name]
+                with lock:  # a stage is copied while no other page is being promoted
+                    staged = stage_docs(docs_dir, examples_dir, gallery_dir, stage_dir / src.stem)
+                (staged / f"{src.name}.md5").unlink(missing_ok=True)
+                print(f"cudnn-guide: recording {src.name} in a fresh interpreter on GPU {gpu} ...", flush=True)
+                try:
+                    done = pool.run(
+                        _build_one_example, str(staged.parent), str(stage_dir / f"out-{gpu}"), src.name, timeout=None
+                    )
+                except fresh_process.FreshProcessError as exc:
+                    failures.append(f"recording {src.name} failed:\n{exc.detail}")
+                    return
+                if done.value != 0:
+                    failures.append(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
+                    return
+                with lock:
+                    promote_page(staged, gallery_dir, src.name)
+                    seconds[src.name] = done.seconds
+                print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s on GPU {gpu}", flush=True)
+            starts.append(pool.start_seconds if pool.start_seconds is not None else time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=lane_worker, args=(i, lane), daemon=True) for i, lane in enumerate(lanes)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (see _main): pages already promoted stay
+        failures.append("recording interrupted")
+        with lock:  # let a promotion under way finish
+            pass
+    pool_seconds = max(starts) if starts else None
+    if pool_seconds is not None:
+        print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True)
+    return pool_seconds, (failures[0] if failures else None)
 
 
 def _recorded_in(gallery_dir: Path) -> dict[str, float]:
