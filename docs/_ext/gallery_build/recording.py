@@ -1072,6 +1072,6 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
 if __name__ == "__main__":  # pragma: no cover
     # run the imported module's _main, so the functions it sends to fresh processes are named
     # gallery_build.recording.*, which a child can import, not __main__.*, which it cannot
-    from cudnn_guide import recording
+    from gallery_build import recording
 
     recording._main()
