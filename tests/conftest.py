@@ -63,10 +63,11 @@ def site(tmp_path_factory) -> Path:
 
 
 def copy_project(dest: Path) -> Path:
-    """Copy what a docs build reads (docs, examples, the package) into ``dest``; return ``dest``."""
+    """Copy what a docs build reads (docs, examples, the package, tools) into ``dest``; return ``dest``."""
     shutil.copytree(ROOT / "docs", dest / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
     shutil.copytree(ROOT / "examples", dest / "examples")
     shutil.copytree(ROOT / "cudnn_guide", dest / "cudnn_guide")
+    shutil.copytree(ROOT / "tools", dest / "tools")  # the docs include its scripts (recording at scale)
     return dest
 
 
