@@ -39,6 +39,7 @@ __all__ = [
     "package_md5",
     "recording_commit",
     "schedule",
+    "page_files",
     "package_changed_since_recording",
     "ONLY_ENV",
     "record_examples",
@@ -724,13 +725,35 @@ def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root
     return staged
 
 
-def _page_files(folder: Path, stem: str) -> dict[Path, Path]:
-    """The files of page ``stem`` (``stem.*``, ``sphx_glr_stem_*``) and those of no page (the index, zips)."""
+def page_files(folder: Path, stem: str, shared: bool = False) -> dict[Path, Path]:
+    """The files of page ``stem`` in a gallery folder (``stem.*``, ``sphx_glr_stem_*``): relative path → path.
+
+    Parameters
+    ----------
+    folder
+        A gallery folder.
+    stem
+        The example's stem.
+    shared
+        Also the files of no page (the gallery index, the download zips).
+
+    Returns
+    -------
+    dict[Path, Path]
+        Path relative to ``folder`` → path.
+
+    Example
+    -------
+    >>> sorted(page_files(Path('docs/auto_examples'), 'plot_02_conv_bias_relu'))[:2]
+    """
 
     def ours(name: str) -> bool:
-        return name.startswith((f"{stem}.", f"sphx_glr_{stem}_")) or "plot_" not in name
+        return name.startswith((f"{stem}.", f"sphx_glr_{stem}_")) or (shared and "plot_" not in name)
 
-    return {p.relative_to(folder): p for p in Path(folder).rglob("*") if p.is_file() and ours(p.name)}
+    folder = Path(folder)
+    if not folder.exists():
+        return {}
+    return {p.relative_to(folder): p for p in sorted(folder.rglob("*")) if p.is_file() and ours(p.name)}
 
 
 def promote_page(staged: Path, gallery_dir: Path, example: str) -> list[str]:
@@ -770,7 +793,7 @@ def promote_page(staged: Path, gallery_dir: Path, example: str) -> list[str]:
     if not (staged / md5).exists():
         raise RuntimeError(f"recording {example}: its build finished without writing {md5}; nothing was kept")
     stem = Path(example).stem
-    new, old = _page_files(staged, stem), _page_files(gallery_dir, stem)
+    new, old = page_files(staged, stem, shared=True), page_files(gallery_dir, stem, shared=True)
     changed = sorted(
         rel
         for rel, path in new.items()

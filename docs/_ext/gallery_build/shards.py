@@ -103,13 +103,7 @@ class Shard:
 
     def page_files(self, example: str) -> list[Path]:
         """The shard's files of page ``example`` (a file name), relative to its ``auto_examples``."""
-        stem = Path(example).stem
-        gallery = self.path / recording.GALLERY_NAME
-        return sorted(
-            p.relative_to(gallery)
-            for p in gallery.rglob("*")
-            if p.is_file() and p.name.startswith((f"{stem}.", f"sphx_glr_{stem}_"))
-        )
+        return sorted(recording.page_files(self.path / recording.GALLERY_NAME, Path(example).stem))
 
 
 def _md5(path: Path) -> str:
@@ -160,11 +154,9 @@ def write_shard(
     pages = {}
     for name in sorted(names):
         stem = Path(name).stem
-        for src in sorted(Path(gallery_dir).rglob("*")):
-            if src.is_file() and src.name.startswith((f"{stem}.", f"sphx_glr_{stem}_")):
-                dest = target / src.relative_to(gallery_dir)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                datafiles.write_bytes(dest, src.read_bytes())
+        for rel, src in recording.page_files(gallery_dir, stem).items():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            datafiles.write_bytes(target / rel, src.read_bytes())
         record = datafiles.read_json(Path(gallery_dir) / f"{stem}{RECORD_SUFFIX}")
         pages[name] = {
             "md5": _md5(Path(examples_dir) / name),
@@ -287,9 +279,8 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
     for name in sorted(claims):
         primary = _primary(claims[name], name)
         stem = Path(name).stem
-        for old in sorted(gallery.rglob("*")) if gallery.exists() else []:
-            if old.is_file() and old.name.startswith((f"{stem}.", f"sphx_glr_{stem}_")):
-                old.unlink()
+        for stale in recording.page_files(gallery, stem).values():
+            stale.unlink()
         for rel in primary.page_files(name):
             (gallery / rel).parent.mkdir(parents=True, exist_ok=True)
             datafiles.write_bytes(gallery / rel, (primary.path / recording.GALLERY_NAME / rel).read_bytes())
