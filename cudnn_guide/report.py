@@ -13,7 +13,7 @@ from typing import Any
 
 from .bench import Measurement
 
-__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio", "versus", "Html", "page_link", "html_table"]
+__all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio", "Html", "page_link", "html_table"]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)
@@ -44,37 +44,6 @@ def ratio(slow: Measurement, fast: Measurement) -> float:
     >>> speedup = ratio(eager, fused)  # eager.median / fused.median
     """
     return slow.median_ms / fast.median_ms
-
-
-def versus(ours: Measurement, other: Measurement, tie: float = 0.02) -> str:
-    """How ``ours`` compares with ``other``, in words computed from the medians.
-
-    Within ``tie`` (2 %) of each other the two are called a tie, with the difference stated,
-    because a smaller difference is inside the run-to-run spread of a GPU timing. Returns, for
-    example, ``"1.93× faster than"``, ``"1.15× slower than"`` or ``"within 0.4% of (a tie with)"``.
-
-    Parameters
-    ----------
-    ours
-        Our measurement.
-    other
-        The baseline.
-    tie
-        Relative difference treated as a tie.
-
-    Returns
-    -------
-    str
-        A phrase to complete "ours is … other".
-
-    Example
-    -------
-    >>> print(f'the fused graph is {versus(fused, eager)} eager')  # '1.93× faster than'
-    """
-    r = ratio(other, ours)
-    if abs(r - 1) <= tie:
-        return f"within {100 * abs(r - 1):.1f}% of (a tie with)"
-    return f"{r:.2f}× faster than" if r > 1 else f"{1 / r:.2f}× slower than"
 
 
 class ComparisonTable:

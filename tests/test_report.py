@@ -45,13 +45,6 @@ def test_plot_lines_draws_one_line_and_band_per_impl():
     assert ys == [1.0, 0.5, 0.25]  # 1 GFLOP in s milliseconds is 1/s TFLOP/s
 
 
-def test_versus_calls_small_differences_ties():
-    fast, slow = _m("a", 1, 1.0), _m("b", 1, 1.93)
-    assert report.versus(fast, slow) == "1.93× faster than"
-    assert report.versus(slow, fast) == "1.93× slower than"
-    assert report.versus(_m("a", 1, 1.0), _m("b", 1, 1.015)).startswith("within 1.5% of (a tie with)")
-
-
 def test_named_sizes_keep_their_order_and_numbers_ascend():
     stages = ["64×56×56", "128×28×28", "256×14×14"]  # sorted as text, 128 would come first
     ax = report.plot_lines([_m("a", s, 1.0) for s in stages], x="size")
