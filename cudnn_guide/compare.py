@@ -52,7 +52,7 @@ def bootstrap_median_ci(
     Returns
     -------
     tuple[float, float]
-        ``(low, high)``.
+        ``(low, high)``, widened where needed to contain the sample median itself.
 
     Raises
     ------
@@ -72,7 +72,9 @@ def bootstrap_median_ci(
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
     tail = (1 - confidence) / 2
-    return medians[int(tail * (resamples - 1))], medians[int(round((1 - tail) * (resamples - 1)))]
+    lo, hi = medians[int(tail * (resamples - 1))], medians[int(round((1 - tail) * (resamples - 1)))]
+    point = statistics.median(values)
+    return min(lo, point), max(hi, point)  # a percentile interval can miss its own estimate: widen to hold it
 
 
 Verdict = str
