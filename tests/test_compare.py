@@ -143,9 +143,7 @@ def test_recordings_from_other_gpus_or_software_are_not_compared(other, reason):
 
 
 def test_the_interval_always_holds_its_own_estimate():
-    # two-moded rounds: the percentile interval of resampled medians can miss the sample median
-    for seed in range(50):
-        rng = random.Random(seed)
-        values = [rng.choice([1.0, 1.3]) + rng.gauss(0, 0.001) for _ in range(6)]
-        lo, hi = compare.bootstrap_median_ci(values, seed=seed)
-        assert lo <= sorted(values)[2] / 2 + sorted(values)[3] / 2 <= hi
+    # with few resamples the percentile interval easily misses the sample median (3.0 here)
+    for seed in range(20):
+        lo, hi = compare.bootstrap_median_ci([1.0, 2.0, 3.0, 4.0, 5.0], resamples=1, seed=seed)
+        assert lo <= 3.0 <= hi
