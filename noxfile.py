@@ -99,6 +99,8 @@ def docs(session: nox.Session) -> None:
         "sphinx",
         "-W",
         "--keep-going",
+        "-j",
+        "auto",  # documents read and written in parallel: the assembly after recording, cut
         "-b",
         "html",
         "docs",

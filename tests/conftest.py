@@ -45,7 +45,7 @@ def sphinx_render(src: Path, out: Path) -> subprocess.CompletedProcess:
     """Build the site from the committed recording (render mode), warnings as errors."""
     env = dict(os.environ, CUDNN_GUIDE_DOCS_MODE="render")
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)],
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-j", "auto", "-b", "html", str(src), str(out)],
         capture_output=True,
         text=True,
         env=env,
