@@ -125,3 +125,13 @@ def test_every_footer_names_the_site_commit_and_the_recording_commit(site, root)
     footer = re.search(r'class="cg-commits">(.*?)</div>', page, re.S).group(1)
     assert "this page recorded at commit" in footer and "NVIDIA H200" in footer
     assert "edit this page" not in page.lower()  # opt-in: no repository URL is set
+
+
+def test_a_search_for_a_frontend_call_finds_the_frontend_index_and_its_pages(site):
+    page = (site / "frontend_api.html").read_text()
+    for name in ("sdpa_backward", "conv_dgrad", "deserialize", "execute_plan_at_index", "create_kernel_cache"):
+        assert f"<code>{name}</code>" in page or f"<code>cudnn.{name}</code>" in page, name
+    row = re.search(r"<code>sdpa_backward</code>.*?</tr>", page, re.S).group(0)
+    assert 'href="auto_examples/plot_09_sdpa_backward.html"' in row
+    index = (site / "searchindex.js").read_text()
+    assert "sdpa_backward" in index and "frontend_api" in index

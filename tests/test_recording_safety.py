@@ -383,3 +383,12 @@ def test_each_page_runs_pinned_to_one_gpu_and_all_are_kept(tmp_path, root, monke
         "plot_03_p",
     ]
     assert recording.read_manifest(gallery)["full_recording"]["seconds"] > 0
+
+
+def test_the_data_pages_rerun_when_a_source_they_read_changes(tmp_path, root):
+    src = tmp_path / "src"
+    shutil.copytree(root / "examples", src)
+    gal, data = root / "docs" / "auto_examples", root / "docs" / "data"
+    before = docs_build.data_digest(gal, data, (src,))
+    (src / "plot_01_environment.py").write_text((src / "plot_01_environment.py").read_text() + "\n")
+    assert docs_build.data_digest(gal, data, (src,)) != before

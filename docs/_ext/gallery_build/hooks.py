@@ -130,11 +130,11 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
     return problems
 
 
-DATA_PAGES: tuple[str, ...] = ("results", "methodology")
+DATA_PAGES: tuple[str, ...] = ("results", "methodology", "frontend_api")
 """The notebooks that read the recording's data files (and measure nothing)."""
 
 
-def data_digest(gallery: Path, data_dir: Path) -> str:
+def data_digest(gallery: Path, data_dir: Path, sources: tuple[Path, ...] = ()) -> str:
     """One digest over the names and bytes of every data file the data pages read.
 
     Parameters
@@ -143,6 +143,9 @@ def data_digest(gallery: Path, data_dir: Path) -> str:
         The recorded gallery.
     data_dir
         ``docs/data``.
+    sources
+        Folders of Python sources the data pages also read (the examples and the package,
+        for the frontend API index).
 
     Returns
     -------
@@ -156,8 +159,10 @@ def data_digest(gallery: Path, data_dir: Path) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for path in sorted([*Path(gallery).glob("*.json"), *Path(data_dir).glob("*.json*")]):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    files = [*Path(gallery).glob("*.json"), *Path(data_dir).glob("*.json*")]
+    files += [p for folder in sources for p in Path(folder).glob("*.py")]
+    for path in sorted(files):
+        h.update(str(path.name).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -439,7 +444,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     def on_get_outdated(app: Any, env: Any, added: set[str], changed: set[str], removed: set[str]) -> list[str]:
         # The data notebooks read the records, history and manifest, which Sphinx does not track:
         # re-execute them whenever any of those files changed since the last build into this folder.
-        digest = data_digest(gallery, gallery.parent / "data")
+        digest = data_digest(gallery, gallery.parent / "data", (examples, gallery.parent.parent / "cudnn_guide"))
         if getattr(env, "cudnn_guide_data_digest", None) == digest:
             return []
         env.cudnn_guide_data_digest = digest

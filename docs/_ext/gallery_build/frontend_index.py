@@ -1,0 +1,175 @@
+"""The site's "cuDNN Frontend API" index: every frontend call, enum and module function the site
+uses, with the helpers that make it and the gallery pages that run it.
+
+Read from the sources, not typed: each ``cudnn_guide`` function and class is parsed for the
+frontend names it uses (``cudnn.X`` attributes, graph and tensor methods named as the installed
+frontend names them, and method names held in tables for ``getattr``), its calls to other helpers
+are followed, and each example's calls lead to the helpers it runs. The frontend's vocabulary
+comes from the installed ``cudnn`` package (``pygraph``, ``Tensor``, the module itself).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+__all__ = ["frontend_vocabulary", "frontend_index"]
+
+# one-word graph methods that also name common torch or Python calls (add, max, relu, ...):
+# counted only when called on something named as a graph (g, graph, fused.built.graph, ...)
+_GRAPH_NAMES = {"g", "graph", "raw_graph"}
+
+
+def frontend_vocabulary() -> dict[str, set[str]]:
+    """The installed frontend's names: ``graph`` methods, ``tensor`` methods, ``module`` attributes.
+
+    Returns
+    -------
+    dict[str, set[str]]
+        Public names of ``cudnn.pygraph``, of its tensors, and of the ``cudnn`` module.
+
+    Example
+    -------
+    >>> "sdpa_backward" in frontend_vocabulary()["graph"]
+    True
+    """
+    import cudnn
+
+    def public(obj: Any) -> set[str]:
+        return {n for n in dir(obj) if not n.startswith("_")}
+
+    tensor = public(getattr(cudnn, "Tensor", object)) | public(getattr(cudnn, "tensor", object))
+    return {"graph": public(cudnn.pygraph), "tensor": tensor, "module": public(cudnn)}
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+class _Unit:
+    def __init__(self, name: str) -> None:
+        self.name, self.uses, self.calls = name, set(), set()
+
+
+def _scan(
+    tree: ast.AST, unit: _Unit, vocab: dict[str, set[str]], aliases: dict[str, str], local: set[str], module: str
+) -> None:
+    for node in ast.walk(tree):
+        # a helper passed as a value (to a fresh process, a sweep) runs as surely as one called
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in local:
+                unit.calls.add(f"{module}.{node.id}")
+            elif node.id in aliases:
+                unit.calls.add(aliases[node.id])
+        if isinstance(node, ast.Attribute):
+            chain = _dotted(node)
+            if chain.startswith("cudnn.") and chain.split(".")[1] in vocab["module"]:
+                unit.uses.add("cudnn." + chain.split(".")[1])
+            head = chain.split(".")[0] if chain else ""
+            if head in aliases and chain.count(".") == 1:
+                unit.calls.add(f"{aliases[head]}.{node.attr}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "_" in node.value:
+            if node.value in vocab["graph"]:  # a method held in a table, called through getattr
+                unit.uses.add(node.value)
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            attr, receiver = func.attr, _dotted(func.value)
+            is_method = attr in vocab["graph"] or attr in vocab["tensor"]
+            if is_method and ("_" in attr or receiver.split(".")[-1] in _GRAPH_NAMES):
+                unit.uses.add(attr)
+
+
+def _aliases(tree: ast.AST, package: str, module: str) -> dict[str, str]:
+    """Local name → ``cudnn_guide.module`` or ``cudnn_guide.module.name`` from the file's imports."""
+    out = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:  # from . import graphs / from .graphs import build
+            base = package + ("." + base if base else "")
+        if not base.startswith(package):
+            continue
+        for name in node.names:
+            target = f"{base}.{name.name}"
+            out[name.asname or name.name] = target
+    return out
+
+
+def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, Any]]:
+    """One row per frontend name the site uses: its kind, the helpers that use it, the pages that run it.
+
+    Parameters
+    ----------
+    root
+        The repository (``cudnn_guide/`` and ``examples/`` below it).
+    package
+        The helper package.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        ``name``, ``kind`` (``graph method``, ``tensor method`` or ``module``), ``helpers``
+        (qualified names that use it directly) and ``pages`` (example stems), sorted by name.
+
+    Example
+    -------
+    >>> rows = frontend_index(Path("."))
+    >>> next(r for r in rows if r["name"] == "sdpa_backward")["pages"]
+    ['plot_09_sdpa_backward']
+    """
+    vocab = frontend_vocabulary()
+    units: dict[str, _Unit] = {}
+    for path in sorted((Path(root) / package).glob("*.py")):
+        module = f"{package}.{path.stem}" if path.stem != "__init__" else package
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = _aliases(tree, package, module)
+        tops = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        local = {n.name for n in tops}
+        for node in tops:
+            unit = units[f"{module}.{node.name}"] = _Unit(f"{module}.{node.name}")
+            _scan(node, unit, vocab, aliases, local, module)
+
+    def closure(name: str, seen: set[str]) -> set[str]:
+        if name in seen or name not in units:
+            return set()
+        seen.add(name)
+        out = set(units[name].uses)
+        for callee in units[name].calls:
+            out |= closure(callee, seen)
+        return out
+
+    pages: dict[str, set[str]] = {}
+    for path in sorted((Path(root) / "examples").glob("plot_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        unit = _Unit(path.stem)
+        _scan(tree, unit, vocab, _aliases(tree, package, path.stem), set(), path.stem)
+        used = set(unit.uses)
+        for callee in unit.calls:
+            used |= closure(callee, set())
+        for name in used:
+            pages.setdefault(name, set()).add(path.stem)
+    helpers: dict[str, set[str]] = {}
+    for unit in units.values():
+        for name in unit.uses:
+            helpers.setdefault(name, set()).add(unit.name)
+
+    def kind(name: str) -> str:
+        if name.startswith("cudnn."):
+            return "module"
+        return "graph method" if name in vocab["graph"] else "tensor method"
+
+    return [
+        {"name": n, "kind": kind(n), "helpers": sorted(helpers.get(n, ())), "pages": sorted(pages.get(n, ()))}
+        for n in sorted(set(helpers) | set(pages))
+    ]
