@@ -281,7 +281,8 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
         stem = Path(name).stem
         for stale in recording.page_files(gallery, stem).values():
             stale.unlink()
-        for rel in primary.page_files(name):
+        # the page's md5 last: a merge cut short leaves the page stale, which the build refuses by name
+        for rel in sorted(primary.page_files(name), key=lambda r: r.name.endswith(".md5")):
             (gallery / rel).parent.mkdir(parents=True, exist_ok=True)
             datafiles.write_bytes(gallery / rel, (primary.path / recording.GALLERY_NAME / rel).read_bytes())
         shown[name] = primary.gpu
