@@ -286,6 +286,7 @@ def write_manifest(
     example_seconds: dict[str, float] | None = None,
     interpreters_seconds: float | None = None,
     full_run: bool = False,
+    gpus: int | None = None,
 ) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
 
@@ -310,6 +311,8 @@ def write_manifest(
         that recorded every example, with ``full_recording``).
     full_run
         This run recorded every example.
+    gpus
+        How many GPUs recorded at once (kept with ``full_recording``).
 
     Returns
     -------
@@ -330,6 +333,7 @@ def write_manifest(
             "utc": now,
             "commit": (environment or {}).get("commit"),
             "interpreters_start_seconds": interpreters_seconds,
+            "gpus": gpus,
         }
     data = {
         "last_run_seconds": dict(example_seconds or {}),
@@ -937,6 +941,7 @@ def record_examples(
             example_seconds=seconds,
             interpreters_seconds=pool_seconds,
             full_run=not names and failure is None,
+            gpus=min(gpus or _visible_gpus(), max(1, len(runnable))),
         )
         history.append(
             Path(docs_dir) / "data" / "history.jsonl", history.entries_from_gallery(gallery_dir, list(seconds))
