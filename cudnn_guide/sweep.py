@@ -104,7 +104,7 @@ def sweep(
     Raises
     ------
     ValueError
-        An empty sweep (no sizes or no implementations).
+        An empty sweep (no sizes or no implementations), or ``budget_ms`` with ``candidate``.
 
     Example
     -------
@@ -120,7 +120,10 @@ def sweep(
     if candidate is not None:
         from .compare import compare
 
-        bench_kwargs.pop("budget_ms", None)  # rounds have their own budget
+        if "budget_ms" in bench_kwargs:  # a budget per point means nothing here: never ignore it silently
+            raise ValueError(
+                "sweep(candidate=...): pass round_budget_ms (each contender's time per round), not budget_ms"
+            )
         comparisons = {}
         for value in xs:
             contenders = {name: fn for name, factory in impls.items() if (fn := factory(value)) is not None}

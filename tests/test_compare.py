@@ -147,3 +147,10 @@ def test_the_interval_always_holds_its_own_estimate():
     for seed in range(20):
         lo, hi = compare.bootstrap_median_ci([1.0, 2.0, 3.0, 4.0, 5.0], resamples=1, seed=seed)
         assert lo <= 3.0 <= hi
+
+
+def test_a_sweep_of_comparisons_refuses_a_budget_it_would_ignore():
+    from cudnn_guide import sweep
+
+    with pytest.raises(ValueError, match="round_budget_ms"):
+        sweep.sweep([1], {"a": lambda x: None, "b": lambda x: None}, l2="cold", candidate="a", budget_ms=100)
