@@ -4,7 +4,7 @@ Timing contenders one after another on a power-capped GPU measures the clock as 
 :func:`compare` times them in **interleaved rounds** (a shuffled order per round, one process),
 takes the **per-round ratio** of each baseline's time to the candidate's (paired: both ran
 within milliseconds of each other), and reports the median ratio with a **bootstrap 95%
-interval** over rounds (percentile method, 2,000 resamples, fixed seed).
+interval** over rounds (percentile method, :data:`RESAMPLES` resamples, fixed seed).
 
 The **tie band** is measured, not typed: every round also times the candidate a second time,
 and the interval of that same-code ratio (which should be 1) shows how far from 1 identical
@@ -23,18 +23,19 @@ from typing import Any
 from .bench import Measurement, benchmark, estimate
 from .errors import BenchmarkError
 
-__all__ = ["MIN_ROUNDS", "MIN_TIE_BAND", "Comparison", "bootstrap_median_ci", "judge", "compare"]
+__all__ = ["MIN_ROUNDS", "MIN_TIE_BAND", "RESAMPLES", "Comparison", "bootstrap_median_ci", "judge", "compare"]
 
 MIN_ROUNDS = 5
 """Fewer rounds than this give no usable interval: :func:`compare` refuses them."""
 MIN_TIE_BAND = 0.01
 """The tie band is never narrower than ±1%, whatever the same-code ratio showed."""
-_RESAMPLES = 2000
+RESAMPLES = 2000
+"""Bootstrap resamples behind every interval."""
 _REPEAT = " (repeat)"
 
 
 def bootstrap_median_ci(
-    values: Sequence[float], confidence: float = 0.95, resamples: int = _RESAMPLES, seed: int = 0
+    values: Sequence[float], confidence: float = 0.95, resamples: int = RESAMPLES, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile-bootstrap interval of the median of ``values``.
 
