@@ -46,10 +46,12 @@ def reset_caches() -> None:
     import gc
     import sys
 
-    from . import bench, graphs
+    from . import bench, drift, graphs, torch_ops
 
     bench.reset_caches()
     graphs.reset_caches()
+    drift.reset_caches()
+    torch_ops.reset_caches()
     if "torch" in sys.modules:
         import torch
 

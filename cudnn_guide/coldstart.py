@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRAPHS", "PRELOAD", "measure", "run_fresh", "main"]
+__all__ = ["GRAPHS", "PRELOAD", "measure", "run_fresh", "main", "flex_attention_first_call"]
 
 GRAPHS = ("matmul", "conv", "sdpa")
 
@@ -247,3 +247,47 @@ def run_fresh(
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -> dict[str, float]:
+    """In this (fresh) process, time ``cudnn.flex_attention``'s causal plan, first call and second call.
+
+    The CuTe DSL compiles the kernel on the first call; its disk cache is off unless
+    ``FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED=1``, so a fresh process pays the compile again.
+    Run it through :class:`~cudnn_guide.fresh_process.InterpreterPool` (with an empty
+    ``CUDA_CACHE_PATH`` for a cold CUDA JIT cache).
+
+    Returns
+    -------
+    dict[str, float]
+        ``plan_s`` (``create_mask_plan``), ``first_call_s`` and ``second_call_s`` (each to the
+        output on the host side of a synchronize), and ``rel_error`` of the output against fp32.
+
+    Example
+    -------
+    >>> fresh_process.run(flex_attention_first_call, 2, 16, 2048, 128, preload=("torch", "cudnn"))
+    """
+    import cudnn.flex_attention as cfa
+    import torch
+
+    from .attention_inputs import band, reference
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(batch, seq, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)
+    )
+    ends = (torch.arange(seq, device="cuda", dtype=torch.int32) + 1).repeat(batch).reshape(1, 1, batch * seq)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    plan = cfa.create_mask_plan(ends.contiguous(), q, k, v)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    out = cfa.flex_attn_func(q, k, v, mask_plan=plan)
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    cfa.flex_attn_func(q, k, v, mask_plan=plan)
+    torch.cuda.synchronize()
+    t3 = time.perf_counter()
+    ref = reference(*(t.transpose(1, 2) for t in (q, k, v)), visible=band(seq, seq, device="cuda")).transpose(1, 2)
+    rel = (torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref)).item()
+    return {"plan_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s": t3 - t2, "rel_error": rel}

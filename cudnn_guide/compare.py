@@ -14,16 +14,27 @@ baseline only when the whole interval lies outside ``1 ± band``; otherwise it i
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import drift
 from .bench import Measurement, benchmark, estimate
 from .errors import BenchmarkError
 
-__all__ = ["MIN_ROUNDS", "MIN_TIE_BAND", "RESAMPLES", "Comparison", "bootstrap_median_ci", "judge", "compare"]
+__all__ = [
+    "MIN_ROUNDS",
+    "MIN_TIE_BAND",
+    "RESAMPLES",
+    "Comparison",
+    "bootstrap_median_ci",
+    "judge",
+    "compare",
+    "compare_host",
+]
 
 MIN_ROUNDS = 5
 """Fewer rounds than this give no usable interval: :func:`compare` refuses them."""
@@ -115,9 +126,10 @@ def judge(low: float, high: float, band: float) -> Verdict:
 class Comparison:
     """The outcome of :func:`compare`: pooled measurements, and the candidate's speed-up over each baseline.
 
-    ``versus[baseline]`` is ``{"value", "low", "high", "verdict"}``: the median over rounds of
-    baseline time / candidate time (above 1: the candidate is faster), its bootstrap interval,
-    and the verdict against :attr:`tie_band`.
+    ``versus[baseline]`` is ``{"value", "low", "high", "verdict", "drift"}``: the median over
+    rounds of baseline time / candidate time (above 1: the candidate is faster), its bootstrap
+    interval widened by the re-recording drift of both measurements (:mod:`~cudnn_guide.drift`;
+    0 outside the docs build), and the verdict of that interval against :attr:`tie_band`.
 
     Example
     -------
@@ -132,6 +144,8 @@ class Comparison:
     versus: dict[str, dict[str, Any]]
     tie_band: float
     same_code: dict[str, float] = field(default_factory=dict)
+    drift: dict[str, float] = field(default_factory=dict)
+    """Contender → its re-recording drift (absolute log change) that widened its intervals."""
 
     @property
     def best_baseline(self) -> str:
@@ -144,7 +158,11 @@ class Comparison:
         """One line, e.g. ``1.27× faster than torch.compile (95% CI 1.22–1.31; tie band ±1.5%, 11 rounds)``."""
         baseline = baseline or self.best_baseline
         s = self.versus[baseline]
-        interval = f"95% CI {s['low']:.2f}–{s['high']:.2f}; tie band ±{100 * self.tie_band:.1f}%, {self.rounds} rounds"
+        widened = f", widened ±{100 * s['drift']:.0f}% for re-recording drift" if s.get("drift") else ""
+        interval = (
+            f"95% CI {s['low']:.2f}–{s['high']:.2f}{widened}; tie band ±{100 * self.tie_band:.1f}%, "
+            f"{self.rounds} rounds"
+        )
         if s["verdict"] == "tie":
             return f"a tie with {baseline} ({s['value']:.2f}×, {interval})"
         if s["verdict"] == "faster":
@@ -155,10 +173,12 @@ class Comparison:
         """``name``'s time over rounds as a headline: median of its round medians, bootstrap interval, in ``unit``.
 
         The interval spans the rounds, so it includes the clock's drift during the run, which the
-        samples of one round do not show.
+        samples of one round do not show, and is widened by the measurement's re-recording drift.
         """
         rounds = self.round_medians_ms[name]
         lo, hi = bootstrap_median_ci(rounds)
+        r = self.drift.get(name, 0.0)
+        lo, hi = lo * math.exp(-r), hi * math.exp(r)
         m = self.measurements[name]
         return estimate(
             statistics.median(rounds), lo, hi, unit=unit, work=m.flops if unit == "TFLOP/s" else m.bytes, scale=scale
@@ -170,6 +190,7 @@ class Comparison:
             "rounds": self.rounds,
             "tie_band": self.tie_band,
             "same_code": self.same_code,
+            "drift": self.drift,
             "versus": self.versus,
             "round_medians_ms": self.round_medians_ms,
         }
@@ -282,6 +303,13 @@ def compare(
                     **bench_kwargs,
                 )
             )
+    return _judged(runs, contenders, candidate, rounds, tag, seed)
+
+
+def _judged(
+    runs: dict[str, list[Measurement]], contenders: Mapping[str, Any], candidate: str, rounds: int, tag: str, seed: int
+) -> Comparison:
+    """Per-round ratios, their bootstrap intervals, the tie band from the candidate's repeat, and the verdicts."""
     medians = {n: [m.median_ms for m in ms] for n, ms in runs.items()}
     for n, ms in medians.items():
         if min(ms) <= 0:
@@ -293,13 +321,22 @@ def compare(
     same = [r / c for c, r in zip(cand, medians[candidate + _REPEAT])]
     same_lo, same_hi = bootstrap_median_ci(same, seed=seed)
     band = max(MIN_TIE_BAND, abs(same_lo - 1), abs(same_hi - 1))
+    noise = {n: drift.for_label(f"{n} {tag}".strip()) for n in contenders}
     versus = {}
     for name in contenders:
         if name == candidate:
             continue
         ratios = [b / c for b, c in zip(medians[name], cand)]
         lo, hi = bootstrap_median_ci(ratios, seed=seed)
-        versus[name] = {"value": statistics.median(ratios), "low": lo, "high": hi, "verdict": judge(lo, hi, band)}
+        w = math.hypot(noise[name], noise[candidate])  # independent drifts of the two measurements
+        lo, hi = lo * math.exp(-w), hi * math.exp(w)
+        versus[name] = {
+            "value": statistics.median(ratios),
+            "low": lo,
+            "high": hi,
+            "verdict": judge(lo, hi, band),
+            "drift": w,
+        }
     pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
     return Comparison(
         candidate,
@@ -309,4 +346,91 @@ def compare(
         versus,
         band,
         {"value": statistics.median(same), "low": same_lo, "high": same_hi},
+        noise,
     )
+
+
+def compare_host(
+    contenders: Mapping[str, Callable[[], Any]],
+    *,
+    candidate: str,
+    rounds: int = 11,
+    calls: int = 400,
+    batches: int = 5,
+    tag: str = "",
+    seed: int = 0,
+) -> Comparison:
+    """Like :func:`compare`, for the **host** (CPU) time per call: how long a launch path keeps the CPU busy.
+
+    Each round times every contender (and the candidate twice) in a shuffled order: after a
+    synchronize, ``calls`` back-to-back calls in ``batches`` equal batches, each batch timed
+    with ``time.perf_counter``. The calls only enqueue work, so while the GPU keeps up (choose a
+    workload whose GPU time per call is below its host time, and fewer calls than the launch
+    queue holds) a batch's time per call is the host cost of the path. Verdicts as in
+    :func:`compare`.
+
+    Parameters
+    ----------
+    contenders
+        Name → zero-argument launcher.
+    candidate
+        The path being judged.
+    rounds
+        Rounds (at least :data:`MIN_ROUNDS`).
+    calls
+        Calls per contender per round.
+    batches
+        Timed batches per contender per round (the samples of its measurement).
+    tag
+        Appended to each measurement's label.
+    seed
+        Seed of the round orders and of the bootstrap.
+
+    Returns
+    -------
+    Comparison
+        Measurements in mode ``"host"`` (samples: ms per call), speed-ups with intervals, verdicts.
+
+    Raises
+    ------
+    BenchmarkError
+        As :func:`compare`.
+
+    Example
+    -------
+    >>> c = compare_host({"dict pack": by_tensor, "uid list": by_uid}, candidate="uid list")
+    >>> print(c.describe())
+    """
+    import time
+
+    import torch
+
+    if candidate not in contenders:
+        raise BenchmarkError(f"compare_host: candidate {candidate!r} is not one of the contenders {sorted(contenders)}")
+    if len(contenders) < 2:
+        raise BenchmarkError("compare_host: needs at least one baseline besides the candidate")
+    if rounds < MIN_ROUNDS:
+        raise BenchmarkError(f"compare_host: {rounds} rounds give no usable interval; use at least {MIN_ROUNDS}")
+    per_batch = max(1, calls // batches)
+    names = [*contenders, candidate + _REPEAT]
+    runs: dict[str, list[Measurement]] = {n: [] for n in names}
+    rng = random.Random(seed)
+    for fn in contenders.values():  # warm-up: first-call costs are not per-call costs
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
+            fn = contenders[name.removesuffix(_REPEAT)]
+            samples = []
+            for _ in range(batches):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(per_batch):
+                    fn()
+                samples.append((time.perf_counter() - t0) * 1e3 / per_batch)
+            torch.cuda.synchronize()
+            runs[name].append(Measurement(f"{name} {tag}".strip(), samples, "host", params={"impl": name}))
+    return _judged(runs, contenders, candidate, rounds, tag, seed)

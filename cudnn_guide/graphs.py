@@ -20,7 +20,15 @@ from typing import Any
 
 from .errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
 
-__all__ = ["STEPS", "BuildReport", "BuiltGraph", "build", "handle_for_current_device", "bind_to_current_stream"]
+__all__ = [
+    "STEPS",
+    "BuildReport",
+    "BuiltGraph",
+    "adopt",
+    "build",
+    "handle_for_current_device",
+    "bind_to_current_stream",
+]
 
 STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
 """The five build steps, in order."""
@@ -341,4 +349,47 @@ def build(
     except Exception:
         plan_name = "unknown"
     report = BuildReport(name, seconds, plan_count, plan_name, int(graph.get_workspace_size()))
+    return BuiltGraph(graph, name, handle, report)
+
+
+def adopt(graph: Any, handle: Any, *, name: str | None = None) -> BuiltGraph:
+    """Wrap a graph the page built itself (its five steps written out) for checked execution and timing.
+
+    The result checks variant packs against the declaration (:meth:`BuiltGraph.check_pack`:
+    cuDNN itself does not notice a tensor with the wrong strides) and gives timing loops a
+    launcher that follows torch's current stream (:meth:`BuiltGraph.bind`).
+
+    Parameters
+    ----------
+    graph
+        A ``cudnn.pygraph`` on which ``build_plans`` has run.
+    handle
+        The ``cudnn.Handle`` it was built with.
+    name
+        A name for messages.
+
+    Returns
+    -------
+    BuiltGraph
+        With its own workspace of ``graph.get_workspace_size()`` bytes.
+
+    Raises
+    ------
+    InputError
+        The graph has no built plan yet.
+
+    Example
+    -------
+    >>> g.build_plans()
+    >>> run = adopt(g, handle).bind({Q: q, K: k, V: v, O: o})
+    """
+    name = name or "graph"
+    try:
+        plan_name = str(graph.get_plan_name_at_index(0))
+        workspace = int(graph.get_workspace_size())
+    except Exception as exc:
+        raise InputError(
+            f"graph {name!r}: run its five build steps (through build_plans) before adopting it: {exc}"
+        ) from exc
+    report = BuildReport(name, {}, int(graph.get_execution_plan_count()), plan_name, workspace)
     return BuiltGraph(graph, name, handle, report)

@@ -154,3 +154,57 @@ def test_a_sweep_of_comparisons_refuses_a_budget_it_would_ignore():
 
     with pytest.raises(ValueError, match="round_budget_ms"):
         sweep.sweep([1], {"a": lambda x: None, "b": lambda x: None}, l2="cold", candidate="a", budget_ms=100)
+
+
+def _recording(example, utc, medians, gpu="NVIDIA H200"):
+    return {
+        "example": example,
+        "recorded_utc": utc,
+        "gpu": gpu,
+        "software": {"torch": "2.11"},
+        "measurements": {k: {"median_ms": m, "q1_ms": m, "q3_ms": m, "n": 10} for k, m in medians.items()},
+        "headlines": [],
+    }
+
+
+def test_drift_keeps_each_labels_largest_change_and_the_pages_p95():
+    import math
+
+    lines = [
+        _recording("plot_a", "1", {"fast": 1.0, "wobbly": 1.0}),
+        _recording("plot_a", "2", {"fast": 1.01, "wobbly": 1.5}),
+        _recording("plot_a", "3", {"fast": 1.0, "wobbly": 1.0}),
+        _recording("plot_a", "4", {"fast": 2.0, "wobbly": 2.0}, gpu="NVIDIA B200"),  # not comparable: ignored
+    ]
+    d = history.drift(lines)
+    page = d["examples"]["plot_a"]
+    assert d["pairs"] == 2
+    assert page["labels"]["wobbly"] == pytest.approx(math.log(1.5))
+    assert page["labels"]["fast"] == pytest.approx(math.log(1.01))
+    assert page["p95"] == pytest.approx(math.log(1.5)) and d["global_p95"] == page["p95"]
+
+
+def test_recorded_drift_widens_intervals_and_can_turn_a_verdict_into_a_tie(monkeypatch, tmp_path):
+    import json
+
+    from cudnn_guide import drift
+
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    plain = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    assert plain.versus["torch"]["verdict"] == "faster" and plain.versus["torch"]["drift"] == 0.0
+    noise = {"global_p95": 0.01, "examples": {"plot_a": {"p95": 0.02, "labels": {"torch": 0.3}}}}
+    (tmp_path / "drift.json").write_text(json.dumps(noise))
+    monkeypatch.setenv(drift.DRIFT_ENV, str(tmp_path / "drift.json"))
+    monkeypatch.setenv(drift.PAGE_ENV, "plot_a")
+    drift.reset_caches()
+    assert drift.for_label("torch") == 0.3 and drift.for_label("cudnn") == 0.02  # page p95 at least
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    wide = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    s, p = wide.versus["torch"], plain.versus["torch"]
+    assert s["value"] == p["value"] and s["low"] < p["low"] and s["high"] > p["high"]
+    assert s["verdict"] == "tie" and "widened ±30% for re-recording drift" in wide.describe()
+    est, plain_est = wide.estimate("torch"), plain.estimate("torch")
+    assert est["low"] < plain_est["low"] and est["high"] > plain_est["high"]
+    monkeypatch.setenv(drift.PAGE_ENV, "plot_new")  # a page without history gets the site-wide p95
+    assert drift.for_label("torch") == 0.01
+    drift.reset_caches()

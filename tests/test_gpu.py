@@ -374,3 +374,47 @@ def test_a_call_too_short_to_time_is_never_recorded_as_a_non_positive_time():
     x = torch.empty(1024, device="cuda")
     m = bench.benchmark(lambda: x.zero_(), label="tiny", l2="hot")
     assert m.median_ms > 0 and min(m.samples_ms) > 0
+
+
+def test_attention_op_gradients_compile_capture_and_rebuild_on_a_new_layout():
+    from cudnn_guide import attention_inputs, torch_ops
+
+    torch_ops.reset_caches()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, d_o = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = torch_ops.attention(*leaves)
+    out.backward(d_o)
+    ref_leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    with check.full_precision():
+        ref = torch.nn.functional.scaled_dot_product_attention(*ref_leaves, is_causal=True)
+        ref.backward(d_o.float())
+    assert check.check(out, ref).passed
+    for got, want in zip(leaves, ref_leaves):
+        assert check.check(got.grad, want.grad).passed
+    built = torch_ops.cached_graphs()
+    torch_ops.attention(q, k, v)
+    assert torch_ops.cached_graphs() == built  # the same layout reuses its graph
+    other = q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert check.check(torch_ops.attention(other, k, v), ref).passed
+    assert torch_ops.cached_graphs() == built + 1  # a new stride builds a new graph, never reuses the old one
+    compiled = torch.compile(lambda a, b, c: torch_ops.attention(a, b, c) * 2, fullgraph=True)
+    assert check.check(compiled(q, k, v), 2 * ref).passed
+    gq, gk, gv = (torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    gk, gv = gk[:, :2].contiguous(), gv[:, :2].contiguous()  # GQA: 8 query heads over 2 K/V heads
+    want = attention_inputs.reference(gq, gk, gv, visible=attention_inputs.band(128, 128, device="cuda"))
+    assert check.check(torch_ops.attention(gq, gk, gv), want).passed
+
+
+def test_host_comparison_tells_a_slow_path_from_a_fast_one():
+    from cudnn_guide import compare
+
+    x = torch.zeros(16, device="cuda")
+
+    def slow():
+        for _ in range(20):
+            x.add_(1)
+
+    c = compare.compare_host({"fast": lambda: x.add_(1), "slow": slow}, candidate="fast", rounds=5, calls=100)
+    assert c.versus["slow"]["verdict"] == "faster" and c.versus["slow"]["value"] > 5
+    assert c.estimate("fast")["value"] > 0

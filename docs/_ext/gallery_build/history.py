@@ -29,6 +29,8 @@ from cudnn_guide.records import RECORD_SUFFIX
 
 __all__ = [
     "SOFTWARE_KEYS",
+    "DRIFT",
+    "drift",
     "comparable",
     "reproducibility",
     "format_reproducibility",
@@ -358,6 +360,66 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
                             "latest_value": h["value"],
                         }
                     )
+    return out
+
+
+DRIFT_PAIRS = 4
+"""How many of an example's latest consecutive recording pairs :func:`drift` looks at."""
+DRIFT = "drift.json"
+"""In ``docs/data``: :func:`drift` of the history, which the next recording widens its intervals by."""
+
+
+def _p95(values: list[float]) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(0.95 * len(values)))] if values else 0.0
+
+
+def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far each measurement moved between consecutive comparable recordings: the re-recording noise.
+
+    Within one run, a bootstrap interval over rounds says how precisely that run measured; it
+    does not say where the next recording, on another machine or day, will land. This does:
+    for every pair of consecutive recordings of an example that :func:`comparable` allows, the
+    absolute log change of each measurement's median timed the same way. Per example it keeps
+    each label's largest change and the 95th percentile over all its changes, over its last
+    :data:`DRIFT_PAIRS` pairs (older ones measured older code); ``global_p95`` is the 95th
+    percentile over every example (the fallback for a page with no history).
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"global_p95", "pairs", "examples": {example: {"p95", "labels": {label: max}}}}``, all
+        as absolute natural-log changes (0.03 ≈ 3%).
+
+    Example
+    -------
+    >>> drift(load(Path("docs/data/history.jsonl")))["global_p95"]
+    """
+    import math
+
+    out: dict[str, Any] = {"global_p95": 0.0, "pairs": 0, "examples": {}}
+    every: list[float] = []
+    for example, entries in by_example(history).items():
+        changes_: list[float] = []
+        labels: dict[str, float] = {}
+        pairs = [(p, c) for p, c in zip(entries, entries[1:]) if not comparable(p, c)][-DRIFT_PAIRS:]
+        for prev, cur in pairs:
+            out["pairs"] += 1
+            for row in compare(prev, cur):
+                if not row["same_method"] or row["latest_ms"] <= 0:
+                    continue
+                change = abs(math.log(row["latest_ms"] / row["previous_ms"]))
+                changes_.append(change)
+                labels[row["measurement"]] = max(labels.get(row["measurement"], 0.0), change)
+        if changes_:
+            out["examples"][example] = {"p95": _p95(changes_), "labels": labels}
+            every += changes_
+    out["global_p95"] = _p95(every)
     return out
 
 

@@ -685,7 +685,12 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
     """In the page's fresh process: the one-example Sphinx build that executes ``example``."""
     from sphinx.cmd.build import build_main
 
-    os.environ.update({MODE_ENV: "record", ONLY_ENV: example})
+    from cudnn_guide import drift
+
+    from . import history
+
+    os.environ.update({MODE_ENV: "record", ONLY_ENV: example, drift.PAGE_ENV: Path(example).stem})
+    os.environ.setdefault(drift.DRIFT_ENV, str(REPO_ROOT / "docs" / "data" / history.DRIFT))
     return build_main(["-b", "dummy", "-q", docs_dir, out_dir])
 
 
@@ -821,6 +826,7 @@ def record_examples(
     names: list[str] | None = None,
     shard: Path | None = None,
     gpus: int | None = None,
+    keep_going: bool = False,
 ) -> dict[str, float]:
     """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
@@ -853,6 +859,9 @@ def record_examples(
         How many GPUs record at once (default: every visible one). Each page runs in an
         interpreter pinned to one of them with ``CUDA_VISIBLE_DEVICES``; the pages are spread
         over them longest first (:func:`schedule`), from the previous recording's seconds.
+    keep_going
+        Record every page even after one fails (the failures are raised together at the end),
+        instead of stopping at the first.
 
     Returns
     -------
@@ -928,7 +937,7 @@ def record_examples(
                 runnable.append(src)
         if runnable:
             pool_seconds, failure = _record_on_gpus(
-                runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus
+                runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus, keep_going
             )
     from . import history
 
@@ -947,8 +956,10 @@ def record_examples(
             Path(docs_dir) / "data" / "history.jsonl", history.entries_from_gallery(gallery_dir, list(seconds))
         )
         if not names and failure is None:  # a full recording: does it reproduce the one before?
-            report = history.reproducibility(history.load(Path(docs_dir) / "data" / "history.jsonl"))
+            lines = history.load(Path(docs_dir) / "data" / "history.jsonl")
+            report = history.reproducibility(lines)
             datafiles.write_json(Path(docs_dir) / "data" / REPRODUCIBILITY, report, indent=1)
+            datafiles.write_json(Path(docs_dir) / "data" / history.DRIFT, history.drift(lines), indent=1)
             print(f"cudnn-guide: {history.format_reproducibility(report)}", flush=True)
     if failure:
         kept = ", ".join(seconds) or "none"
@@ -1010,6 +1021,7 @@ def _record_on_gpus(
     stage_dir: Path,
     seconds: dict[str, float],
     gpus: int | None,
+    keep_going: bool = False,
 ) -> tuple[float | None, str | None]:
     """Record ``runnable`` pages, one page per GPU at a time; fill ``seconds``; return (pool start, failure)."""
     import threading
@@ -1033,7 +1045,7 @@ def _record_on_gpus(
         t0 = time.perf_counter()
         with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env) as pool:
             for name in lane:
-                if failures:
+                if failures and not keep_going:
                     return
                 src = by_name[name]
                 with lock:  # a stage is copied while no other page is being promoted
@@ -1046,9 +1058,13 @@ def _record_on_gpus(
                     )
                 except fresh_process.FreshProcessError as exc:
                     failures.append(f"recording {src.name} failed:\n{exc.detail}")
+                    if keep_going:
+                        continue
                     return
                 if done.value != 0:
                     failures.append(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
+                    if keep_going:
+                        continue
                     return
                 with lock:
                     promote_page(staged, gallery_dir, src.name)
@@ -1069,7 +1085,7 @@ def _record_on_gpus(
     pool_seconds = max(starts) if starts else None
     if pool_seconds is not None:
         print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True)
-    return pool_seconds, (failures[0] if failures else None)
+    return pool_seconds, ("\n".join(failures) if failures else None)
 
 
 def _recorded_in(gallery_dir: Path) -> dict[str, float]:
@@ -1088,9 +1104,13 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     signal.signal(signal.SIGTERM, interrupted)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "record":
-        raise SystemExit("usage: python -m gallery_build.recording record [plot_xx.py ...]")
+        raise SystemExit("usage: python -m gallery_build.recording record [--keep-going] [plot_xx.py ...]")
+    keep_going = "--keep-going" in argv
+    names = [a for a in argv[1:] if a != "--keep-going"]
     root = REPO_ROOT
-    seconds = record_examples(root / "docs", root / "examples", root / "docs" / "auto_examples", names=argv[1:])
+    seconds = record_examples(
+        root / "docs", root / "examples", root / "docs" / "auto_examples", names=names, keep_going=keep_going
+    )
     print(
         f"cudnn-guide: recorded {len(seconds)} example(s) in {sum(seconds.values()):.0f} s: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())

@@ -1,0 +1,74 @@
+"""Re-recording drift: how far a measurement moved between past recordings, to widen today's intervals by.
+
+A bootstrap interval over rounds describes one run. The next recording runs on another machine
+(or day), and the site promises that its verdicts survive that. When the docs build records a
+page, it points ``CUDNN_GUIDE_DRIFT`` at the drift measured from the site's history
+(``docs/data/drift.json``) and names the page in ``CUDNN_GUIDE_PAGE``; :func:`for_label` then
+gives each measurement's re-recording noise as an absolute log change: its own largest past
+change, and at least its page's 95th percentile (the whole site's for a new page). Outside the
+docs build (no file) it is 0, and intervals are the run's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+__all__ = ["DRIFT_ENV", "PAGE_ENV", "for_label", "reset_caches"]
+
+DRIFT_ENV = "CUDNN_GUIDE_DRIFT"
+"""Path of the drift file (written by the docs build after each full recording)."""
+PAGE_ENV = "CUDNN_GUIDE_PAGE"
+"""The example being recorded, e.g. ``plot_05_sdpa_causal``."""
+
+
+@functools.lru_cache(maxsize=1)
+def _load(path: str) -> dict[str, Any]:
+    from .datafiles import read_json
+
+    return read_json(path)
+
+
+def reset_caches() -> None:
+    """Forget the loaded drift file (the next call reads it again).
+
+    Example
+    -------
+    >>> reset_caches()
+    """
+    _load.cache_clear()
+
+
+def for_label(label: str) -> float:
+    """The re-recording noise of the measurement ``label`` on the page being recorded (0 when unknown).
+
+    Parameters
+    ----------
+    label
+        The measurement's label, as recorded (``"cuDNN graph @ seq_len=4096"``).
+
+    Returns
+    -------
+    float
+        An absolute natural-log change: widen an interval ``[lo, hi]`` to
+        ``[lo·e^-r, hi·e^r]``.
+
+    Raises
+    ------
+    CorruptDataError
+        The drift file exists but cannot be read.
+
+    Example
+    -------
+    >>> for_label("cuDNN graph")  # outside the docs build
+    0.0
+    """
+    path = os.environ.get(DRIFT_ENV)
+    if not path or not os.path.exists(path):
+        return 0.0
+    data = _load(path)
+    page = (data.get("examples") or {}).get(os.environ.get(PAGE_ENV, ""))
+    if page is None:
+        return float(data.get("global_p95") or 0.0)
+    return max(float(page.get("p95") or 0.0), float((page.get("labels") or {}).get(label, 0.0)))

@@ -1,0 +1,303 @@
+"""cuDNN's fused attention as a PyTorch operator: autograd, ``torch.compile(fullgraph=True)`` and CUDA graphs.
+
+``torch.ops.cudnn_guide.sdpa(q, k, v, causal)`` runs a cuDNN SDPA forward graph that also
+writes the softmax statistics; its registered autograd formula runs cuDNN's ``sdpa_backward``
+graph on them. Both are ``torch.library.custom_op`` s with fake (meta) implementations, so
+``torch.compile`` traces them without graph breaks, and both only execute prebuilt graphs on
+torch's current stream, so a warmed-up call can be captured in a CUDA graph.
+
+Graphs are cached per everything that changes the graph: op, causality, and each tensor's
+shape, strides, dtype and device. Inputs are checked at the op boundary (:func:`check_inputs`)
+so that a bad call raises :class:`~cudnn_guide.errors.InputError` naming the problem, never a
+cuDNN error from deep inside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InputError
+
+__all__ = [
+    "attention",
+    "check_inputs",
+    "graph_key",
+    "cached_graphs",
+    "forward_graph",
+    "backward_graph",
+    "register_ops",
+    "reset_caches",
+]
+
+_GRAPHS: dict[tuple[Any, ...], Any] = {}
+
+
+def reset_caches() -> None:
+    """Forget every cached graph (the next call builds again).
+
+    Example
+    -------
+    >>> reset_caches()
+    """
+    _GRAPHS.clear()
+
+
+def cached_graphs() -> int:
+    """How many graphs the operators have built and cached in this process.
+
+    Example
+    -------
+    >>> cached_graphs()
+    0
+    """
+    return len(_GRAPHS)
+
+
+def graph_key(op: str, causal: bool, *tensors: Any) -> tuple[Any, ...]:
+    """The cache key of a graph: the op, the mask, and every tensor's shape, strides, dtype and device.
+
+    Example
+    -------
+    >>> import torch
+    >>> x = torch.empty(1, 2, 4, 8)
+    >>> graph_key("fwd", True, x) == graph_key("fwd", True, x.transpose(1, 2).contiguous().transpose(1, 2))
+    False
+    """
+    return (op, causal, *((tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device)) for t in tensors))
+
+
+def check_inputs(q: Any, k: Any, v: Any) -> None:
+    """Refuse, at the op boundary, what the cuDNN graph cannot take.
+
+    Raises
+    ------
+    InputError
+        A tensor that is not 4-D B×H×S×D, not on a CUDA device, not fp16/bf16, of another dtype
+        than Q, with a head dim that is not contiguous or not a multiple of 8, or head counts
+        that do not group.
+
+    Example
+    -------
+    >>> import torch
+    >>> try:
+    ...     check_inputs(*(torch.empty(1, 2, 4, 8, dtype=torch.bfloat16),) * 3)
+    ... except InputError as exc:
+    ...     print(exc)
+    cudnn_guide.sdpa: q is on cpu; cuDNN attention runs on a CUDA device (move it with .cuda())
+    """
+    import torch
+
+    from .attention_inputs import check_heads
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise InputError(f"cudnn_guide.sdpa: {name} must be 4-D B×H×S×D, got shape {tuple(t.shape)}")
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            raise InputError(f"cudnn_guide.sdpa: {name} is {t.dtype}; cuDNN attention takes float16 or bfloat16")
+        if t.dtype != q.dtype:
+            raise InputError(f"cudnn_guide.sdpa: {name} is {t.dtype} but q is {q.dtype}; use one dtype")
+        if t.stride(-1) != 1 or t.shape[-1] % 8:
+            raise InputError(
+                f"cudnn_guide.sdpa: {name} needs a contiguous head dim that is a multiple of 8 "
+                f"(shape {tuple(t.shape)}, strides {tuple(t.stride())}); call .contiguous() or pad the head dim"
+            )
+    check_heads(q, k, v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise InputError(
+                f"cudnn_guide.sdpa: {name} is on {t.device}; cuDNN attention runs on a CUDA device "
+                "(move it with .cuda())"
+            )
+
+
+def _new_graph(dtype: Any) -> tuple[Any, Any]:
+    import cudnn
+
+    from .graphs import handle_for_current_device
+    from .tensors import cudnn_dtype
+
+    handle = handle_for_current_device()
+    g = cudnn.pygraph(
+        handle=handle,
+        io_data_type=cudnn_dtype(dtype),
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    return g, handle
+
+
+def _mask(causal: bool) -> dict[str, Any]:
+    import cudnn
+
+    return dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if causal else {}
+
+
+def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> tuple[Any, tuple[Any, ...]]:
+    """Build (or fetch) the forward graph for these layouts: SDPA writing O and the fp32 log-sum-exp.
+
+    Example
+    -------
+    >>> built, (Q, K, V, O, STATS) = forward_graph(q, k, v, o, stats, causal=True)
+    """
+    import cudnn
+
+    from .graphs import adopt
+
+    key = graph_key("forward", causal, q, k, v, o, stats)
+    if key not in _GRAPHS:
+        g, handle = _new_graph(q.dtype)
+        Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v")
+        O, STATS = g.sdpa(
+            name="sdpa", q=Q, k=K, v=V, attn_scale=q.shape[-1] ** -0.5, generate_stats=True, **_mask(causal)
+        )
+        O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
+        STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+        STATS.set_dim(list(stats.shape)).set_stride(list(stats.stride()))
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        _GRAPHS[key] = adopt(g, handle, name="cudnn_guide.sdpa"), (Q, K, V, O, STATS)
+    return _GRAPHS[key]
+
+
+def backward_graph(
+    q: Any, k: Any, v: Any, o: Any, stats: Any, d_o: Any, grads: tuple[Any, Any, Any], causal: bool
+) -> tuple[Any, tuple[Any, ...]]:
+    """Build (or fetch) the backward graph for these layouts: ``sdpa_backward`` writing dQ, dK, dV.
+
+    Example
+    -------
+    >>> built, tensors = backward_graph(q, k, v, o, stats, d_o, (dq, dk, dv), causal=True)
+    """
+    import cudnn
+
+    from .graphs import adopt
+
+    key = graph_key("backward", causal, q, k, v, o, stats, d_o, *grads)
+    if key not in _GRAPHS:
+        g, handle = _new_graph(q.dtype)
+        ins = [g.tensor_like(t, name=n) for n, t in zip(("q", "k", "v", "o", "dO", "stats"), (q, k, v, o, d_o, stats))]
+        dQ, dK, dV = g.sdpa_backward(
+            name="sdpa_backward",
+            q=ins[0],
+            k=ins[1],
+            v=ins[2],
+            o=ins[3],
+            dO=ins[4],
+            stats=ins[5],
+            attn_scale=q.shape[-1] ** -0.5,
+            **_mask(causal),
+        )
+        for node_out, t in zip((dQ, dK, dV), grads):
+            node_out.set_output(True).set_dim(list(t.shape)).set_stride(list(t.stride()))
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        _GRAPHS[key] = adopt(g, handle, name="cudnn_guide.sdpa_backward"), (*ins, dQ, dK, dV)
+    return _GRAPHS[key]
+
+
+def register_ops() -> Any:
+    """Register ``torch.ops.cudnn_guide.sdpa`` and ``sdpa_backward`` (once; :func:`attention` calls it).
+
+    Returns
+    -------
+    Any
+        The forward op.
+
+    Example
+    -------
+    >>> sdpa = register_ops()
+    >>> o, stats = torch.ops.cudnn_guide.sdpa(q, k, v, True)
+    """
+    global _OP
+    if _OP is not None:
+        return _OP
+    import torch
+
+    # The schemas are spelled out: this module's annotations are strings (postponed evaluation).
+    @torch.library.custom_op(
+        "cudnn_guide::sdpa", mutates_args=(), schema="(Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor)"
+    )
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        check_inputs(q, k, v)
+        o = torch.empty(*q.shape[:-1], v.shape[-1], device=q.device, dtype=q.dtype)
+        stats = torch.empty(*q.shape[:-1], 1, device=q.device, dtype=torch.float32)
+        built, tensors = forward_graph(q, k, v, o, stats, causal)
+        built.execute(dict(zip(tensors, (q, k, v, o, stats))))
+        return o, stats
+
+    @sdpa.register_fake
+    def _(q, k, v, causal):
+        return q.new_empty(*q.shape[:-1], v.shape[-1]), q.new_empty(*q.shape[:-1], 1, dtype=torch.float32)
+
+    @torch.library.custom_op(
+        "cudnn_guide::sdpa_backward",
+        mutates_args=(),
+        schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor stats, Tensor d_o, bool causal)"
+        " -> (Tensor, Tensor, Tensor)",
+    )
+    def sdpa_backward(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        o: torch.Tensor,
+        stats: torch.Tensor,
+        d_o: torch.Tensor,
+        causal: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        built, tensors = backward_graph(q, k, v, o, stats, d_o, grads, causal)
+        built.execute(dict(zip(tensors, (q, k, v, o, d_o, stats, *grads))))
+        return grads
+
+    @sdpa_backward.register_fake
+    def _(q, k, v, o, stats, d_o, causal):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal = inputs
+        o, stats = output
+        ctx.save_for_backward(q, k, v, o, stats)
+        ctx.causal = causal
+
+    def backward(ctx, d_o, _d_stats):
+        q, k, v, o, stats = ctx.saved_tensors
+        d_o = d_o if d_o.stride() == o.stride() else d_o.contiguous()  # autograd may hand an expanded gradient
+        dq, dk, dv = torch.ops.cudnn_guide.sdpa_backward(q, k, v, o, stats, d_o, ctx.causal)
+        return dq, dk, dv, None
+
+    sdpa.register_autograd(backward, setup_context=setup_context)
+    _OP = sdpa
+    return sdpa
+
+
+_OP: Any = None
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = True) -> Any:
+    """Attention through ``torch.ops.cudnn_guide.sdpa``: differentiable, compilable, capturable.
+
+    Parameters
+    ----------
+    q, k, v
+        B×Hq×S×D and B×Hkv×S×D fp16/bf16 CUDA tensors (Hkv dividing Hq), head dim contiguous.
+    causal
+        Mask future keys (top-left causal).
+
+    Returns
+    -------
+    Any
+        O, B×Hq×S×Dv.
+
+    Raises
+    ------
+    InputError
+        See :func:`check_inputs`.
+
+    Example
+    -------
+    >>> out = attention(q, k, v)            # eager, with autograd
+    >>> torch.compile(model, fullgraph=True)  # traced without graph breaks
+    """
+    return _op()(q, k, v, causal)[0]
+
+
+def _op() -> Any:
+    return _OP if _OP is not None else register_ops()

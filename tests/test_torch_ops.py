@@ -1,0 +1,51 @@
+"""The cuDNN attention operator: clear errors at its boundary, a cache key that sees layouts, a clean trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudnn_guide import torch_ops
+from cudnn_guide.errors import InputError
+
+
+def bf16(*shape, device="cpu"):
+    return torch.zeros(*shape, dtype=torch.bfloat16, device=device)
+
+
+@pytest.mark.parametrize(
+    "q, k, v, match",
+    [
+        (bf16(1, 2, 4, 8), bf16(1, 2, 4, 8), bf16(1, 2, 4, 8), "on cpu; cuDNN attention runs on a CUDA device"),
+        (torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), "float16 or bfloat16"),
+        (bf16(1, 2, 4, 8), bf16(1, 2, 4, 8).half(), bf16(1, 2, 4, 8), "but q is torch.bfloat16"),
+        (bf16(1, 2, 8, 4).transpose(-1, -2), bf16(1, 2, 4, 8), bf16(1, 2, 4, 8), "contiguous head dim"),
+        (bf16(1, 2, 4, 12), bf16(1, 2, 4, 12), bf16(1, 2, 4, 12), "multiple of 8"),
+        (bf16(1, 3, 4, 8), bf16(1, 2, 4, 8), bf16(1, 2, 4, 8), "not a multiple"),
+        (bf16(2, 4, 8), bf16(2, 4, 8), bf16(2, 4, 8), "4-D"),
+    ],
+)
+def test_bad_input_is_refused_at_the_op_boundary(q, k, v, match):
+    with pytest.raises(InputError, match=match):
+        torch_ops.attention(q, k, v)
+
+
+def test_the_cache_key_sees_strides_dtype_and_mask():
+    x = bf16(1, 2, 4, 8)
+    other_layout = x.transpose(1, 2).contiguous().transpose(1, 2)
+    assert torch_ops.graph_key("forward", True, x) == torch_ops.graph_key("forward", True, x.clone())
+    assert torch_ops.graph_key("forward", True, x) != torch_ops.graph_key("forward", True, other_layout)
+    assert torch_ops.graph_key("forward", True, x) != torch_ops.graph_key("forward", True, x.half())
+    assert torch_ops.graph_key("forward", True, x) != torch_ops.graph_key("forward", False, x)
+
+
+def test_the_op_traces_without_graph_breaks():
+    torch._dynamo.reset()
+
+    def block(q, k, v):
+        return torch_ops.attention(q, k, v).sum(-1) * 2
+
+    x = bf16(1, 2, 4, 8, device="meta")
+    explained = torch._dynamo.explain(block)(x, x, x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    assert torch_ops.register_ops() is torch_ops.register_ops()  # registering twice is harmless
