@@ -203,6 +203,8 @@ class BuiltGraph:
                 continue
             if data.device.type != "cuda":
                 raise InputError(f"graph {self.name!r}: {gt.get_name()!r} is on {data.device}; it must be on the GPU")
+            if dims is None:
+                continue
             if tuple(data.shape) != dims or (strides is not None and tuple(data.stride()) != strides):
                 raise InputError(
                     f"graph {self.name!r}: {gt.get_name()!r} was declared with dims {dims} strides {strides}, "
@@ -252,12 +254,14 @@ class BuiltGraph:
         return f"BuiltGraph({self.name!r}, plan={self.report.plan_name!r})"
 
 
-def _declared_layout(t: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def _declared_layout(t: Any) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """Dims and strides a graph tensor was declared with. An output whose strides the frontend
     inferred (not set by the caller) is checked by dims only: cuDNN picks its layout per op."""
     strides = tuple(t.get_stride())
     if getattr(t, "stride_assigned", True) is False:
         strides = None
+    if getattr(t, "ragged_offset", None) is not None:
+        return None, None  # packed (THD) data: its extent is the ragged offsets', not the declared dims'
     return tuple(t.get_dim()), strides
 
 

@@ -94,6 +94,13 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from cudnn_guide import compare
 
 flex = torch.compile(flex_attention, fullgraph=True)
+WINDOW = torch.tensor(0, device="cuda")  # read by the mask at run time: one compiled kernel serves every width
+
+
+def window_mod(b, h, qi, ki):
+    return (ki <= qi) & (qi - ki < WINDOW)
+
+
 causal, causal_pack = masked_attention(q, k, v, torch.empty_like(q), diagonal_alignment=TOP_LEFT,
                                        diagonal_band_right_bound=0)
 CAND, CONTROL = "cuDNN window", "cuDNN causal, no window (control)"
@@ -103,7 +110,8 @@ for w in windows:
     o_w = torch.empty_like(q)
     gw, pack_w = masked_attention(q, k, v, o_w, diagonal_alignment=TOP_LEFT,
                                   diagonal_band_right_bound=0, diagonal_band_left_bound=w)
-    mask_w = create_block_mask(lambda b, h, qi, ki, w=w: (ki <= qi) & (qi - ki < w), None, None, S, S)
+    WINDOW.fill_(w)
+    mask_w = create_block_mask(window_mod, None, None, S, S)
     ref = attention_inputs.reference(q, k, v, visible=attention_inputs.band(S, S, left=w, device="cuda"))
     launch = gw.bind(pack_w)
     launch()

@@ -155,7 +155,7 @@ for mask, left, plan, ref in (("causal", None, causal_plan, ref_causal), (f"wind
         "cuDNN graph SDPA": run_graph,
         "PyTorch FlexAttention (compiled)": lambda m=block_mask: flex(qb, kb, vb, block_mask=m),
         "torch.ops.cudnn.sdpa_fwd": lambda left=left: torch.ops.cudnn.sdpa_fwd(
-            qb, kb, vb, D ** -0.5, is_causal=True, window_left=-1 if left is None else left - 1, return_lse=False),
+            qb, kb, vb, D ** -0.5, is_causal=True, window_left=-1 if left is None else left, return_lse=False),
     }
     if left is None:
         def flash():

@@ -398,7 +398,7 @@ def describe_recording(gallery_dir: Path) -> str:
 
 
 def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
-    """The ``(minimum SM, feature)`` of every ``require_sm((M, m), "feature")`` call in an example.
+    """The ``(minimum SM, feature)`` of every top-level ``require_sm((M, m), "feature")`` call in an example.
 
     Read from the source without running it, so a recording run knows before executing a page
     whether this GPU can run it. The call in the page stays the single statement of the
@@ -422,7 +422,10 @@ def declared_requirements(example: Path) -> list[tuple[tuple[int, int], str]]:
 
     tree = ast.parse(Path(example).read_text(encoding="utf-8"))
     found = []
-    for node in ast.walk(tree):
+    # Only statements at the top of the page state what it needs; a call inside a ``try`` (a page
+    # demonstrating the error, say) is not a requirement of the page.
+    for stmt in tree.body:
+        node = stmt.value if isinstance(stmt, ast.Expr) else None
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
