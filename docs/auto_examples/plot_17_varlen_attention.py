@@ -1,0 +1,293 @@
+"""
+Variable-length batches: padding masks and packed (ragged) sequences
+====================================================================
+
+A batch of real requests has sequences of different lengths. Padding them all to the longest
+wastes work on tokens that do not exist; cuDNN offers two ways not to:
+
+* **padding mask**: keep the padded B×H×S×D layout, pass each sequence's true length in
+  ``seq_len_q`` / ``seq_len_kv`` and set ``use_padding_mask=True``; keys past a sequence's
+  length are masked and the kernel skips the tiles that hold only padding;
+* **packed (THD)**: store only the real tokens, T×H×D, and give each tensor a *ragged
+  offset* (``set_ragged_offset``): where each sequence starts, in elements. This is the layout
+  of FlashAttention's ``varlen`` API and of PyTorch's nested tensors.
+
+What you will learn:
+
+* both declarations, each checked sequence by sequence against an fp32 reference;
+* the edge cases users report: a zero-length sequence and a one-token sequence;
+* the clear errors for lengths and offsets that cuDNN would misread;
+* the work saved against padding, and the cuDNN graph against PyTorch's varlen paths.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN fused attention")
+env = environment.collect()
+print(env.stamp())
+
+# %%
+# A batch of realistic lengths
+# ----------------------------
+# 16 sequences whose lengths are drawn (seed 0) from a log-normal distribution with median 1024
+# tokens, clipped to [32, 4096]: a stand-in with the long right tail of chat and instruction
+# data, not lengths measured from a dataset.
+import torch
+
+torch.manual_seed(0)
+lengths = torch.distributions.LogNormal(torch.log(torch.tensor(1024.0)), 0.8).sample((16,)).clamp(32, 4096).int()
+B, H, D, S_MAX = len(lengths), 16, 128, int(lengths.max())
+cu_seqlens = torch.cat([torch.zeros(1, dtype=torch.int32), lengths.cumsum(0).int()]).cuda()
+T = int(cu_seqlens[-1])
+print(f"lengths: {lengths.tolist()}")
+print(f"{T} real tokens; padded to the longest, {B * S_MAX} token slots "
+      f"({100 * (1 - T / (B * S_MAX)):.0f}% padding)")
+
+# %%
+# The packed (THD) graph
+# ----------------------
+# Q, K, V and O hold T×H×D real tokens. Declared to cuDNN as B×H×S_max×D with token-major
+# strides, plus one ragged-offset tensor: sequence ``b`` starts at element ``cu_seqlens[b]·H·D``.
+# The padding mask (the true lengths) must be set too: it tells cuDNN where each sequence ends.
+import cudnn
+
+from cudnn_guide import attention_inputs, check, graphs
+
+handle = graphs.handle_for_current_device()
+gen = torch.Generator(device="cuda").manual_seed(1)
+q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+o = torch.empty_like(q)
+offsets = attention_inputs.ragged_offsets(cu_seqlens, H * D)  # int64, (B+1)×1×1×1
+seq_lens = lengths.cuda().reshape(B, 1, 1, 1)
+attention_inputs.check_seq_lens(seq_lens, B, S_MAX)
+
+g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
+                  intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+RAGGED = g.tensor(name="ragged_offsets", dim=[B + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+dims, strides = [B, H, S_MAX, D], [S_MAX * H * D, D, H * D, 1]  # token-major, like T×H×D
+Q, K, V = (g.tensor(name=n, dim=dims, stride=strides, data_type=cudnn.data_type.BFLOAT16, ragged_offset=RAGGED)
+           for n in "qkv")
+LEN_Q, LEN_KV = g.tensor_like(seq_lens, name="seq_len_q"), g.tensor_like(seq_lens, name="seq_len_kv")
+O, _ = g.sdpa(name="sdpa_varlen", q=Q, k=K, v=V, attn_scale=D ** -0.5, generate_stats=False,
+              use_padding_mask=True, seq_len_q=LEN_Q, seq_len_kv=LEN_KV,
+              diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+O.set_output(True).set_dim(dims).set_stride(strides).set_ragged_offset(RAGGED)
+g.validate()
+g.build_operation_graph()
+g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+g.check_support()
+g.build_plans()
+ragged_pack = {Q: q, K: k, V: v, O: o, LEN_Q: seq_lens, LEN_KV: seq_lens, RAGGED: offsets}
+workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+check.poison(o)
+g.execute(ragged_pack, workspace, handle=handle)
+
+
+def per_sequence_check(out_of, label):
+    """Check every sequence's output against the fp32 reference on that sequence alone (causal)."""
+    worst = None
+    for b in range(B):
+        a, e = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
+        seq = [t[a:e].transpose(0, 1)[None] for t in (q, k, v)]
+        r = check.check(out_of(b, a, e), attention_inputs.reference(*seq, visible=attention_inputs.band(e - a, e - a,
+                        device="cuda")), name=f"{label}, sequence {b} ({e - a} tokens)")
+        worst = r if worst is None or r.rel_error > worst.rel_error else worst
+    return worst
+
+
+checks = [per_sequence_check(lambda b, a, e: o[a:e].transpose(0, 1)[None], "packed THD")]
+print(checks[-1], "(the worst of", B, "sequences)")
+
+# %%
+# The padded graph with a padding mask
+# ------------------------------------
+# Same lengths, padded B×H×S_max×D tensors: no ragged offsets, only ``seq_len_q/kv``.
+def padded(t):
+    out = torch.zeros(B, S_MAX, H, D, device="cuda", dtype=t.dtype)
+    for b in range(B):
+        out[b, : lengths[b]] = t[cu_seqlens[b]: cu_seqlens[b + 1]]
+    return out.transpose(1, 2).contiguous()
+
+
+qp, kp, vp = padded(q), padded(k), padded(v)
+op = torch.empty_like(qp)
+gp = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
+                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+QP, KP, VP = gp.tensor_like(qp, name="q"), gp.tensor_like(kp, name="k"), gp.tensor_like(vp, name="v")
+LQ, LK = gp.tensor_like(seq_lens, name="seq_len_q"), gp.tensor_like(seq_lens, name="seq_len_kv")
+OP, _ = gp.sdpa(name="sdpa_padded", q=QP, k=KP, v=VP, attn_scale=D ** -0.5, generate_stats=False,
+                use_padding_mask=True, seq_len_q=LQ, seq_len_kv=LK,
+                diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+OP.set_output(True).set_dim(list(op.shape)).set_stride(list(op.stride()))
+gp.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the same five steps, in one call
+padded_pack = {QP: qp, KP: kp, VP: vp, OP: op, LQ: seq_lens, LK: seq_lens}
+check.poison(op)
+gp.execute(padded_pack, torch.empty(gp.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
+checks.append(per_sequence_check(lambda b, a, e: op[b:b + 1, :, : e - a], "padding mask"))
+print(checks[-1], "(the worst of", B, "sequences)")
+pad_rows = torch.cat([op[b, :, lengths[b]:].flatten() for b in range(B)])
+print(f"rows past each length: {pad_rows.isnan().sum().item()} NaN, max |value| {pad_rows.nan_to_num().abs().max().item():g}")
+
+# %%
+# Edge cases: a zero-length sequence and a one-token sequence
+# -----------------------------------------------------------
+# Both are legal padding-mask inputs. A one-token sequence is ordinary attention over one key.
+# A zero-length sequence has no query rows at all, so cuDNN has nothing to write: below, its
+# output slots are poisoned (NaN) before the call, and we look at what is left in them.
+edge_lens = torch.tensor([S_MAX, 1, 0, 37], dtype=torch.int32, device="cuda").reshape(4, 1, 1, 1)
+attention_inputs.check_seq_lens(edge_lens, 4, S_MAX)
+eq, ek, ev = (t[:4].contiguous() for t in (qp, kp, vp))
+eo = torch.empty_like(eq)
+ge = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
+                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+EQ, EK, EV = ge.tensor_like(eq, name="q"), ge.tensor_like(ek, name="k"), ge.tensor_like(ev, name="v")
+EL, ELK = ge.tensor_like(edge_lens, name="seq_len_q"), ge.tensor_like(edge_lens, name="seq_len_kv")
+EO, _ = ge.sdpa(name="sdpa_edges", q=EQ, k=EK, v=EV, attn_scale=D ** -0.5, generate_stats=False,
+                use_padding_mask=True, seq_len_q=EL, seq_len_kv=ELK,
+                diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+EO.set_output(True).set_dim(list(eo.shape)).set_stride(list(eo.stride()))
+ge.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+check.poison(eo)
+ge.execute({EQ: eq, EK: ek, EV: ev, EO: eo, EL: edge_lens, ELK: edge_lens},
+           torch.empty(ge.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
+for b, n in enumerate(edge_lens.flatten().tolist()):
+    if n == 0:
+        left = eo[b].isnan().float().mean().item()
+        what = ("cuDNN does not write them, so zero them yourself if anything reads them" if left == 1.0 else
+                "cuDNN wrote them" if left == 0.0 else "cuDNN wrote some of them")
+        print(f"sequence {b}, 0 tokens: {100 * left:.0f}% of its output slots still hold the poison: {what}")
+        continue
+    seq = [t[b:b + 1, :, :n] for t in (eq, ek, ev)]
+    checks.append(check.check(eo[b:b + 1, :, :n], attention_inputs.reference(*seq, visible=attention_inputs.band(
+        n, n, device="cuda")), name=f"edge case: {n}-token sequence"))
+    print(checks[-1])
+zero_len_poison_left = eo[2].isnan().float().mean().item()
+
+# %%
+# Bad lengths and offsets are refused before cuDNN sees them
+# ----------------------------------------------------------
+# cuDNN reads lengths and offsets as raw integers: an int64 length tensor or a decreasing
+# prefix sum would be misread, not rejected. The helpers used above check them first:
+from cudnn_guide import InputError
+
+for bad in (lambda: attention_inputs.check_seq_lens(seq_lens.long(), B, S_MAX),
+            lambda: attention_inputs.check_seq_lens(seq_lens.flatten(), B, S_MAX),
+            lambda: attention_inputs.ragged_offsets(cu_seqlens.flip(0), H * D)):
+    try:
+        bad()
+    except InputError as exc:
+        print("InputError:", exc)
+
+# %%
+# Against PyTorch's varlen paths
+# ------------------------------
+# Every contender computes causal attention within each sequence, checked sequence by sequence:
+#
+# * **PyTorch padded SDPA** (flash, forced): the padded tensors with ``is_causal=True``.
+#   With right padding, causal attention never lets a real query see a padded key, so the real
+#   rows are right; the kernel still computes every padded tile.
+# * **PyTorch nested tensors**: ``scaled_dot_product_attention`` on jagged nested tensors.
+# * **PyTorch varlen_attn** (``torch.nn.attention.varlen``), if this torch has a causal form.
+# * **FlexAttention** (compiled) with a document mask over the packed tokens.
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from cudnn_guide import compare
+
+contenders = {"cuDNN packed (THD)": graphs.adopt(g, handle, name="varlen").bind(ragged_pack),
+              "cuDNN padding mask": graphs.adopt(gp, handle, name="padded").bind(padded_pack)}
+unavailable = {}
+
+
+def flash_padded():
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        return F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)
+
+
+nested = [torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2) for t in (q, k, v)]
+doc = torch.repeat_interleave(torch.arange(B, device="cuda"), lengths.cuda())
+block_mask = create_block_mask(lambda b, h, qi, ki: (doc[qi] == doc[ki]) & (ki <= qi), None, None, T, T)
+flex = torch.compile(flex_attention, fullgraph=True)
+packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
+candidates = {
+    "PyTorch padded SDPA (flash)": (flash_padded, lambda y, b, a, e: y[b:b + 1, :, : e - a]),
+    "PyTorch nested tensors": (lambda: F.scaled_dot_product_attention(*nested, is_causal=True),
+                               lambda y, b, a, e: y.transpose(1, 2).values()[a:e].transpose(0, 1)[None]),
+    "FlexAttention, document mask": (lambda: flex(*packed_bhsd, block_mask=block_mask),
+                                     lambda y, b, a, e: y[:, :, a:e]),
+}
+try:
+    from torch.nn.attention.varlen import varlen_attn
+
+    candidates["PyTorch varlen_attn"] = (
+        lambda: varlen_attn(q, k, v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, window_size=(-1, 0)),
+        lambda y, b, a, e: y[a:e].transpose(0, 1)[None])
+except ImportError as exc:
+    unavailable["PyTorch varlen_attn"] = str(exc)
+for name, (fn, rows_of) in candidates.items():
+    try:
+        y = fn()
+        checks.append(per_sequence_check(lambda b, a, e, y=y, rows_of=rows_of: rows_of(y, b, a, e), name))
+        contenders[name] = fn
+    except Exception as exc:  # a path this torch does not offer, or cannot run here: shown, not hidden
+        unavailable[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
+for name, why in unavailable.items():
+    print(f"{name}: unavailable ({why})")
+
+real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
+result = compare.compare(contenders, candidate="cuDNN packed (THD)", l2="cold", rounds=9, flops=real_flops)
+for name in result.versus:
+    print(f"cuDNN packed vs {name}: {result.describe(name)}")
+
+# %%
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+rows = [{"implementation": n, "µs": result.estimate(n)["value"],
+         "useful TFLOP/s": result.estimate(n, "TFLOP/s")["value"]} for n in result.measurements]
+html_table(pd.DataFrame(rows).sort_values("µs"), {"µs": "{:.1f}", "useful TFLOP/s": "{:.0f}"})
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(8, 3.8), layout="constrained")
+ests = sorted(((n, result.estimate(n)) for n in result.measurements), key=lambda t: t[1]["value"])
+ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
+        xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
+ax.set_xscale("log")
+ax.set_xlabel("µs per forward call (median over rounds, 95% CI; log scale)")
+ax.set_title(f"causal attention over {B} sequences, {T} real tokens")
+plt.show()
+
+# %%
+# Takeaways
+# ---------
+padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
+best = result.best_baseline
+print(f"* Padding to the longest sequence would do {padded_flops / real_flops:.1f}× the attention work of the real "
+      f"tokens ({T} real of {B * S_MAX} slots).")
+print(f"* The packed cuDNN graph is {result.describe(best)}; against the padded tensors with a padding mask it is "
+      f"{result.describe('cuDNN padding mask')}.")
+print(f"* A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its output slots still held the poison after "
+      "the call; a one-token sequence is checked like any other.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_17_varlen_attention", title="Variable-length batches", environment=env)
+for c in checks:
+    rec.add_check(c)
+rec.comparison("packed THD: speed-up over best baseline", result)
+rec.headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
+rec.extra["lengths"] = lengths.tolist()
+rec.extra["unavailable"] = unavailable
+_record_path = rec.write()
+# sphinx_gallery_end_ignore

@@ -1,0 +1,238 @@
+"""
+Per-call overhead: every way to launch a built graph, and the frontend's native CUDA graphs
+==========================================================================================
+
+At decode sizes a fused attention kernel runs for a few microseconds, and the CPU time spent
+*launching* it decides the throughput. The frontend offers several launch paths for one built
+graph; this page measures the host time of each, at a workload where the GPU keeps up, so
+that the time is the path's own. Then it builds a CUDA graph the frontend's way
+(``populate_cuda_graph`` / ``update_cuda_graph``) beside PyTorch's stream capture.
+
+What you will learn:
+
+* ``execute`` with a variant pack keyed by graph tensors, by uids, or as an ordered buffer
+  list with ``tensor_uids``; ``execute_plan_at_index``; the cost of ``cudnn.set_stream``;
+* how each compares with an eager PyTorch SDPA call and a CUDA-graph replay;
+* when the native CUDA-graph API works, and what an update costs.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN fused attention")
+env = environment.collect()
+print(env.stamp())
+
+# %%
+# A decode-sized graph
+# --------------------
+# One query token per sequence, 8 sequences of 512 cached tokens, 8 heads of 128: a kernel of a
+# few microseconds.
+import cudnn
+import torch
+
+from cudnn_guide import attention_inputs, check, graphs
+
+handle = graphs.handle_for_current_device()
+B, H, S_KV, D = 8, 8, 512, 128
+gen = torch.Generator(device="cuda").manual_seed(0)
+q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+k, v = (torch.randn(B, H, S_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+o = torch.empty_like(q)
+g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
+                  intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v")
+O, _ = g.sdpa(name="decode", q=Q, k=K, v=V, attn_scale=D ** -0.5, generate_stats=False)
+O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
+g.validate()
+g.build_operation_graph()
+g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+g.check_support()
+g.build_plans()
+workspace = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+stream = torch.cuda.current_stream().cuda_stream
+cudnn.set_stream(handle, stream)
+reference = attention_inputs.reference(q, k, v)
+check.poison(o)
+g.execute({Q: q, K: k, V: v, O: o}, workspace, handle=handle)
+checks = [check.check(o, reference, name="decode graph")]
+print(checks[-1])
+
+# %%
+# The launch paths
+# ----------------
+# Each is a zero-argument function doing exactly what a serving loop would per token.
+by_tensor = {Q: q, K: k, V: v, O: o}
+by_uid = {t.get_uid(): data for t, data in by_tensor.items()}
+uids = list(by_uid)
+buffers = [by_uid[u] for u in uids]
+
+
+def set_stream_every_call():
+    cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+    g.execute(by_tensor, workspace, handle=handle)
+
+
+paths = {
+    "execute, pack keyed by tensors": lambda: g.execute(by_tensor, workspace, handle=handle),
+    "execute, pack keyed by uids": lambda: g.execute(by_uid, workspace, handle=handle),
+    "execute, buffer list + tensor_uids": lambda: g.execute(buffers, workspace, handle=handle, tensor_uids=uids),
+    "execute_plan_at_index(0)": lambda: g.execute_plan_at_index(by_tensor, workspace, 0, handle=handle),
+    "set_stream + execute, every call": set_stream_every_call,
+    "PyTorch SDPA (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+}
+for name, fn in paths.items():
+    check.poison(o)
+    out = fn()
+    checks.append(check.check(o if out is None else out, reference, name=name))
+
+# %%
+# A CUDA graph replay of the same call, captured by PyTorch: the floor for one launch.
+replay_graph = torch.cuda.CUDAGraph()
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):  # warm up on the capture stream, as PyTorch asks
+    cudnn.set_stream(handle, side.cuda_stream)
+    g.execute(by_tensor, workspace, handle=handle)
+torch.cuda.current_stream().wait_stream(side)
+with torch.cuda.graph(replay_graph):
+    cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # the capture stream
+    g.execute(by_tensor, workspace, handle=handle)
+cudnn.set_stream(handle, stream)
+check.poison(o)
+replay_graph.replay()
+checks.append(check.check(o, reference, name="CUDA graph replay (stream capture)"))
+paths["CUDA graph replay (stream capture)"] = replay_graph.replay
+
+# %%
+# Host time per call
+# ------------------
+# ``compare_host`` times 400 back-to-back calls per path per round, in shuffled interleaved
+# rounds, with a bootstrap interval on each path's ratio to the tensor-keyed ``execute``.
+from cudnn_guide import compare
+
+BASE = "execute, pack keyed by tensors"
+host = compare.compare_host(paths, candidate=BASE, rounds=11, calls=400)
+
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+rows = []
+for name in paths:
+    e = host.estimate(name)
+    s = host.versus.get(name)
+    rows.append({"launch path": name, "host µs per call": e["value"], "95% CI": f"{e['low']:.2f}–{e['high']:.2f}",
+                 "time / tensor-keyed execute's": f"{s['value']:.2f}× ({s['low']:.2f}–{s['high']:.2f})" if s else "—",
+                 "verdict": {"faster": "more time", "slower": "less time", "tie": "tie"}[s["verdict"]] if s else "—"})
+html_table(pd.DataFrame(rows).sort_values("host µs per call"), {"host µs per call": "{:.2f}"})
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
+ests = sorted(((n, host.estimate(n)) for n in paths), key=lambda t: t[1]["value"])
+ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
+        xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
+ax.set_xlabel("host µs per call (median over rounds, 95% CI)")
+ax.set_title(f"launching one decode attention call ({B}×{H} heads, {S_KV} keys)")
+plt.show()
+
+# %%
+# The frontend's native CUDA-graph API
+# ------------------------------------
+# ``populate_cuda_graph(handle, {uid: device pointer}, workspace pointer, cudaGraph_t)`` records
+# the backend plan's kernels into an empty CUDA graph that *you* own and instantiate;
+# ``update_cuda_graph`` rewrites the pointers in that graph (new buffers), after which
+# ``cudaGraphExecUpdate`` refreshes the instantiated graph without a new capture. The graph
+# handles come from CUDA's runtime API (``cuda-python``).
+native = {}
+try:
+    from cuda.bindings import runtime as cudart
+except ImportError as exc:
+    cudart = None
+    native["skipped"] = f"needs cuda-python (pip install cuda-python): {exc}"
+    print(native["skipped"])
+
+def native_cuda_graph():
+    """populate, launch, update, launch again; checks each launch. Returns what it measured."""
+    import time
+
+    def ok(result):
+        err, *value = result if isinstance(result, tuple) else (result,)
+        if err != cudart.cudaError_t.cudaSuccess:
+            raise RuntimeError(f"CUDA runtime: {err}")
+        return value[0] if value else None
+
+    pointers = {t.get_uid(): data.data_ptr() for t, data in by_tensor.items()}
+    cuda_graph = ok(cudart.cudaGraphCreate(0))
+    t0 = time.perf_counter()
+    g.populate_cuda_graph(handle, pointers, workspace.data_ptr(), int(cuda_graph))
+    native["populate_ms"] = 1e3 * (time.perf_counter() - t0)
+    graph_exec = ok(cudart.cudaGraphInstantiate(cuda_graph, 0))
+    check.poison(o)
+    ok(cudart.cudaGraphLaunch(graph_exec, stream))
+    torch.cuda.synchronize()
+    checks.append(check.check(o, reference, name="populate_cuda_graph, launched"))
+    print(checks[-1])
+
+    o2 = torch.empty_like(o)  # point the graph at a new output buffer
+    moved = {**pointers, O.get_uid(): o2.data_ptr()}
+    updates = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        g.update_cuda_graph(handle, moved, workspace.data_ptr(), int(cuda_graph))
+        ok(cudart.cudaGraphExecUpdate(graph_exec, cuda_graph))
+        updates.append(1e6 * (time.perf_counter() - t0))
+    check.poison(o2)
+    ok(cudart.cudaGraphLaunch(graph_exec, stream))
+    torch.cuda.synchronize()
+    checks.append(check.check(o2, reference, name="update_cuda_graph, new output buffer"))
+    print(checks[-1])
+    updates.sort()
+    native["update_us_median"] = updates[len(updates) // 2]
+    native["update_us_range"] = (updates[0], updates[-1])
+    print(f"populate_cuda_graph: {native['populate_ms']:.2f} ms once; update_cuda_graph + cudaGraphExecUpdate: "
+          f"median {native['update_us_median']:.1f} µs over 50 updates ({updates[0]:.1f}–{updates[-1]:.1f})")
+    return native
+
+
+if cudart is not None:
+    try:
+        native_cuda_graph()
+    except Exception as exc:  # cuDNN's or CUDA's refusal, shown as it is
+        native["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        print(f"native CUDA-graph API: {native['error']}")
+
+# %%
+# Takeaways
+# ---------
+fastest = min(paths, key=lambda n: host.estimate(n)["value"])
+base = host.estimate(BASE)
+ordered = host.estimate("execute, buffer list + tensor_uids")
+print(f"* execute with a tensor-keyed pack costs {base['value']:.1f} µs of host time per call "
+      f"({base['low']:.1f}–{base['high']:.1f}); the ordered buffer list with tensor_uids costs "
+      f"{ordered['value']:.1f} µs.")
+print(f"* set_stream on every call, against setting it once: the tensor-keyed execute is "
+      f"{host.describe('set_stream + execute, every call')}.")
+print(f"* The cheapest path is {fastest!r} at {host.estimate(fastest)['value']:.1f} µs; an eager PyTorch SDPA call "
+      f"costs {host.estimate('PyTorch SDPA (default dispatch)')['value']:.1f} µs.")
+if "update_us_median" in native:
+    print(f"* The native CUDA-graph API works for this backend plan; re-pointing the graph at new buffers costs "
+          f"{native['update_us_median']:.0f} µs, against a new capture.")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_21_call_overhead", title="Per-call overhead", environment=env)
+for c in checks:
+    rec.add_check(c)
+rec.add(*host.measurements.values())
+rec.headline("execute, tensor-keyed pack: host time per call", unit="µs", **base)
+rec.comparison("host time: set_stream every call vs once", host, "set_stream + execute, every call")
+rec.extra["native_cuda_graph"] = native
+rec.extra["comparison"] = host.to_dict()
+_record_path = rec.write()
+# sphinx_gallery_end_ignore

@@ -1,0 +1,271 @@
+"""
+When cuDNN says no: the common failures, reproduced, with their fixes
+=====================================================================
+
+Every message on this page was produced by running the code above it on the GPU named in the
+stamp. The failures are the ones most reported against cuDNN Frontend and PyTorch's cuDNN
+attention: "No valid engine configs", "No execution plans support the graph", head dims and
+dtypes, layouts, workspaces, and which libcudnn was loaded. For each: where in the five build
+steps it surfaces, cuDNN's own message, and the fix.
+
+What you will learn: to read the build step a failure comes from; the tools that diagnose it
+(``CUDNN_FRONTEND_LOG_INFO``, ``python -m cudnn.collect_env``, plan names, notes and filters);
+and one failure cuDNN does **not** report, which you must check yourself.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN fused attention")
+env = environment.collect()
+print(env.stamp())
+
+# %%
+# A graph to break
+# ----------------
+# ``attempt`` declares an SDPA graph with the given changes and runs the five build steps one
+# by one, so each failure is reported with the step that raised it.
+import cudnn
+import torch
+
+from cudnn_guide import attention_inputs, check, graphs
+
+handle = graphs.handle_for_current_device()
+STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
+outcomes = []
+
+
+def sdpa_graph(head_dim=128, dtype=torch.bfloat16, q_layout="BHSD", modes=("A", "FALLBACK")):
+    """Declare causal SDPA on 2×8×1024×head_dim tensors; return the graph and the callables of its five steps."""
+    io = {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float16: cudnn.data_type.HALF,
+          torch.float32: cudnn.data_type.FLOAT}[dtype]
+    g = cudnn.pygraph(handle=handle, io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    x = torch.empty(2, 8, 1024, head_dim, device="cuda", dtype=dtype)
+    q = x.transpose(-1, -2).contiguous().transpose(-1, -2) if q_layout == "D-major" else x
+    Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(x, name="k"), g.tensor_like(x, name="v")
+    O, _ = g.sdpa(name="sdpa", q=Q, k=K, v=V, attn_scale=head_dim ** -0.5, generate_stats=False,
+                  diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+    O.set_output(True).set_dim(list(x.shape)).set_stride(list(x.stride()))
+    calls = (g.validate, g.build_operation_graph,
+             lambda: g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in modes]),
+             g.check_support, g.build_plans)
+    return g, calls, (Q, K, V, O)
+
+
+def attempt(case, fix, **changes):
+    """Run the five steps of ``sdpa_graph(**changes)``; print and keep where it failed and cuDNN's words."""
+    g, calls, _ = sdpa_graph(**changes)
+    for step, call in zip(STEPS, calls):
+        try:
+            call()
+        except Exception as exc:
+            message = " ".join(str(exc).split())[:300]
+            outcomes.append({"case": case, "surfaces at": step, "error": type(exc).__name__, "message": message,
+                             "fix": fix})
+            print(f"{case}: {type(exc).__name__} at {step}:\n    {message}")
+            return None
+    outcomes.append({"case": case, "surfaces at": "—", "error": "none: it builds",
+                     "message": f"{g.get_execution_plan_count()} plan(s), {g.get_plan_name_at_index(0)}", "fix": fix})
+    print(f"{case}: builds ({g.get_execution_plan_count()} plan(s))")
+    return g
+
+
+# %%
+# "No valid engine configs": a heuristic list with nothing that fits
+# ------------------------------------------------------------------
+# ``create_execution_plans`` asks the heuristics in the listed modes for engine configs.
+# ``FALLBACK`` alone proposes only generic engines, and none of them runs fused attention:
+attempt("heuristics: FALLBACK only", "ask heur_mode.A first (FALLBACK after it, as a safety net)",
+        modes=("FALLBACK",))
+attempt("heuristics: A, then FALLBACK", "—")
+
+# %%
+# Head dims, dtypes and layouts
+# -----------------------------
+# The SDPA engines cover head dims that are multiples of 8 (up to a maximum that depends on
+# the GPU and cuDNN version), fp16/bf16 inputs (and FP8 through ``sdpa_fp8``), and layouts in
+# which the head dim is contiguous. What this GPU and cuDNN answer:
+for d in (100, 256, 512, 1024):
+    attempt(f"head dim {d}", "use a head dim that is a multiple of 8 and that cuDNN supports on this GPU, "
+            "or pad the head dim", head_dim=d)
+attempt("float32 inputs", "cast Q, K, V to bf16 or fp16 (attention runs in fp32 inside)", dtype=torch.float32)
+attempt("Q with the head dim not contiguous (stride(-1) ≠ 1)", "make the head dim the innermost: .contiguous()",
+        q_layout="D-major")
+
+# %%
+# An architecture the feature needs
+# ---------------------------------
+# Some graphs only run on newer GPUs (MXFP8 and NVFP4 block scaling need SM 10.0). The guide's
+# pages check the architecture first and name what is missing, instead of letting the build
+# fail later:
+from cudnn_guide import CapabilityError
+
+try:
+    environment.require_sm((10, 0), "MXFP8 block-scaled matmul")
+except CapabilityError as exc:
+    print("CapabilityError:", exc)
+    outcomes.append({"case": "feature needs a newer GPU", "surfaces at": "before declaring",
+                     "error": "CapabilityError", "message": str(exc), "fix": "run it on a GPU with the SM it names"})
+
+# %%
+# A workspace that is too small
+# -----------------------------
+# Most plans need scratch memory; ``get_workspace_size()`` says how much, after ``build_plans``.
+g, calls, (Q, K, V, O) = sdpa_graph()
+for call in calls:
+    call()
+B, H, S, D = 2, 8, 1024, 128
+gen = torch.Generator(device="cuda").manual_seed(0)
+q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+o = torch.empty_like(q)
+pack = {Q: q, K: k, V: v, O: o}
+needed = g.get_workspace_size()
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+try:
+    g.execute(pack, torch.empty(0, device="cuda", dtype=torch.uint8), handle=handle)
+    torch.cuda.synchronize()
+    print(f"no error with an empty workspace (the plan needs {needed} bytes)")
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}")
+    outcomes.append({"case": "workspace too small", "surfaces at": "execute", "error": type(exc).__name__,
+                     "message": str(exc)[:300], "fix": f"allocate g.get_workspace_size() bytes ({needed} here)"})
+g.execute(pack, torch.empty(max(needed, 1), device="cuda", dtype=torch.uint8), handle=handle)
+reference = attention_inputs.reference(q, k, v, visible=attention_inputs.band(S, S, device="cuda"))
+checks = [check.check(o, reference, name="with the workspace it asked for")]
+print(checks[-1])
+
+# %%
+# Wrong strides in the variant pack: the failure cuDNN does not report
+# --------------------------------------------------------------------
+# A graph is declared with fixed strides. Hand ``execute`` K in another layout (same shape,
+# S-major memory instead of D-major) and look at what comes back: no exception, and the
+# output checked against the reference.
+k_other_layout = k.transpose(1, 2).contiguous().transpose(1, 2)  # B×H×S×D, but S-major in memory
+check.poison(o)
+g.execute({Q: q, K: k_other_layout, V: v, O: o}, torch.empty(max(needed, 1), device="cuda", dtype=torch.uint8),
+          handle=handle)
+torch.cuda.synchronize()
+silent = check.compare(o, reference, name="K bound with the wrong strides")
+print(f"execute raised nothing; the output: {silent}")
+# The guide's ``BuiltGraph`` checks every binding against the declaration before executing:
+from cudnn_guide import InputError
+
+built = graphs.adopt(g, handle, name="sdpa")
+try:
+    built.execute({Q: q, K: k_other_layout, V: v, O: o})
+except InputError as exc:
+    print("InputError:", exc)
+    outcomes.append({"case": "variant pack with wrong strides", "surfaces at": "not at all" if not silent.passed
+                     else "not at all (the output was right)", "error": "none", "message": f"the output: {silent}",
+                     "fix": "bind tensors with the declared strides; check packs (graphs.BuiltGraph.check_pack)"})
+
+# %%
+# Which libcudnn, which versions
+# ------------------------------
+# The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the nvidia-cudnn wheel
+# that PyTorch brings, ``LD_LIBRARY_PATH`` or the system. ``python -m cudnn.collect_env`` prints
+# what it found; the guide's ``environment.find_libcudnn()`` explains its search:
+import subprocess
+import sys
+
+print(environment.find_libcudnn().explain())
+collect = subprocess.run([sys.executable, "-m", "cudnn.collect_env"], capture_output=True, text=True, timeout=120)
+lines = [ln for ln in (collect.stdout + collect.stderr).splitlines()
+         if any(w in ln.lower() for w in ("cudnn", "torch", "cuda", "gpu", "driver")) and "brand=" not in ln]
+print("\n".join(lines[:25]))
+
+# %%
+# The frontend's log, captured
+# ----------------------------
+# ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs each
+# step: the graph as JSON, the checks, the heuristics' answer and the plan chosen. The lines
+# below come from building the causal SDPA graph in a fresh process with logging on:
+import os
+
+script = """
+import torch, cudnn
+h = cudnn.create_handle()
+x = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16)
+g = cudnn.pygraph(handle=h, io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT)
+Q, K, V = (g.tensor_like(x) for _ in range(3))
+O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=0.125, generate_stats=False,
+              diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+O.set_output(True)
+g.build([cudnn.heur_mode.A])
+"""
+logged = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE="stdout"))
+log_lines = [ln for ln in logged.stdout.splitlines() if ln.startswith("[cudnn_frontend]")]
+print("\n".join(ln[:200] for ln in log_lines[:30]))
+version_notes = [ln for ln in log_lines if "version" in ln.lower()]
+
+# %%
+# Heuristic modes, plan names, notes and filters
+# ----------------------------------------------
+# ``heur_mode.A`` is the fast heuristic, ``B`` the slower more accurate one, ``FALLBACK`` the
+# generic engines. Each plan has a name (engine and knobs), behaviour notes and a workspace;
+# ``deselect_*`` filters drop plans before ``check_support``.
+import time
+
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+rows = []
+for modes in (("A",), ("B",), ("A", "FALLBACK")):
+    g2, calls, _ = sdpa_graph(modes=modes)
+    t0 = time.perf_counter()
+    for call in calls[:3]:
+        call()
+    plans = g2.get_execution_plan_count()
+    names = [g2.get_plan_name_at_index(i) for i in range(plans)]
+    for call in calls[3:]:
+        call()
+    rows.append({"heur_mode": "+".join(modes), "plans": plans, "plan names": ", ".join(names),
+                 "build s (5 steps)": time.perf_counter() - t0, "workspace bytes": g2.get_workspace_size()})
+g3, calls, _ = sdpa_graph()
+for call in calls[:3]:
+    call()
+before = g3.get_execution_plan_count()
+g3.deselect_workspace_greater_than(0)
+try:
+    for call in calls[3:]:
+        call()
+    after = f"builds, workspace {g3.get_workspace_size()} bytes"
+except Exception as exc:
+    after = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+rows.append({"heur_mode": "A+FALLBACK, then deselect_workspace_greater_than(0)", "plans": before,
+             "plan names": after, "build s (5 steps)": float("nan"), "workspace bytes": float("nan")})
+html_table(pd.DataFrame(rows), {"build s (5 steps)": "{:.3f}", "workspace bytes": "{:.0f}"})
+
+# %%
+# Summary: failure, where it surfaces, the fix
+# --------------------------------------------
+html_table(pd.DataFrame(outcomes)[["case", "surfaces at", "error", "message", "fix"]])
+
+# %%
+# Takeaways
+# ---------
+refused = [o for o in outcomes if o["error"] not in ("none: it builds",)]
+print(f"* {len(refused)} of the {len(outcomes)} cases tried fail with a message; the step in which each failure "
+      "surfaces tells what to change: validate (the graph itself), create_execution_plans (the heuristics "
+      "found nothing), check_support / build_plans (no engine for it here), execute (the bindings).")
+print(f"* A binding with other strides than declared raised nothing in execute; its output "
+      f"{'was wrong' if not silent.passed else 'was right'} ({silent.rel_error:.2g} relative error). "
+      "Check the variant pack against the declaration.")
+if version_notes:
+    print(f"* The frontend's log notes: {version_notes[0][len('[cudnn_frontend] INFO: '):][:160]}")
+
+# sphinx_gallery_start_ignore
+from cudnn_guide import records
+
+rec = records.Record("plot_22_troubleshooting", title="When cuDNN says no", environment=env)
+for c in checks:
+    rec.add_check(c)
+rec.extra["outcomes"] = outcomes
+rec.extra["heuristics"] = rows
+_record_path = rec.write()
+# sphinx_gallery_end_ignore
