@@ -180,9 +180,10 @@ class Comparison:
         r = self.drift.get(name, 0.0)
         lo, hi = lo * math.exp(-r), hi * math.exp(r)
         m = self.measurements[name]
-        return estimate(
+        out = estimate(
             statistics.median(rounds), lo, hi, unit=unit, work=m.flops if unit == "TFLOP/s" else m.bytes, scale=scale
         )
+        return {**out, "drift": r}  # already widened: a headline made from it is not widened again
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -15,7 +15,7 @@ import functools
 import os
 from typing import Any
 
-__all__ = ["DRIFT_ENV", "PAGE_ENV", "for_label", "reset_caches"]
+__all__ = ["DRIFT_ENV", "PAGE_ENV", "for_label", "for_headline", "reset_caches"]
 
 DRIFT_ENV = "CUDNN_GUIDE_DRIFT"
 """Path of the drift file (written by the docs build after each full recording)."""
@@ -72,3 +72,24 @@ def for_label(label: str) -> float:
     if page is None:
         return float(data.get("global_p95") or 0.0)
     return max(float(page.get("p95") or 0.0), float((page.get("labels") or {}).get(label, 0.0)))
+
+
+def for_headline(name: str) -> float:
+    """The re-recording noise of the headline ``name`` on the page being recorded (0 when unknown).
+
+    Its own largest past change, and at least its page's 95th percentile of headline changes
+    (the whole site's for a page without history).
+
+    Example
+    -------
+    >>> for_headline("copy bandwidth ceiling")  # outside the docs build
+    0.0
+    """
+    path = os.environ.get(DRIFT_ENV)
+    if not path or not os.path.exists(path):
+        return 0.0
+    data = _load(path)
+    page = (data.get("examples") or {}).get(os.environ.get(PAGE_ENV, ""))
+    if page is None:
+        return float(data.get("global_headline_p95") or 0.0)
+    return max(float(page.get("headline_p95") or 0.0), float((page.get("headlines") or {}).get(name, 0.0)))

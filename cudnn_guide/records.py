@@ -9,12 +9,13 @@ files, never from numbers typed by hand.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import datafiles
+from . import datafiles, drift
 from .bench import Measurement
 from .check import CheckResult
 from .errors import BenchmarkError
@@ -104,6 +105,12 @@ class Record:
                     f"headline {name!r}: value {value:g} lies outside its interval [{low:g}, {high:g}]"
                 )
             entry.update(low=float(low), high=float(high))
+            if "drift" not in details and unit in POSITIVE_UNITS and float(low) > 0:
+                # the run's own interval, widened by how far this headline moved between past
+                # recordings: the interval a re-recording is expected to land in
+                r = drift.for_headline(name)
+                entry.update(run_low=float(low), run_high=float(high), drift=r)
+                entry.update(low=float(low) * math.exp(-r), high=float(high) * math.exp(r))
         if verdict is not None:
             if verdict not in VERDICTS:
                 raise BenchmarkError(f"headline {name!r}: verdict {verdict!r} is not one of {VERDICTS}")
@@ -129,6 +136,7 @@ class Record:
             high=s["high"],
             verdict=s["verdict"],
             tie_band=result.tie_band,
+            drift=s.get("drift", 0.0),
             rounds=result.rounds,
             kind="comparison",
         )

@@ -208,3 +208,28 @@ def test_recorded_drift_widens_intervals_and_can_turn_a_verdict_into_a_tie(monke
     monkeypatch.setenv(drift.PAGE_ENV, "plot_new")  # a page without history gets the site-wide p95
     assert drift.for_label("torch") == 0.01
     drift.reset_caches()
+
+
+def test_a_headline_interval_is_widened_by_its_own_past_drift_once(monkeypatch, tmp_path):
+    import json
+    import math
+
+    from cudnn_guide import drift
+
+    noise = {"examples": {"plot_a": {"headline_p95": 0.05, "headlines": {"ceiling": 0.2}}}, "global_headline_p95": 0.1}
+    (tmp_path / "drift.json").write_text(json.dumps(noise))
+    monkeypatch.setenv(drift.DRIFT_ENV, str(tmp_path / "drift.json"))
+    monkeypatch.setenv(drift.PAGE_ENV, "plot_a")
+    drift.reset_caches()
+    rec = Record("plot_a")
+    rec.headline("ceiling", 700.0, "TFLOP/s", low=690.0, high=710.0)
+    rec.headline("other", 10.0, "µs", low=9.0, high=11.0)
+    rec.headline("already widened", 2.0, "x", low=1.5, high=2.5, drift=0.3)
+    rec.headline("signed", -1.0, "µs/call (signed)", low=-2.0, high=0.5)
+    ceiling, other, done, signed = rec.headlines
+    assert ceiling["run_low"] == 690.0 and ceiling["low"] == pytest.approx(690.0 * math.exp(-0.2))
+    assert ceiling["high"] == pytest.approx(710.0 * math.exp(0.2)) and ceiling["drift"] == 0.2
+    assert other["drift"] == 0.05  # no past of its own: the page's p95
+    assert (done["low"], done["high"]) == (1.5, 2.5)  # a comparison's interval is widened once, in compare
+    assert (signed["low"], signed["high"]) == (-2.0, 0.5) and "drift" not in signed
+    drift.reset_caches()

@@ -365,6 +365,8 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 DRIFT_PAIRS = 4
 """How many of an example's latest consecutive recording pairs :func:`drift` looks at."""
+DRIFT_UNITS = frozenset({"µs", "us", "ms", "s", "GB/s", "TB/s", "TFLOP/s", "x"})
+"""Headline units whose re-recording changes :func:`drift` keeps (times, rates, ratios)."""
 DRIFT = "drift.json"
 """In ``docs/data``: :func:`drift` of the history, which the next recording widens its intervals by."""
 
@@ -390,11 +392,15 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     history
         All entries (from :func:`load`).
 
+    The same is kept for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes,
+    which :meth:`cudnn_guide.records.Record.headline` widens by it.
+
     Returns
     -------
     dict[str, Any]
-        ``{"global_p95", "pairs", "examples": {example: {"p95", "labels": {label: max}}}}``, all
-        as absolute natural-log changes (0.03 ≈ 3%).
+        ``{"global_p95", "global_headline_p95", "pairs", "examples": {example: {"p95", "labels":
+        {label: max}, "headline_p95", "headlines": {name: max}}}}``, all as absolute natural-log
+        changes (0.03 ≈ 3%).
 
     Example
     -------
@@ -402,11 +408,14 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     """
     import math
 
-    out: dict[str, Any] = {"global_p95": 0.0, "pairs": 0, "examples": {}}
+    out: dict[str, Any] = {"global_p95": 0.0, "global_headline_p95": 0.0, "pairs": 0, "examples": {}}
     every: list[float] = []
+    every_headline: list[float] = []
     for example, entries in by_example(history).items():
         changes_: list[float] = []
         labels: dict[str, float] = {}
+        heads: dict[str, float] = {}
+        head_changes: list[float] = []
         pairs = [(p, c) for p, c in zip(entries, entries[1:]) if not comparable(p, c)][-DRIFT_PAIRS:]
         for prev, cur in pairs:
             out["pairs"] += 1
@@ -416,10 +425,26 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
                 change = abs(math.log(row["latest_ms"] / row["previous_ms"]))
                 changes_.append(change)
                 labels[row["measurement"]] = max(labels.get(row["measurement"], 0.0), change)
-        if changes_:
-            out["examples"][example] = {"p95": _p95(changes_), "labels": labels}
+            old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
+            for h in cur.get("headlines", []):
+                before, now = old.get(h["name"]), h.get("value")
+                if h.get("unit") not in DRIFT_UNITS:
+                    continue  # counts, ranks, percentages and signed values are not re-measured quantities
+                if isinstance(before, (int, float)) and isinstance(now, (int, float)) and before > 0 and now > 0:
+                    change = abs(math.log(now / before))
+                    head_changes.append(change)
+                    heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
+        if changes_ or head_changes:
+            out["examples"][example] = {
+                "p95": _p95(changes_),
+                "labels": labels,
+                "headline_p95": _p95(head_changes),
+                "headlines": heads,
+            }
             every += changes_
+            every_headline += head_changes
     out["global_p95"] = _p95(every)
+    out["global_headline_p95"] = _p95(every_headline)
     return out
 
 
