@@ -20,8 +20,12 @@ def check_heads(q: Any, k: Any, v: Any) -> int:
 
     Parameters
     ----------
-    q, k, v
-        Query, key and value tensors, heads on dim 1 (B×H×S×D) or dim -2 (T×H×D).
+    q
+        The query tensor, heads on dim 1 (B×H×S×D) or dim -2 (T×H×D).
+    k
+        The key tensor, laid out like ``q``.
+    v
+        The value tensor, laid out like ``q``.
 
     Returns
     -------
@@ -137,6 +141,13 @@ def ragged_offsets(cu_seqlens: Any, elements_per_token: int) -> Any:
 def check_window(window: int, seq_len: int) -> None:
     """Check a sliding-window width (``diagonal_band_left_bound``) against the sequence it masks.
 
+    Parameters
+    ----------
+    window
+        The number of keys each query sees (itself and the ``window - 1`` before it).
+    seq_len
+        The length of the key sequence it masks.
+
     Raises
     ------
     InputError
@@ -171,6 +182,26 @@ def band(
     (bottom-right). Key ``j`` is visible when ``pos - left < j`` (if ``left`` is set) and
     ``j ≤ pos + right`` (if ``right`` is set): ``right=0`` is causal, ``left=W`` a window of W keys.
 
+    Parameters
+    ----------
+    s_q
+        Queries.
+    s_kv
+        Keys.
+    left
+        ``diagonal_band_left_bound``, or None for no left edge.
+    right
+        ``diagonal_band_right_bound``, or None for no right edge.
+    bottom_right
+        ``diagonal_alignment=BOTTOM_RIGHT`` instead of top-left.
+    device
+        Where to build the mask.
+
+    Returns
+    -------
+    Any
+        A boolean S_q×S_kv tensor.
+
     Example
     -------
     >>> band(3, 3).int().tolist()
@@ -193,8 +224,12 @@ def reference(q: Any, k: Any, v: Any, *, visible: Any = None, bias: Any = None, 
 
     Parameters
     ----------
-    q, k, v
-        B×Hq×Sq×D, B×Hkv×Skv×D, B×Hkv×Skv×Dv.
+    q
+        B×Hq×Sq×D queries.
+    k
+        B×Hkv×Skv×D keys.
+    v
+        B×Hkv×Skv×Dv values.
     visible
         Boolean mask broadcastable to B×Hq×Sq×Skv (True: visible), or None.
     bias

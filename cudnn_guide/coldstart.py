@@ -257,6 +257,17 @@ def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -
     Run it through :class:`~cudnn_guide.fresh_process.InterpreterPool` (with an empty
     ``CUDA_CACHE_PATH`` for a cold CUDA JIT cache).
 
+    Parameters
+    ----------
+    batch
+        Sequences.
+    heads
+        Heads of Q, K and V.
+    seq
+        Tokens per sequence.
+    head_dim
+        Head dimension.
+
     Returns
     -------
     dict[str, float]

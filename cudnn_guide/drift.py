@@ -80,6 +80,16 @@ def for_headline(name: str) -> float:
     Its own largest past change, and at least its page's 95th percentile of headline changes
     (the whole site's for a page without history).
 
+    Parameters
+    ----------
+    name
+        The headline's name, as recorded.
+
+    Returns
+    -------
+    float
+        An absolute natural-log change.
+
     Example
     -------
     >>> for_headline("copy bandwidth ceiling")  # outside the docs build

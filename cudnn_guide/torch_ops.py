@@ -45,6 +45,11 @@ def reset_caches() -> None:
 def cached_graphs() -> int:
     """How many graphs the operators have built and cached in this process.
 
+    Returns
+    -------
+    int
+        Forward and backward graphs together.
+
     Example
     -------
     >>> cached_graphs()
@@ -55,6 +60,20 @@ def cached_graphs() -> int:
 
 def graph_key(op: str, causal: bool, *tensors: Any) -> tuple[Any, ...]:
     """The cache key of a graph: the op, the mask, and every tensor's shape, strides, dtype and device.
+
+    Parameters
+    ----------
+    op
+        ``"forward"`` or ``"backward"``.
+    causal
+        The mask.
+    tensors
+        Every tensor the graph binds.
+
+    Returns
+    -------
+    tuple[Any, ...]
+        A hashable key; two calls share a graph exactly when their keys are equal.
 
     Example
     -------
@@ -68,6 +87,15 @@ def graph_key(op: str, causal: bool, *tensors: Any) -> tuple[Any, ...]:
 
 def check_inputs(q: Any, k: Any, v: Any) -> None:
     """Refuse, at the op boundary, what the cuDNN graph cannot take.
+
+    Parameters
+    ----------
+    q
+        The query tensor.
+    k
+        The key tensor.
+    v
+        The value tensor.
 
     Raises
     ------
@@ -135,6 +163,26 @@ def _mask(causal: bool) -> dict[str, Any]:
 def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> tuple[Any, tuple[Any, ...]]:
     """Build (or fetch) the forward graph for these layouts: SDPA writing O and the fp32 log-sum-exp.
 
+    Parameters
+    ----------
+    q
+        Queries, B×Hq×S×D.
+    k
+        Keys, B×Hkv×S×D.
+    v
+        Values, B×Hkv×S×Dv.
+    o
+        The output it will write, B×Hq×S×Dv.
+    stats
+        The fp32 statistics it will write, B×Hq×S×1.
+    causal
+        Top-left causal mask, or none.
+
+    Returns
+    -------
+    tuple[Any, tuple[Any, ...]]
+        The :class:`~cudnn_guide.graphs.BuiltGraph` and its graph tensors ``(Q, K, V, O, STATS)``.
+
     Example
     -------
     >>> built, (Q, K, V, O, STATS) = forward_graph(q, k, v, o, stats, causal=True)
@@ -162,6 +210,31 @@ def backward_graph(
     q: Any, k: Any, v: Any, o: Any, stats: Any, d_o: Any, grads: tuple[Any, Any, Any], causal: bool
 ) -> tuple[Any, tuple[Any, ...]]:
     """Build (or fetch) the backward graph for these layouts: ``sdpa_backward`` writing dQ, dK, dV.
+
+    Parameters
+    ----------
+    q
+        Queries of the forward.
+    k
+        Keys of the forward.
+    v
+        Values of the forward.
+    o
+        The forward's output.
+    stats
+        The forward's statistics.
+    d_o
+        The gradient of the output.
+    grads
+        The dQ, dK, dV tensors it will write.
+    causal
+        The forward's mask.
+
+    Returns
+    -------
+    tuple[Any, tuple[Any, ...]]
+        The :class:`~cudnn_guide.graphs.BuiltGraph` and its graph tensors
+        ``(Q, K, V, O, dO, STATS, dQ, dK, dV)``.
 
     Example
     -------
@@ -276,8 +349,12 @@ def attention(q: Any, k: Any, v: Any, causal: bool = True) -> Any:
 
     Parameters
     ----------
-    q, k, v
-        B×Hq×S×D and B×Hkv×S×D fp16/bf16 CUDA tensors (Hkv dividing Hq), head dim contiguous.
+    q
+        B×Hq×S×D fp16/bf16 CUDA tensor, head dim contiguous.
+    k
+        B×Hkv×S×D keys (Hkv dividing Hq), same dtype.
+    v
+        B×Hkv×S×Dv values, same dtype.
     causal
         Mask future keys (top-left causal).
 
