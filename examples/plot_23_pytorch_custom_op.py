@@ -1,6 +1,6 @@
 """
 A cuDNN graph inside a PyTorch model: custom op, autograd, torch.compile and CUDA graphs
-=======================================================================================
+========================================================================================
 
 A graph that runs on its own is half the job; a model needs it as a PyTorch operator that
 autograd differentiates, ``torch.compile`` traces without graph breaks, and a CUDA graph can

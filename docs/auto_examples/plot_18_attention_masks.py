@@ -1,6 +1,6 @@
 """
 Attention masks: sliding windows, bottom-right alignment, paged chunked prefill, bias and ALiBi
-==============================================================================================
+===============================================================================================
 
 Causal is one mask among several that models use. cuDNN's SDPA describes the common ones
 without a mask tensor, as a *diagonal band*, and takes the rest as an additive bias:
@@ -86,7 +86,7 @@ print(checks[-1])
 # %%
 # How the time falls with the window
 # ----------------------------------
-# At each width, the cuDNN window graph races FlexAttention (``torch.compile``d, with a block
+# At each width, the cuDNN window graph races FlexAttention (compiled, with a block
 # mask for the same window) and, as a control, cuDNN's dense causal graph, in interleaved
 # rounds. The useful work is the number of visible (query, key) pairs.
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention

@@ -1,6 +1,6 @@
 """
 Per-call overhead: every way to launch a built graph, and the frontend's native CUDA graphs
-==========================================================================================
+===========================================================================================
 
 At decode sizes a fused attention kernel runs for a few microseconds, and the CPU time spent
 *launching* it decides the throughput. The frontend offers several launch paths for one built

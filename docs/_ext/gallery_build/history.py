@@ -383,8 +383,8 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     does not say where the next recording, on another machine or day, will land. This does:
     for every pair of consecutive recordings of an example that :func:`comparable` allows, the
     absolute log change of each measurement's median timed the same way. Per example it keeps
-    each label's largest change and the 95th percentile over all its changes, over its last
-    :data:`DRIFT_PAIRS` pairs (older ones measured older code); ``global_p95`` is the 95th
+    each label's largest change and the 95th percentile over all its changes, over its last few
+    pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
     percentile over every example (the fallback for a page with no history).
 
     Parameters
