@@ -544,11 +544,10 @@ def restamp_text_edit(example: Path, gallery_dir: Path) -> list[tuple[str, str]]
         for cell in notebook.get("cells", []):
             if cell.get("cell_type") != "markdown":
                 continue
-            src = cell["source"] if isinstance(cell["source"], list) else cell["source"].splitlines(True)
-            for j, line in enumerate(src):
-                if line.strip() == before:
-                    src[j] = line.replace(before, after)
-            cell["source"] = src
+            was_list = isinstance(cell["source"], list)
+            lines = ("".join(cell["source"]) if was_list else cell["source"]).splitlines(True)
+            lines = [line.replace(before, after) if line.strip() == before else line for line in lines]
+            cell["source"] = ["".join(lines)] if was_list else "".join(lines)
         if not hits:
             raise StaleRecordingError(
                 f"{example.name}: the recorded page has no line {before!r}; re-record it on a GPU"

@@ -1,0 +1,61 @@
+"""A text-only edit of an example is carried into its recorded page; any other edit still needs a GPU."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from gallery_build import recording
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = "plot_21_call_overhead"
+
+
+@pytest.fixture
+def copy(tmp_path):
+    examples, gallery = tmp_path / "examples", tmp_path / "auto_examples"
+    examples.mkdir()
+    gallery.mkdir()
+    shutil.copy(ROOT / "examples" / f"{PAGE}.py", examples)
+    for suffix in (".py", ".py.md5", ".rst", ".ipynb", ".zip"):
+        shutil.copy(ROOT / "docs" / "auto_examples" / f"{PAGE}{suffix}", gallery)
+    return examples / f"{PAGE}.py", gallery
+
+
+def _state(example, gallery):
+    return {s.source.name: s.state for s in recording.example_states(example.parent, gallery)}[example.name]
+
+
+def test_a_comment_edit_is_carried_into_the_page_and_the_stamp(copy):
+    example, gallery = copy
+    old = "# One query token per sequence, 8 sequences of 512 cached tokens, 8 heads of 128: a kernel of a"
+    new = "# One query token per sequence, 8 sequences of 512 cached tokens, 8 heads of 128: a GPU kernel of a"
+    example.write_text(example.read_text().replace(old, new))
+    assert _state(example, gallery) == "stale"
+    changes = recording.restamp_text_edit(example, gallery)
+    assert changes == [(old, new)]
+    assert _state(example, gallery) == "fresh"
+    rst = (gallery / f"{PAGE}.rst").read_text()
+    assert new[2:] in rst and old[2:] not in rst
+    assert new[2:] in (gallery / f"{PAGE}.ipynb").read_text()
+    with zipfile.ZipFile(gallery / f"{PAGE}.zip") as z:
+        assert new in z.read(f"{PAGE}.py").decode()
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda s: s.replace("B, H, S_KV, D = 8, 8, 512, 128", "B, H, S_KV, D = 8, 8, 1024, 128"), "code changed"),
+        (lambda s: s.replace("# A decode-sized graph\n", "# A decode-sized graph\n# one more\n"), "added or removed"),
+    ],
+)
+def test_any_other_edit_still_needs_a_gpu_and_changes_nothing(copy, edit, why):
+    example, gallery = copy
+    before = {p.name: p.read_bytes() for p in gallery.iterdir()}
+    example.write_text(edit(example.read_text()))
+    with pytest.raises(recording.StaleRecordingError, match=why):
+        recording.restamp_text_edit(example, gallery)
+    assert {p.name: p.read_bytes() for p in gallery.iterdir()} == before
+    assert _state(example, gallery) == "stale"
