@@ -385,15 +385,14 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     absolute log change of each measurement's median timed the same way. Per example it keeps
     each label's largest change and the 95th percentile over all its changes, over its last few
     pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
-    percentile over every example (the fallback for a page with no history).
+    percentile over every example (the fallback for a page with no history). The same is kept
+    for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes, which
+    :meth:`cudnn_guide.records.Record.headline` widens by it.
 
     Parameters
     ----------
     history
         All entries (from :func:`load`).
-
-    The same is kept for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes,
-    which :meth:`cudnn_guide.records.Record.headline` widens by it.
 
     Returns
     -------
