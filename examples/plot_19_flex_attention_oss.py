@@ -201,10 +201,10 @@ for ax, (mask, c) in zip(axes, results.items()):
 plt.show()
 
 # %%
-# Which graphs ``heur_mode.OPENSOURCE`` serves on this GPU
-# --------------------------------------------------------
-# Asking a graph for ``OPENSOURCE`` plans only: the plan count cuDNN answers, or its refusal,
-# verbatim (first line). Many open-source engines target Blackwell (SM 100) only.
+# What ``heur_mode.OPENSOURCE`` lists on this GPU
+# -----------------------------------------------
+# Asking for ``OPENSOURCE`` plans only lists one delegating entry, ``backend_heuristics``, for any graph:
+# a listed plan is not proof that an open-source engine serves it (the takeaway's "serves" means listed).
 def sdpa_forward(g):
     Q, K, V = (g.tensor_like(qb, name=n) for n in "qkv")
     O, _ = g.sdpa(name="sdpa", q=Q, k=K, v=V, attn_scale=D ** -0.5, generate_stats=False,

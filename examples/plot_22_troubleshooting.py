@@ -74,10 +74,10 @@ def attempt(case, fix, **changes):
 
 
 # %%
-# "No valid engine configs": a heuristic list with nothing that fits
-# ------------------------------------------------------------------
-# ``create_execution_plans`` asks the heuristics in the listed modes for engine configs.
-# ``FALLBACK`` alone proposes only generic engines, and none of them runs fused attention:
+# Heuristic modes, and where "No valid engine configs" comes from
+# ---------------------------------------------------------------
+# ``create_execution_plans`` asks the heuristics in the listed modes for engine configs; when no
+# mode proposes one that this graph can use, it fails with "No valid engine configs". For this graph:
 attempt("heuristics: FALLBACK only", "ask heur_mode.A first (FALLBACK after it, as a safety net)",
         modes=("FALLBACK",))
 attempt("heuristics: A, then FALLBACK", "—")
@@ -85,9 +85,9 @@ attempt("heuristics: A, then FALLBACK", "—")
 # %%
 # Head dims, dtypes and layouts
 # -----------------------------
-# The SDPA engines cover head dims that are multiples of 8 (up to a maximum that depends on
-# the GPU and cuDNN version), fp16/bf16 inputs (and FP8 through ``sdpa_fp8``), and layouts in
-# which the head dim is contiguous. What this GPU and cuDNN answer:
+# The head dim must be a multiple of 8 (checked at validate); which head dims, dtypes and
+# layouts an engine then serves depends on the GPU and the cuDNN version, so the answers below
+# hold for the GPU and cuDNN in the stamp at the top. What they answer:
 for d in (100, 256, 512, 1024):
     attempt(f"head dim {d}", "use a head dim that is a multiple of 8 and that cuDNN supports on this GPU, "
             "or pad the head dim", head_dim=d)
