@@ -275,12 +275,7 @@ def compare(
     >>> c = compare({"cuDNN": fused, "PyTorch": eager}, candidate="cuDNN", l2="cold", flops=f)
     >>> print(c.describe())
     """
-    if candidate not in contenders:
-        raise BenchmarkError(f"compare: candidate {candidate!r} is not one of the contenders {sorted(contenders)}")
-    if len(contenders) < 2:
-        raise BenchmarkError("compare: needs at least one baseline besides the candidate")
-    if rounds < MIN_ROUNDS:
-        raise BenchmarkError(f"compare: {rounds} rounds give no usable interval; use at least {MIN_ROUNDS}")
+    _check_setup("compare", contenders, candidate, rounds)
     names = [*contenders, candidate + _REPEAT]
     runs: dict[str, list[Measurement]] = {n: [] for n in names}
     rng = random.Random(seed)
@@ -305,6 +300,15 @@ def compare(
                 )
             )
     return _judged(runs, contenders, candidate, rounds, tag, seed)
+
+
+def _check_setup(who: str, contenders: Mapping[str, Any], candidate: str, rounds: int) -> None:
+    if candidate not in contenders:
+        raise BenchmarkError(f"{who}: candidate {candidate!r} is not one of the contenders {sorted(contenders)}")
+    if len(contenders) < 2:
+        raise BenchmarkError(f"{who}: needs at least one baseline besides the candidate")
+    if rounds < MIN_ROUNDS:
+        raise BenchmarkError(f"{who}: {rounds} rounds give no usable interval; use at least {MIN_ROUNDS}")
 
 
 def _judged(
@@ -406,12 +410,7 @@ def compare_host(
 
     import torch
 
-    if candidate not in contenders:
-        raise BenchmarkError(f"compare_host: candidate {candidate!r} is not one of the contenders {sorted(contenders)}")
-    if len(contenders) < 2:
-        raise BenchmarkError("compare_host: needs at least one baseline besides the candidate")
-    if rounds < MIN_ROUNDS:
-        raise BenchmarkError(f"compare_host: {rounds} rounds give no usable interval; use at least {MIN_ROUNDS}")
+    _check_setup("compare_host", contenders, candidate, rounds)
     per_batch = max(1, calls // batches)
     names = [*contenders, candidate + _REPEAT]
     runs: dict[str, list[Measurement]] = {n: [] for n in names}

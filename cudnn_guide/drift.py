@@ -64,14 +64,7 @@ def for_label(label: str) -> float:
     >>> for_label("cuDNN graph")  # outside the docs build
     0.0
     """
-    path = os.environ.get(DRIFT_ENV)
-    if not path or not os.path.exists(path):
-        return 0.0
-    data = _load(path)
-    page = (data.get("examples") or {}).get(os.environ.get(PAGE_ENV, ""))
-    if page is None:
-        return float(data.get("global_p95") or 0.0)
-    return max(float(page.get("p95") or 0.0), float((page.get("labels") or {}).get(label, 0.0)))
+    return _lookup(label, "labels", "p95", "global_p95")
 
 
 def for_headline(name: str) -> float:
@@ -95,11 +88,16 @@ def for_headline(name: str) -> float:
     >>> for_headline("copy bandwidth ceiling")  # outside the docs build
     0.0
     """
+    return _lookup(name, "headlines", "headline_p95", "global_headline_p95")
+
+
+def _lookup(key: str, table: str, page_p95: str, site_p95: str) -> float:
+    """``key``'s largest past change in the page's ``table``, at least the page's ``page_p95``."""
     path = os.environ.get(DRIFT_ENV)
     if not path or not os.path.exists(path):
         return 0.0
     data = _load(path)
     page = (data.get("examples") or {}).get(os.environ.get(PAGE_ENV, ""))
     if page is None:
-        return float(data.get("global_headline_p95") or 0.0)
-    return max(float(page.get("headline_p95") or 0.0), float((page.get("headlines") or {}).get(name, 0.0)))
+        return float(data.get(site_p95) or 0.0)
+    return max(float(page.get(page_p95) or 0.0), float((page.get(table) or {}).get(key, 0.0)))
