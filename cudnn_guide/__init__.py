@@ -5,8 +5,11 @@ The modules follow the flow of every example:
 * :mod:`~cudnn_guide.environment` — describe the machine (GPU, driver, CUDA, cuDNN, versions).
 * :mod:`~cudnn_guide.tensors` — describe torch tensors to a graph (dtypes, dims, strides).
 * :mod:`~cudnn_guide.graphs` — build a graph in five timed steps; execute on torch's stream.
-* :mod:`~cudnn_guide.check` — compare with a higher-precision reference; poison outputs.
-* :mod:`~cudnn_guide.bench` / :mod:`~cudnn_guide.sweep` — measure, with spread.
+* :mod:`~cudnn_guide.check` / :mod:`~cudnn_guide.attention_inputs` — references; checks of inputs.
+* :mod:`~cudnn_guide.bench` (timing), :mod:`~cudnn_guide.measurement` (samples, intervals),
+  :mod:`~cudnn_guide.ceilings`, :mod:`~cudnn_guide.profiling`, :mod:`~cudnn_guide.compare`
+  (verdicts), :mod:`~cudnn_guide.drift`, :mod:`~cudnn_guide.sweep` — measure, with spread.
+* :mod:`~cudnn_guide.torch_ops` — a cuDNN graph as a PyTorch operator.
 * :mod:`~cudnn_guide.report` / :mod:`~cudnn_guide.records` — tables, plots, JSON records.
 * :mod:`~cudnn_guide.recipes` — ready-made graphs the examples share.
 
@@ -46,9 +49,10 @@ def reset_caches() -> None:
     import gc
     import sys
 
-    from . import bench, drift, graphs, torch_ops
+    from . import bench, ceilings, drift, graphs, torch_ops
 
     bench.reset_caches()
+    ceilings.reset_caches()
     graphs.reset_caches()
     drift.reset_caches()
     torch_ops.reset_caches()

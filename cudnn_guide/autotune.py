@@ -19,9 +19,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .bench import Measurement, benchmark
+from .bench import benchmark
 from .errors import BenchmarkError, GraphExecutionError
 from .graphs import BuiltGraph
+from .measurement import Measurement
 
 __all__ = ["PlanTiming", "TuneResult", "plan_names", "ensure_workspace", "tune", "select"]
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import drift
-from .bench import Measurement, benchmark, estimate
+from .bench import benchmark
 from .errors import BenchmarkError
+from .measurement import Measurement, estimate
 
 __all__ = [
     "MIN_ROUNDS",

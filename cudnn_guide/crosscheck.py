@@ -4,7 +4,7 @@ For each kernel, in alternating rounds: the harness median (:func:`~cudnn_guide.
 CUDA events around one call, cold L2, minus this process's launch cost, so a kernel time); the
 per-call span the PyTorch profiler reports (CUPTI timestamps, no events) for calls made exactly
 as the harness makes them (:func:`profile_calls`); and the profiler's kernel time for calls
-back to back after the L2 flush alone (:func:`~cudnn_guide.bench.profile_kernels`). Then the
+back to back after the L2 flush alone (:func:`~cudnn_guide.profiling.profile_kernels`). Then the
 per-call time of a CUDA-graph replay of 100 calls (hot L2, no launch gaps). Run as
 ``python -m cudnn_guide.crosscheck OUT.json`` on a GPU; the methodology page renders the
 committed result.
@@ -155,7 +155,7 @@ def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
     gpu_ops
         The trace's GPU operations, in start order (anything with a ``name``).
     flush_names
-        Names of the flush's kernels (:func:`~cudnn_guide.bench.flush_kernel_names`).
+        Names of the flush's kernels (:func:`~cudnn_guide.profiling.flush_kernel_names`).
 
     Returns
     -------
@@ -164,7 +164,7 @@ def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
 
     Example
     -------
-    >>> calls = split_calls(sorted(gpu_events, key=start), bench.flush_kernel_names(flush))
+    >>> calls = split_calls(sorted(gpu_events, key=start), profiling.flush_kernel_names(flush))
     """
     calls: list[list[Any]] = []
     current: list[Any] | None = None
@@ -223,9 +223,9 @@ def same_run(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from . import bench
+    from . import bench, profiling
 
-    flush_names = bench.flush_kernel_names(bench.l2_flush_buffer())
+    flush_names = profiling.flush_kernel_names(bench.l2_flush_buffer())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -291,24 +291,24 @@ def profile_calls(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from . import bench, clocks
+    from . import bench, clocks, profiling
 
     flush = bench.l2_flush_buffer()
-    flush_names = bench.flush_kernel_names(flush)
+    flush_names = profiling.flush_kernel_names(flush)
     t0 = time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < warmup_ms:
         for _ in range(4):
             flush.zero_()
-            bench._call(launch, label)
+            bench.call_checked(launch, label)
         torch.cuda.synchronize()
     before, t_run = clocks.sample(), time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
-                bench._spin(spin_ms)
+                bench.spin(spin_ms)
                 flush.zero_()
-                bench._call(launch, label)
+                bench.call_checked(launch, label)
             torch.cuda.synchronize()
     clock_info = clocks.throttle_summary(before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
     cut = split_calls(gpu_ops(prof), flush_names)
@@ -329,7 +329,7 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
     Each round runs, on the same kernel: the harness; the profiler on calls made as the harness
     makes them (spin, flush, call; no events: :func:`profile_calls`), the comparison that
     differs only in the clock; and the profiler on calls back to back after the flush alone
-    (:func:`~cudnn_guide.bench.profile_kernels`), which shows how much the spin before a call
+    (:func:`~cudnn_guide.profiling.profile_kernels`), which shows how much the spin before a call
     changes the kernel itself. The GPU's clock drifts by a few percent over seconds (power
     capping), so each round pairs the two clocks in time, and the verdict is the median over
     rounds of the paired differences.
@@ -355,7 +355,7 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
     """
     import statistics
 
-    from . import bench, cudagraphs
+    from . import bench, cudagraphs, profiling
 
     cost = bench.launch_cost()
     rows = []
@@ -364,7 +364,7 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
         for _ in range(rounds):
             m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
             matched = profile_calls(launch, spin_ms=bench.spin_for(m.host_median_ms), calls=50, label=name)
-            b2b = bench.profile_kernels(launch, calls=50, l2="cold", label=name)
+            b2b = profiling.profile_kernels(launch, calls=50, l2="cold", label=name)
             per_round.append(
                 {
                     "harness_us": m.median_ms * 1e3,

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .bench import Measurement, _call, _spread_warnings
+from .bench import call_checked, spread_warnings
 from .errors import BenchmarkError
+from .measurement import Measurement
 
 __all__ = ["CapturedGraph", "capture", "time_loop", "time_replay"]
 
@@ -47,7 +48,7 @@ class CapturedGraph:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up on a side stream, as torch requires before capture
             for _ in range(warmup):
-                _call(fn, label)
+                call_checked(fn, label)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
@@ -151,7 +152,7 @@ def time_loop(
     >>> print(m.median_ms)
     """
     for _ in range(max(3, calls // 10)):
-        _call(fn, label)
+        call_checked(fn, label)
 
     def loop() -> None:
         for _ in range(calls):
@@ -159,7 +160,7 @@ def time_loop(
 
     samples = _wall_clock_per_call(loop, calls, reps)
     return Measurement(
-        label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}), _spread_warnings(samples)
+        label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}), spread_warnings(samples)
     )
 
 
@@ -203,5 +204,5 @@ def time_replay(
     graph.replay()
     samples = _wall_clock_per_call(graph.replay, graph.calls, reps)
     return Measurement(
-        label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}), _spread_warnings(samples)
+        label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}), spread_warnings(samples)
     )

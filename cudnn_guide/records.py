@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from . import datafiles, drift
-from .bench import Measurement
 from .check import CheckResult
 from .errors import BenchmarkError
+from .measurement import Measurement
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Record", "record_dir", "load", "RECORD_SUFFIX"]
 

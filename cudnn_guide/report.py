@@ -11,7 +11,7 @@ import html
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .bench import Measurement
+from .measurement import Measurement
 
 __all__ = ["METRICS", "ComparisonTable", "plot_lines", "ratio", "Html", "page_link", "html_table"]
 

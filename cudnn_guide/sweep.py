@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .bench import Measurement, benchmark
+from .bench import benchmark
+from .measurement import Measurement
 from .report import ComparisonTable, plot_lines
 
 __all__ = ["SweepResult", "sweep"]

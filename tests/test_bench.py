@@ -4,7 +4,7 @@ import statistics
 import pytest
 from conftest import HAS_GPU
 
-from cudnn_guide import bench, sweep
+from cudnn_guide import bench, measurement, sweep
 from cudnn_guide.errors import BenchmarkError, NoGPUError
 
 
@@ -38,11 +38,11 @@ def test_round_trip_through_dict():
 
 def test_spread_and_drift_warnings():
     steady = [1.0] * 30
-    assert bench._spread_warnings(steady) == []
+    assert bench.spread_warnings(steady) == []
     drifting = [1.0] * 10 + [1.05] * 10 + [1.2] * 10
-    assert any("drifted +20%" in w for w in bench._spread_warnings(drifting))
+    assert any("drifted +20%" in w for w in bench.spread_warnings(drifting))
     noisy = [1.0, 2.0] * 15
-    assert any("large spread" in w for w in bench._spread_warnings(noisy))
+    assert any("large spread" in w for w in bench.spread_warnings(noisy))
 
 
 def test_bad_arguments_are_clear():
@@ -72,8 +72,8 @@ def test_empty_sweep_is_an_error():
 
 
 def test_quantile_interpolates():
-    assert bench._quantile([0.0, 10.0], 0.25) == 2.5
-    assert math.isnan(bench._quantile([], 0.5))
+    assert measurement.sorted_quantile([0.0, 10.0], 0.25) == 2.5
+    assert math.isnan(measurement.sorted_quantile([], 0.5))
 
 
 def test_median_ci_uses_order_statistics_and_covers_the_true_median():

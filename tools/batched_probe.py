@@ -63,7 +63,7 @@ def kernel_times(prof, skip):
 def batched(fns, n=N, repeats=REPEATS):
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
     for s, e in pairs:
-        bench._spin(2.0)
+        bench.spin(2.0)
         s.record()
         for j in range(n):
             fns[j % len(fns)]()
@@ -100,7 +100,7 @@ def main():
         torch.cuda.synchronize()
         reps = []
         for _ in range(REPEATS):
-            bench._spin(2.0)
+            bench.spin(2.0)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             g.replay()

@@ -54,7 +54,7 @@ for label, fn in cases.items():
             flush=True,
         )
 torch.cuda.synchronize()
-for what, fn in (("flush", flush.zero_), ("spin 0.1 ms", lambda: bench._spin(0.1))):
+for what, fn in (("flush", flush.zero_), ("spin 0.1 ms", lambda: bench.spin(0.1))):
     fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -33,7 +33,7 @@ def probe(fn, use_flush, use_spin, n=300):
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as p0:
         flush.zero_()
-        bench._spin(0.05)
+        bench.spin(0.05)
         torch.cuda.synchronize()
     skip = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
@@ -42,7 +42,7 @@ def probe(fn, use_flush, use_spin, n=300):
             if use_flush:
                 flush.zero_()
             if use_spin:
-                bench._spin(0.2)
+                bench.spin(0.2)
             s.record()
             fn()
             e.record()

@@ -15,7 +15,7 @@ from cudnn_guide import attention, bench, conv_training, recipes
 def host_us(fn, queued_ms):
     torch.cuda.synchronize()
     if queued_ms:
-        bench._spin(queued_ms)
+        bench.spin(queued_ms)
     t0 = time.perf_counter()
     fn()
     dt = (time.perf_counter() - t0) * 1e6

@@ -66,7 +66,7 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
                     if step == "flush":
                         flush.zero_()
                     elif step == "spin":
-                        bench._spin(spin_ms)
+                        bench.spin(spin_ms)
                     elif step == "call":
                         fn()
                 if timed:
