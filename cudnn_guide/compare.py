@@ -327,14 +327,15 @@ def _judged(
     same = [r / c for c, r in zip(cand, medians[candidate + _REPEAT])]
     same_lo, same_hi = bootstrap_median_ci(same, seed=seed)
     band = max(MIN_TIE_BAND, abs(same_lo - 1), abs(same_hi - 1))
-    noise = {n: drift.for_label(f"{n} {tag}".strip()) for n in contenders}
+    label = {n: f"{n} {tag}".strip() for n in contenders}
+    noise = {n: drift.for_label(label[n]) for n in contenders}
     versus = {}
     for name in contenders:
         if name == candidate:
             continue
         ratios = [b / c for b, c in zip(medians[name], cand)]
         lo, hi = bootstrap_median_ci(ratios, seed=seed)
-        w = math.hypot(noise[name], noise[candidate])  # independent drifts of the two measurements
+        w = drift.for_ratio(label[name], label[candidate])
         lo, hi = lo * math.exp(-w), hi * math.exp(w)
         versus[name] = {
             "value": statistics.median(ratios),

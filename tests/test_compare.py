@@ -233,3 +233,48 @@ def test_a_headline_interval_is_widened_by_its_own_past_drift_once(monkeypatch, 
     assert (done["low"], done["high"]) == (1.5, 2.5)  # a comparison's interval is widened once, in compare
     assert (signed["low"], signed["high"]) == (-2.0, 0.5) and "drift" not in signed
     drift.reset_caches()
+
+
+def test_a_ratio_whose_measurements_drift_together_is_judged_by_its_own_history(monkeypatch, tmp_path):
+    import json
+    import math
+
+    from cudnn_guide import drift
+
+    # both measurements moved ±30% between past recordings, but always together: their ratio held
+    steps = [{"cudnn": 0.3, "torch": 0.29}, {"cudnn": -0.25, "torch": -0.26}, {"cudnn": 0.2, "torch": 0.2}]
+    noise = {
+        "examples": {
+            "plot_a": {"p95": 0.3, "labels": {"cudnn": 0.3, "torch": 0.3}, "changes": steps, "ratio_p90": 0.005}
+        }
+    }
+    (tmp_path / "drift.json").write_text(json.dumps(noise))
+    monkeypatch.setenv(drift.DRIFT_ENV, str(tmp_path / "drift.json"))
+    monkeypatch.setenv(drift.PAGE_ENV, "plot_a")
+    drift.reset_caches()
+    assert drift.for_ratio("cudnn", "torch") == pytest.approx(0.01)  # its largest past ratio change
+    assert drift.for_ratio("cudnn", "new label") == pytest.approx(math.hypot(0.3, 0.3))  # no shared past
+    noise["examples"]["plot_a"]["changes"] = steps[:1]  # one past pair is too little to trust
+    (tmp_path / "drift.json").write_text(json.dumps(noise))
+    drift.reset_caches()
+    assert drift.for_ratio("cudnn", "torch") == pytest.approx(math.hypot(0.3, 0.3))
+    noise["examples"]["plot_a"]["changes"] = steps
+    (tmp_path / "drift.json").write_text(json.dumps(noise))
+    drift.reset_caches()
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    assert c.versus["torch"]["verdict"] == "faster" and c.versus["torch"]["drift"] == pytest.approx(0.01)
+    drift.reset_caches()
+
+
+def test_the_drift_backtest_scores_both_models_on_the_recordings_before_the_last():
+    def rec(utc, a, b):
+        return _recording("plot_a", utc, {"a": a, "b": b})
+
+    # a and b move together by up to 20% per recording: independent drifts over-widen their ratio
+    lines = [rec("1", 1.0, 2.0), rec("2", 1.2, 2.45), rec("3", 1.0, 2.0), rec("4", 0.85, 1.7), rec("5", 1.0, 2.02)]
+    report = history.drift_backtest(lines)
+    assert report["pages"] == 1 and report["ratios"] == 1
+    ratio, independent = report["models"]["ratio"], report["models"]["independent"]
+    assert ratio["coverage"] == 1.0 and independent["coverage"] == 1.0
+    assert ratio["median_width"] < 0.05 < independent["median_width"]

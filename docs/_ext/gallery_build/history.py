@@ -31,6 +31,7 @@ __all__ = [
     "SOFTWARE_KEYS",
     "DRIFT",
     "drift",
+    "drift_backtest",
     "comparable",
     "reproducibility",
     "format_reproducibility",
@@ -376,6 +377,105 @@ def _p95(values: list[float]) -> float:
     return values[min(len(values) - 1, int(0.95 * len(values)))] if values else 0.0
 
 
+def _quantile_of(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[int(q * (len(values) - 1))] if values else 0.0
+
+
+def _signed_changes(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per consecutive comparable pair of an example's entries: label → signed log change of its median."""
+    import math
+
+    out = []
+    for prev, cur in zip(entries, entries[1:]):
+        if comparable(prev, cur):
+            continue
+        out.append(
+            {
+                r["measurement"]: math.log(r["latest_ms"] / r["previous_ms"])
+                for r in compare(prev, cur)
+                if r["same_method"] and r["latest_ms"] > 0
+            }
+        )
+    return out
+
+
+def _ratio_changes(steps: list[dict[str, float]]) -> list[float]:
+    """How far the ratio of every two measurements of one recording moved: ``|Δlog a − Δlog b|``."""
+    out = []
+    for step in steps:
+        values = sorted(step.values())
+        out += [abs(x - y) for i, x in enumerate(values) for y in values[i + 1 :]]
+    return out
+
+
+RATIO_QUANTILE = 0.9
+"""A ratio's re-recording noise is at least this quantile of its page's ratio changes (see :func:`drift`)."""
+
+
+def drift_backtest(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well each drift model predicted each page's latest re-recording, from the recordings before it.
+
+    For every page with at least two earlier comparable pairs, and every two measurements of its
+    latest pair, the change of their ratio is checked against two predictions made from the
+    earlier pairs only: **independent** drifts (``√(r_a² + r_b²)``, each ``r`` the label's
+    largest change, at least the page's 95th percentile) and the **ratio**'s own largest
+    change (at least the page's :data:`RATIO_QUANTILE` quantile of ratio changes).
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"ratios", "pages", "models": {name: {"coverage", "median_width", "p90_width"}}}``,
+        widths as fractions (0.05 = ±5%).
+
+    Example
+    -------
+    >>> drift_backtest(load(Path("docs/data/history.jsonl")))["models"]["ratio"]["coverage"]
+    """
+    import math
+
+    widths: dict[str, list[float]] = {"independent": [], "ratio": []}
+    inside = {"independent": 0, "ratio": 0}
+    pages = 0
+    for entries in by_example(history).values():
+        steps = _signed_changes(entries)
+        if len(steps) < 3:
+            continue
+        earlier, last = steps[:-1][-DRIFT_PAIRS:], steps[-1]
+        pages += 1
+        flat = [abs(v) for s in earlier for v in s.values()]
+        page_p95, ratio_floor = _p95(flat), _quantile_of(_ratio_changes(earlier), RATIO_QUANTILE)
+        own = {lab: max([abs(s[lab]) for s in earlier if lab in s] + [0.0]) for lab in last}
+        labels = sorted(last)
+        for i, a in enumerate(labels):
+            for b in labels[i + 1 :]:
+                seen = [abs(s[a] - s[b]) for s in earlier if a in s and b in s]
+                if not seen:
+                    continue
+                actual = abs(last[a] - last[b])
+                for model, w in (
+                    ("independent", math.hypot(max(page_p95, own[a]), max(page_p95, own[b]))),
+                    ("ratio", max(max(seen), ratio_floor)),
+                ):
+                    widths[model].append(w)
+                    inside[model] += actual <= w
+    out: dict[str, Any] = {"ratios": len(widths["ratio"]), "pages": pages, "models": {}}
+    for model, ws in widths.items():
+        ws = sorted(ws)
+        if ws:
+            out["models"][model] = {
+                "coverage": inside[model] / len(ws),
+                "median_width": math.exp(ws[len(ws) // 2]) - 1,
+                "p90_width": math.exp(ws[int(0.9 * (len(ws) - 1))]) - 1,
+            }
+    return out
+
+
 def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     """How far each measurement moved between consecutive comparable recordings: the re-recording noise.
 
@@ -415,15 +515,14 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
         labels: dict[str, float] = {}
         heads: dict[str, float] = {}
         head_changes: list[float] = []
+        signed = _signed_changes(entries)[-DRIFT_PAIRS:]
+        for step in signed:
+            out["pairs"] += 1
+            for label, change in step.items():
+                changes_.append(abs(change))
+                labels[label] = max(labels.get(label, 0.0), abs(change))
         pairs = [(p, c) for p, c in zip(entries, entries[1:]) if not comparable(p, c)][-DRIFT_PAIRS:]
         for prev, cur in pairs:
-            out["pairs"] += 1
-            for row in compare(prev, cur):
-                if not row["same_method"] or row["latest_ms"] <= 0:
-                    continue
-                change = abs(math.log(row["latest_ms"] / row["previous_ms"]))
-                changes_.append(change)
-                labels[row["measurement"]] = max(labels.get(row["measurement"], 0.0), change)
             old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
             for h in cur.get("headlines", []):
                 before, now = old.get(h["name"]), h.get("value")
@@ -439,6 +538,8 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
                 "labels": labels,
                 "headline_p95": _p95(head_changes),
                 "headlines": heads,
+                "changes": signed,
+                "ratio_p90": _quantile_of(_ratio_changes(signed), RATIO_QUANTILE),
             }
             every += changes_
             every_headline += head_changes
