@@ -277,30 +277,42 @@ def compare(
     >>> print(c.describe())
     """
     _check_setup("compare", contenders, candidate, rounds)
+    bench_kwargs.setdefault("warmup_ms", 5.0)
+    bench_kwargs.setdefault("min_reps", 5)
+
+    def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
+        return benchmark(
+            fn,
+            label=f"{name} {tag}".strip(),
+            l2=l2,
+            flops=flops,
+            bytes=bytes,
+            budget_ms=round_budget_ms,
+            precision=None,
+            params={**(params or {}), "impl": name},
+            **bench_kwargs,
+        )
+
+    return _judged(_rounds(contenders, candidate, rounds, seed, time_one), contenders, candidate, rounds, tag, seed)
+
+
+def _rounds(
+    contenders: Mapping[str, Callable[[], Any]],
+    candidate: str,
+    rounds: int,
+    seed: int,
+    time_one: Callable[[str, Callable[[], Any]], Measurement],
+) -> dict[str, list[Measurement]]:
+    """Interleaved rounds: each times every contender, and the candidate a second time, in a shuffled order."""
     names = [*contenders, candidate + _REPEAT]
     runs: dict[str, list[Measurement]] = {n: [] for n in names}
     rng = random.Random(seed)
-    bench_kwargs.setdefault("warmup_ms", 5.0)
-    bench_kwargs.setdefault("min_reps", 5)
     for _ in range(rounds):
         order = names[:]
         rng.shuffle(order)
         for name in order:
-            fn = contenders[name.removesuffix(_REPEAT)]
-            runs[name].append(
-                benchmark(
-                    fn,
-                    label=f"{name} {tag}".strip(),
-                    l2=l2,
-                    flops=flops,
-                    bytes=bytes,
-                    budget_ms=round_budget_ms,
-                    precision=None,
-                    params={**(params or {}), "impl": name},
-                    **bench_kwargs,
-                )
-            )
-    return _judged(runs, contenders, candidate, rounds, tag, seed)
+            runs[name].append(time_one(name, contenders[name.removesuffix(_REPEAT)]))
+    return runs
 
 
 def _check_setup(who: str, contenders: Mapping[str, Any], candidate: str, rounds: int) -> None:
@@ -414,25 +426,20 @@ def compare_host(
 
     _check_setup("compare_host", contenders, candidate, rounds)
     per_batch = max(1, calls // batches)
-    names = [*contenders, candidate + _REPEAT]
-    runs: dict[str, list[Measurement]] = {n: [] for n in names}
-    rng = random.Random(seed)
     for fn in contenders.values():  # warm-up: first-call costs are not per-call costs
         for _ in range(20):
             fn()
     torch.cuda.synchronize()
-    for _ in range(rounds):
-        order = names[:]
-        rng.shuffle(order)
-        for name in order:
-            fn = contenders[name.removesuffix(_REPEAT)]
-            samples = []
-            for _ in range(batches):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(per_batch):
-                    fn()
-                samples.append((time.perf_counter() - t0) * 1e3 / per_batch)
+
+    def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
+        samples = []
+        for _ in range(batches):
             torch.cuda.synchronize()
-            runs[name].append(Measurement(f"{name} {tag}".strip(), samples, "host", params={"impl": name}))
-    return _judged(runs, contenders, candidate, rounds, tag, seed)
+            t0 = time.perf_counter()
+            for _ in range(per_batch):
+                fn()
+            samples.append((time.perf_counter() - t0) * 1e3 / per_batch)
+        torch.cuda.synchronize()
+        return Measurement(f"{name} {tag}".strip(), samples, "host", params={"impl": name})
+
+    return _judged(_rounds(contenders, candidate, rounds, seed, time_one), contenders, candidate, rounds, tag, seed)

@@ -141,8 +141,7 @@ def _lookup(key: str, table: str, page_p95: str, site_p95: str) -> float:
     path = os.environ.get(DRIFT_ENV)
     if not path or not os.path.exists(path):
         return 0.0
-    data = _load(path)
-    page = (data.get("examples") or {}).get(os.environ.get(PAGE_ENV, ""))
+    page = _page()
     if page is None:
-        return float(data.get(site_p95) or 0.0)
+        return float(_load(path).get(site_p95) or 0.0)
     return max(float(page.get(page_p95) or 0.0), float((page.get(table) or {}).get(key, 0.0)))

@@ -211,13 +211,15 @@ class BuiltGraph:
                     f"but got shape {tuple(data.shape)} strides {tuple(data.stride())}"
                 )
 
-    def execute(self, pack: Mapping[Any, Any]) -> None:
+    def execute(self, pack: Mapping[Any, Any], *, check: bool = True) -> None:
         """Check ``pack`` and execute the selected plan on torch's current stream.
 
         ``pack`` maps each graph tensor (inputs and outputs) to a torch tensor; outputs are
-        written in place.
+        written in place. ``check=False`` skips :meth:`check_pack`, for a caller that has already
+        proved the layouts match (a graph cache keyed by them).
         """
-        self.check_pack(pack)
+        if check:
+            self.check_pack(pack)
         self._launch(pack)
 
     def bind(self, pack: Mapping[Any, Any]) -> Callable[[], None]:
@@ -344,6 +346,11 @@ def build(
             raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
         seconds[step] = time.perf_counter() - t0
     torch.cuda.synchronize()
+    return _wrap(graph, name, handle, seconds)
+
+
+def _wrap(graph: Any, name: str, handle: Any, seconds: dict[str, float]) -> BuiltGraph:
+    """The :class:`BuiltGraph` of a graph whose plans are built, with its report."""
     try:
         plan_count = int(graph.get_execution_plan_count())
     except Exception:
@@ -389,11 +396,10 @@ def adopt(graph: Any, handle: Any, *, name: str | None = None) -> BuiltGraph:
     """
     name = name or "graph"
     try:
-        plan_name = str(graph.get_plan_name_at_index(0))
-        workspace = int(graph.get_workspace_size())
+        graph.get_plan_name_at_index(0)
+        graph.get_workspace_size()
     except Exception as exc:
         raise InputError(
             f"graph {name!r}: run its five build steps (through build_plans) before adopting it: {exc}"
         ) from exc
-    report = BuildReport(name, {}, int(graph.get_execution_plan_count()), plan_name, workspace)
-    return BuiltGraph(graph, name, handle, report)
+    return _wrap(graph, name, handle, {})

@@ -138,30 +138,19 @@ def check_inputs(q: Any, k: Any, v: Any) -> None:
             )
 
 
-def _new_graph(dtype: Any) -> tuple[Any, Any]:
-    import cudnn
+def _problem(q: Any, causal: bool) -> Any:
+    """The :class:`~cudnn_guide.recipes.SdpaProblem` whose scale, mask and dtype these tensors need."""
+    from .recipes import SdpaProblem
 
-    from .graphs import handle_for_current_device
-    from .tensors import cudnn_dtype
-
-    handle = handle_for_current_device()
-    g = cudnn.pygraph(
-        handle=handle,
-        io_data_type=cudnn_dtype(dtype),
-        intermediate_data_type=cudnn.data_type.FLOAT,
-        compute_data_type=cudnn.data_type.FLOAT,
-    )
-    return g, handle
+    b, h, s, d = q.shape
+    return SdpaProblem(batch=b, heads=h, seq=s, head_dim=d, causal=causal, dtype=str(q.dtype).removeprefix("torch."))
 
 
-def _mask(causal: bool) -> dict[str, Any]:
-    import cudnn
-
-    return dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0) if causal else {}
-
-
-def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> tuple[Any, tuple[Any, ...]]:
+def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> Any:
     """Build (or fetch) the forward graph for these layouts: SDPA writing O and the fp32 log-sum-exp.
+
+    It is :func:`cudnn_guide.attention.sdpa_forward_training_graph`, declared from these
+    tensors (their heads, so grouped K/V too, and their strides), cached by :func:`graph_key`.
 
     Parameters
     ----------
@@ -180,36 +169,30 @@ def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> t
 
     Returns
     -------
-    tuple[Any, tuple[Any, ...]]
-        The :class:`~cudnn_guide.graphs.BuiltGraph` and its graph tensors ``(Q, K, V, O, STATS)``.
+    Any
+        A :class:`~cudnn_guide.recipes.Fused` with tensors ``q, k, v, o, stats``.
 
     Example
     -------
-    >>> built, (Q, K, V, O, STATS) = forward_graph(q, k, v, o, stats, causal=True)
+    >>> fused = forward_graph(q, k, v, o, stats, causal=True)
     """
-    import cudnn
-
-    from .graphs import adopt
+    from .attention import sdpa_forward_training_graph
 
     key = graph_key("forward", causal, q, k, v, o, stats)
     if key not in _GRAPHS:
-        g, handle = _new_graph(q.dtype)
-        Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v")
-        O, STATS = g.sdpa(
-            name="sdpa", q=Q, k=K, v=V, attn_scale=q.shape[-1] ** -0.5, generate_stats=True, **_mask(causal)
+        _GRAPHS[key] = sdpa_forward_training_graph(
+            _problem(q, causal), dict(q=q, k=k, v=v, o=o, stats=stats), name="cudnn_guide.sdpa"
         )
-        O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
-        STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-        STATS.set_dim(list(stats.shape)).set_stride(list(stats.stride()))
-        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        _GRAPHS[key] = adopt(g, handle, name="cudnn_guide.sdpa"), (Q, K, V, O, STATS)
     return _GRAPHS[key]
 
 
 def backward_graph(
     q: Any, k: Any, v: Any, o: Any, stats: Any, d_o: Any, grads: tuple[Any, Any, Any], causal: bool
-) -> tuple[Any, tuple[Any, ...]]:
+) -> Any:
     """Build (or fetch) the backward graph for these layouts: ``sdpa_backward`` writing dQ, dK, dV.
+
+    It is :func:`cudnn_guide.attention.sdpa_backward_graph`, declared from these tensors and
+    cached by :func:`graph_key`.
 
     Parameters
     ----------
@@ -232,37 +215,19 @@ def backward_graph(
 
     Returns
     -------
-    tuple[Any, tuple[Any, ...]]
-        The :class:`~cudnn_guide.graphs.BuiltGraph` and its graph tensors
-        ``(Q, K, V, O, dO, STATS, dQ, dK, dV)``.
+    Any
+        A :class:`~cudnn_guide.recipes.Fused` with tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
 
     Example
     -------
-    >>> built, tensors = backward_graph(q, k, v, o, stats, d_o, (dq, dk, dv), causal=True)
+    >>> fused = backward_graph(q, k, v, o, stats, d_o, (dq, dk, dv), causal=True)
     """
-    import cudnn
-
-    from .graphs import adopt
+    from .attention import sdpa_backward_graph
 
     key = graph_key("backward", causal, q, k, v, o, stats, d_o, *grads)
     if key not in _GRAPHS:
-        g, handle = _new_graph(q.dtype)
-        ins = [g.tensor_like(t, name=n) for n, t in zip(("q", "k", "v", "o", "dO", "stats"), (q, k, v, o, d_o, stats))]
-        dQ, dK, dV = g.sdpa_backward(
-            name="sdpa_backward",
-            q=ins[0],
-            k=ins[1],
-            v=ins[2],
-            o=ins[3],
-            dO=ins[4],
-            stats=ins[5],
-            attn_scale=q.shape[-1] ** -0.5,
-            **_mask(causal),
-        )
-        for node_out, t in zip((dQ, dK, dV), grads):
-            node_out.set_output(True).set_dim(list(t.shape)).set_stride(list(t.stride()))
-        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        _GRAPHS[key] = adopt(g, handle, name="cudnn_guide.sdpa_backward"), (*ins, dQ, dK, dV)
+        data = dict(q=q, k=k, v=v, o=o, stats=stats, d_o=d_o, dq=grads[0], dk=grads[1], dv=grads[2])
+        _GRAPHS[key] = sdpa_backward_graph(_problem(q, causal), data, name="cudnn_guide.sdpa_backward")
     return _GRAPHS[key]
 
 
@@ -292,8 +257,9 @@ def register_ops() -> Any:
         check_inputs(q, k, v)
         o = torch.empty(*q.shape[:-1], v.shape[-1], device=q.device, dtype=q.dtype)
         stats = torch.empty(*q.shape[:-1], 1, device=q.device, dtype=torch.float32)
-        built, tensors = forward_graph(q, k, v, o, stats, causal)
-        built.execute(dict(zip(tensors, (q, k, v, o, stats))))
+        fused = forward_graph(q, k, v, o, stats, causal)
+        # the cache key holds every tensor's layout, so the pack matches the declaration: no re-check per call
+        fused.built.execute(fused.pack(q=q, k=k, v=v, o=o, stats=stats), check=False)
         return o, stats
 
     @sdpa.register_fake
@@ -315,9 +281,10 @@ def register_ops() -> Any:
         d_o: torch.Tensor,
         causal: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
-        built, tensors = backward_graph(q, k, v, o, stats, d_o, grads, causal)
-        built.execute(dict(zip(tensors, (q, k, v, o, d_o, stats, *grads))))
+        dq, dk, dv = grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        fused = backward_graph(q, k, v, o, stats, d_o, grads, causal)
+        pack = fused.pack(q=q, k=k, v=v, o=o, stats=stats, d_o=d_o, dq=dq, dk=dk, dv=dv)
+        fused.built.execute(pack, check=False)
         return grads
 
     @sdpa_backward.register_fake

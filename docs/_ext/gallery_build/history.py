@@ -386,18 +386,19 @@ def _signed_changes(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Per consecutive comparable pair of an example's entries: label → signed log change of its median."""
     import math
 
-    out = []
-    for prev, cur in zip(entries, entries[1:]):
-        if comparable(prev, cur):
-            continue
-        out.append(
-            {
-                r["measurement"]: math.log(r["latest_ms"] / r["previous_ms"])
-                for r in compare(prev, cur)
-                if r["same_method"] and r["latest_ms"] > 0
-            }
-        )
-    return out
+    return [
+        {
+            r["measurement"]: math.log(r["latest_ms"] / r["previous_ms"])
+            for r in compare(prev, cur)
+            if r["same_method"] and r["latest_ms"] > 0
+        }
+        for prev, cur in _comparable_pairs(entries)
+    ]
+
+
+def _comparable_pairs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Consecutive entries of one example that :func:`comparable` allows to compare."""
+    return [(prev, cur) for prev, cur in zip(entries, entries[1:]) if not comparable(prev, cur)]
 
 
 def _ratio_changes(steps: list[dict[str, float]]) -> list[float]:
@@ -521,8 +522,7 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
             for label, change in step.items():
                 changes_.append(abs(change))
                 labels[label] = max(labels.get(label, 0.0), abs(change))
-        pairs = [(p, c) for p, c in zip(entries, entries[1:]) if not comparable(p, c)][-DRIFT_PAIRS:]
-        for prev, cur in pairs:
+        for prev, cur in _comparable_pairs(entries)[-DRIFT_PAIRS:]:
             old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
             for h in cur.get("headlines", []):
                 before, now = old.get(h["name"]), h.get("value")
