@@ -106,7 +106,7 @@ def check_block(block, label):
     y = block(x)
     y.backward(dy)
     checks.append(check.check(y, ref_y, name=f"{label}: output"))
-    worst = max((check.check(p.grad, ref_grads[n], name=f"{label}: d{n}", tol=GRAD_TOL)
+    worst = max((check.check(p.grad, ref_grads[n.removeprefix("_orig_mod.")], name=f"{label}: d{n.removeprefix('_orig_mod.')}", tol=GRAD_TOL)
                  for n, p in block.named_parameters()), key=lambda r: r.rel_error)
     checks.append(worst)
     print(checks[-2])
