@@ -363,7 +363,9 @@ def _wrap(graph: Any, name: str, handle: Any, seconds: dict[str, float]) -> Buil
     return BuiltGraph(graph, name, handle, report)
 
 
-def adopt(graph: Any, handle: Any, *, name: str | None = None) -> BuiltGraph:
+def adopt(
+    graph: Any, handle: Any, *, name: str | None = None, step_seconds: Mapping[str, float] | None = None
+) -> BuiltGraph:
     """Wrap a graph the page built itself (its five steps written out) for checked execution and timing.
 
     The result checks variant packs against the declaration (:meth:`BuiltGraph.check_pack`:
@@ -378,6 +380,8 @@ def adopt(graph: Any, handle: Any, *, name: str | None = None) -> BuiltGraph:
         The ``cudnn.Handle`` it was built with.
     name
         A name for messages.
+    step_seconds
+        Seconds each build step took, if the page timed them; shown in the build report.
 
     Returns
     -------
@@ -402,4 +406,4 @@ def adopt(graph: Any, handle: Any, *, name: str | None = None) -> BuiltGraph:
         raise InputError(
             f"graph {name!r}: run its five build steps (through build_plans) before adopting it: {exc}"
         ) from exc
-    return _wrap(graph, name, handle, {})
+    return _wrap(graph, name, handle, dict(step_seconds or {}))

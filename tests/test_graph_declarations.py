@@ -199,3 +199,131 @@ def test_fp8_attention_uses_the_fp8_band_keyword(declare):
     assert (
         node.params["right_bound"] == 0 and "diagonal_band_right_bound" not in node.params
     )  # sdpa_fp8's C++ binding has no such keyword
+
+
+# -- the pages' inline declarations and the package's recipes declare the same graph ---------------
+#
+# A teaching page writes its graph out with the frontend's own calls; the package keeps the same
+# graph as a recipe for the pages and tools that reuse it. Each test below runs the page's own
+# source (its functions, read from the example file) on the CPU with meta tensors and the build
+# steps stubbed out, declares the recipe the same way, and compares every node: operation,
+# parameters, ports, and each tensor's name, dims, strides and dtype.
+
+import ast  # noqa: E402
+import pathlib  # noqa: E402
+import types  # noqa: E402
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+BUILD_STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans", "build")
+
+
+def _page(page, names):
+    """The page's top-level functions and assignments named in ``names``, run with ``cudnn.pygraph``
+    making graphs whose build steps do nothing; returns the namespace and the graphs made."""
+    made = []
+
+    def pygraph(*args, handle=None, **kwargs):
+        g = cudnn.pygraph(*args, **kwargs)
+        for step in BUILD_STEPS:
+            setattr(g, step, lambda *a, **k: None)
+        made.append(g)
+        return g
+
+    shim = types.SimpleNamespace(**{n: getattr(cudnn, n) for n in dir(cudnn) if not n.startswith("__")})
+    shim.pygraph = pygraph
+    tree = ast.parse((EXAMPLES / page).read_text())
+    picked = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in names)
+        or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets))
+    ]
+    assert {getattr(n, "name", None) or n.targets[0].id for n in picked} == set(names), f"{page} lacks one of {names}"
+    namespace = {"cudnn": shim, "torch": torch, "handle": None}
+    exec(compile(ast.Module(picked, []), str(EXAMPLES / page), "exec"), namespace)
+    return namespace, made
+
+
+def _tensor(t):
+    dtype = t.get_data_type()
+    return (t.get_name(), tuple(t.get_dim() or ()), tuple(t.get_stride() or ()), None if dtype is None else str(dtype))
+
+
+def _signature(graph):
+    return [
+        (
+            n.name,
+            str(n.node_type),
+            sorted((k, repr(v)) for k, v in n.params.items()),
+            sorted((port, _tensor(t)) for port, t in n.inputs.items()),
+            sorted((port, _tensor(t)[1:]) for port, t in n.outputs.items()),  # names of virtual outputs may differ
+        )
+        for n in graph.nodes
+    ]
+
+
+def meta(*shape, dtype=torch.bfloat16, nhwc=False):
+    t = torch.empty(*shape, dtype=dtype, device="meta")
+    return t.to(memory_format=torch.channels_last) if nhwc else t
+
+
+def test_plot_02_declares_the_conv_bias_relu_recipe(declare):
+    declare(recipes)
+    p = recipes.ConvProblem(n=2, c=8, h=8, w=8, k=16)
+    ins = {
+        "x": meta(2, 8, 8, 8, nhwc=True),
+        "w": meta(16, 8, 3, 3, nhwc=True),
+        "b": meta(1, 16, 1, 1, nhwc=True),
+        "y": meta(2, 16, 8, 8, nhwc=True),
+    }
+    ns, _ = _page("plot_02_conv_bias_relu.py", {"declare_conv_bias_relu"})
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT)
+    ns["declare_conv_bias_relu"](g, **ins, padding=p.padding, stride=p.stride)
+    assert _signature(g) == _signature(recipes.conv_bias_relu_graph(p, ins).built)
+
+
+def test_plot_04_declares_the_matmul_epilogue_recipe(declare):
+    declare(recipes)
+    p = recipes.MatmulProblem(batch=2, m=16, k=32, n=16)
+    ins = {"a": meta(2, 16, 32), "b": meta(2, 32, 16), "bias": meta(1, 1, 16), "y": meta(2, 16, 16)}
+    ins["amax"] = meta(1, 1, 1, dtype=torch.float32)
+    ns, made = _page("plot_04_matmul_epilogue.py", {"FLOAT", "matmul_epilogue"})
+    _, pack = ns["matmul_epilogue"](**ins, alpha=p.alpha)
+    assert _signature(made[0]) == _signature(recipes.matmul_epilogue_graph(p, ins).built)
+    assert len(pack) == 6  # a, b, bias, alpha (a host tensor), y, amax
+
+
+def test_plot_05_declares_the_sdpa_recipe(declare):
+    declare(recipes)
+    p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o")}
+    ns, made = _page("plot_05_sdpa_causal.py", {"causal_sdpa"})
+    ns["causal_sdpa"](**ins)
+    assert _signature(made[0]) == _signature(recipes.sdpa_graph(p, ins).built)
+
+
+def test_plot_09_declares_the_training_recipes_the_attention_op_uses(declare):
+    declare(attention)
+    p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")}
+    ins["stats"] = meta(1, 2, 8, 1, dtype=torch.float32)
+    ns, made = _page("plot_09_sdpa_backward.py", {"CAUSAL", "new_graph", "like", "sdpa_training_forward", "sdpa_backward"})
+    ns["sdpa_training_forward"](*(ins[n] for n in ("q", "k", "v", "o", "stats")))
+    ns["sdpa_backward"](*(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")))
+    assert _signature(made[0]) == _signature(attention.sdpa_forward_training_graph(p, ins).built)
+    assert _signature(made[1]) == _signature(attention.sdpa_backward_graph(p, ins).built)
+
+
+def test_signature_tells_graphs_apart(declare):
+    """The comparison is not vacuous: a different mask or a missing epilogue changes the signature."""
+    declare(recipes)
+    ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o")}
+    causal = recipes.sdpa_graph(recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True), ins)
+    full = recipes.sdpa_graph(recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=False), ins)
+    assert _signature(causal.built) != _signature(full.built)
+    p = recipes.MatmulProblem(batch=2, m=16, k=32, n=16)
+    mm = {"a": meta(2, 16, 32), "b": meta(2, 32, 16), "bias": meta(1, 1, 16), "y": meta(2, 16, 16)}
+    mm["amax"] = meta(1, 1, 1, dtype=torch.float32)
+    with_amax = recipes.matmul_epilogue_graph(p, mm).built
+    without = recipes.matmul_epilogue_graph(p, mm, amax=False).built
+    assert _signature(with_amax) != _signature(without)
