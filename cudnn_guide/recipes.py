@@ -16,6 +16,7 @@ __all__ = [
     "Fused",
     "ConvProblem",
     "conv_bias_relu_graph",
+    "declare_conv_bias_relu",
     "MatmulProblem",
     "matmul_epilogue_graph",
     "SdpaProblem",
@@ -197,27 +198,52 @@ def conv_bias_relu_graph(
     >>> fused = conv_bias_relu_graph(problem, inputs)
     >>> fused.built.execute(fused.pack(**inputs))
     """
+    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    io = declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
+    built = graphs.build(g, name=name, heuristics=heuristics, policy=policy, handle=handle)
+    return Fused(built, io)
+
+
+def declare_conv_bias_relu(g: Any, x: Any, w: Any, b: Any, y: Any, padding: int, stride: int) -> dict[str, Any]:
+    """Declare ``relu(conv(x, w) + b)`` on ``g``, writing ``y``; return the graph tensors by name.
+
+    The fused-conv page writes this function out; pages that build the layer another way
+    (every plan, a kernel cache) declare it with this and run the build steps themselves.
+
+    Parameters
+    ----------
+    g
+        A ``cudnn.pygraph`` (bf16 I/O, fp32 compute).
+    x, w, b, y
+        Tensors lending their dims, strides and dtypes (from :meth:`ConvProblem.make_inputs`).
+    padding, stride
+        The convolution's padding and stride, both spatial dims.
+
+    Returns
+    -------
+    dict[str, Any]
+        Graph tensors ``x``, ``w``, ``b``, ``y``.
+
+    Example
+    -------
+    >>> io = declare_conv_bias_relu(g, **problem.make_inputs(), padding=1, stride=1)
+    """
     import cudnn
 
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    X = tensors.graph_tensor(g, inputs["x"], "x")
-    W = tensors.graph_tensor(g, inputs["w"], "w")
-    B = tensors.graph_tensor(g, inputs["b"], "b")
+    X, W, B = g.tensor_like(x, name="x"), g.tensor_like(w, name="w"), g.tensor_like(b, name="b")
     conv = g.conv_fprop(
         image=X,
         weight=W,
-        padding=[problem.padding] * 2,
-        stride=[problem.stride] * 2,
+        padding=[padding] * 2,
+        stride=[stride] * 2,
         dilation=[1, 1],
         compute_data_type=cudnn.data_type.FLOAT,
         name="conv",
     )
     biased = g.bias(input=conv, bias=B, name="bias")
     Y = g.relu(input=biased, name="relu")
-    y = inputs["y"]
-    Y.set_output(True).set_data_type(tensors.cudnn_dtype(y.dtype)).set_dim(list(y.shape)).set_stride(list(y.stride()))
-    built = graphs.build(g, name=name, heuristics=heuristics, policy=policy, handle=handle)
-    return Fused(built, {"x": X, "w": W, "b": B, "y": Y})
+    Y.set_output(True).set_data_type(y.dtype).set_dim(list(y.shape)).set_stride(list(y.stride()))
+    return {"x": X, "w": W, "b": B, "y": Y}
 
 
 # ---------------------------------------------------------------------------------------------
