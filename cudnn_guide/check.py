@@ -168,6 +168,8 @@ def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | No
 def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
     """Like :func:`compare`, but raise :class:`~cudnn_guide.errors.CheckFailedError` on failure.
 
+    A passing check joins the running example's record (:func:`cudnn_guide.records.page`).
+
     Parameters
     ----------
     actual
@@ -206,6 +208,9 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
             f"tolerance for {result.dtype}"
         )
         raise CheckFailedError(f"check {name} failed: {why}")
+    from . import records  # the running example's record collects every passing check
+
+    records.page().add_check(result)
     return result
 
 

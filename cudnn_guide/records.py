@@ -1,9 +1,15 @@
 """Machine-readable records of what each example measured.
 
-Each example writes one schema-versioned JSON file next to its recorded page: the environment,
+Each example has one schema-versioned JSON file next to its recorded page: the environment,
 every measurement with its raw samples and units, every correctness check, and the headline
 numbers its prose quotes. Pages, the results table and the history are all built from these
 files, never from numbers typed by hand.
+
+The record is collected while the example runs, the way pytest-benchmark's session collects its
+``benchmark`` fixtures: every passing :func:`cudnn_guide.check.check` and every comparison
+registers with :func:`page`, and the docs build writes the file after the example
+(:func:`begin`, :func:`finish`), named and titled from the example file. A page declares only
+its headlines: ``records.page(env).comparison(...)``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from .check import CheckResult
 from .errors import BenchmarkError
 from .measurement import Measurement
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Record", "record_dir", "load", "RECORD_SUFFIX"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Record", "record_dir", "load", "RECORD_SUFFIX", "page", "begin", "finish"]
 
 SCHEMA = "cudnn-guide/record"
 SCHEMA_VERSION = 1
@@ -67,13 +73,13 @@ class Record:
 
     def add(self, *measurements: Measurement | Iterable[Measurement]) -> None:
         for m in measurements:
-            if isinstance(m, Measurement):
-                self.measurements.append(m)
-            else:
-                self.measurements.extend(m)
+            for one in [m] if isinstance(m, Measurement) else m:
+                if not any(x is one for x in self.measurements):
+                    self.measurements.append(one)
 
     def add_check(self, result: CheckResult) -> CheckResult:
-        self.checks.append(result)
+        if not any(c is result for c in self.checks):
+            self.checks.append(result)
         return result
 
     def headline(
@@ -166,6 +172,77 @@ class Record:
         path = out / f"{self.example}{RECORD_SUFFIX}"
         datafiles.write_json(path, self.to_dict(), separators=(",", ":"), default=_json_default)
         return path
+
+
+_PAGE: Record | None = None
+
+
+def page(environment: Any = None) -> Record:
+    """The running example's record: created on first use, written by the docs build after the example.
+
+    Passing checks register here on their own; a page adds its headlines and comparisons.
+
+    Parameters
+    ----------
+    environment
+        The example's :class:`~cudnn_guide.environment.Environment`, stored with the record.
+
+    Returns
+    -------
+    Record
+        The one record of the running example.
+
+    Example
+    -------
+    >>> rec = page(env)
+    >>> rec.comparison("speed-up over best baseline", result)
+    """
+    global _PAGE
+    if _PAGE is None:
+        _PAGE = Record(os.environ.get("CUDNN_GUIDE_PAGE", "example"))
+    if environment is not None:
+        _PAGE.environment = environment
+    return _PAGE
+
+
+def begin() -> None:
+    """Start collecting a new example's record (the docs build calls it before each example).
+
+    Example
+    -------
+    >>> begin()
+    """
+    global _PAGE
+    _PAGE = None
+
+
+def finish(example: str, title: str, directory: str | os.PathLike[str] | None = None) -> Path | None:
+    """Write the collected record as ``<example>.record.json``; ``None`` if the example recorded nothing.
+
+    Parameters
+    ----------
+    example
+        The example's file stem (``plot_02_conv_bias_relu``).
+    title
+        Its title (the first line of its docstring).
+    directory
+        Where to write; default :func:`record_dir`.
+
+    Returns
+    -------
+    Path | None
+        The file written.
+
+    Example
+    -------
+    >>> begin(); page().headline("x", 1.0, "x"); finish("plot_demo", "Demo", tmp_path)
+    """
+    global _PAGE
+    rec, _PAGE = _PAGE, None
+    if rec is None:
+        return None
+    rec.example, rec.title = example, title
+    return rec.write(directory)
 
 
 def _json_default(obj: Any) -> Any:

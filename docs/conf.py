@@ -133,6 +133,7 @@ sphinx_gallery_conf = {
     "write_computation_times": False,
     # each example starts from a clean process state (no handles, caches or compiled graphs of the last)
     "reset_modules": ("matplotlib", hooks.reset_between_examples),
+    "reset_modules_order": "both",  # before: a clean state; after: write the example's collected record
 }
 abort_on_example_error = True
 

@@ -279,8 +279,7 @@ for note in (compile_note, fused_op_note):
         print(f"* {note}")
 
 # sphinx_gallery_start_ignore
-rec = records.Record("plot_02_conv_bias_relu", title="Fused convolution → bias → ReLU", environment=env)
-rec.add_check(result)
+rec = records.page(env)
 rec.add(measurements)
 rec.headline("fused conv+bias+relu median", unit="µs", **fused_est)
 rec.headline("fused TFLOP/s", unit="TFLOP/s", **result_cmp.estimate("cuDNN graph (fused)", "TFLOP/s"))
@@ -289,5 +288,4 @@ rec.extra["comparison"] = result_cmp.to_dict()
 rec.extra["build"] = {"step_seconds": built.report.step_seconds, "plan": built.report.plan_name}
 rec.extra["ceilings"] = {k: v for k, v in ceilings.to_dict().items() if k not in ("copy", "matmul")}
 rec.extra["profiler_crosscheck"] = {k: v.per_call_ms for k, v in profiled.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -256,10 +256,9 @@ print(f"* Successive halving found a plan {100 * gap:.2f}% from the best in {100
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_03_autotuning", title="Autotuning across engine configurations", environment=env)
+rec = records.page(env)
 for c in plan_checks.values():
     rec.add_check(c)
-rec.add_check(winner_check)
 rec.add([t.measurement for t in pass1.ranked])
 rec.headline("winner median", unit="µs", **winner.measurement.estimate("µs"))
 rec.headline("heuristic choice rank", heur_rank, "rank", of=len(ranked))
@@ -276,5 +275,4 @@ rec.extra["passes"] = {
     "build": report.step_seconds,
     "could_not_run": failed_plans,
 }
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -211,13 +211,10 @@ print(f"* The fused graph runs at {fused_over_mm[0]:.2f}× the bare matmul's tim
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_04_matmul_epilogue", title="Matmul with a fused epilogue", environment=env)
-rec.add_check(y_check)
-rec.add_check(amax_check)
+rec = records.page(env)
 rec.add([bare], result.measurements)
 rec.headline("fused median (base size)", unit="µs", **f_est)
 rec.comparison("speed-up over best baseline", base_cmp)
 rec.comparison("speed-up over torch.compile (max-autotune-no-cudagraphs)", base_cmp, COMPILED)
 rec.extra["comparison"] = base_cmp.to_dict()
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -220,14 +220,10 @@ for d in dims:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_05_sdpa_causal", title="Causal scaled dot-product attention", environment=env)
-rec.add_check(sdpa_check)
-for c in baseline_checks.values():
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(measurements)
 for d in dims:
     rec.headline(f"cuDNN SDPA peak TFLOP/s, d={d}", unit="TFLOP/s", seq_len=peaks[d][0], **peaks[d][1])
 rec.extra["verdicts"] = {d: sweeps[d].verdicts() for d in dims}
 rec.extra["future_mass"] = future_mass
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

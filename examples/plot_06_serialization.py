@@ -246,8 +246,7 @@ print("* A new interpreter also pays Python's and torch's imports (seconds; see 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_06_serialization", title="Plan serialization and a persistent plan cache", environment=env)
-rec.add_check(reload_check)
+rec = records.page(env)
 for (g, case), runs in fresh.items():
     rec.add_check(check.CheckResult(f"{g} {case} (fresh process, worst of {REPS})", "bfloat16",
                                     max(r["rel_error"] for r in runs), check.tolerance(torch.bfloat16), 0, 1))
@@ -260,5 +259,4 @@ for g in coldstart.GRAPHS:
                      baseline=f"{case} build in a fresh process", kind="cache", interval="min–max of the runs")
 rec.extra["fresh_runs"] = {f"{g}/{c}": runs for (g, c), runs in fresh.items()}
 rec.extra["warm_process_ms"] = {"rebuild": [x * 1e3 for x in rebuild_s], "reload": [x * 1e3 for x in reload_s]}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

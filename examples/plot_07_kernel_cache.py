@@ -199,9 +199,7 @@ print(f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_07_kernel_cache", title="Dynamic shapes with a kernel cache", environment=env)
-for c in api_checks:
-    rec.add_check(c)
+rec = records.page(env)
 for name, rs in runs.items():
     worst_run = max(rs, key=lambda r: r["rel_error"])
     rec.add_check(check.CheckResult(f"{name} (worst of {len(rs)})", "bfloat16", worst_run["rel_error"], 1.6e-2, 0, 1))
@@ -214,5 +212,4 @@ rec.headline("build-order effect on one graph's build time, no cache", ratio_o, 
 rec.headline("dynamic / static execution time", exec_ratio, "x", low=min(exec_ratios), high=max(exec_ratios),
              interval="min–max across batch sizes")
 rec.extra["runs"] = runs
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -218,9 +218,7 @@ print(f"* The GPU time of one call first exceeds the host cost at s={crossover}.
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_08_cuda_graphs", title="CUDA graphs around an execution plan", environment=env)
-rec.add_check(first_check)
-rec.add_check(replay_check)
+rec = records.page(env)
 rec.add(rows)
 rec.headline("host cost of one launch (100-call loop, s=64)", host_line, "µs",
              low=min(host_us["cudnn_guide bind() launcher"]), high=max(host_us["cudnn_guide bind() launcher"]),
@@ -233,5 +231,4 @@ rec.headline(f"replay speed-up at s={small}", ratio(eager_s, replay_s), "x", kin
              interval="from the two medians' 95% CIs")
 rec.extra["host_us"] = host_us
 rec.extra["crossover_s"] = crossover
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -280,12 +280,9 @@ for name in BACKENDS:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_09_sdpa_backward", title="Attention for training", environment=env)
-for c in checks + baseline_checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(split, result.measurements)
 rec.headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
 rec.comparison("speed-up over PyTorch's fastest backend at that length", peak)
 rec.extra["verdicts"] = result.verdicts()
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -349,14 +349,11 @@ for label in ("LayerNorm", "RMSNorm"):
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_10_layernorm_rmsnorm", title="LayerNorm and RMSNorm", environment=env)
-for c in checks + res_checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(base, residual, widths_result.measurements)
 for label in ("LayerNorm", "RMSNorm"):
     res = results[(label, "forward + backward")]
     rec.headline(f"{label} training step, % of copy bandwidth", unit="%",
                  **res.estimate("cuDNN graphs", "GB/s", scale=100 / ceil.copy_gbps))
     rec.comparison(f"{label} training step, speed-up over best PyTorch", res)
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

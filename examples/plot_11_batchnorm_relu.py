@@ -260,9 +260,7 @@ print(f"* Inference graph used: {form}.")
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_11_batchnorm_relu", title="BatchNorm → ReLU", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(result.measurements)
 first = next(iter(STAGES))
 for mode, res in results.items():
@@ -272,5 +270,4 @@ for mode, res in results.items():
     rec.comparison(f"BN→ReLU {mode} at {first}, speed-up over best PyTorch", cmp)
 rec.extra["inference_form"] = form
 rec.extra["verdicts"] = {mode: res.verdicts() for mode, res in results.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

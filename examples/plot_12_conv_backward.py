@@ -196,12 +196,9 @@ print(f"* The backward passes together take {(ms['dgrad'] + ms['wgrad']) / ms['f
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_12_conv_backward", title="Convolution backward", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(rows)
 rec.headline("conv training step TFLOP/s", unit="TFLOP/s", **step.estimate("cuDNN graphs", "TFLOP/s"))
 rec.comparison("training step, speed-up over best PyTorch", step)
 rec.extra["comparisons"] = {p: res.to_dict() for p, res in results.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -264,9 +264,7 @@ for name, why in unavailable.items():
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_13_paged_decode", title="Paged KV-cache attention for decode", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(read, result.measurements)
 c8 = result.comparisons[8192]
 rec.headline("paged decode at 8k context, % of read bandwidth", unit="%",
@@ -274,5 +272,4 @@ rec.headline("paged decode at 8k context, % of read bandwidth", unit="%",
 rec.comparison("paged decode at 8k context, speed-up over the fastest PyTorch decode", c8)
 rec.extra["verdicts"] = result.verdicts()
 rec.extra["unavailable"] = unavailable
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -287,9 +287,7 @@ print(f"* Peak attention throughput: FP8 {peak8.tflops:.0f} TFLOP/s (S={peak8.pa
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_14_fp8_hopper", title="FP8 on Hopper", environment=env)
-for c in mm_checks + att_checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(mm_result.measurements, att_result.measurements)
 rec.headline("FP8 matmul 8192³ TFLOP/s", unit="TFLOP/s", **m8.estimate("cuDNN FP8 graph", "TFLOP/s"))
 for n in sizes:
@@ -297,5 +295,4 @@ for n in sizes:
 rec.comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
 rec.headline("FP8 attention relative error", att_checks[0].rel_error, "")
 rec.extra["verdicts"] = {"matmul": mm_result.verdicts(), "attention": att_result.verdicts()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

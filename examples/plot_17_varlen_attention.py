@@ -389,14 +389,11 @@ print(f"* A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its outpu
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_17_varlen_attention", title="Variable-length batches", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison("packed THD: speed-up over best baseline", result)
 rec.headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
 rec.comparison("packed THD backward: speed-up over best baseline", backward_result)
 rec.headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
 rec.extra["lengths"] = lengths.tolist()
 rec.extra["unavailable"] = unavailable
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

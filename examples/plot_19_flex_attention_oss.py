@@ -277,13 +277,9 @@ print(f"* heur_mode.OPENSOURCE alone built, ran and passed the check for: "
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_19_flex_attention_oss", title="Frontend 1.32's open-source attention kernels on Hopper",
-                     environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 for mask, c in results.items():
     rec.comparison(f"{mask}: flex_attention speed-up over best other", c)
 rec.extra["fresh_process"] = cold
 rec.extra["opensource"] = oss_rows
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -297,10 +297,7 @@ if version_notes:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_22_troubleshooting", title="When cuDNN says no", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.extra["outcomes"] = outcomes
 rec.extra["heuristics"] = rows
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -344,13 +344,9 @@ for name, why in {**refusals, **mla_unavailable}.items():
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_24_softcap_sinks_mla", title="Soft-capping, attention sinks and MLA head sizes",
-                     environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison("soft-cap: speed-up over FlexAttention", softcap_cmp, "FlexAttention soft-cap (compiled)")
 rec.comparison("sinks: speed-up over FlexAttention + lse", sink_cmp, "FlexAttention + lse rescale (compiled)")
 rec.comparison("MLA step: speed-up over best baseline", mla_cmp)
 rec.extra["unavailable"] = {**refusals, **mla_unavailable}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

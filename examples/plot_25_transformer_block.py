@@ -281,10 +281,7 @@ else:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_25_transformer_block", title="A transformer block trained with cuDNN attention",
-                     environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison("training step: speed-up over PyTorch eager", result, "PyTorch eager")
 rec.comparison("training step: speed-up over torch.compile", result, "PyTorch, compiled (default mode)")
 rec.headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **tokens_per_s(result.estimate(CAND)))
@@ -294,5 +291,4 @@ rec.extra["provider_error"] = provider_error
 rec.extra["peak_mib"] = peak_mib
 rec.extra["provider_forward_calls"] = served
 rec.extra["pytorch_default_sdpa"] = picked
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

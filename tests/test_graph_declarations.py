@@ -307,7 +307,8 @@ def test_plot_09_declares_the_training_recipes_the_attention_op_uses(declare):
     p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")}
     ins["stats"] = meta(1, 2, 8, 1, dtype=torch.float32)
-    ns, made = _page("plot_09_sdpa_backward.py", {"CAUSAL", "new_graph", "like", "sdpa_training_forward", "sdpa_backward"})
+    names = {"CAUSAL", "new_graph", "like", "sdpa_training_forward", "sdpa_backward"}
+    ns, made = _page("plot_09_sdpa_backward.py", names)
     ns["sdpa_training_forward"](*(ins[n] for n in ("q", "k", "v", "o", "stats")))
     ns["sdpa_backward"](*(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")))
     assert _signature(made[0]) == _signature(attention.sdpa_forward_training_graph(p, ins).built)
@@ -368,7 +369,8 @@ def test_plot_13_declares_the_paged_decode_recipe(declare):
     p = attention.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
     i32 = dict(dtype=torch.int32)
     d = {"q": meta(2, 2, 1, 16), "o": meta(2, 2, 1, 16), "k_pool": meta(8, 2, 16, 16), "v_pool": meta(8, 2, 16, 16)}
-    d |= {"page_table": meta(2, 1, 4, 1, **i32), "seq_len_q": meta(2, 1, 1, 1, **i32), "seq_len_kv": meta(2, 1, 1, 1, **i32)}
+    d |= {"page_table": meta(2, 1, 4, 1, **i32)}
+    d |= {n: meta(2, 1, 1, 1, **i32) for n in ("seq_len_q", "seq_len_kv")}
     ns, made = _page("plot_13_paged_decode.py", {"paged_decode"})
     ns["paged_decode"](d, p.pages_per_sequence * p.page_size)
     assert _signature(made[0]) == _signature(attention.paged_decode_graph(p, d).built)
@@ -380,8 +382,10 @@ def test_plot_14_declares_the_fp8_recipes(declare):
     d = {"a8": meta(1, 32, 64, dtype=e4m3), "b8": meta(1, 64, 16, dtype=e4m3), "c": meta(1, 32, 16)}
     d |= {n: meta(1, 1, 1, **one) for n in ("descale_a", "descale_b")}
     d |= {n: meta(1, 2, 8, 16, dtype=e4m3) for n in ("q8", "k8", "v8", "o8")}
-    d |= {n: meta(1, 1, 1, 1, **one) for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o",
-                                                "amax_s", "amax_o")}
+    d |= {
+        n: meta(1, 1, 1, 1, **one)
+        for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o", "amax_s", "amax_o")
+    }
     ns, made = _page("plot_14_fp8_hopper.py", {"FLOAT", "new_graph", "output", "fp8_matmul", "fp8_attention"})
     ns["fp8_matmul"](d)
     ns["fp8_attention"](d)

@@ -40,3 +40,40 @@ def test_load_rejects_foreign_and_newer_files(tmp_path):
     p.write_text(json.dumps({"schema": records.SCHEMA, "schema_version": 99}))
     with pytest.raises(ValueError, match="newer"):
         records.load(p)
+
+
+def test_passing_checks_join_the_running_examples_record_which_finish_writes(tmp_path):
+    import torch
+
+    from cudnn_guide.errors import CheckFailedError
+
+    records.begin()
+    check.check(torch.ones(4), torch.ones(4), name="ones")
+    check.compare(torch.ones(4), torch.zeros(4), name="a compare is the caller's to record")
+    with pytest.raises(CheckFailedError):
+        check.check(torch.ones(4), torch.zeros(4), name="a failed check raises instead")
+    records.page().headline("speed-up", 2.0, "x")
+    path = records.finish("plot_demo", "Demo page", tmp_path)
+    data = records.load(path)
+    assert (data["example"], data["title"]) == ("plot_demo", "Demo page")
+    assert [c["name"] for c in data["checks"]] == ["ones"] and data["all_checks_passed"] is True
+    assert data["headlines"][0]["value"] == 2.0
+    assert records.finish("plot_demo", "Demo page", tmp_path) is None  # nothing collected since: nothing written
+
+
+def test_the_build_hook_writes_each_examples_record_named_and_titled_from_its_file(tmp_path, monkeypatch):
+    import torch
+    from gallery_build import hooks
+
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "plot_99_demo.py").write_text('"""\nA demo title\n============\n\nBody.\n"""\n')
+    monkeypatch.setenv("CUDNN_GUIDE_RECORD_DIR", str(tmp_path / "gallery"))
+    conf = {"src_dir": str(tmp_path), "examples_dirs": ["examples"]}
+    check.check(torch.ones(2), torch.ones(2), name="left over from before")
+    hooks.reset_between_examples(conf, "plot_99_demo.py", "before")
+    check.check(torch.ones(2), torch.ones(2), name="the example's check")
+    hooks.reset_between_examples(conf, "plot_99_demo.py", "after")
+    data = records.load(tmp_path / "gallery" / "plot_99_demo.record.json")
+    assert (data["example"], data["title"]) == ("plot_99_demo", "A demo title")
+    assert [c["name"] for c in data["checks"]] == ["the example's check"]

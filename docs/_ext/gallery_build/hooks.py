@@ -297,27 +297,70 @@ def _insert_stamp(text: str, stamp: str) -> str:
 
 
 def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
-    """Return the process to a clean state before each example (sphinx-gallery ``reset_modules``).
+    """Start each example from a clean state and write its record after it (sphinx-gallery ``reset_modules``).
 
-    So that no example inherits another's state, this calls the library's one public hook,
-    :func:`cudnn_guide.reset_caches`; nothing here reaches into the library's private state.
+    Before: the library's one public hook, :func:`cudnn_guide.reset_caches`, and a new record
+    (:func:`cudnn_guide.records.begin`); nothing here reaches into the library's private state.
+    After: the record the example collected, named and titled from its file
+    (:func:`cudnn_guide.records.finish`).
 
     Parameters
     ----------
     gallery_conf
         sphinx-gallery's configuration.
     fname
-        The example about to run.
+        The example that runs.
     when
-        ``"before"`` or ``"after"``.
+        ``"before"`` or ``"after"`` (``reset_modules_order = "both"``).
 
     Example
     -------
     >>> sphinx_gallery_conf['reset_modules'] = ('matplotlib', reset_between_examples)
     """
     import cudnn_guide
+    from cudnn_guide import records
 
+    if when == "after":
+        records.finish(Path(fname).stem, example_title(_example_path(gallery_conf, fname)))
     cudnn_guide.reset_caches()
+    if when == "before":
+        records.begin()
+
+
+def _example_path(gallery_conf: Any, fname: str) -> Path:
+    """The example file sphinx-gallery names by ``fname`` (a bare file name, in one of its example dirs)."""
+    dirs = gallery_conf.get("examples_dirs", []) if hasattr(gallery_conf, "get") else []
+    for d in [dirs] if isinstance(dirs, str) else dirs:
+        path = Path(gallery_conf.get("src_dir", ".")) / d / fname
+        if path.exists():
+            return path
+    return Path(fname)
+
+
+def example_title(path: Path) -> str:
+    """An example's title: the first line of its module docstring (sphinx-gallery's page title).
+
+    Parameters
+    ----------
+    path
+        The example file.
+
+    Returns
+    -------
+    str
+        The title, or the file's stem if it has no docstring.
+
+    Example
+    -------
+    >>> example_title(Path('examples/plot_02_conv_bias_relu.py'))
+    'Fused convolution → bias → ReLU'
+    """
+    import ast
+
+    if not path.exists():
+        return path.stem
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return next((line.strip() for line in doc.splitlines() if line.strip()), path.stem)
 
 
 def record_only_overrides(gallery_doc: str = "auto_examples") -> dict[str, Any]:
