@@ -118,8 +118,9 @@ def batchnorm_relu_inference(d):
     Y = g.batchnorm_inference(name="batchnorm_inference", input=T["x"], mean=T["mean"], inv_variance=T["inv_var"],
                               scale=T["scale"], bias=T["bias"])
     RELU = g.relu(input=Y, name="relu")
+    pack = {t: d[n] for n, t in T.items()} | {RELU: output(RELU, d["y"])}  # outputs are declared before the build
     g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    return g, {t: d[n] for n, t in T.items()} | {RELU: output(RELU, d["y"])}
+    return g, pack
 
 
 def folded_relu(d):
@@ -127,8 +128,9 @@ def folded_relu(d):
     g = new_graph("folded_batchnorm_relu")
     T = {n: g.tensor_like(d[n], name=n) for n in ("x", "a", "b")}
     RELU = g.relu(input=g.add(a=g.mul(a=T["x"], b=T["a"], name="scale"), b=T["b"], name="shift"), name="relu")
+    pack = {t: d[n] for n, t in T.items()} | {RELU: output(RELU, d["y"])}
     g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    return g, {t: d[n] for n, t in T.items()} | {RELU: output(RELU, d["y"])}
+    return g, pack
 
 
 def inference_graph(p, d):
