@@ -196,10 +196,8 @@ if too_short:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_01_environment", title="Environment, libcudnn and this GPU's ceilings", environment=env)
+rec = records.page(env)
 rec.add(copy_measurements, matmul_result.measurements, ceilings.copy, ceilings.matmul)
-rec.add_check(copy_check)
-rec.add_check(matmul_check)
 rec.headline("copy bandwidth ceiling", unit="GB/s", **ceilings.copy.estimate("GB/s"))
 rec.headline("bf16 matmul ceiling", unit="TFLOP/s", sm_mhz_end=ceilings.matmul.clocks.get("sm_mhz_end"),
              **ceilings.matmul.estimate("TFLOP/s"))
@@ -208,5 +206,4 @@ rec.headline("launch cost per timed call", launch_cost["overhead_us"], "µs",
              interval="min–max of six calibrations")
 rec.extra["ceilings"] = ceilings.to_dict()
 rec.extra["launch_overhead"] = launch_cost
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -8,8 +8,10 @@ reading and writing the activation two more times.
 
 What you will learn:
 
-* how to declare a fused graph from torch tensors in NHWC (channels-last) layout;
-* what each of the five build steps costs;
+* how to declare a fused graph from torch tensors in NHWC (channels-last) layout, with
+  ``cudnn.pygraph``, ``conv_fprop``, ``bias`` and ``relu``;
+* the five build steps, and what each costs;
+* the variant pack and ``execute``;
 * how to check the fused output against a higher-precision PyTorch reference *before* timing;
 * how the fused graph compares with the fair baselines: PyTorch eager with
   ``torch.backends.cudnn.benchmark`` off and on, and ``torch.compile``;
@@ -52,26 +54,78 @@ print(f"datasheet peaks: {ceilings.peak_bf16_tflops:.0f} TFLOP/s bf16, {ceilings
 print(f"floor at the datasheet peaks: {floor_ms * 1e3:.1f} µs ({'compute' if compute_bound else 'memory'}-bound)")
 
 # %%
-# Build the fused graph
-# ---------------------
-# :func:`cudnn_guide.recipes.conv_bias_relu_graph` declares ``conv_fprop → bias → relu`` with
-# bf16 inputs and outputs and fp32 accumulation, then runs the five build steps through
-# :func:`cudnn_guide.graphs.build`, timing each. The torch tensors only lend their shapes,
-# strides (channels-last) and dtype; their data is not read.
+# Declare the fused graph
+# -----------------------
+# A ``cudnn.pygraph`` holds the operations; its tensors take their dims, strides
+# (channels-last) and dtype from torch tensors (``tensor_like``), whose data is not read. The
+# graph computes in fp32 and stores bf16. ``conv_fprop`` → ``bias`` → ``relu`` are three nodes;
+# only the last one's result is an output, so cuDNN is free to keep the others on chip.
+import cudnn
+
+from cudnn_guide import graphs
+
+handle = graphs.handle_for_current_device()
 inputs = problem.make_inputs(seed=0)
-fused = recipes.conv_bias_relu_graph(problem, inputs)
-print(fused.built.report)
+
+
+def declare_conv_bias_relu(g, x, w, b, y, padding, stride):
+    """Declare relu(conv(x, w) + b) on ``g``, writing ``y``; return the graph tensors by name."""
+    X, W, B = g.tensor_like(x, name="x"), g.tensor_like(w, name="w"), g.tensor_like(b, name="b")
+    conv = g.conv_fprop(image=X, weight=W, padding=[padding] * 2, stride=[stride] * 2, dilation=[1, 1],
+                        compute_data_type=cudnn.data_type.FLOAT, name="conv")
+    biased = g.bias(input=conv, bias=B, name="bias")
+    Y = g.relu(input=biased, name="relu")
+    Y.set_output(True).set_data_type(cudnn.data_type.BFLOAT16).set_dim(list(y.shape)).set_stride(list(y.stride()))
+    return {"x": X, "w": W, "b": B, "y": Y}
+
+
+g = cudnn.pygraph(handle=handle, name="conv_bias_relu", io_data_type=cudnn.data_type.BFLOAT16,
+                  intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+io = declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
+
+# %%
+# Build it: the five steps
+# ------------------------
+# ``validate`` checks the declaration; ``build_operation_graph`` lowers it to cuDNN's backend;
+# ``create_execution_plans`` asks the heuristics (mode A, then the generic FALLBACK engines)
+# for candidate plans; ``check_support`` drops the ones that cannot run here; ``build_plans``
+# compiles the first that can. Each step is timed:
+import time
+
+seconds = {}
+for step, call in (("validate", g.validate), ("build_operation_graph", g.build_operation_graph),
+                   ("create_execution_plans", lambda: g.create_execution_plans([cudnn.heur_mode.A,
+                                                                                cudnn.heur_mode.FALLBACK])),
+                   ("check_support", g.check_support), ("build_plans", g.build_plans)):
+    t0 = time.perf_counter()
+    call()
+    seconds[step] = time.perf_counter() - t0
+built = graphs.adopt(g, handle, name="conv_bias_relu", step_seconds=seconds)
+print(built.report)
+print(f"workspace: {g.get_workspace_size()} bytes")
+
+# %%
+# The same declaration is :func:`cudnn_guide.recipes.conv_bias_relu_graph`, which later pages
+# (autotuning, serialization, the kernel cache) reuse; a test declares both and checks that they
+# build the same nodes. :class:`~cudnn_guide.graphs.BuiltGraph` (``graphs.adopt``) only adds a
+# workspace and a variant-pack check to the graph built above.
 
 # %%
 # Check before timing
 # -------------------
-# The output is poisoned with NaN first, so an element the kernel never writes fails the check.
+# The variant pack maps each graph tensor to the torch tensor it reads or writes; ``execute``
+# runs the built plan on the handle's stream (bound to torch's current stream first). The
+# output is poisoned with NaN first, so an element the kernel never writes fails the check.
 # The reference runs the same layer in PyTorch in float32 with TF32 off.
+import torch
+
 from cudnn_guide import check
 
-pack = fused.pack(**inputs)
+pack = {io[name]: inputs[name] for name in ("x", "w", "b", "y")}  # the variant pack: graph tensor → torch tensor
+workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
 check.poison(inputs["y"])
-fused.built.execute(pack)
+g.execute(pack, workspace, handle=handle)
 reference = check.reference(problem.torch_forward, inputs["x"], inputs["w"], inputs["b"])
 result = check.check(inputs["y"], reference, name="cuDNN fused conv+bias+relu")
 print(result)
@@ -79,8 +133,6 @@ print(result)
 # %%
 # The baselines get the same check: the eager bf16 path is what you would run without cuDNN
 # graphs, so it must compute the same function.
-import torch
-
 from cudnn_guide import baselines
 
 eager_out = problem.torch_forward(inputs["x"], inputs["w"], inputs["b"])
@@ -103,7 +155,7 @@ print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
 # * **torch.cudnn_convolution_relu** — PyTorch's own binding of cuDNN's fused
 #   convolution + bias + ReLU (used by its inference fusions): the strongest like-for-like
 #   baseline, when this PyTorch build has it.
-launch_fused = fused.built.bind(pack)
+launch_fused = built.bind(pack)
 x, w, b = inputs["x"], inputs["w"], inputs["b"]
 eager_benchmark_on = baselines.with_cudnn_benchmark(lambda: problem.torch_forward(x, w, b), True)
 
@@ -227,15 +279,13 @@ for note in (compile_note, fused_op_note):
         print(f"* {note}")
 
 # sphinx_gallery_start_ignore
-rec = records.Record("plot_02_conv_bias_relu", title="Fused convolution → bias → ReLU", environment=env)
-rec.add_check(result)
+rec = records.page(env)
 rec.add(measurements)
 rec.headline("fused conv+bias+relu median", unit="µs", **fused_est)
 rec.headline("fused TFLOP/s", unit="TFLOP/s", **result_cmp.estimate("cuDNN graph (fused)", "TFLOP/s"))
 rec.comparison("speed-up over best baseline", result_cmp)
 rec.extra["comparison"] = result_cmp.to_dict()
-rec.extra["build"] = {"step_seconds": fused.built.report.step_seconds, "plan": fused.built.report.plan_name}
+rec.extra["build"] = {"step_seconds": built.report.step_seconds, "plan": built.report.plan_name}
 rec.extra["ceilings"] = {k: v for k, v in ceilings.to_dict().items() if k not in ("copy", "matmul")}
 rec.extra["profiler_crosscheck"] = {k: v.per_call_ms for k, v in profiled.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -30,16 +30,35 @@ env
 # Build every plan
 # ----------------
 # The same layer as the fused-conv page: N=32, C=128, 56×56 → K=256, 3×3, bf16, NHWC.
+# The graph is declared as on that page (:func:`~cudnn_guide.recipes.declare_conv_bias_relu`
+# is the function written out there). What changes is the build: ``create_execution_plans``
+# asks three heuristic modes, and ``build_plans(ALL)`` compiles every plan that passes
+# ``check_support`` instead of the first one.
+import time
+
 import cudnn
+import torch
 
-from cudnn_guide import autotune, recipes
+from cudnn_guide import autotune, graphs, recipes
 
+handle = graphs.handle_for_current_device()
 problem = recipes.ConvProblem()
 inputs = problem.make_inputs(seed=0)
-fused = recipes.conv_bias_relu_graph(problem, inputs, heuristics=("A", "B", "FALLBACK"),
-                                     policy=cudnn.build_plan_policy.ALL)
-report = fused.built.report
-names = autotune.plan_names(fused.built)
+g = cudnn.pygraph(handle=handle, name="conv_bias_relu", io_data_type=cudnn.data_type.BFLOAT16,
+                  intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+io = recipes.declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
+seconds = {}
+for step, call in (("validate", g.validate), ("build_operation_graph", g.build_operation_graph),
+                   ("create_execution_plans", lambda: g.create_execution_plans(
+                       [cudnn.heur_mode.A, cudnn.heur_mode.B, cudnn.heur_mode.FALLBACK])),
+                   ("check_support", g.check_support),
+                   ("build_plans", lambda: g.build_plans(cudnn.build_plan_policy.ALL))):
+    t0 = time.perf_counter()
+    call()
+    seconds[step] = time.perf_counter() - t0
+built = graphs.adopt(g, handle, name="conv_bias_relu", step_seconds=seconds)
+report = built.report
+names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
 unique = sorted(set(names), key=names.index)
 print(report)
 print(f"{len(names)} plans from modes A, B and FALLBACK; {len(unique)} distinct configurations")
@@ -47,21 +66,25 @@ print(f"{len(names)} plans from modes A, B and FALLBACK; {len(unique)} distinct 
 # %%
 # Check every plan
 # ----------------
-# A plan that computes the wrong thing must never win on speed. Each distinct plan runs on
-# the same inputs, its output poisoned first, and is compared with the fp32 reference.
+# A plan that computes the wrong thing must never win on speed. ``execute_plan_at_index`` runs
+# any built plan without selecting it, given a workspace as large as that plan needs
+# (``get_workspace_size_plan_at_index``). Each distinct plan runs on the same inputs, its output
+# poisoned first, and is compared with the fp32 reference.
 from cudnn_guide import check
 
 reference = check.reference(problem.torch_forward, inputs["x"], inputs["w"], inputs["b"])
-pack = fused.pack(**inputs)
-autotune.ensure_workspace(fused.built, list(range(len(names))))
+pack = {io[n]: inputs[n] for n in ("x", "w", "b", "y")}
+workspace = torch.empty(max(max(g.get_workspace_size_plan_at_index(i) for i in range(len(names))), 1),
+                        device="cuda", dtype=torch.uint8)
+autotune.ensure_workspace(built, list(range(len(names))))  # the timing launchers below need it too
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
 plan_checks, failed_plans = {}, {}
 for index, name in enumerate(names):
     if name in plan_checks or name in failed_plans:
         continue
     check.poison(inputs["y"])
     try:
-        autotune.select(fused.built, index)
-        fused.built.execute(pack)
+        g.execute_plan_at_index(pack, workspace, index, handle=handle)
     except Exception as exc:  # a plan that built but cannot run here is reported, not timed
         failed_plans[name] = f"{type(exc).__name__}: {exc}"[:160]
         continue
@@ -82,8 +105,8 @@ assert not bad, f"plans with wrong output: {sorted(bad)}"
 # too slow for 200 calls in 250 ms gets as many as fit, at least 5: it cannot win anyway). The
 # whole tuning pass is then **repeated**: if the ranking is real, the second pass agrees with the first.
 flops, nbytes = problem.flops, problem.bytes
-pass1 = autotune.tune(fused.built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
-pass2 = autotune.tune(fused.built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
+pass1 = autotune.tune(built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
+pass2 = autotune.tune(built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
 
 
 def spearman(a, b):
@@ -154,7 +177,7 @@ ComparisonTable(rows, row="impl", column="size", metric="median_us", title="sele
 # 10 times each, keeps the faster half, doubles the calls, and repeats; the last two get the
 # full 200. We compare the plan it picks with the exhaustive winner (both timed in the
 # exhaustive passes) and its cost with one exhaustive pass.
-halving = autotune.tune(fused.built, pack, method="halving", reps=200, first_round_reps=10, flops=flops, bytes=nbytes)
+halving = autotune.tune(built, pack, method="halving", reps=200, first_round_reps=10, flops=flops, bytes=nbytes)
 pick = halving.best.index
 exhaustive_best = min(pass1.best.median_ms, pass2.best.median_ms)
 pick_time = min(pass1.by_index(pick).median_ms, pass2.by_index(pick).median_ms)
@@ -166,8 +189,8 @@ print(f"halving picked plan {pick} in {halving.seconds:.2f} s ({100 * cost_ratio
 # %%
 # Use the winner, and keep it
 # ---------------------------
-# :func:`cudnn_guide.autotune.select` makes the winner the graph's plan (``build_plan_at_index``),
-# so ``execute`` and ``serialize`` use it. Serialized, it can be stored in the on-disk
+# ``build_plan_at_index`` makes the winner the graph's plan, so ``execute`` and ``serialize``
+# use it. Serialized, it can be stored in the on-disk
 # :class:`~cudnn_guide.plan_cache.PlanCache` and reloaded by later processes (see the
 # serialization page).
 import tempfile
@@ -175,14 +198,14 @@ import tempfile
 from cudnn_guide import plan_cache
 
 winner = pass1.best
-autotune.select(fused.built, winner.index)
+g.build_plan_at_index(winner.index)  # builds and selects it: execute and serialize now use the winner
 check.poison(inputs["y"])
-fused.built.execute(pack)
+g.execute(pack, torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8), handle=handle)
 winner_check = check.check(inputs["y"], reference, name=f"winner, plan {winner.index}")
 print(winner_check)
 cache = plan_cache.PlanCache(tempfile.mkdtemp())
 key = plan_cache.current_key(f"conv_bias_relu_graph|{problem!r}|tuned")
-path = cache.store(key, bytes(fused.built.graph.serialize(as_bytes=True)), fused.uids)
+path = cache.store(key, bytes(g.serialize(as_bytes=True)), {n: int(t.get_uid()) for n, t in io.items()})
 print(f"tuned plan stored: {path.name} ({path.stat().st_size / 1024:.0f} KiB)")
 
 # %%
@@ -192,18 +215,15 @@ print(f"tuned plan stored: {path.name} ({path.stat().st_size / 1024:.0f} KiB)")
 # them in interleaved rounds through ``execute_plan_at_index``, which executes any built plan
 # without selecting it, and judge the per-round ratio by its 95% interval
 # (:mod:`cudnn_guide.compare`).
-from cudnn_guide import compare, graphs
+from cudnn_guide import compare
 
 heur = pass1.by_index(0)
 plan_cmp = None
 if winner.index != 0:
-    ws = autotune.ensure_workspace(fused.built, [0, winner.index])
-    g, h = fused.built.graph, fused.built.handle
-
     def plan_at(index):
         def run():
-            graphs.bind_to_current_stream(h)
-            g.execute_plan_at_index(pack, ws, index, handle=h)
+            graphs.bind_to_current_stream(handle)
+            g.execute_plan_at_index(pack, workspace, index, handle=handle)
         return run
 
     check.poison(inputs["y"])
@@ -219,7 +239,7 @@ if winner.index != 0:
 # ---------
 print(f"* {len(unique)} distinct plans; building all of them took {report.total_seconds:.2f} s "
       f"({report.step_seconds['build_plans']:.2f} s in build_plans), against "
-      f"{fused.built.report.step_seconds['validate'] * 1e3:.1f} ms to validate.")
+      f"{report.step_seconds['validate'] * 1e3:.1f} ms to validate.")
 print(f"* The heuristic's first choice ranks {heur_rank} of {len(ranked)} at {heur.median_ms * 1e3:.1f} µs; "
       f"the winner, plan {winner.index}, runs in {winner.median_ms * 1e3:.1f} µs"
       + (f": in interleaved rounds it is {plan_cmp.describe()}." if plan_cmp else ", and it is the heuristic's choice."))
@@ -237,10 +257,9 @@ print(f"* Successive halving found a plan {100 * gap:.2f}% from the best in {100
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_03_autotuning", title="Autotuning across engine configurations", environment=env)
+rec = records.page(env)
 for c in plan_checks.values():
     rec.add_check(c)
-rec.add_check(winner_check)
 rec.add([t.measurement for t in pass1.ranked])
 rec.headline("winner median", unit="µs", **winner.measurement.estimate("µs"))
 rec.headline("heuristic choice rank", heur_rank, "rank", of=len(ranked))
@@ -257,5 +276,4 @@ rec.extra["passes"] = {
     "build": report.step_seconds,
     "could_not_run": failed_plans,
 }
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

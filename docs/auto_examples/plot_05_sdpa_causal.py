@@ -27,20 +27,46 @@ env = environment.collect()
 env
 
 # %%
-# One graph, checked
-# ------------------
-# 16 heads of dimension 128, 4 sequences of 4096 tokens, bf16, causal. Inputs are B×H×S×D.
+# Declare, build, execute
+# -----------------------
+# 16 heads of dimension 128, 4 sequences of 4096 tokens, bf16. Inputs are B×H×S×D. The
+# ``sdpa`` node takes Q, K, V and the score scale; causal masking is a diagonal band:
+# ``diagonal_alignment=TOP_LEFT`` with ``diagonal_band_right_bound=0`` lets query ``i`` see keys
+# ``j ≤ i`` (it replaces the deprecated ``use_causal_mask``). ``generate_stats=False`` is
+# inference: no softmax statistics are written for a backward pass.
+import cudnn
 import torch
 
-from cudnn_guide import check, recipes
+from cudnn_guide import check, graphs, recipes
+
+handle = graphs.handle_for_current_device()
+
+
+def causal_sdpa(q, k, v, o):
+    """Declare and build causal attention reading q, k, v and writing o; return the graph and its variant pack."""
+    g = cudnn.pygraph(handle=handle, name="sdpa", io_data_type=cudnn.data_type.BFLOAT16,
+                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+    Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v")
+    O, _stats = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=False, attn_scale=q.shape[-1] ** -0.5,
+                       compute_data_type=cudnn.data_type.FLOAT,
+                       diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+    O.set_output(True).set_data_type(cudnn.data_type.BFLOAT16).set_dim(list(o.shape)).set_stride(list(o.stride()))
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    return g, {Q: q, K: k, V: v, O: o}
+
 
 problem = recipes.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128, causal=True)
 inputs = problem.make_inputs(seed=0)
-fused = recipes.sdpa_graph(problem, inputs)
+g, pack = causal_sdpa(**inputs)
 print(problem)
-print(fused.built.report)
+print(f"plan: {g.get_plan_name_at_index(0)}, workspace {g.get_workspace_size()} bytes")
 check.poison(inputs["o"])
-fused.built.execute(fused.pack(**inputs))
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+g.execute(pack, torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
 reference = check.reference(problem.torch_forward, inputs["q"], inputs["k"], inputs["v"])
 sdpa_check = check.check(inputs["o"], reference, name="cuDNN SDPA (causal)")
 print(sdpa_check)
@@ -52,9 +78,9 @@ print(sdpa_check)
 small = recipes.SdpaProblem(batch=1, heads=1, seq=128, head_dim=128, causal=True)
 s_in = small.make_inputs(seed=1)
 s_in["v"] = torch.eye(128, device="cuda", dtype=torch.bfloat16).reshape(1, 1, 128, 128).contiguous()
-small_graph = recipes.sdpa_graph(small, s_in)
+small_graph, small_pack = causal_sdpa(**s_in)
 check.poison(s_in["o"])
-small_graph.built.execute(small_graph.pack(**s_in))
+graphs.adopt(small_graph, handle, name="one-hot probe").execute(small_pack)
 probs = s_in["o"][0, 0].float()  # row i = attention weights of query i over keys
 future_mass = torch.triu(probs, diagonal=1).abs().max().item()
 print(f"largest weight on a future key: {future_mass:.2e}; rows sum to 1 within "
@@ -110,9 +136,9 @@ def cudnn_at(d):
     def factory(s):
         p = problem_at(s, d)
         ins = p.make_inputs(seed=s + d)
-        f = recipes.sdpa_graph(p, ins)
+        gs, pk = causal_sdpa(**ins)
         built[(s, d)] = (p, ins)
-        return f.built.bind(f.pack(**ins))
+        return graphs.adopt(gs, handle, name=f"sdpa S={s} D={d}").bind(pk)
     return factory
 
 
@@ -194,14 +220,10 @@ for d in dims:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_05_sdpa_causal", title="Causal scaled dot-product attention", environment=env)
-rec.add_check(sdpa_check)
-for c in baseline_checks.values():
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(measurements)
 for d in dims:
     rec.headline(f"cuDNN SDPA peak TFLOP/s, d={d}", unit="TFLOP/s", seq_len=peaks[d][0], **peaks[d][1])
 rec.extra["verdicts"] = {d: sweeps[d].verdicts() for d in dims}
 rec.extra["future_mass"] = future_mass
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

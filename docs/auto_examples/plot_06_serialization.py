@@ -30,25 +30,55 @@ env
 # %%
 # Serialize, reload, execute by UID
 # ---------------------------------
-# A deserialized graph has no tensor objects: its inputs and outputs are addressed by the UIDs
-# the original graph gave them. :attr:`~cudnn_guide.recipes.Fused.uids` records them.
+# ``serialize`` turns a built graph (its operations and its selected plan) into bytes;
+# ``deserialize`` makes a graph of them on another handle, in another process, without the
+# heuristics or the build. A deserialized graph has no tensor objects: its variant pack maps the
+# UIDs the original graph's tensors had (``get_uid()``) to torch tensors.
+import time
+
+import cudnn
 import torch
 
-from cudnn_guide import check, plan_cache, recipes
+from cudnn_guide import check, graphs, recipes
 
+handle = graphs.handle_for_current_device()
 problem = recipes.ConvProblem()
 inputs = problem.make_inputs(seed=0)
-fused = recipes.conv_bias_relu_graph(problem, inputs)
-blob = bytes(fused.built.graph.serialize(as_bytes=True))
-print(f"serialized plan: {len(blob) / 1024:.1f} KiB; UIDs {fused.uids}")
 
+
+def build_conv():
+    """The fused-conv page's graph (declared by :func:`~cudnn_guide.recipes.declare_conv_bias_relu`), built."""
+    g = cudnn.pygraph(handle=handle, name="conv_bias_relu", io_data_type=cudnn.data_type.BFLOAT16,
+                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+    io = recipes.declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return g, io
+
+
+def reload(blob):
+    """A graph made from serialized bytes: no declaration, no heuristics, no build."""
+    g = cudnn.pygraph(handle=handle)
+    g.deserialize(handle, blob)
+    return g
+
+
+t0 = time.perf_counter()
+g, io = build_conv()
+first_build_s = time.perf_counter() - t0
+blob = bytes(g.serialize(as_bytes=True))
+uids = {name: int(t.get_uid()) for name, t in io.items()}
+print(f"serialized plan: {len(blob) / 1024:.1f} KiB; UIDs {uids}")
+
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
 check.poison(inputs["y"])
-fused.built.execute(fused.pack(**inputs))
+g.execute({io[n]: inputs[n] for n in io}, torch.empty(max(g.get_workspace_size(), 1), device="cuda",
+                                                      dtype=torch.uint8), handle=handle)
 original = inputs["y"].clone()
 
-reloaded = plan_cache.load_plan(blob, fused.uids)
+reloaded = reload(blob)
 check.poison(inputs["y"])
-reloaded.execute(**inputs)
+reloaded.execute({uids[n]: inputs[n] for n in uids},
+                 torch.empty(max(reloaded.get_workspace_size(), 1), device="cuda", dtype=torch.uint8), handle=handle)
 reference = check.reference(problem.torch_forward, inputs["x"], inputs["w"], inputs["b"])
 reload_check = check.check(inputs["y"], reference, name="reloaded plan")
 print(reload_check)
@@ -59,19 +89,18 @@ print(f"bit-identical to the original graph's output: {torch.equal(inputs['y'], 
 # --------------------------------------------
 # Rebuild the same graph five times and reload it five times, in this process.
 import statistics
-import time
 
 rebuild_s, reload_s = [], []
 for _ in range(5):
     t0 = time.perf_counter()
-    recipes.conv_bias_relu_graph(problem, inputs)
+    build_conv()
     rebuild_s.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    plan_cache.load_plan(blob, fused.uids)
+    reload(blob)
     reload_s.append(time.perf_counter() - t0)
 print(f"warm process: rebuild {statistics.median(rebuild_s) * 1e3:.1f} ms, reload "
       f"{statistics.median(reload_s) * 1e3:.1f} ms (medians of 5); the first build on this page took "
-      f"{fused.built.report.total_seconds * 1e3:.1f} ms")
+      f"{first_build_s * 1e3:.1f} ms")
 
 # %%
 # Fresh processes: time to first result, with the JIT cache under control
@@ -158,6 +187,8 @@ plt.show()
 # rebuilt.
 import json
 
+from cudnn_guide import plan_cache
+
 cache = plan_cache.PlanCache(tempfile.mkdtemp())
 key = plan_cache.current_key(f"conv_bias_relu_graph|{problem!r}")
 build = lambda: recipes.conv_bias_relu_graph(problem, inputs)  # noqa: E731
@@ -215,8 +246,7 @@ print("* A new interpreter also pays Python's and torch's imports (seconds; see 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_06_serialization", title="Plan serialization and a persistent plan cache", environment=env)
-rec.add_check(reload_check)
+rec = records.page(env)
 for (g, case), runs in fresh.items():
     rec.add_check(check.CheckResult(f"{g} {case} (fresh process, worst of {REPS})", "bfloat16",
                                     max(r["rel_error"] for r in runs), check.tolerance(torch.bfloat16), 0, 1))
@@ -229,5 +259,4 @@ for g in coldstart.GRAPHS:
                      baseline=f"{case} build in a fresh process", kind="cache", interval="min–max of the runs")
 rec.extra["fresh_runs"] = {f"{g}/{c}": runs for (g, c), runs in fresh.items()}
 rec.extra["warm_process_ms"] = {"rebuild": [x * 1e3 for x in rebuild_s], "reload": [x * 1e3 for x in reload_s]}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -32,23 +32,72 @@ env
 # 2 sequences of 4096 tokens, 16 heads of dimension 128, bf16, causal. The forward writes
 # ``o`` and ``stats`` (B×H×S×1, fp32); the backward reads both, plus the incoming gradient
 # ``d_o``.
+# The forward is the inference graph of the previous page with ``generate_stats=True``;
+# ``sdpa_backward`` takes the forward's inputs, its output and statistics, and ``dO``, with the
+# same scale and mask, and returns dQ, dK, dV.
+import cudnn
 import torch
 
-from cudnn_guide import attention, check, recipes
+from cudnn_guide import attention, check, graphs, recipes
+
+handle = graphs.handle_for_current_device()
+CAUSAL = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+
+
+def new_graph(name):
+    return cudnn.pygraph(handle=handle, name=name, io_data_type=cudnn.data_type.BFLOAT16,
+                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+
+
+def like(graph_output, t):
+    """Mark a node's result as an output laid out like the torch tensor ``t`` that receives it."""
+    return graph_output.set_output(True).set_data_type(t.dtype).set_dim(list(t.shape)).set_stride(list(t.stride()))
+
+
+def sdpa_training_forward(q, k, v, o, stats):
+    """Causal attention that also writes the softmax statistics; returns the built graph and its pack."""
+    g = new_graph("sdpa_forward_training")
+    Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v")
+    O, STATS = g.sdpa(name="sdpa", q=Q, k=K, v=V, generate_stats=True, attn_scale=q.shape[-1] ** -0.5,
+                      compute_data_type=cudnn.data_type.FLOAT, **CAUSAL)
+    like(O, o)
+    like(STATS, stats)
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return g, {Q: q, K: k, V: v, O: o, STATS: stats}
+
+
+def sdpa_backward(q, k, v, o, d_o, stats, dq, dk, dv):
+    """dQ, dK, dV of causal attention from the forward's tensors and d_o; returns the built graph and its pack."""
+    g = new_graph("sdpa_backward")
+    T = {n: g.tensor_like(t, name=n) for n, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o),
+                                                   ("stats", stats))}
+    dQ, dK, dV = g.sdpa_backward(name="sdpa_backward", q=T["q"], k=T["k"], v=T["v"], o=T["o"], dO=T["d_o"],
+                                 stats=T["stats"], attn_scale=q.shape[-1] ** -0.5,
+                                 compute_data_type=cudnn.data_type.FLOAT, **CAUSAL)
+    for node_out, t in ((dQ, dq), (dK, dk), (dV, dv)):
+        like(node_out, t)
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    pack = {T[n]: t for n, t in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("stats", stats))}
+    return g, pack | {dQ: dq, dK: dk, dV: dv}
+
+
+def training_pair(ins):
+    """Both graphs for the tensors of ``attention.make_training_inputs``, adopted for checked execution."""
+    gf, fwd_pack = sdpa_training_forward(*(ins[n] for n in ("q", "k", "v", "o", "stats")))
+    gb, bwd_pack = sdpa_backward(*(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")))
+    return graphs.adopt(gf, handle, name="forward"), fwd_pack, graphs.adopt(gb, handle, name="backward"), bwd_pack
+
 
 problem = recipes.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
 ins = attention.make_training_inputs(problem, seed=0)
-forward = attention.sdpa_forward_training_graph(problem, ins)
-backward = attention.sdpa_backward_graph(problem, ins)
-fwd_pack = forward.pack(**{k: ins[k] for k in forward.io})
-bwd_pack = backward.pack(**{k: ins[k] for k in backward.io})
+forward, fwd_pack, backward, bwd_pack = training_pair(ins)
 print(problem)
-print(forward.built.report)
-print(backward.built.report)
+print(f"forward plan {forward.report.plan_name}, workspace {forward.report.workspace_bytes} B; "
+      f"backward plan {backward.report.plan_name}, workspace {backward.report.workspace_bytes} B")
 
 check.poison(ins["o"], ins["stats"], ins["dq"], ins["dk"], ins["dv"])
-forward.built.execute(fwd_pack)
-backward.built.execute(bwd_pack)
+forward.execute(fwd_pack)
+backward.execute(bwd_pack)
 
 # %%
 # Check against autograd
@@ -117,8 +166,8 @@ torch.cuda.empty_cache()
 # the forward's matrix work (five GEMMs to two); how much longer it takes is measured below.
 from cudnn_guide import bench
 
-fwd_launch = forward.built.bind(fwd_pack)
-bwd_launch = backward.built.bind(bwd_pack)
+fwd_launch = forward.bind(fwd_pack)
+bwd_launch = backward.bind(bwd_pack)
 split = [
     bench.benchmark(fwd_launch, label="cuDNN forward (with stats)", l2="cold", flops=problem.flops,
                     params={"impl": "cuDNN forward (with stats)", "size": str(problem)}),
@@ -148,10 +197,8 @@ def problem_at(s):
 def cudnn_step(s):
     p = problem_at(s)
     data = attention.make_training_inputs(p, seed=s)
-    f = attention.sdpa_forward_training_graph(p, data)
-    b = attention.sdpa_backward_graph(p, data)
-    fl = f.built.bind(f.pack(**{k: data[k] for k in f.io}))
-    bl = b.built.bind(b.pack(**{k: data[k] for k in b.io}))
+    f, f_pack, b, b_pack = training_pair(data)
+    fl, bl = f.bind(f_pack), b.bind(b_pack)
     check.poison(data["dq"])
     fl()
     bl()
@@ -233,12 +280,9 @@ for name in BACKENDS:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_09_sdpa_backward", title="Attention for training", environment=env)
-for c in checks + baseline_checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(split, result.measurements)
 rec.headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
 rec.comparison("speed-up over PyTorch's fastest backend at that length", peak)
 rec.extra["verdicts"] = result.verdicts()
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -32,28 +32,106 @@ env
 # 16,384 tokens × 4,096 features in bf16 (a batch of 8 sequences of 2,048 tokens at a 4k model
 # width). Forward and backward are checked against PyTorch autograd in fp32: the output, the
 # saved statistics, and every gradient.
-from cudnn_guide import check, norms
+#
+# cuDNN's norm operations work on N×C×H×W tensors: the tokens × hidden activation is declared as
+# tokens × hidden × 1 × 1 with the features innermost, and the scale and bias as 1 × hidden × 1 × 1.
+# ``epsilon`` is a pass-by-value scalar. The forward in the TRAINING phase also writes the
+# per-token statistics (``mean`` for LayerNorm, ``inv_var`` = 1/√(var + eps) for both) that the
+# backward reads.
+import cudnn
+import torch
+
+from cudnn_guide import check, graphs, norms
+
+handle = graphs.handle_for_current_device()
+
+
+def as_4d(t):
+    """tokens × hidden (or a hidden-sized parameter) as cuDNN's N×C×H×W view, features innermost."""
+    if t.dim() == 1:
+        return t.reshape(1, -1, 1, 1)
+    n, c = t.shape
+    return t.as_strided((n, c, 1, 1), (c, 1, c, c))
+
+
+def new_graph(name):
+    return cudnn.pygraph(handle=handle, name=name, io_data_type=cudnn.data_type.BFLOAT16,
+                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+
+
+def output(graph_output, t):
+    """Mark a node's result as an output written to the buffer ``t``; return its 4-D view for the pack."""
+    t4 = as_4d(t)
+    graph_output.set_output(True).set_data_type(t4.dtype).set_dim(list(t4.shape)).set_stride(list(t4.stride()))
+    return t4
+
+
+def norm_forward(kind, d, eps, residual=False, training=True):
+    """Declare and build LayerNorm (``kind="layer"``) or RMSNorm of ``d["x"]`` (plus ``d["r"]``); return graph, pack."""
+    g = new_graph(f"{kind}norm_forward{'_residual' if residual else ''}")
+    X, SCALE = g.tensor_like(as_4d(d["x"]), name="x"), g.tensor_like(as_4d(d["scale"]), name="scale")
+    EPS = g.tensor(name="epsilon", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True,
+                   data_type=cudnn.data_type.FLOAT)
+    pack = {X: as_4d(d["x"]), SCALE: as_4d(d["scale"]), EPS: torch.full((1, 1, 1, 1), eps)}
+    src = X
+    if residual:  # s = x + r, written out as the next block's residual
+        R = g.tensor_like(as_4d(d["r"]), name="r")
+        src = g.add(a=X, b=R, name="residual_add")
+        pack[R], pack[src] = as_4d(d["r"]), output(src, d["s"])
+    phase = cudnn.norm_forward_phase.TRAINING if training else cudnn.norm_forward_phase.INFERENCE
+    if kind == "layer":
+        BIAS = g.tensor_like(as_4d(d["bias"]), name="bias")
+        pack[BIAS] = as_4d(d["bias"])
+        Y, MEAN, INV_VAR = g.layernorm(name="layernorm", norm_forward_phase=phase, input=src, scale=SCALE, bias=BIAS,
+                                       epsilon=EPS)
+        if training:
+            pack[MEAN] = output(MEAN, d["mean"])
+    else:
+        Y, INV_VAR = g.rmsnorm(name="rmsnorm", norm_forward_phase=phase, input=src, scale=SCALE, epsilon=EPS)
+    if training:
+        pack[INV_VAR] = output(INV_VAR, d["inv_var"])
+    pack[Y] = output(Y, d["y"])
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the five build steps
+    return g, pack
+
+
+def norm_backward(kind, d):
+    """Declare and build the backward: dx, dscale (and dbias) from dy, x, the scale and the saved statistics."""
+    g = new_graph(f"{kind}norm_backward")
+    T = {n: g.tensor_like(as_4d(d[n]), name=n) for n in ("dy", "x", "scale", "inv_var")}
+    if kind == "layer":
+        T["mean"] = g.tensor_like(as_4d(d["mean"]), name="mean")
+        DX, DSCALE, DBIAS = g.layernorm_backward(name="layernorm_backward", grad=T["dy"], input=T["x"],
+                                                 scale=T["scale"], mean=T["mean"], inv_variance=T["inv_var"])
+    else:
+        DX, DSCALE, _ = g.rmsnorm_backward(name="rmsnorm_backward", grad=T["dy"], input=T["x"], scale=T["scale"],
+                                           inv_variance=T["inv_var"], has_dbias=False)
+    pack = {t: as_4d(d[n]) for n, t in T.items()} | {DX: output(DX, d["dx"]), DSCALE: output(DSCALE, d["dscale"])}
+    if kind == "layer":
+        pack[DBIAS] = output(DBIAS, d["dbias"])
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return g, pack
+
 
 TOKENS, HIDDEN = 16384, 4096
 graphs_by_kind, checks = {}, []
 for kind in ("layer", "rms"):
     p = norms.NormProblem(tokens=TOKENS, hidden=HIDDEN, kind=kind)
     data = p.make_inputs(seed=1)
-    fwd = norms.norm_forward_graph(p, data, training=True)
-    bwd = norms.norm_backward_graph(p, data)
-    fwd_pack, bwd_pack = norms.pack_norm(fwd, data, eps=p.eps), norms.pack_norm(bwd, data)
+    gf, fwd_pack = norm_forward(kind, data, p.eps)
+    gb, bwd_pack = norm_backward(kind, data)
+    fwd, bwd = graphs.adopt(gf, handle, name=f"{p} forward"), graphs.adopt(gb, handle, name=f"{p} backward")
     check.poison(data["y"], data["inv_var"], data["dx"], data["dscale"])
-    fwd.built.execute(fwd_pack)
-    bwd.built.execute(bwd_pack)
+    fwd.execute(fwd_pack)
+    bwd.execute(bwd_pack)
     params = {"x": data["x"], "scale": data["scale"]} | ({"bias": data["bias"]} if kind == "layer" else {})
     ref_y, ref_grads = check.reference_grads(lambda **kw: p.torch_forward(**kw), params, data["dy"])
     stats = p.torch_stats(data["x"])
     checks.append(check.check(data["y"], ref_y, name=f"{p} y"))
     checks += [check.check(data[n], stats[n], name=f"{p} {n}") for n in stats]
     checks += [check.check(data["d" + n], ref_grads[n], name=f"{p} d{n}") for n in params]
-    graphs_by_kind[kind] = (p, data, fwd.built.bind(fwd_pack), bwd.built.bind(bwd_pack))
-    print(fwd.built.report)
-    print(bwd.built.report)
+    graphs_by_kind[kind] = (p, data, fwd.bind(fwd_pack), bwd.bind(bwd_pack))
+    print(f"{p}: forward plan {fwd.report.plan_name}, backward plan {bwd.report.plan_name}")
 for c in checks:
     print(c)
 
@@ -152,10 +230,10 @@ for kind in ("layer", "rms"):
     p = norms.NormProblem(tokens=TOKENS, hidden=HIDDEN, kind=kind, residual=True)
     label = "LayerNorm" if kind == "layer" else "RMSNorm"
     data = p.make_inputs(seed=2)
-    fused = norms.norm_forward_graph(p, data, training=True)
-    pack = norms.pack_norm(fused, data, eps=p.eps)
+    g_res, pack = norm_forward(kind, data, p.eps, residual=True)
+    fused = graphs.adopt(g_res, handle, name=f"{p}")
     check.poison(data["y"], data["s"])
-    fused.built.execute(pack)
+    fused.execute(pack)
     ref = check.reference(p.torch_forward, data["x"], data["scale"], data.get("bias"), data["r"])
     res_checks += [check.check(data["y"], ref, name=f"{p} y"),
                    check.check(data["s"], data["x"].float() + data["r"].float(), name=f"{p} s")]
@@ -168,7 +246,7 @@ for kind in ("layer", "rms"):
     compiled = baselines.compile_quietly(add_then_norm, mode="default")
     res_checks.append(check.check(compiled(x, r, w, b)[1].detach(), ref, name=f"torch.compile (default) {label} (residual)"))
     res_checks.append(check.check(add_then_norm(x, r, w, b)[1].detach(), ref, name=f"PyTorch eager {label} (residual)"))
-    res = compare.compare({"cuDNN graph (fused)": fused.built.bind(pack),
+    res = compare.compare({"cuDNN graph (fused)": fused.bind(pack),
                            "PyTorch eager": lambda f=add_then_norm, a=(x, r, w, b): f(*a),
                            "torch.compile (default)": lambda f=compiled, a=(x, r, w, b): f(*a)},
                           candidate="cuDNN graph (fused)", l2="cold", rounds=11, bytes=p.forward_bytes,
@@ -198,8 +276,8 @@ def setup(kind, h):
     if (kind, h) not in made:
         p = norms.NormProblem(tokens=TOKENS, hidden=h, kind=kind)
         data = p.make_inputs(seed=h)
-        f, b = norms.norm_forward_graph(p, data), norms.norm_backward_graph(p, data)
-        fl, bl = f.built.bind(norms.pack_norm(f, data, eps=p.eps)), b.built.bind(norms.pack_norm(b, data))
+        (gf, fp), (gb, bp) = norm_forward(kind, data, p.eps), norm_backward(kind, data)
+        fl, bl = graphs.adopt(gf, handle, name=f"{p} forward").bind(fp), graphs.adopt(gb, handle, name=f"{p} backward").bind(bp)
         check.poison(data["dx"])
         fl()
         bl()
@@ -271,14 +349,11 @@ for label in ("LayerNorm", "RMSNorm"):
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_10_layernorm_rmsnorm", title="LayerNorm and RMSNorm", environment=env)
-for c in checks + res_checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(base, residual, widths_result.measurements)
 for label in ("LayerNorm", "RMSNorm"):
     res = results[(label, "forward + backward")]
     rec.headline(f"{label} training step, % of copy bandwidth", unit="%",
                  **res.estimate("cuDNN graphs", "GB/s", scale=100 / ceil.copy_gbps))
     rec.comparison(f"{label} training step, speed-up over best PyTorch", res)
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -32,27 +32,61 @@ env
 # --------------------------------------
 # N32 C128 56×56 → K256 3×3, pad 1, bf16, NHWC: the core pages' convolution (without its bias
 # and ReLU, whose backward is elementwise).
+# Each pass is its own graph with one convolution node: ``conv_fprop`` (image, weight → y),
+# ``conv_dgrad`` (loss = dy, filter = w → dx) and ``conv_wgrad`` (image = x, loss = dy → dw),
+# all with the forward's padding, stride and dilation.
 import statistics
 
+import cudnn
 import torch
 import torch.nn.functional as F
 
-from cudnn_guide import check, conv_training, recipes
+from cudnn_guide import check, conv_training, graphs, recipes
 
+handle = graphs.handle_for_current_device()
 problem = recipes.ConvProblem(n=32, c=128, h=56, w=56, k=256)
 data = conv_training.make_training_inputs(problem, seed=0)
-fprop = conv_training.conv_fprop_graph(problem, data)
-dgrad = conv_training.conv_dgrad_graph(problem, data)
-wgrad = conv_training.conv_wgrad_graph(problem, data)
-passes = {"forward": fprop, "dgrad": dgrad, "wgrad": wgrad}
-packs = {name: f.pack(**{k: data[k] for k in f.io}) for name, f in passes.items()}
-print(problem)
-for f in passes.values():
-    print(f.built.report)
+x, w, y, dy, dx, dw = (data[n] for n in ("x", "w", "y", "dy", "dx", "dw"))
+CONV = dict(padding=[problem.padding] * 2, stride=[problem.stride] * 2, dilation=[1, 1],
+            compute_data_type=cudnn.data_type.FLOAT)
 
-check.poison(data["y"], data["dx"], data["dw"])
-for name, f in passes.items():
-    f.built.execute(packs[name])
+
+def conv_graph(name):
+    return cudnn.pygraph(handle=handle, name=name, io_data_type=cudnn.data_type.BFLOAT16,
+                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+
+
+def output_like(graph_output, t):
+    graph_output.set_output(True).set_data_type(t.dtype).set_dim(list(t.shape)).set_stride(list(t.stride()))
+
+
+gf = conv_graph("conv_fprop")  # y = conv(x, w)
+X, W = gf.tensor_like(x, name="x"), gf.tensor_like(w, name="w")
+Y = gf.conv_fprop(image=X, weight=W, name="conv_fprop", **CONV)
+output_like(Y, y)
+
+gd = conv_graph("conv_dgrad")  # dx = the gradient of the loss with respect to x
+DY_d, W_d = gd.tensor_like(dy, name="dy"), gd.tensor_like(w, name="w")
+DX = gd.conv_dgrad(loss=DY_d, filter=W_d, name="conv_dgrad", **CONV)
+output_like(DX, dx)
+
+gw = conv_graph("conv_wgrad")  # dw = the gradient of the loss with respect to w
+X_w, DY_w = gw.tensor_like(x, name="x"), gw.tensor_like(dy, name="dy")
+DW = gw.conv_wgrad(image=X_w, loss=DY_w, name="conv_wgrad", **CONV)
+output_like(DW, dw)
+
+passes, packs = {}, {"forward": {X: x, W: w, Y: y}, "dgrad": {DY_d: dy, W_d: w, DX: dx},
+                     "wgrad": {X_w: x, DY_w: dy, DW: dw}}
+for name, g in (("forward", gf), ("dgrad", gd), ("wgrad", gw)):
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the five build steps
+    passes[name] = graphs.adopt(g, handle, name=name)
+print(problem)
+for name, built in passes.items():
+    print(f"{name}: plan {built.report.plan_name}, workspace {built.report.workspace_bytes} B")
+
+check.poison(y, dx, dw)
+for name, built in passes.items():
+    built.execute(packs[name])
 ref_y, ref_grads = check.reference_grads(
     lambda x, w: F.conv2d(x, w, stride=problem.stride, padding=problem.padding),
     {"x": data["x"], "w": data["w"]}, data["dy"])
@@ -69,7 +103,6 @@ del ref_y, ref_grads
 # ``aten.convolution_backward`` computes any subset of (dx, dw, dbias) chosen by
 # ``output_mask``; asking for one is the fair counterpart of one cuDNN graph. The full step is
 # autograd: ``conv2d`` forward, then ``backward(dy)``.
-x, w, dy = data["x"], data["w"], data["dy"]
 conv_args = ([problem.stride] * 2, [problem.padding] * 2, [1, 1], False, [0, 0], 1)
 
 
@@ -96,7 +129,7 @@ print(*checks[-2:], sep="\n")
 # shape and keeps the fastest (that first call runs before the rounds).
 from cudnn_guide import baselines, compare
 
-launchers = {name: f.built.bind(packs[name]) for name, f in passes.items()}
+launchers = {name: built.bind(packs[name]) for name, built in passes.items()}
 
 
 def cudnn_step():
@@ -163,12 +196,9 @@ print(f"* The backward passes together take {(ms['dgrad'] + ms['wgrad']) / ms['f
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_12_conv_backward", title="Convolution backward", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(rows)
 rec.headline("conv training step TFLOP/s", unit="TFLOP/s", **step.estimate("cuDNN graphs", "TFLOP/s"))
 rec.comparison("training step, speed-up over best PyTorch", step)
 rec.extra["comparisons"] = {p: res.to_dict() for p, res in results.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -34,19 +34,47 @@ env
 # 32 sequences with lengths drawn uniformly between 1k and 8k tokens, 32 heads of 128, pages of
 # 64 tokens, bf16. The page table is a random permutation of the pool: each sequence's pages are
 # scattered, as they are after a server has run for a while.
-from cudnn_guide import attention, check
+#
+# The K/V *pools* hold pages of ``page_size`` tokens, pages × H × page_size × D. The page table
+# (B × 1 × pages-per-sequence × 1, int32) lists each sequence's pages in order; the ``sdpa``
+# node reads K and V through it (``paged_attention_k_table`` / ``_v_table``, here one table for
+# both). ``seq_len_kv`` gives each sequence's true length and ``use_padding_mask=True`` hides the
+# rest of its last page.
+import cudnn
+import torch
+
+from cudnn_guide import attention, check, graphs
+
+handle = graphs.handle_for_current_device()
+
+
+def paged_decode(d, max_seq_len_kv):
+    """Declare and build one decode step (one query per sequence) over the paged K/V; returns graph, pack."""
+    g = cudnn.pygraph(handle=handle, name="paged_decode", io_data_type=cudnn.data_type.BFLOAT16,
+                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+    T = {n: g.tensor_like(d[n], name=n) for n in ("q", "k_pool", "v_pool", "page_table", "seq_len_q", "seq_len_kv")}
+    O, _ = g.sdpa(name="sdpa_paged", q=T["q"], k=T["k_pool"], v=T["v_pool"], generate_stats=False,
+                  attn_scale=d["q"].shape[-1] ** -0.5, use_padding_mask=True, seq_len_q=T["seq_len_q"],
+                  seq_len_kv=T["seq_len_kv"], paged_attention_k_table=T["page_table"],
+                  paged_attention_v_table=T["page_table"], paged_attention_max_seq_len_kv=max_seq_len_kv,
+                  compute_data_type=cudnn.data_type.FLOAT)
+    o = d["o"]
+    O.set_output(True).set_data_type(o.dtype).set_dim(list(o.shape)).set_stride(list(o.stride()))
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the five build steps
+    return g, {t: d[n] for n, t in T.items()} | {O: o}
+
 
 problem = attention.PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64)
 data = problem.make_inputs(seed=0)
-paged = attention.paged_decode_graph(problem, data)
-pack = paged.pack(**{k: data[k] for k in paged.io})
+g, pack = paged_decode(data, problem.pages_per_sequence * problem.page_size)
+paged = graphs.adopt(g, handle, name="paged decode")
 print(problem)
 print(f"lengths: min {int(data['lengths'].min())}, median {int(data['lengths'].median())}, "
       f"max {int(data['lengths'].max())}; pool {tuple(data['k_pool'].shape)}; page table {tuple(data['page_table'].shape)}")
-print(paged.built.report)
+print(paged.report)
 
 check.poison(data["o"])
-paged.built.execute(pack)
+paged.execute(pack)
 
 # %%
 # Check
@@ -80,9 +108,6 @@ print(checks[-1])
 #
 # Each is checked against the reference before it is timed; one this PyTorch lacks is shown with
 # its error, not dropped.
-import torch
-
-
 def pytorch_layout(p, d):
     """The pool as pages × page × heads × dim, the valid-token index and the varlen offsets."""
     k_pool = d["k_pool"].permute(0, 2, 1, 3).contiguous()
@@ -167,8 +192,8 @@ def setup(ctx):
         torch.cuda.empty_cache()
         p = attention.PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=ctx, page_size=64)
         d = p.make_inputs(seed=ctx)
-        f = attention.paged_decode_graph(p, d)
-        launch = f.built.bind(f.pack(**{k: d[k] for k in f.io}))
+        gc, pc = paged_decode(d, p.pages_per_sequence * p.page_size)
+        launch = graphs.adopt(gc, handle, name=f"paged decode {ctx}").bind(pc)
         m = p.key_mask(d["seq_len_kv"])
         k, v = attention.gather_pages(d["k_pool"], d["page_table"]), attention.gather_pages(d["v_pool"], d["page_table"])
         ref = check.reference(p.torch_forward, d["q"], k, v, m)
@@ -239,9 +264,7 @@ for name, why in unavailable.items():
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_13_paged_decode", title="Paged KV-cache attention for decode", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(read, result.measurements)
 c8 = result.comparisons[8192]
 rec.headline("paged decode at 8k context, % of read bandwidth", unit="%",
@@ -249,5 +272,4 @@ rec.headline("paged decode at 8k context, % of read bandwidth", unit="%",
 rec.comparison("paged decode at 8k context, speed-up over the fastest PyTorch decode", c8)
 rec.extra["verdicts"] = result.verdicts()
 rec.extra["unavailable"] = unavailable
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

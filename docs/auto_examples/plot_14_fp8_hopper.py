@@ -33,18 +33,49 @@ env
 # 8192³. The real-valued operands are bf16 normals; each is quantized with the scale that maps
 # its largest magnitude onto 448. ``b`` is column-major, the layout FP8 tensor cores read.
 # Quantizing is not timed: in training it is fused into the producer of each operand.
+#
+# The graph reads the two FP8 (E4M3) operands, multiplies in fp32, and undoes the two
+# quantization scales on the way out (``mul`` by each operand's descale, pass-in tensors), so
+# the bf16 result is in real units.
+import cudnn
 import torch
 
-from cudnn_guide import check, fp8
+from cudnn_guide import check, fp8, graphs
+
+handle = graphs.handle_for_current_device()
+FLOAT = cudnn.data_type.FLOAT
+
+
+def new_graph(name):
+    return cudnn.pygraph(handle=handle, name=name, io_data_type=cudnn.data_type.BFLOAT16,
+                         intermediate_data_type=FLOAT, compute_data_type=FLOAT)
+
+
+def output(graph_output, t):
+    graph_output.set_output(True).set_data_type(t.dtype).set_dim(list(t.shape)).set_stride(list(t.stride()))
+    return t
+
+
+def fp8_matmul(d):
+    """c = (a8 @ b8) · descale_a · descale_b, E4M3 operands, fp32 accumulation, bf16 out; returns graph, pack."""
+    g = new_graph("fp8_matmul")
+    T = {n: g.tensor_like(d[n], name=n) for n in ("a8", "b8", "descale_a", "descale_b")}
+    mm = g.matmul(A=T["a8"], B=T["b8"], compute_data_type=FLOAT, name="matmul")
+    mm.set_data_type(FLOAT)
+    C = g.mul(a=g.mul(a=mm, b=T["descale_a"], name="descale_a"), b=T["descale_b"], name="descale_b")
+    pack = {t: d[n] for n, t in T.items()} | {C: output(C, d["c"])}
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the five build steps
+    return g, pack
+
 
 problem = fp8.Fp8MatmulProblem(m=8192, n=8192, k=8192)
 data = problem.make_inputs(seed=0)
-mm = fp8.fp8_matmul_graph(problem, data)
-mm_pack = mm.pack(**{k: data[k] for k in mm.io})
+g_mm, mm_pack = fp8_matmul(data)
+mm = graphs.adopt(g_mm, handle, name="fp8 matmul")
 print(problem)
-print(mm.built.report)
+print(mm.report)
 check.poison(data["c"])
-mm.built.execute(mm_pack)
+mm.execute(mm_pack)
 
 reference = check.reference(torch.matmul, data["a"], data["b"])
 a2, b2 = data["a8"][0], data["b8"][0]
@@ -78,8 +109,8 @@ def setup(n):
         torch.cuda.empty_cache()
         p = fp8.Fp8MatmulProblem(m=n, n=n, k=n)
         d = p.make_inputs(seed=n)
-        f = fp8.fp8_matmul_graph(p, d)
-        launch = f.built.bind(f.pack(**{k: d[k] for k in f.io}))
+        gn, pn = fp8_matmul(d)
+        launch = graphs.adopt(gn, handle, name=f"fp8 matmul {n}").bind(pn)
         check.poison(d["c"])
         launch()
         check.check(d["c"], check.reference(torch.matmul, d["a"], d["b"]), name=f"FP8 {n}³", tol=FP8_TOL)
@@ -112,15 +143,33 @@ torch.cuda.empty_cache()
 # cuDNN graph on the same real values is the accuracy and speed reference point.
 from cudnn_guide import recipes
 
+
+def fp8_attention(d, causal=True):
+    """Causal attention on E4M3 Q, K, V with per-tensor scales; writes E4M3 O and the AMAX of S and O."""
+    g = new_graph("sdpa_fp8")
+    names = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    T = {n: g.tensor_like(d[n], name=n) for n in names}
+    # sdpa_fp8 names the band's right edge ``right_bound`` (sdpa: ``diagonal_band_right_bound``)
+    mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, right_bound=0) if causal else {}
+    O, _stats, AMAX_S, AMAX_O = g.sdpa_fp8(
+        name="sdpa_fp8", q=T["q8"], k=T["k8"], v=T["v8"], descale_q=T["descale_q"], descale_k=T["descale_k"],
+        descale_v=T["descale_v"], descale_s=T["descale_s"], scale_s=T["scale_s"], scale_o=T["scale_o"],
+        generate_stats=False, attn_scale=d["q8"].shape[-1] ** -0.5, compute_data_type=FLOAT, **mask)
+    pack = {t: d[n] for n, t in T.items()}
+    pack |= {O: output(O, d["o8"]), AMAX_S: output(AMAX_S, d["amax_s"]), AMAX_O: output(AMAX_O, d["amax_o"])}
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return g, pack
+
+
 att = recipes.SdpaProblem(batch=8, heads=16, seq=2048, head_dim=128, causal=True)
 att_in = att.make_inputs(seed=3)
 f8 = fp8.make_sdpa_fp8_inputs(att_in["q"], att_in["k"], att_in["v"])
-att8 = fp8.sdpa_fp8_graph(att, f8)
-att8_pack = att8.pack(**{k: f8[k] for k in att8.io})
-att16 = recipes.sdpa_graph(att, att_in)
+g8, att8_pack = fp8_attention(f8)
+att8 = graphs.adopt(g8, handle, name="fp8 attention")
+att16 = recipes.sdpa_graph(att, att_in)  # the bf16 graph of the attention page
 att16_pack = att16.pack(**att_in)
-print(att8.built.report)
-att8.built.execute(att8_pack)
+print(att8.report)
+att8.execute(att8_pack)
 att16.built.execute(att16_pack)
 att_ref = check.reference(att.torch_forward, att_in["q"], att_in["k"], att_in["v"])
 o_fp8 = fp8.dequantize(f8["o8"], f8["descale_o"])
@@ -152,8 +201,8 @@ def att_setup(s):
         p = recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
         d = p.make_inputs(seed=s)
         q8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
-        g8, g16 = fp8.sdpa_fp8_graph(p, q8), recipes.sdpa_graph(p, d)
-        l8, l16 = g8.built.bind(g8.pack(**{k: q8[k] for k in g8.io})), g16.built.bind(g16.pack(**d))
+        (gq, pq), g16 = fp8_attention(q8), recipes.sdpa_graph(p, d)
+        l8, l16 = graphs.adopt(gq, handle, name=f"fp8 attention {s}").bind(pq), g16.built.bind(g16.pack(**d))
         l8()
         ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
         check.check(fp8.dequantize(q8["o8"], q8["descale_o"]), ref, name=f"FP8 attention S={s}", tol=FP8_TOL)
@@ -238,9 +287,7 @@ print(f"* Peak attention throughput: FP8 {peak8.tflops:.0f} TFLOP/s (S={peak8.pa
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_14_fp8_hopper", title="FP8 on Hopper", environment=env)
-for c in mm_checks + att_checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(mm_result.measurements, att_result.measurements)
 rec.headline("FP8 matmul 8192³ TFLOP/s", unit="TFLOP/s", **m8.estimate("cuDNN FP8 graph", "TFLOP/s"))
 for n in sizes:
@@ -248,5 +295,4 @@ for n in sizes:
 rec.comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
 rec.headline("FP8 attention relative error", att_checks[0].rel_error, "")
 rec.extra["verdicts"] = {"matmul": mm_result.verdicts(), "attention": att_result.verdicts()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -114,10 +114,8 @@ print(f"* Quantizing runs at {quant.gbps:.0f} GB/s, {100 * quant.gbps / ceil.cop
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_15_blackwell_block_scaling", title="MXFP8 and block-scale quantization", environment=env)
-rec.add_check(mx_check)
+rec = records.page(env)
 rec.add(quant)
 rec.headline("MXFP8 quantize, % of copy bandwidth", 100 * quant.gbps / ceil.copy_gbps, "%")
 rec.headline("non-outlier error, per-tensor FP8 / MXFP8", err_pt / err_mx, "x")
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -235,12 +235,9 @@ for (phase, hkv), c in results.items():
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_16_gqa_mqa", title="Grouped-query and multi-query attention", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 for (phase, hkv), c in results.items():
     rec.comparison(f"{phase}, Hkv={hkv}: speed-up over best baseline", c)
 rec.headline("decode time, Hkv=8", unit="µs", **dec[8])
 rec.extra["unavailable"] = {f"{p} Hkv={h} {n}": why for (p, h, n), why in unavailable.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -15,6 +15,7 @@ wastes work on tokens that do not exist; cuDNN offers two ways not to:
 What you will learn:
 
 * both declarations, each checked sequence by sequence against an fp32 reference;
+* the backward graph on packed sequences (``sdpa_backward`` with ragged offsets), checked and timed;
 * the edge cases users report: a zero-length sequence and a one-token sequence;
 * the clear errors for lengths and offsets that cuDNN would misread;
 * the work saved against padding, and the cuDNN graph against PyTorch's varlen paths.
@@ -268,6 +269,109 @@ ax.set_title(f"causal attention over {B} sequences, {T} real tokens")
 plt.show()
 
 # %%
+# The backward pass on packed sequences
+# -------------------------------------
+# Training on packed sequences needs the forward to save its softmax statistics and a
+# ``sdpa_backward`` graph with the same ragged offsets on Q, K, V, O, dO and the three
+# gradients. The statistics keep the padded B×H×S_max×1 layout (fp32). Each sequence's dQ, dK
+# and dV are checked against fp32 autograd on that sequence alone.
+gen_b = torch.Generator(device="cuda").manual_seed(2)
+d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen_b)
+o_train = torch.empty_like(q)
+stats = torch.empty(B, H, S_MAX, 1, device="cuda", dtype=torch.float32)
+grads = {n: torch.empty_like(q) for n in ("dq", "dk", "dv")}
+causal = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+
+gf = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
+                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+RAGGED_F = gf.tensor(name="ragged_offsets", dim=[B + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+QF, KF, VF = (gf.tensor(name=n, dim=dims, stride=strides, data_type=cudnn.data_type.BFLOAT16, ragged_offset=RAGGED_F)
+              for n in "qkv")
+LQF, LKF = gf.tensor_like(seq_lens, name="seq_len_q"), gf.tensor_like(seq_lens, name="seq_len_kv")
+OF, STATS = gf.sdpa(name="sdpa_varlen_train", q=QF, k=KF, v=VF, attn_scale=D ** -0.5, generate_stats=True,
+                    use_padding_mask=True, seq_len_q=LQF, seq_len_kv=LKF, **causal)
+OF.set_output(True).set_dim(dims).set_stride(strides).set_ragged_offset(RAGGED_F)
+STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim(list(stats.shape)).set_stride(list(stats.stride()))
+gf.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+train_pack = {QF: q, KF: k, VF: v, OF: o_train, STATS: stats, LQF: seq_lens, LKF: seq_lens, RAGGED_F: offsets}
+gf.execute(train_pack, torch.empty(gf.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
+
+gb = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
+                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+RAGGED_B = gb.tensor(name="ragged_offsets", dim=[B + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+QB, KB, VB, OB, DOB = (gb.tensor(name=n, dim=dims, stride=strides, data_type=cudnn.data_type.BFLOAT16,
+                                 ragged_offset=RAGGED_B) for n in ("q", "k", "v", "o", "dO"))
+STATS_B = gb.tensor_like(stats, name="stats")
+LQB, LKB = gb.tensor_like(seq_lens, name="seq_len_q"), gb.tensor_like(seq_lens, name="seq_len_kv")
+DQ, DK, DV = gb.sdpa_backward(name="sdpa_varlen_backward", q=QB, k=KB, v=VB, o=OB, dO=DOB, stats=STATS_B,
+                              attn_scale=D ** -0.5, use_padding_mask=True, seq_len_q=LQB, seq_len_kv=LKB, **causal)
+for grad in (DQ, DK, DV):
+    grad.set_output(True).set_dim(dims).set_stride(strides).set_ragged_offset(RAGGED_B)
+gb.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+backward_pack = {QB: q, KB: k, VB: v, OB: o_train, DOB: d_o, STATS_B: stats, LQB: seq_lens, LKB: seq_lens,
+                 RAGGED_B: offsets, DQ: grads["dq"], DK: grads["dk"], DV: grads["dv"]}
+check.poison(*grads.values())
+gb.execute(backward_pack, torch.empty(gb.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
+
+torch.cuda.set_device(q.device)  # autograd's backward thread needs this device's context
+reference_grads = []
+for b in range(B):
+    a, e = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
+    leaf = [t[a:e].transpose(0, 1)[None].float().requires_grad_() for t in (q, k, v)]
+    with check.full_precision():
+        F.scaled_dot_product_attention(*leaf, is_causal=True).backward(d_o[a:e].transpose(0, 1)[None].float())
+    reference_grads.append([t.grad for t in leaf])
+
+
+def per_sequence_grad_check(grads_of, label):
+    """The worst of every sequence's dQ, dK, dV against fp32 autograd on that sequence alone."""
+    worst = None
+    for b in range(B):
+        a, e = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
+        for i, name in enumerate(("dq", "dk", "dv")):
+            r = check.check(grads_of(name, b, a, e), reference_grads[b][i],
+                            name=f"{label} {name}, sequence {b} ({e - a} tokens)")
+            worst = r if worst is None or r.rel_error > worst.rel_error else worst
+    return worst
+
+
+checks.append(per_sequence_grad_check(lambda n, b, a, e: grads[n][a:e].transpose(0, 1)[None], "packed THD backward"))
+print(checks[-1], f"(the worst of {3 * B} gradients)")
+
+# %%
+# The backward against PyTorch: each contender's gradients come from one retained autograd
+# graph (``retain_graph=True``), so only the backward is timed. The padded flash backward and
+# FlexAttention's document mask are checked the same way first.
+d_op = padded(d_o)
+backward_contenders = {"cuDNN packed (THD) backward": graphs.adopt(gb, handle, name="varlen_bwd").bind(backward_pack)}
+leaves_p = [t.detach().requires_grad_() for t in (qp, kp, vp)]
+with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+    y_flash = F.scaled_dot_product_attention(*leaves_p, is_causal=True)
+flash_grads = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(y_flash, leaves_p, d_op, retain_graph=True)))
+checks.append(per_sequence_grad_check(lambda n, b, a, e: flash_grads[n][b:b + 1, :, : e - a],
+                                      "PyTorch padded SDPA (flash) backward"))
+print(checks[-1])
+backward_contenders["PyTorch padded SDPA (flash) backward"] = (
+    lambda: torch.autograd.grad(y_flash, leaves_p, d_op, retain_graph=True))
+leaves_f = [t.detach().requires_grad_() for t in packed_bhsd]
+d_o_bhsd = d_o.transpose(0, 1)[None]
+try:
+    y_flex = flex(*leaves_f, block_mask=block_mask)
+    flex_grads = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(y_flex, leaves_f, d_o_bhsd, retain_graph=True)))
+    checks.append(per_sequence_grad_check(lambda n, b, a, e: flex_grads[n][:, :, a:e],
+                                          "FlexAttention, document mask, backward"))
+    print(checks[-1])
+    backward_contenders["FlexAttention, document mask, backward"] = (
+        lambda: torch.autograd.grad(y_flex, leaves_f, d_o_bhsd, retain_graph=True))
+except Exception as exc:  # shown, not hidden
+    unavailable["FlexAttention backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
+    print("FlexAttention backward: unavailable", unavailable["FlexAttention backward"])
+backward_result = compare.compare(backward_contenders, candidate="cuDNN packed (THD) backward", l2="cold", rounds=9,
+                                  flops=2.5 * real_flops)
+for name in backward_result.versus:
+    print(f"cuDNN packed backward vs {name}: {backward_result.describe(name)}")
+
+# %%
 # Takeaways
 # ---------
 padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
@@ -276,18 +380,20 @@ print(f"* Padding to the longest sequence would do {padded_flops / real_flops:.1
       f"tokens ({T} real of {B * S_MAX} slots).")
 print(f"* The packed cuDNN graph is {result.describe(best)}; against the padded tensors with a padding mask it is "
       f"{result.describe('cuDNN padding mask')}.")
+print(f"* Backward (dQ, dK, dV) on the packed layout: "
+      f"{backward_result.estimate('cuDNN packed (THD) backward')['value']:.0f} µs; against the fastest PyTorch "
+      f"backward it is {backward_result.describe(backward_result.best_baseline)}.")
 print(f"* A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its output slots still held the poison after "
       "the call; a one-token sequence is checked like any other.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_17_varlen_attention", title="Variable-length batches", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison("packed THD: speed-up over best baseline", result)
 rec.headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
+rec.comparison("packed THD backward: speed-up over best baseline", backward_result)
+rec.headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
 rec.extra["lengths"] = lengths.tolist()
 rec.extra["unavailable"] = unavailable
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -288,13 +288,10 @@ print(f"* ALiBi in the kernel: {bias_cmp.describe('FlexAttention ALiBi (compiled
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_18_attention_masks", title="Attention masks", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")
 rec.comparison("paged chunked prefill: speed-up over gather + SDPA", prefill, "PyTorch gather pages + SDPA")
 rec.comparison("ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)")
 for c in by_window.values():
     rec.add(*c.measurements.values())
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

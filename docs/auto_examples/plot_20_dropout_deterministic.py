@@ -213,12 +213,8 @@ print(f"* The deterministic backward gave {distinct[True]} bit pattern in 10 run
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_20_dropout_deterministic", title="Training extras: dropout and a deterministic backward",
-                     environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison("dropout forward: speed-up over no dropout", dropout_cost)
 rec.comparison("deterministic backward: speed-up over default", det_cost)
 rec.extra.update(dropout_errors=errors, distinct_bit_patterns=distinct, workspace_bytes=ws)
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -226,13 +226,10 @@ if "update_us_median" in native:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_21_call_overhead", title="Per-call overhead", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(*host.measurements.values())
 rec.headline("execute, tensor-keyed pack: host time per call", unit="µs", **base)
 rec.comparison("host time: set_stream every call vs once", host, "set_stream + execute, every call")
 rec.extra["native_cuda_graph"] = native
 rec.extra["comparison"] = host.to_dict()
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

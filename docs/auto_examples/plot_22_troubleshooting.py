@@ -83,6 +83,14 @@ attempt("heuristics: FALLBACK only", "ask heur_mode.A first (FALLBACK after it, 
 attempt("heuristics: A, then FALLBACK", "—")
 
 # %%
+# "No execution plans support the graph" comes from ``check_support``: the heuristics listed
+# something, but no listed engine can run this graph on this GPU. Asking only for frontend
+# 1.32's open-source engines (``heur_mode.OPENSOURCE``, most of them written for SM 10.0) on
+# this GPU reproduces it:
+attempt("heuristics: OPENSOURCE only", "add heur_mode.A (then FALLBACK): the open-source engines here do not serve "
+        "this graph on this GPU", modes=("OPENSOURCE",))
+
+# %%
 # Head dims, dtypes and layouts
 # -----------------------------
 # The head dim must be a multiple of 8 (checked at validate); which head dims, dtypes and
@@ -168,6 +176,7 @@ except InputError as exc:
 # The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the nvidia-cudnn wheel
 # that PyTorch brings, ``LD_LIBRARY_PATH`` or the system. ``python -m cudnn.collect_env`` prints
 # what it found; the guide's ``environment.find_libcudnn()`` explains its search:
+import os
 import subprocess
 import sys
 
@@ -178,13 +187,29 @@ lines = [ln for ln in (collect.stdout + collect.stderr).splitlines()
 print("\n".join(lines[:25]))
 
 # %%
+# A broken ``libcudnn.so.9`` earlier on ``LD_LIBRARY_PATH`` wins over the good one: the
+# frontend searches that path first. Reproduced in a fresh process, with an empty file standing
+# in for a stale or half-copied library:
+import tempfile
+
+with tempfile.TemporaryDirectory() as stale:
+    open(os.path.join(stale, "libcudnn.so.9"), "wb").close()
+    broken = subprocess.run([sys.executable, "-c", "import cudnn; print(cudnn.backend_version())"],
+                            capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, LD_LIBRARY_PATH=stale + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")))
+last = (broken.stderr.strip().splitlines() or ["(no error)"])[-1].replace(stale, "<stale dir>")
+print(f"import cudnn with the stale library first: exit code {broken.returncode}\n    {last[:300]}")
+outcomes.append({"case": "a broken libcudnn.so.9 first on LD_LIBRARY_PATH", "surfaces at": "import cudnn",
+                 "error": last.split(":")[0] if broken.returncode else "none", "message": last[:300],
+                 "fix": "remove that directory from LD_LIBRARY_PATH (environment.find_libcudnn().explain() names "
+                        "the file that would load)"})
+
+# %%
 # The frontend's log, captured
 # ----------------------------
 # ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs each
 # step: the graph as JSON, the checks, the heuristics' answer and the plan chosen. The lines
 # below come from building the causal SDPA graph in a fresh process with logging on:
-import os
-
 script = """
 import torch, cudnn
 h = cudnn.create_handle()
@@ -272,10 +297,7 @@ if version_notes:
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_22_troubleshooting", title="When cuDNN says no", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.extra["outcomes"] = outcomes
 rec.extra["heuristics"] = rows
-_record_path = rec.write()
 # sphinx_gallery_end_ignore

@@ -220,11 +220,8 @@ print(f"* Its training step runs at {training.estimate(CAND, 'TFLOP/s')['value']
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_23_pytorch_custom_op", title="A cuDNN graph inside a PyTorch model", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.comparison("training step: speed-up over best alternative", training)
 rec.headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
 rec.extra["unavailable"] = unavailable
-_record_path = rec.write()
 # sphinx_gallery_end_ignore
