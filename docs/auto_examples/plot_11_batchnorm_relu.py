@@ -33,27 +33,61 @@ env
 # The first ResNet-50 stage at batch 64: 64 × 256 × 56 × 56 in fp16, channels-last. Scale,
 # bias and statistics are fp32 per channel. The running statistics go in as inputs and come
 # back updated through the same buffers.
+#
+# The ``batchnorm`` node takes the running statistics as inputs and returns the output, the
+# saved batch statistics and the *next* running statistics; binding those to the same buffers
+# updates them in place. ``epsilon`` and ``momentum`` are pass-by-value scalars.
+import cudnn
 import torch
 
-from cudnn_guide import check, norms, tensors
+from cudnn_guide import check, graphs, norms
+
+handle = graphs.handle_for_current_device()
+
+
+def new_graph(name):
+    return cudnn.pygraph(handle=handle, name=name, io_data_type=cudnn.data_type.HALF,
+                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+
+
+def output(graph_output, t):
+    graph_output.set_output(True).set_data_type(t.dtype).set_dim(list(t.shape)).set_stride(list(t.stride()))
+    return t
+
+
+def host_scalar(g, name):
+    return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True,
+                    data_type=cudnn.data_type.FLOAT)
+
+
+def batchnorm_relu_training(d, eps, momentum):
+    """Declare and build relu(batchnorm(x)) in training; returns the graph and its variant pack."""
+    g = new_graph("batchnorm_relu_training")
+    T = {n: g.tensor_like(d[n], name=n) for n in ("x", "scale", "bias", "running_mean", "running_var")}
+    EPS, MOMENTUM = host_scalar(g, "epsilon"), host_scalar(g, "momentum")
+    Y, MEAN, INV_VAR, NEXT_MEAN, NEXT_VAR = g.batchnorm(
+        name="batchnorm", input=T["x"], scale=T["scale"], bias=T["bias"], in_running_mean=T["running_mean"],
+        in_running_var=T["running_var"], epsilon=EPS, momentum=MOMENTUM)
+    RELU = g.relu(input=Y, name="relu")
+    pack = {t: d[n] for n, t in T.items()} | {EPS: torch.full((1, 1, 1, 1), eps),
+                                              MOMENTUM: torch.full((1, 1, 1, 1), momentum)}
+    pack |= {MEAN: output(MEAN, d["mean"]), INV_VAR: output(INV_VAR, d["inv_var"]),
+             NEXT_MEAN: output(NEXT_MEAN, d["running_mean"]), NEXT_VAR: output(NEXT_VAR, d["running_var"]),
+             RELU: output(RELU, d["y"])}
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the five build steps
+    return g, pack
+
 
 problem = norms.BatchNormProblem(n=64, c=256, h=56, w=56)
 data = problem.make_inputs(seed=0)
-train = norms.batchnorm_relu_graph(problem, data, training=True)
+g_train, train_pack = batchnorm_relu_training(data, problem.eps, problem.momentum)
+train = graphs.adopt(g_train, handle, name="batchnorm_relu_training")
 print(problem)
-print(train.built.report)
-
-
-def training_pack(f, d, p):
-    return f.pack(x=d["x"], scale=d["scale"], bias=d["bias"], running_mean=d["running_mean"],
-                  running_var=d["running_var"], epsilon=tensors.scalar_value(p.eps, rank=4),
-                  momentum=tensors.scalar_value(p.momentum, rank=4), mean=d["mean"], inv_var=d["inv_var"],
-                  next_running_mean=d["running_mean"], next_running_var=d["running_var"], y=d["y"])
-
+print(train.report)
 
 rm_before, rv_before = data["running_mean"].clone(), data["running_var"].clone()
 check.poison(data["y"], data["mean"], data["inv_var"])
-train.built.execute(training_pack(train, data, problem))
+train.execute(train_pack)
 
 ref_rm, ref_rv = rm_before.clone(), rv_before.clone()
 ref_y = check.reference(lambda x, s, b: problem.torch_forward(x, s, b, ref_rm, ref_rv, training=True),
@@ -77,7 +111,26 @@ for c in checks:
 # cuDNN's ``batchnorm_inference`` node takes the running mean and 1/√(var+ε). If this cuDNN has
 # no engine for it followed by a ReLU, the page says so and uses the folded form, which is one
 # multiply-add per element: ``a = γ/√(var+ε)``, ``b = β − mean·a``.
-from cudnn_guide.errors import GraphNotSupportedError
+def batchnorm_relu_inference(d):
+    """relu(batchnorm_inference(x)) with the running mean and 1/√(var+ε)."""
+    g = new_graph("batchnorm_relu_inference")
+    T = {n: g.tensor_like(d[n], name=n) for n in ("x", "scale", "bias", "mean", "inv_var")}
+    Y = g.batchnorm_inference(name="batchnorm_inference", input=T["x"], mean=T["mean"], inv_variance=T["inv_var"],
+                              scale=T["scale"], bias=T["bias"])
+    RELU = g.relu(input=Y, name="relu")
+    pack = {t: d[n] for n, t in T.items()} | {RELU: output(RELU, d["y"])}  # outputs are declared before the build
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return g, pack
+
+
+def folded_relu(d):
+    """relu(x · a + b): the folded per-channel affine map, then the ReLU."""
+    g = new_graph("folded_batchnorm_relu")
+    T = {n: g.tensor_like(d[n], name=n) for n in ("x", "a", "b")}
+    RELU = g.relu(input=g.add(a=g.mul(a=T["x"], b=T["a"], name="scale"), b=T["b"], name="shift"), name="relu")
+    pack = {t: d[n] for n, t in T.items()} | {RELU: output(RELU, d["y"])}
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return g, pack
 
 
 def inference_graph(p, d):
@@ -86,17 +139,18 @@ def inference_graph(p, d):
     d["inv_var"] = torch.rsqrt(d["running_var"] + p.eps)
     d["a"], d["b"] = norms.fold_batchnorm(d["scale"], d["bias"], d["running_mean"], d["running_var"], p.eps)
     try:
-        f = norms.batchnorm_relu_graph(p, d, training=False)
-        return "batchnorm_inference node", f, f.pack(**{k: d[k] for k in f.io})
-    except GraphNotSupportedError as exc:
-        f = norms.folded_batchnorm_relu_graph(p, d)
-        return f"folded (the node was refused: {str(exc).splitlines()[0][:160]})", f, f.pack(**{k: d[k] for k in f.io})
+        g, pack = batchnorm_relu_inference(d)
+        return "batchnorm_inference node", graphs.adopt(g, handle, name="batchnorm_inference"), pack
+    except Exception as exc:  # cuDNN's refusal, shown
+        g, pack = folded_relu(d)
+        refusal = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        return f"folded (the node was refused: {refusal})", graphs.adopt(g, handle, name="folded"), pack
 
 
 form, infer, infer_pack = inference_graph(problem, data)
 print("inference graph:", form)
 check.poison(data["y"])
-infer.built.execute(infer_pack)
+infer.execute(infer_pack)
 ref_inf = check.reference(lambda x, s, b, m, v: problem.torch_forward(x, s, b, m, v, training=False),
                           data["x"], data["scale"], data["bias"], data["running_mean"], data["running_var"])
 checks.append(check.check(data["y"], ref_inf, name=f"inference y ({form.split(' (')[0]})"))
@@ -149,15 +203,15 @@ def setup(stage):
         c, hw = STAGES[stage]
         p = norms.BatchNormProblem(n=64, c=c, h=hw, w=hw)
         d = p.make_inputs(seed=c)
-        t = norms.batchnorm_relu_graph(p, d, training=True)
-        tp = training_pack(t, d, p)
+        gt, tp = batchnorm_relu_training(d, p.eps, p.momentum)
+        t = graphs.adopt(gt, handle, name=f"batchnorm {stage}")
         check.poison(d["y"])
-        t.built.execute(tp)
+        t.execute(tp)
         rm, rv = d["running_mean"].clone(), d["running_var"].clone()  # already updated once; reference starts from here
         check.check(d["y"], check.reference(lambda x, s, b: p.torch_forward(x, s, b, rm, rv, True), d["x"], d["scale"], d["bias"]),
                     name=f"training {stage}")
         _, inf, ip = inference_graph(p, d)
-        made[stage] = (p, d, t.built.bind(tp), inf.built.bind(ip), baselines.compile_quietly(p.torch_forward, mode="default"))
+        made[stage] = (p, d, t.bind(tp), inf.bind(ip), baselines.compile_quietly(p.torch_forward, mode="default"))
     return made[stage]
 
 
@@ -208,9 +262,7 @@ print(f"* Inference graph used: {form}.")
 # sphinx_gallery_start_ignore
 from cudnn_guide import records
 
-rec = records.Record("plot_11_batchnorm_relu", title="BatchNorm → ReLU", environment=env)
-for c in checks:
-    rec.add_check(c)
+rec = records.page(env)
 rec.add(result.measurements)
 first = next(iter(STAGES))
 for mode, res in results.items():
@@ -220,5 +272,4 @@ for mode, res in results.items():
     rec.comparison(f"BN→ReLU {mode} at {first}, speed-up over best PyTorch", cmp)
 rec.extra["inference_form"] = form
 rec.extra["verdicts"] = {mode: res.verdicts() for mode, res in results.items()}
-_record_path = rec.write()
 # sphinx_gallery_end_ignore
