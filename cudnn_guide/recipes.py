@@ -214,10 +214,18 @@ def declare_conv_bias_relu(g: Any, x: Any, w: Any, b: Any, y: Any, padding: int,
     ----------
     g
         A ``cudnn.pygraph`` (bf16 I/O, fp32 compute).
-    x, w, b, y
-        Tensors lending their dims, strides and dtypes (from :meth:`ConvProblem.make_inputs`).
-    padding, stride
-        The convolution's padding and stride, both spatial dims.
+    x
+        The input image, N×C×H×W channels-last (lends dims, strides and dtype; not read).
+    w
+        The filter, K×C×R×S channels-last.
+    b
+        The bias, 1×K×1×1.
+    y
+        The output buffer, N×K×P×Q channels-last.
+    padding
+        The convolution's padding, both spatial dims.
+    stride
+        Its stride, both spatial dims.
 
     Returns
     -------
