@@ -340,8 +340,8 @@ print(checks[-1], f"(the worst of {3 * B} gradients)")
 
 # %%
 # The backward against PyTorch: each contender's gradients come from one retained autograd
-# graph (``retain_graph=True``), so only the backward is timed. The padded flash backward and
-# FlexAttention's document mask are checked the same way first.
+# graph (``retain_graph=True``), so only the backward is timed. The padded flash backward,
+# FlexAttention's document mask and ``varlen_attn`` are checked the same way first.
 d_op = padded(d_o)
 backward_contenders = {"cuDNN packed (THD) backward": graphs.adopt(gb, handle, name="varlen_bwd").bind(backward_pack)}
 leaves_p = [t.detach().requires_grad_() for t in (qp, kp, vp)]
@@ -366,6 +366,19 @@ try:
 except Exception as exc:  # shown, not hidden
     unavailable["FlexAttention backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
     print("FlexAttention backward: unavailable", unavailable["FlexAttention backward"])
+if "PyTorch varlen_attn" in contenders:  # the forward's strongest baseline, differentiable too
+    leaves_v = [t.detach().requires_grad_() for t in (q, k, v)]
+    try:
+        y_var = varlen_attn(*leaves_v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, window_size=(-1, 0))
+        var_grads = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(y_var, leaves_v, d_o, retain_graph=True)))
+        checks.append(per_sequence_grad_check(lambda n, b, a, e: var_grads[n][a:e].transpose(0, 1)[None],
+                                              "PyTorch varlen_attn backward"))
+        print(checks[-1])
+        backward_contenders["PyTorch varlen_attn backward"] = (
+            lambda: torch.autograd.grad(y_var, leaves_v, d_o, retain_graph=True))
+    except Exception as exc:  # shown, not hidden
+        unavailable["PyTorch varlen_attn backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
+        print("PyTorch varlen_attn backward: unavailable", unavailable["PyTorch varlen_attn backward"])
 backward_result = compare.compare(backward_contenders, candidate="cuDNN packed (THD) backward", l2="cold", rounds=9,
                                   flops=2.5 * real_flops)
 for name in backward_result.versus:
