@@ -151,6 +151,7 @@ html_title = "cudnn-guide"
 html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"
 html_css_files = ["cudnn-guide.css"]
+html_js_files = ["cudnn-guide.js"]
 html_theme_options = {"navigation_with_keys": True}
 # "Edit this page" links need to know where the repository is hosted; set it when publishing:
 #   CUDNN_GUIDE_SOURCE_REPOSITORY=https://github.com/<owner>/cudnn-guide/ nox -s docs

@@ -201,3 +201,14 @@ def test_search_finds_a_term(browser, server):
         "return Array.from(document.querySelectorAll('#search-results li a, ul.search li a')).map(a => a.textContent)"
     )
     assert any("kernel cache" in h.lower() for h in hits), hits
+
+
+def test_the_environment_table_is_folded_on_topic_pages_and_open_on_the_environment_page(browser, server):
+    state = (
+        "return Array.from(document.querySelectorAll('table.cg-env-table'))"
+        ".map(t => { const d = t.closest('details.cg-env'); return d ? (d.open ? 'open' : 'folded') : 'bare'; })"
+    )
+    browser.get(server + "auto_examples/plot_02_conv_bias_relu.html")
+    assert browser.execute_script(state) == ["folded"]
+    browser.get(server + "auto_examples/plot_01_environment.html")
+    assert browser.execute_script(state) == ["open"]
