@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,8 +71,12 @@ def _pip(*args: str, cwd: Path) -> None:
 
 
 def test_examples_use_only_public_names_of_the_package_installed_from_its_wheel(tmp_path):
+    src = tmp_path / "src"  # build from a copy: setuptools writes build/ and *.egg-info beside the sources
+    shutil.copytree(ROOT / "cudnn_guide", src / "cudnn_guide", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
-    _pip("wheel", "--no-deps", *isolation, "-w", str(tmp_path / "dist"), str(ROOT), cwd=tmp_path)
+    _pip("wheel", "--no-deps", *isolation, "-w", str(tmp_path / "dist"), str(src), cwd=tmp_path)
     (wheel,) = (tmp_path / "dist").glob("cudnn_guide-*.whl")
     site = tmp_path / "site"
     _pip("install", "--no-deps", "--no-compile", "--target", str(site), str(wheel), cwd=tmp_path)
