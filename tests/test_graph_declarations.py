@@ -219,13 +219,14 @@ BUILD_STEPS = ("validate", "build_operation_graph", "create_execution_plans", "c
 
 def _page(page, names):
     """The page's top-level functions and assignments named in ``names``, run with ``cudnn.pygraph``
-    making graphs whose build steps do nothing; returns the namespace and the graphs made."""
+    making graphs whose build steps only freeze them (so a declaration after the build fails here as
+    on the GPU); returns the namespace and the graphs made."""
     made = []
 
     def pygraph(*args, handle=None, **kwargs):
         g = cudnn.pygraph(*args, **kwargs)
-        for step in BUILD_STEPS:
-            setattr(g, step, lambda *a, **k: None)
+        for step in BUILD_STEPS:  # no GPU here: a build step only freezes the graph, as the real one does
+            setattr(g, step, lambda *a, g=g, **k: g._freeze())
         made.append(g)
         return g
 
