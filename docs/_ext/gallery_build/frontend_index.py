@@ -11,6 +11,8 @@ comes from the installed ``cudnn`` package (``pygraph``, ``Tensor``, the module 
 from __future__ import annotations
 
 import ast
+import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,22 @@ __all__ = ["frontend_vocabulary", "frontend_index"]
 _GRAPH_NAMES = {"g", "graph", "raw_graph"}
 
 
+# keyword arguments that name an operation's data or bookkeeping, not one of its options
+_NOT_OPTIONS = {"name", "compute_data_type", "data_type", "dim", "stride"}
+# options without an underscore, still worth finding by name
+_SHORT_OPTIONS = {"dropout", "bias", "padding", "stride", "dilation", "mode", "epsilon", "momentum"}
+_GRAPH_RECEIVER = re.compile(r"^(g\w{0,3}|graph|raw_graph)$")
+
+
 def frontend_vocabulary() -> dict[str, set[str]]:
-    """The installed frontend's names: ``graph`` methods, ``tensor`` methods, ``module`` attributes.
+    """The installed frontend's names: ``graph`` methods, ``tensor`` methods, ``module`` attributes,
+    and the ``option`` keywords its operations, tensors and graphs document.
 
     Returns
     -------
     dict[str, set[str]]
-        Public names of ``cudnn.pygraph``, of its tensors, and of the ``cudnn`` module.
+        Public names of ``cudnn.pygraph``, of its tensors, and of the ``cudnn`` module; the keyword
+        arguments documented by the backend graph's operations and ``cudnn.pygraph``'s constructor.
 
     Example
     -------
@@ -40,7 +51,13 @@ def frontend_vocabulary() -> dict[str, set[str]]:
         return {n for n in dir(obj) if not n.startswith("_")}
 
     tensor = public(getattr(cudnn, "Tensor", object)) | public(getattr(cudnn, "tensor", object))
-    return {"graph": public(cudnn.pygraph), "tensor": tensor, "module": public(cudnn)}
+    options = set(inspect.signature(cudnn.pygraph.__init__).parameters) - {"self", "name", "kwargs"}
+    backend = getattr(getattr(cudnn, "_pybind_module", None), "backend_graph", None)
+    for op in public(backend) if backend is not None else ():
+        doc = getattr(getattr(backend, op), "__doc__", None) or ""
+        options |= set(re.findall(r"^\s+(\w+) \((?:Optional\[)?[\w\[\], .:()|]*\)", doc, re.M))
+    options = {o for o in options if ("_" in o or o in _SHORT_OPTIONS) and o not in _NOT_OPTIONS}
+    return {"graph": public(cudnn.pygraph), "tensor": tensor, "module": public(cudnn), "option": options}
 
 
 def _dotted(node: ast.AST) -> str:
@@ -60,7 +77,13 @@ class _Unit:
 
 
 def _scan(
-    tree: ast.AST, unit: _Unit, vocab: dict[str, set[str]], aliases: dict[str, str], local: set[str], module: str
+    tree: ast.AST,
+    unit: _Unit,
+    vocab: dict[str, set[str]],
+    aliases: dict[str, str],
+    local: set[str],
+    module: str,
+    functions: frozenset[str] = frozenset(),
 ) -> None:
     for node in ast.walk(tree):
         # a helper passed as a value (to a fresh process, a sweep) runs as surely as one called
@@ -87,6 +110,17 @@ def _scan(
             is_method = attr in vocab["graph"] or attr in vocab["tensor"]
             if is_method and ("_" in attr or receiver.split(".")[-1] in _GRAPH_NAMES):
                 unit.uses.add(attr)
+        # an operation's options, as keywords: sink_token=, kernel_cache=, ragged_offset=. On a graph's
+        # own call any documented option counts; in a dict of options or a call to a function of the
+        # same file that passes them on (``**mask``), only the unmistakable ones, with an underscore
+        on_graph = isinstance(func, ast.Attribute) and (
+            _dotted(func) == "cudnn.pygraph"
+            or (func.attr in vocab["graph"] and _GRAPH_RECEIVER.match(_dotted(func.value).split(".")[-1]))
+        )
+        passed_on = isinstance(func, ast.Name) and (func.id == "dict" or func.id in functions)
+        for kw in node.keywords:
+            if kw.arg in vocab.get("option", ()) and (on_graph or (passed_on and "_" in kw.arg)):
+                unit.uses.add(f"{kw.arg}=")
 
 
 def _aliases(tree: ast.AST, package: str, module: str) -> dict[str, str]:
@@ -119,7 +153,8 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
     Returns
     -------
     list[dict[str, Any]]
-        ``name``, ``kind`` (``graph method``, ``tensor method`` or ``module``), ``helpers``
+        ``name``, ``kind`` (``graph method``, ``tensor method``, ``module`` or ``option``: a keyword
+        of an operation, a tensor or the graph, shown as ``sink_token=``), ``helpers``
         (qualified names that use it directly) and ``pages`` (example stems), sorted by name.
 
     Example
@@ -136,9 +171,10 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
         aliases = _aliases(tree, package, module)
         tops = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
         local = {n.name for n in tops}
+        functions = frozenset(n.name for n in tops if isinstance(n, ast.FunctionDef))
         for node in tops:
             unit = units[f"{module}.{node.name}"] = _Unit(f"{module}.{node.name}")
-            _scan(node, unit, vocab, aliases, local, module)
+            _scan(node, unit, vocab, aliases, local, module, functions)
 
     def closure(name: str, seen: set[str]) -> set[str]:
         if name in seen or name not in units:
@@ -153,7 +189,8 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
     for path in sorted((Path(root) / "examples").glob("plot_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         unit = _Unit(path.stem)
-        _scan(tree, unit, vocab, _aliases(tree, package, path.stem), set(), path.stem)
+        functions = frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
+        _scan(tree, unit, vocab, _aliases(tree, package, path.stem), set(), path.stem, functions)
         used = set(unit.uses)
         for callee in unit.calls:
             used |= closure(callee, set())
@@ -167,6 +204,8 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
     def kind(name: str) -> str:
         if name.startswith("cudnn."):
             return "module"
+        if name.endswith("="):
+            return "option"
         return "graph method" if name in vocab["graph"] else "tensor method"
 
     return [
