@@ -321,7 +321,7 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     from cudnn_guide import records
 
     if when == "after":
-        records.finish(Path(fname).stem, example_title(_example_path(gallery_conf, fname)))
+        records.finish(Path(fname).stem, recording.example_title(_example_path(gallery_conf, fname)))
     cudnn_guide.reset_caches()
     if when == "before":
         records.begin()
@@ -335,32 +335,6 @@ def _example_path(gallery_conf: Any, fname: str) -> Path:
         if path.exists():
             return path
     return Path(fname)
-
-
-def example_title(path: Path) -> str:
-    """An example's title: the first line of its module docstring (sphinx-gallery's page title).
-
-    Parameters
-    ----------
-    path
-        The example file.
-
-    Returns
-    -------
-    str
-        The title, or the file's stem if it has no docstring.
-
-    Example
-    -------
-    >>> example_title(Path('examples/plot_02_conv_bias_relu.py'))
-    'Fused convolution → bias → ReLU'
-    """
-    import ast
-
-    if not path.exists():
-        return path.stem
-    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    return next((line.strip() for line in doc.splitlines() if line.strip()), path.stem)
 
 
 def record_only_overrides(gallery_doc: str = "auto_examples") -> dict[str, Any]:

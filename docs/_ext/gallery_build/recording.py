@@ -38,6 +38,7 @@ __all__ = [
     "describe_recording",
     "package_md5",
     "restamp_text_edit",
+    "example_title",
     "recording_commit",
     "schedule",
     "page_files",
@@ -566,6 +567,32 @@ def restamp_text_edit(example: Path, gallery_dir: Path) -> list[tuple[str, str]]
     return changes
 
 
+def example_title(path: Path) -> str:
+    """An example's title: the first line of its module docstring (sphinx-gallery's page title).
+
+    Parameters
+    ----------
+    path
+        The example file.
+
+    Returns
+    -------
+    str
+        The title, or the file's stem if it has no docstring.
+
+    Example
+    -------
+    >>> example_title(Path('examples/plot_02_conv_bias_relu.py'))
+    'Fused convolution → bias → ReLU'
+    """
+    import ast
+
+    if not path.exists():
+        return path.stem
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return next((ln.strip() for ln in doc.splitlines() if ln.strip() and not set(ln.strip()) <= set("=-")), path.stem)
+
+
 def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environment: dict[str, Any]) -> None:
     """Record, instead of a run, a page saying the example was skipped on this GPU and why.
 
@@ -594,7 +621,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     example, gallery_dir = Path(example), Path(gallery_dir)
     stem = example.stem
     doc = ast.get_docstring(ast.parse(example.read_text(encoding="utf-8"))) or stem
-    title = next((line for line in doc.splitlines() if line.strip() and not set(line.strip()) <= set("=-")), stem)
+    title = example_title(example)
     explanation = _docstring_body(doc, title)
     gpu = f"{environment.get('gpu', '?')} (SM {environment.get('sm', '?')})"
     reason = "; ".join(needs)
