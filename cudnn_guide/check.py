@@ -168,7 +168,8 @@ def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | No
 def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
     """Like :func:`compare`, but raise :class:`~cudnn_guide.errors.CheckFailedError` on failure.
 
-    A passing check joins the running example's record (:func:`cudnn_guide.records.page`).
+    While the docs build collects an example's record, a passing check joins it
+    (:func:`cudnn_guide.records.collect_check`).
 
     Parameters
     ----------
@@ -210,7 +211,7 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
         raise CheckFailedError(f"check {name} failed: {why}")
     from . import records  # the running example's record collects every passing check
 
-    records.page().add_check(result)
+    records.collect_check(result)
     return result
 
 

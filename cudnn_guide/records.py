@@ -26,7 +26,18 @@ from .check import CheckResult
 from .errors import BenchmarkError
 from .measurement import Measurement
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Record", "record_dir", "load", "RECORD_SUFFIX", "page", "begin", "finish"]
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "Record",
+    "record_dir",
+    "load",
+    "RECORD_SUFFIX",
+    "page",
+    "collect_check",
+    "begin",
+    "finish",
+]
 
 SCHEMA = "cudnn-guide/record"
 SCHEMA_VERSION = 1
@@ -130,9 +141,7 @@ class Record:
         and add the comparison's measurements."""
         baseline = baseline or result.best_baseline
         s = result.versus[baseline]
-        for m in result.measurements.values():
-            if m not in self.measurements:
-                self.measurements.append(m)
+        self.add(result.measurements.values())
         return self.headline(
             name,
             s["value"],
@@ -205,6 +214,25 @@ def page(environment: Any = None) -> Record:
     return _PAGE
 
 
+def collect_check(result: CheckResult) -> None:
+    """Add a passing check to the running example's record, if one is being collected.
+
+    Outside a collection (a script, a training loop calling :func:`~cudnn_guide.check.check`
+    again and again) nothing is kept.
+
+    Parameters
+    ----------
+    result
+        The passing check.
+
+    Example
+    -------
+    >>> begin(); collect_check(result)
+    """
+    if _PAGE is not None:
+        _PAGE.add_check(result)
+
+
 def begin() -> None:
     """Start collecting a new example's record (the docs build calls it before each example).
 
@@ -213,7 +241,7 @@ def begin() -> None:
     >>> begin()
     """
     global _PAGE
-    _PAGE = None
+    _PAGE = Record(os.environ.get("CUDNN_GUIDE_PAGE", "example"))
 
 
 def finish(example: str, title: str, directory: str | os.PathLike[str] | None = None) -> Path | None:
@@ -239,7 +267,7 @@ def finish(example: str, title: str, directory: str | os.PathLike[str] | None = 
     """
     global _PAGE
     rec, _PAGE = _PAGE, None
-    if rec is None:
+    if rec is None or not (rec.checks or rec.measurements or rec.headlines or rec.extra):
         return None
     rec.example, rec.title = example, title
     return rec.write(directory)

@@ -77,3 +77,13 @@ def test_the_build_hook_writes_each_examples_record_named_and_titled_from_its_fi
     data = records.load(tmp_path / "gallery" / "plot_99_demo.record.json")
     assert (data["example"], data["title"]) == ("plot_99_demo", "A demo title")
     assert [c["name"] for c in data["checks"]] == ["the example's check"]
+
+
+def test_checks_outside_a_collection_are_not_kept(tmp_path):
+    import torch
+
+    records.begin()
+    assert records.finish("plot_demo", "Demo", tmp_path) is None  # nothing collected: no file
+    for _ in range(3):  # a script or a training loop checking again and again keeps nothing
+        check.check(torch.ones(2), torch.ones(2), name="outside")
+    assert records.page().checks == []
