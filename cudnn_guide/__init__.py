@@ -1,17 +1,16 @@
 """cudnn_guide: helpers for building, checking, timing and reporting cuDNN Frontend graphs.
 
-The modules follow the flow of every example:
+The subpackages follow the flow of every example:
 
-* :mod:`~cudnn_guide.environment` — describe the machine (GPU, driver, CUDA, cuDNN, versions).
-* :mod:`~cudnn_guide.tensors` — describe torch tensors to a graph (dtypes, dims, strides).
-* :mod:`~cudnn_guide.graphs` — build a graph in five timed steps; execute on torch's stream.
-* :mod:`~cudnn_guide.check` / :mod:`~cudnn_guide.attention_inputs` — references; checks of inputs.
-* :mod:`~cudnn_guide.bench` (timing), :mod:`~cudnn_guide.measurement` (samples, intervals),
-  :mod:`~cudnn_guide.ceilings`, :mod:`~cudnn_guide.profiling`, :mod:`~cudnn_guide.compare`
-  (verdicts), :mod:`~cudnn_guide.drift`, :mod:`~cudnn_guide.sweep` — measure, with spread.
-* :mod:`~cudnn_guide.torch_ops` — a cuDNN graph as a PyTorch operator.
-* :mod:`~cudnn_guide.report` / :mod:`~cudnn_guide.records` — tables, plots, JSON records.
-* :mod:`~cudnn_guide.recipes` — ready-made graphs the examples share.
+* :mod:`~cudnn_guide.graphs` — declare and build graphs, execute them on torch's stream; the
+  recipes the pages share;
+* :mod:`~cudnn_guide.check` — compare an output with its reference before anything is timed;
+* :mod:`~cudnn_guide.measure` — time, compare and bound, with intervals and verdicts;
+* :mod:`~cudnn_guide.report` — tables, plots and each example's record.
+
+Beside them: :mod:`~cudnn_guide.environment` and :mod:`~cudnn_guide.libcudnn` (the machine, and
+which libcudnn loads), :mod:`~cudnn_guide.errors`, and :mod:`~cudnn_guide.datafiles` (atomic
+writes of the recording's files).
 
 Importing the package imports neither torch nor cudnn; each module imports them when used.
 :func:`reset_caches` returns the process to a clean state between experiments.
@@ -19,7 +18,7 @@ Importing the package imports neither torch nor cudnn; each module imports them 
 
 __version__ = "0.1.0"
 
-from .errors import (  # noqa: F401  (re-exported: the public error types)
+from cudnn_guide.errors import (
     BenchmarkError,
     CapabilityError,
     CheckFailedError,
@@ -31,6 +30,20 @@ from .errors import (  # noqa: F401  (re-exported: the public error types)
     InputError,
     NoGPUError,
 )
+
+__all__ = [
+    "BenchmarkError",
+    "CapabilityError",
+    "CheckFailedError",
+    "CudnnLibraryError",
+    "GraphBuildError",
+    "GraphExecutionError",
+    "GraphNotSupportedError",
+    "GuideError",
+    "InputError",
+    "NoGPUError",
+    "reset_caches",
+]
 
 
 def reset_caches() -> None:
@@ -49,9 +62,11 @@ def reset_caches() -> None:
     import gc
     import sys
 
-    from . import bench, ceilings, drift, graphs, torch_ops
+    from cudnn_guide import graphs
+    from cudnn_guide.graphs import torch_ops
+    from cudnn_guide.measure import ceilings, drift, events
 
-    bench.reset_caches()
+    events.reset_caches()
     ceilings.reset_caches()
     graphs.reset_caches()
     drift.reset_caches()

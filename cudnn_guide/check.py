@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .errors import CheckFailedError, InputError
+from cudnn_guide.errors import CheckFailedError, InputError
 
 __all__ = ["CheckResult", "tolerance", "poison", "compare", "check", "reference", "reference_grads", "full_precision"]
 
@@ -169,7 +169,7 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     """Like :func:`compare`, but raise :class:`~cudnn_guide.errors.CheckFailedError` on failure.
 
     While the docs build collects an example's record, a passing check joins it
-    (:func:`cudnn_guide.records.collect_check`).
+    (:mod:`cudnn_guide.collector`).
 
     Parameters
     ----------
@@ -209,9 +209,9 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
             f"tolerance for {result.dtype}"
         )
         raise CheckFailedError(f"check {name} failed: {why}")
-    from . import records  # the running example's record collects every passing check
+    from cudnn_guide import collector
 
-    records.collect_check(result)
+    collector.add_check(result)
     return result
 
 

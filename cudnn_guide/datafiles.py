@@ -190,7 +190,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     Traceback (most recent call last):
     cudnn_guide.errors.CorruptDataError: .../r.json:1: not valid JSON (Expecting value, column 7). Fix: ...
     """
-    from .errors import CorruptDataError
+    from cudnn_guide.errors import CorruptDataError
 
     path = Path(path)
     try:
@@ -231,7 +231,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
     >>> read_jsonl(p)
     [{'a': 1}, {'b': 2}]
     """
-    from .errors import CorruptDataError
+    from cudnn_guide.errors import CorruptDataError
 
     path = Path(path)
     if not path.exists():

@@ -30,7 +30,8 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
@@ -190,7 +191,7 @@ torch.cuda.synchronize()
 silent = check.compare(o, reference, name="K bound with the wrong strides")
 print(f"execute raised nothing; the output: {silent}")
 # The guide's ``BuiltGraph`` checks every binding against the declaration before executing:
-from cudnn_guide import InputError
+from cudnn_guide import InputError, libcudnn
 
 built = graphs.adopt(g, handle, name="sdpa")
 try:
@@ -206,12 +207,12 @@ except InputError as exc:
 # ------------------------------
 # The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the nvidia-cudnn wheel
 # that PyTorch brings, ``LD_LIBRARY_PATH`` or the system. ``python -m cudnn.collect_env`` prints
-# what it found; the guide's ``environment.find_libcudnn()`` explains its search:
+# what it found; the guide's ``libcudnn.find_libcudnn()`` explains its search:
 import os
 import subprocess
 import sys
 
-print(environment.find_libcudnn().explain())
+print(libcudnn.find_libcudnn().explain())
 collect = subprocess.run([sys.executable, "-m", "cudnn.collect_env"], capture_output=True, text=True, timeout=120)
 lines = [ln for ln in (collect.stdout + collect.stderr).splitlines()
          if any(w in ln.lower() for w in ("cudnn", "torch", "cuda", "gpu", "driver")) and "brand=" not in ln]
@@ -232,7 +233,7 @@ last = (broken.stderr.strip().splitlines() or ["(no error)"])[-1].replace(stale,
 print(f"import cudnn with the stale library first: exit code {broken.returncode}\n    {last[:300]}")
 outcomes.append({"case": "a broken libcudnn.so.9 first on LD_LIBRARY_PATH", "surfaces at": "import cudnn",
                  "error": last.split(":")[0] if broken.returncode else "none", "message": last[:300],
-                 "fix": "remove that directory from LD_LIBRARY_PATH (environment.find_libcudnn().explain() names "
+                 "fix": "remove that directory from LD_LIBRARY_PATH (libcudnn.find_libcudnn().explain() names "
                         "the file that would load)"})
 
 # %%
@@ -379,10 +380,8 @@ if version_notes:
     print(f"* The frontend's log notes: {version_notes[0][len('[cudnn_frontend] INFO: '):][:160]}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.extra["outcomes"] = outcomes
-rec.extra["heuristics"] = rows
-rec.extra["filters"] = filtered
 # sphinx_gallery_end_ignore

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # gallery_build: the docs build's machinery
+sys.path.insert(0, str(ROOT / "tools"))  # crosscheck: the timing-validation study
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 

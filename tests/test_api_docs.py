@@ -8,7 +8,9 @@ import pytest
 
 import cudnn_guide
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(cudnn_guide.__path__))
+MODULES = sorted(
+    m.name.removeprefix("cudnn_guide.") for m in pkgutil.walk_packages(cudnn_guide.__path__, "cudnn_guide.")
+)
 
 
 def _public(module):

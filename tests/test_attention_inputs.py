@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudnn_guide import attention_inputs as ai
 from cudnn_guide.errors import InputError
+from cudnn_guide.graphs import attention_inputs as ai
 
 
 def test_group_size_and_head_counts_that_do_not_group():

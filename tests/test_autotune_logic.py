@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from cudnn_guide import autotune
-from cudnn_guide.bench import Measurement
 from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.measure import autotune
+from cudnn_guide.measure.measurement import Measurement
 
 TIMES = [0.100, 0.098, 0.250, 5.0, 0.101, 120.0, 0.099, 0.400, 0.097, 2.0, 0.300, 0.120]
 

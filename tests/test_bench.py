@@ -4,12 +4,12 @@ import statistics
 import pytest
 from conftest import HAS_GPU
 
-from cudnn_guide import bench, measurement, sweep
 from cudnn_guide.errors import BenchmarkError, NoGPUError
+from cudnn_guide.measure import bench, ceilings, events, measurement, sweep
 
 
 def _m(samples, **kw):
-    return bench.Measurement("x", list(samples), "cold-L2 events", **kw)
+    return measurement.Measurement("x", list(samples), "cold-L2 events", **kw)
 
 
 def test_statistics_from_known_samples():
@@ -25,13 +25,13 @@ def test_statistics_from_known_samples():
 
 def test_percent_of_ceilings():
     m = _m([1.0], flops=1e12 * 1e-3 * 500)  # 500 TFLOP/s at 1 ms
-    ceil = bench.Ceilings(copy_gbps=4000, bf16_tflops=1000, copy=m, matmul=m)
+    ceil = ceilings.Ceilings(copy_gbps=4000, bf16_tflops=1000, copy=m, matmul=m)
     assert math.isclose(m.percent_of(ceil)["compute"], 50.0)
 
 
 def test_round_trip_through_dict():
     m = _m([1.0, 1.1, 1.2], flops=1.0, params={"impl": "a", "size": 3}, host_samples_ms=[0.01, 0.02, 0.03])
-    again = bench.Measurement.from_dict(m.to_dict())
+    again = measurement.Measurement.from_dict(m.to_dict())
     assert again.samples_ms == m.samples_ms and again.params == m.params and again.median_ms == m.median_ms
     assert again.host_median_ms == 0.02
 
@@ -53,7 +53,7 @@ def test_bad_arguments_are_clear():
     with pytest.raises(BenchmarkError, match="expected a callable"):
         bench.benchmark(42, label="f", l2="hot")
     with pytest.raises(ValueError, match="two increasing positive lengths"):
-        bench.measure_launch_overhead(cycles=(100_000, 2_000))
+        events.measure_launch_overhead(cycles=(100_000, 2_000))
 
 
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
@@ -61,7 +61,7 @@ def test_benchmark_without_gpu_names_the_missing_gpu():
     with pytest.raises(NoGPUError, match="benchmark 'f' needs a CUDA GPU"):
         bench.benchmark(lambda: None, label="f", l2="hot")
     with pytest.raises(NoGPUError, match="measure_launch_overhead needs a CUDA GPU"):
-        bench.measure_launch_overhead()
+        events.measure_launch_overhead()
 
 
 def test_empty_sweep_is_an_error():
@@ -77,12 +77,12 @@ def test_quantile_interpolates():
 
 
 def test_median_ci_uses_order_statistics_and_covers_the_true_median():
-    assert bench.median_ci(list(range(1, 101))) == (40, 61)  # ranks 40 and 61 of 100
-    assert bench.median_ci([5.0]) == (5.0, 5.0)
+    assert measurement.median_ci(list(range(1, 101))) == (40, 61)  # ranks 40 and 61 of 100
+    assert measurement.median_ci([5.0]) == (5.0, 5.0)
     with pytest.raises(ValueError, match="at least one sample"):
-        bench.median_ci([])
+        measurement.median_ci([])
     with pytest.raises(ValueError, match="confidence"):
-        bench.median_ci([1.0], confidence=0.9)
+        measurement.median_ci([1.0], confidence=0.9)
     # skewed timings (exponential, true median ln 2): the 95% interval covers it ~95% of the time
     import random
 
@@ -90,7 +90,7 @@ def test_median_ci_uses_order_statistics_and_covers_the_true_median():
     trials = 2000
     hits = sum(
         lo <= math.log(2) <= hi
-        for lo, hi in (bench.median_ci([rng.expovariate(1.0) for _ in range(50)]) for _ in range(trials))
+        for lo, hi in (measurement.median_ci([rng.expovariate(1.0) for _ in range(50)]) for _ in range(trials))
     )
     assert 0.93 <= hits / trials <= 0.985
 
@@ -107,7 +107,7 @@ def test_timing_stops_once_the_median_is_precise_or_the_budget_is_spent(monkeypa
 
     for spread, reps, precision in ((0.001, 2000, 0.005), (0.05, 2000, 0.005), (0.05, 300, 0.005), (0.001, 300, None)):
         batches.clear()
-        monkeypatch.setattr(bench, "_time_each", lambda *a, s=spread: fake_time_each(*a, s))
+        monkeypatch.setattr(bench, "time_each", lambda *a, s=spread: fake_time_each(*a, s))
         samples = bench._time_until_precise(None, None, reps, "x", 0.0, 20, precision)
         if precision is None:
             assert batches == [reps]  # no early stop: the whole budget, in one batch
@@ -116,46 +116,46 @@ def test_timing_stops_once_the_median_is_precise_or_the_budget_is_spent(monkeypa
         elif reps == 300:
             assert len(samples) == 300 and batches == [32, 32, 64, 128, 44]  # noisy: the budget caps it
         else:
-            lo, hi = bench.median_ci(samples)
+            lo, hi = measurement.median_ci(samples)
             assert (hi - lo) / 2 <= 0.005 * statistics.median(samples) and 32 < len(
                 samples
             ) < 2000  # stopped when precise
-            before = bench.median_ci(samples[: len(samples) - batches[-1]])  # ... and not a batch sooner
+            before = measurement.median_ci(samples[: len(samples) - batches[-1]])  # ... and not a batch sooner
             assert (before[1] - before[0]) / 2 > 0.005 * statistics.median(samples[: len(samples) - batches[-1]])
 
 
 def test_kernel_samples_subtract_the_launch_cost_and_keep_it():
-    samples, cost, notes = bench.kernel_samples([0.0340, 0.0338, 0.0342], 0.0036)
+    samples, cost, notes = events.kernel_samples([0.0340, 0.0338, 0.0342], 0.0036)
     assert cost == 0.0036 and notes == []
     assert [round(x, 7) for x in samples] == [0.0304, 0.0302, 0.0306]
     m = _m(samples, launch_cost_ms=cost)
     # the raw event median is recoverable, from the measurement and from its record
     assert math.isclose(m.event_median_ms, 0.0340) and math.isclose(m.median_ms, 0.0304)
-    again = bench.Measurement.from_dict(m.to_dict())
+    again = measurement.Measurement.from_dict(m.to_dict())
     assert again.launch_cost_ms == cost and math.isclose(again.event_median_ms, 0.0340)
-    versioned = bench.Measurement.from_dict(_m([1.0], timing_method=bench.TIMING_METHOD).to_dict())
-    assert versioned.timing_method == bench.TIMING_METHOD
+    versioned = measurement.Measurement.from_dict(_m([1.0], timing_method=measurement.TIMING_METHOD).to_dict())
+    assert versioned.timing_method == measurement.TIMING_METHOD
     assert "launch cost" in str(m)
 
 
 def test_a_call_that_is_mostly_launch_cost_is_flagged():
-    samples, cost, notes = bench.kernel_samples([0.0100] * 10, 0.0036)  # 36% of the event time
+    samples, cost, notes = events.kernel_samples([0.0100] * 10, 0.0036)  # 36% of the event time
     assert cost == 0.0036 and len(notes) == 1 and "cuda_graph=True" in notes[0]
-    _, _, notes = bench.kernel_samples([0.0200] * 10, 0.0036)  # 18%: fine
+    _, _, notes = events.kernel_samples([0.0200] * 10, 0.0036)  # 18%: fine
     assert notes == []
 
 
-@pytest.mark.parametrize("events", [[0.0050] * 10, [0.0100] * 9 + [0.0030], [0.0030, 0.0032, 0.0020]])
-def test_a_call_too_short_to_time_is_never_a_non_positive_time(events):
+@pytest.mark.parametrize("event_ms", [[0.0050] * 10, [0.0100] * 9 + [0.0030], [0.0030, 0.0032, 0.0020]])
+def test_a_call_too_short_to_time_is_never_a_non_positive_time(event_ms):
     # half or more of the event time is launch cost, or a sample would go to zero or below
-    samples, cost, notes = bench.kernel_samples(events, 0.0036)
-    assert samples == events and cost == 0.0 and min(samples) > 0
+    samples, cost, notes = events.kernel_samples(event_ms, 0.0036)
+    assert samples == event_ms and cost == 0.0 and min(samples) > 0
     assert len(notes) == 1 and notes[0].startswith("too short to time per call") and "upper bound" in notes[0]
 
 
 @pytest.mark.parametrize("bad_us", [-1.0, 25.0])
 def test_an_untrusted_launch_cost_is_not_subtracted_and_says_so(bad_us):
-    samples, cost, notes = bench.kernel_samples([0.05, 0.06], bad_us / 1e3)
+    samples, cost, notes = events.kernel_samples([0.05, 0.06], bad_us / 1e3)
     assert samples == [0.05, 0.06] and cost == 0.0
     assert len(notes) == 1 and "not subtracted" in notes[0]
 
@@ -163,7 +163,7 @@ def test_an_untrusted_launch_cost_is_not_subtracted_and_says_so(bad_us):
 def test_a_record_without_a_launch_cost_reads_as_raw_events():
     d = _m([1.0, 2.0]).to_dict()
     del d["launch_cost_ms"]  # records written before the harness subtracted it
-    m = bench.Measurement.from_dict(d)
+    m = measurement.Measurement.from_dict(d)
     assert m.launch_cost_ms == 0.0 and m.event_median_ms == m.median_ms
 
 
@@ -174,7 +174,7 @@ def test_precision_is_judged_on_the_kernel_time(monkeypatch):
 
     rng = random.Random(2)
     monkeypatch.setattr(
-        bench, "_time_each", lambda fn, flush, reps, *a: [10 + 0.08 * rng.uniform(-1, 1) for _ in range(reps)]
+        bench, "time_each", lambda fn, flush, reps, *a: [10 + 0.08 * rng.uniform(-1, 1) for _ in range(reps)]
     )
     raw = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005)
     corrected = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005, offset_ms=5.0)

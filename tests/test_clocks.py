@@ -1,6 +1,6 @@
 """Throttle detection from clock readings, and a quiet ``None`` where clocks cannot be read."""
 
-from cudnn_guide import bench, clocks
+from cudnn_guide.measure import clocks, measurement
 
 
 def reading(mask=0, power=0, thermal=0, counters=True, mhz=1980):
@@ -64,5 +64,6 @@ def test_sample_is_none_without_a_gpu():
 
 
 def test_clock_info_survives_a_record_round_trip():
-    m = bench.Measurement("x", [1.0, 1.1], "cold-L2 events", clocks={"read_with": "nvml", "power_capped_fraction": 0.5})
-    assert bench.Measurement.from_dict(m.to_dict()).clocks == {"read_with": "nvml", "power_capped_fraction": 0.5}
+    read = {"read_with": "nvml", "power_capped_fraction": 0.5}
+    m = measurement.Measurement("x", [1.0, 1.1], "cold-L2 events", clocks=read)
+    assert measurement.Measurement.from_dict(m.to_dict()).clocks == read

@@ -7,21 +7,21 @@ import random
 import pytest
 from gallery_build import history
 
-from cudnn_guide import bench, compare
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.records import Record
+from cudnn_guide.measure import compare, measurement, verdicts
+from cudnn_guide.report.records import Record
 
 
 def test_bootstrap_interval_is_deterministic_and_contains_the_median():
     values = [1.0 + 0.01 * ((i * 7) % 5 - 2) for i in range(15)]
-    lo, hi = compare.bootstrap_median_ci(values)
+    lo, hi = verdicts.bootstrap_median_ci(values)
     assert lo <= sorted(values)[7] <= hi
-    assert compare.bootstrap_median_ci(values) == (lo, hi)
+    assert verdicts.bootstrap_median_ci(values) == (lo, hi)
 
 
 def test_too_few_rounds_is_a_clear_error():
     with pytest.raises(BenchmarkError, match="at least 5 rounds"):
-        compare.bootstrap_median_ci([1.0, 1.1, 0.9])
+        verdicts.bootstrap_median_ci([1.0, 1.1, 0.9])
     with pytest.raises(BenchmarkError, match="use at least 5"):
         compare.compare({"a": lambda: None, "b": lambda: None}, candidate="a", l2="cold", rounds=3)
     with pytest.raises(BenchmarkError, match="candidate 'c' is not one of"):
@@ -41,7 +41,7 @@ def test_too_few_rounds_is_a_clear_error():
     ],
 )
 def test_a_verdict_needs_the_whole_interval_outside_the_band(low, high, band, verdict):
-    assert compare.judge(low, high, band) == verdict
+    assert verdicts.judge(low, high, band) == verdict
 
 
 class _FakeGPU:
@@ -56,7 +56,7 @@ class _FakeGPU:
             self.drift *= 1 + self.rng.uniform(-0.05, 0.05)  # power-cap drift between rounds
         base = self.times[label.removesuffix(" (repeat)")] * self.drift
         samples = [base * (1 + self.rng.gauss(0, self.noise)) for _ in range(10)]
-        return bench.Measurement(label, samples, "cold-L2 events", flops, bytes, dict(params))
+        return measurement.Measurement(label, samples, "cold-L2 events", flops, bytes, dict(params))
 
 
 def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
@@ -69,7 +69,7 @@ def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     s = c.versus["torch"]
     assert s["verdict"] == "faster" and s["low"] <= s["value"] <= s["high"] and 1.2 < s["value"] < 1.3
     assert c.best_baseline == "torch"
-    assert compare.MIN_TIE_BAND <= c.tie_band < 0.05
+    assert verdicts.MIN_TIE_BAND <= c.tie_band < 0.05
     assert len(c.measurements["cudnn"].samples_ms) == 110
     assert c.describe().startswith("1.2") and "faster than torch" in c.describe() and "95% CI" in c.describe()
     est = c.estimate("cudnn", "µs")
@@ -145,12 +145,12 @@ def test_recordings_from_other_gpus_or_software_are_not_compared(other, reason):
 def test_the_interval_always_holds_its_own_estimate():
     # with few resamples the percentile interval easily misses the sample median (3.0 here)
     for seed in range(20):
-        lo, hi = compare.bootstrap_median_ci([1.0, 2.0, 3.0, 4.0, 5.0], resamples=1, seed=seed)
+        lo, hi = verdicts.bootstrap_median_ci([1.0, 2.0, 3.0, 4.0, 5.0], resamples=1, seed=seed)
         assert lo <= 3.0 <= hi
 
 
 def test_a_sweep_of_comparisons_refuses_a_budget_it_would_ignore():
-    from cudnn_guide import sweep
+    from cudnn_guide.measure import sweep
 
     with pytest.raises(ValueError, match="round_budget_ms"):
         sweep.sweep([1], {"a": lambda x: None, "b": lambda x: None}, l2="cold", candidate="a", budget_ms=100)
@@ -187,7 +187,7 @@ def test_drift_keeps_each_labels_largest_change_and_the_pages_p95():
 def test_recorded_drift_widens_intervals_and_can_turn_a_verdict_into_a_tie(monkeypatch, tmp_path):
     import json
 
-    from cudnn_guide import drift
+    from cudnn_guide.measure import drift
 
     monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
     plain = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
@@ -214,7 +214,7 @@ def test_a_headline_interval_is_widened_by_its_own_past_drift_once(monkeypatch, 
     import json
     import math
 
-    from cudnn_guide import drift
+    from cudnn_guide.measure import drift
 
     noise = {"examples": {"plot_a": {"headline_p95": 0.05, "headlines": {"ceiling": 0.2}}}, "global_headline_p95": 0.1}
     (tmp_path / "drift.json").write_text(json.dumps(noise))
@@ -239,7 +239,7 @@ def test_a_ratio_whose_measurements_drift_together_is_judged_by_its_own_history(
     import json
     import math
 
-    from cudnn_guide import drift
+    from cudnn_guide.measure import drift
 
     # both measurements moved ±30% between past recordings, but always together: their ratio held
     steps = [{"cudnn": 0.3, "torch": 0.29}, {"cudnn": -0.25, "torch": -0.26}, {"cudnn": 0.2, "torch": 0.2}]
@@ -278,3 +278,29 @@ def test_the_drift_backtest_scores_both_models_on_the_recordings_before_the_last
     ratio, independent = report["models"]["ratio"], report["models"]["independent"]
     assert ratio["coverage"] == 1.0 and independent["coverage"] == 1.0
     assert ratio["median_width"] < 0.05 < independent["median_width"]
+
+
+def test_the_running_record_keeps_a_comparisons_pooled_measurements_not_its_rounds(monkeypatch):
+    from cudnn_guide import collector
+    from cudnn_guide.report import records
+
+    fake = _FakeGPU({"a": 0.05, "b": 0.10})
+
+    def benchmark_that_registers(*args, **kw):  # what bench.benchmark does after timing
+        m = fake(*args, **kw)
+        collector.add_measurements(m)
+        return m
+
+    monkeypatch.setattr(compare, "benchmark", benchmark_that_registers)
+    records.begin()
+    try:
+        c = compare.compare({"a": None, "b": None}, candidate="a", l2="cold", rounds=5)
+        kept = records.page().measurements
+        assert len(fake.calls) == 15 and len(kept) == 2  # 15 timed rounds, 2 pooled measurements
+        assert kept[0] is c.measurements["a"] and kept[1] is c.measurements["b"]
+        benchmark_that_registers(None, label="a", l2="cold", budget_ms=1, precision=0.01, params={})
+        assert len(kept) == 3  # a measurement outside a comparison is kept as it is made
+    finally:
+        collector.stop()
+    benchmark_that_registers(None, label="a", l2="cold", budget_ms=1, precision=0.01, params={})
+    assert collector.current() is None  # with no collection running nothing is kept

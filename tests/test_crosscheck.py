@@ -1,6 +1,6 @@
 from types import SimpleNamespace
 
-from cudnn_guide.crosscheck import split_calls
+from crosscheck import split_calls
 
 FLUSH = {"vectorized_elementwise_kernel<FillFunctor>"}
 
@@ -37,7 +37,7 @@ def test_the_old_order_flush_then_spin_also_splits():
 
 
 def test_span_and_busy_per_call():
-    from cudnn_guide.crosscheck import is_spin_kernel, span_and_busy
+    from crosscheck import is_spin_kernel, span_and_busy
 
     def op(start, end):
         return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end))

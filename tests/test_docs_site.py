@@ -33,7 +33,7 @@ def test_downloads_exist(site):
 
 def test_api_reference_lists_examples_using_each_entry(site):
     api = (site / "api.html").read_text()
-    assert 'id="cudnn_guide.graphs.build"' in api
+    assert 'id="cudnn_guide.graphs.builder.build"' in api
     assert "Examples using this" in api
     assert "sphx-glr-thumbcontainer" in api
 

@@ -7,7 +7,14 @@ import importlib
 
 import pytest
 
-CPU_MODULES = ("attention_inputs", "datafiles", "drift", "measurement")
+CPU_MODULES = (
+    "collector",
+    "graphs.attention_inputs",
+    "datafiles",
+    "measure.drift",
+    "measure.measurement",
+    "measure.verdicts",
+)
 """Modules whose every docstring example runs without a GPU (the others show GPU objects)."""
 
 

@@ -4,7 +4,7 @@ import os
 import pytest
 from conftest import HAS_GPU
 
-from cudnn_guide import environment
+from cudnn_guide import environment, libcudnn
 from cudnn_guide.errors import CudnnLibraryError, NoGPUError
 
 
@@ -12,7 +12,7 @@ def test_search_follows_frontend_order_and_prefers_ld_library_path(tmp_path, mon
     fake = tmp_path / "libcudnn.so.9"
     fake.write_bytes(b"")
     monkeypatch.setenv("LD_LIBRARY_PATH", f"/nonexistent{os.pathsep}{tmp_path}")
-    search = environment.find_libcudnn()
+    search = libcudnn.find_libcudnn()
     assert search.found == str(fake)
     assert search.source == "LD_LIBRARY_PATH"
     # the missing directory was tried first, in order
@@ -22,16 +22,16 @@ def test_search_follows_frontend_order_and_prefers_ld_library_path(tmp_path, mon
 
 def test_search_lists_site_packages_and_system_when_nothing_found(monkeypatch):
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
-    search = environment.find_libcudnn()
+    search = libcudnn.find_libcudnn()
     text = search.explain()
     assert "nvidia/cudnn/lib/libcudnn.so" in text
     assert "system loader" in text
 
 
-@pytest.mark.skipif(environment.find_libcudnn().found is not None, reason="libcudnn is reachable here")
+@pytest.mark.skipif(libcudnn.find_libcudnn().found is not None, reason="libcudnn is reachable here")
 def test_missing_libcudnn_message_says_where_and_how():
     with pytest.raises(CudnnLibraryError) as info:
-        environment.require_cudnn()
+        libcudnn.require_cudnn()
     msg = str(info.value)
     assert "nvidia/cudnn/lib" in msg
     assert "pip install nvidia-cudnn-cu1" in msg

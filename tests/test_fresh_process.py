@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from cudnn_guide import fresh_process
-from cudnn_guide.fresh_process import FreshProcessError, InterpreterPool
+from cudnn_guide.measure import fresh_process
+from cudnn_guide.measure.fresh_process import FreshProcessError, InterpreterPool
 
 STATE = {"touched": False}  # changed by the test process only; an interpreter must see the import-time value
 
@@ -113,7 +113,7 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
         textwrap.dedent("""
         import os
         print("top level ran", flush=True)
-        from cudnn_guide import fresh_process
+        from cudnn_guide.measure import fresh_process
         print("child", fresh_process.run(os.getpid, preload=()).value != os.getpid(), flush=True)
     """)
     )
@@ -162,7 +162,7 @@ def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypa
 def test_a_pool_pins_its_interpreters_environment_from_their_start():
     import os
 
-    from cudnn_guide import fresh_process
+    from cudnn_guide.measure import fresh_process
 
     with fresh_process.InterpreterPool(2, preload=(), env={"CUDA_VISIBLE_DEVICES": "1"}) as pool:
         assert pool.run(os.getenv, "CUDA_VISIBLE_DEVICES").value == "1"

@@ -3,22 +3,24 @@
 import pytest
 import torch
 
-from cudnn_guide import autotune, bench, check, cudagraphs, graphs, plan_cache, recipes, tensors
+from cudnn_guide import check, graphs
 from cudnn_guide.errors import BenchmarkError, GraphBuildError, InputError
+from cudnn_guide.graphs import attention, batchnorm, conv, matmul, paged, plan_cache, tensors
+from cudnn_guide.measure import autotune, bench, cudagraphs, events, measurement, profiling
 
 pytestmark = pytest.mark.gpu
 
-SMALL_CONV = recipes.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+SMALL_CONV = conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
 
 
 @pytest.fixture
-def conv():
+def small_conv():
     inputs = SMALL_CONV.make_inputs(seed=3)
-    return inputs, recipes.conv_bias_relu_graph(SMALL_CONV, inputs)
+    return inputs, conv.conv_bias_relu_graph(SMALL_CONV, inputs)
 
 
-def test_build_records_five_steps_and_output_is_correct(conv):
-    inputs, fused = conv
+def test_build_records_five_steps_and_output_is_correct(small_conv):
+    inputs, fused = small_conv
     assert list(fused.built.report.step_seconds) == list(graphs.STEPS)
     check.poison(inputs["y"])
     fused.built.execute(fused.pack(**inputs))
@@ -26,8 +28,8 @@ def test_build_records_five_steps_and_output_is_correct(conv):
     assert check.check(inputs["y"], ref).passed
 
 
-def test_bad_variant_packs_are_input_errors(conv):
-    inputs, fused = conv
+def test_bad_variant_packs_are_input_errors(small_conv):
+    inputs, fused = small_conv
     bad = dict(inputs, x=inputs["x"].contiguous())  # NCHW strides where NHWC was declared
     with pytest.raises(InputError, match="declared with dims"):
         fused.built.execute(fused.pack(**bad))
@@ -80,22 +82,22 @@ def test_harness_rejects_raising_functions_and_wrong_shapes():
         bench.benchmark(lambda: x * 2, label="shape", l2="hot", expect_shape=(5,))
 
 
-def test_harness_agrees_with_the_profiler(conv):
-    problem = recipes.ConvProblem(n=16)
+def test_harness_agrees_with_the_profiler(small_conv):
+    problem = conv.ConvProblem(n=16)
     inputs = problem.make_inputs()
-    fused = recipes.conv_bias_relu_graph(problem, inputs)
+    fused = conv.conv_bias_relu_graph(problem, inputs)
     launch = fused.built.bind(fused.pack(**inputs))
     m = bench.benchmark(launch, label="conv", l2="cold", budget_ms=200)
-    prof = bench.profile_kernels(launch, calls=30, l2="cold")
+    prof = profiling.profile_kernels(launch, calls=30, l2="cold")
     assert abs(m.median_ms / prof.per_call_ms - 1) < 0.10
     # the subtracted launch cost is this process's calibration, and it brings events closer to the kernels
-    assert m.launch_cost_ms == bench.launch_cost()["overhead_us"] / 1e3 > 0 and "launch cost" in m.mode
-    assert m.timing_method == bench.TIMING_METHOD
+    assert m.launch_cost_ms == events.launch_cost()["overhead_us"] / 1e3 > 0 and "launch cost" in m.mode
+    assert m.timing_method == measurement.TIMING_METHOD
     assert abs(m.median_ms - prof.per_call_ms) < abs(m.event_median_ms - prof.per_call_ms)
 
 
-def test_raw_events_and_graph_replays_subtract_nothing(conv):
-    inputs, fused = conv
+def test_raw_events_and_graph_replays_subtract_nothing(small_conv):
+    inputs, fused = small_conv
     launch = fused.built.bind(fused.pack(**inputs))
     raw = bench.benchmark(launch, label="conv raw", l2="cold", budget_ms=30, subtract_launch_cost=False)
     assert raw.launch_cost_ms == 0 and raw.mode == "cold-L2 events" and raw.event_median_ms == raw.median_ms
@@ -103,11 +105,11 @@ def test_raw_events_and_graph_replays_subtract_nothing(conv):
     assert replay.launch_cost_ms == 0 and replay.mode.startswith("cuda-graph")
 
 
-def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, conv):
-    inputs, _ = conv
+def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, small_conv):
+    inputs, _ = small_conv
     cache = plan_cache.PlanCache(tmp_path)
     key = plan_cache.current_key("small conv")
-    build = lambda: recipes.conv_bias_relu_graph(SMALL_CONV, inputs)
+    build = lambda: conv.conv_bias_relu_graph(SMALL_CONV, inputs)
     _, source = cache.get_or_build(key, build)
     assert source == "built"
     plan, source = cache.get_or_build(key, build)
@@ -124,8 +126,8 @@ def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, conv):
     assert cache.read(key) is not None
 
 
-def test_capture_replays_new_data(conv):
-    inputs, fused = conv
+def test_capture_replays_new_data(small_conv):
+    inputs, fused = small_conv
     graph = cudagraphs.capture(fused.built.bind(fused.pack(**inputs)))
     new = SMALL_CONV.make_inputs(seed=99)
     inputs["x"].copy_(new["x"])
@@ -135,11 +137,11 @@ def test_capture_replays_new_data(conv):
     assert check.check(inputs["y"], ref).passed
 
 
-def test_tuning_finds_a_plan_and_selects_it(conv):
+def test_tuning_finds_a_plan_and_selects_it(small_conv):
     import cudnn
 
     inputs = SMALL_CONV.make_inputs(seed=5)
-    fused = recipes.conv_bias_relu_graph(
+    fused = conv.conv_bias_relu_graph(
         SMALL_CONV, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL
     )
     pack = fused.pack(**inputs)
@@ -154,11 +156,11 @@ def test_tuning_finds_a_plan_and_selects_it(conv):
 
 
 def test_pass_by_value_scalar_changes_the_result():
-    problem = recipes.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=2.0)
+    problem = matmul.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=2.0)
     inputs = problem.make_inputs()
-    fused = recipes.matmul_epilogue_graph(problem, inputs)
+    fused = matmul.matmul_epilogue_graph(problem, inputs)
     for alpha in (2.0, -1.0):
-        p = recipes.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=alpha)
+        p = matmul.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=alpha)
         check.poison(inputs["y"], inputs["amax"])
         fused.built.execute(fused.pack(**inputs, alpha=tensors.scalar_value(alpha)))
         ref_y, ref_amax = check.reference(p.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
@@ -174,9 +176,9 @@ def _sub(data, fused):
 
 
 def test_attention_training_graphs_match_autograd():
-    from cudnn_guide import attention
+    from cudnn_guide.graphs import attention
 
-    p = recipes.SdpaProblem(batch=1, heads=2, seq=256, head_dim=64, causal=True)
+    p = attention.SdpaProblem(batch=1, heads=2, seq=256, head_dim=64, causal=True)
     d = attention.make_training_inputs(p, seed=1)
     fwd, bwd = attention.sdpa_forward_training_graph(p, d), attention.sdpa_backward_graph(p, d)
     check.poison(d["o"], d["stats"], d["dq"], d["dk"], d["dv"])
@@ -189,14 +191,13 @@ def test_attention_training_graphs_match_autograd():
 
 
 def test_paged_decode_matches_attention_over_the_gathered_pages():
-    from cudnn_guide import attention
 
-    p = attention.PagedDecodeProblem(batch=3, heads=4, head_dim=64, max_context=512, page_size=32)
+    p = paged.PagedDecodeProblem(batch=3, heads=4, head_dim=64, max_context=512, page_size=32)
     d = p.make_inputs(seed=2)
-    f = attention.paged_decode_graph(p, d)
+    f = paged.paged_decode_graph(p, d)
     check.poison(d["o"])
     f.built.execute(f.pack(**_sub(d, f)))
-    k, v = attention.gather_pages(d["k_pool"], d["page_table"]), attention.gather_pages(d["v_pool"], d["page_table"])
+    k, v = paged.gather_pages(d["k_pool"], d["page_table"]), paged.gather_pages(d["v_pool"], d["page_table"])
     check.check(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"])))
     d["page_table"].copy_(d["page_table"].flip(2))  # a different page order must change the answer
     f.built.execute(f.pack(**_sub(d, f)))
@@ -205,7 +206,7 @@ def test_paged_decode_matches_attention_over_the_gathered_pages():
 
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_norm_forward_and_backward_match_autograd(kind):
-    from cudnn_guide import norms
+    from cudnn_guide.graphs import norms
 
     p = norms.NormProblem(tokens=256, hidden=512, kind=kind)
     d = p.make_inputs(seed=3)
@@ -220,9 +221,9 @@ def test_norm_forward_and_backward_match_autograd(kind):
 
 
 def test_conv_gradients_match_autograd():
-    from cudnn_guide import conv_training
+    from cudnn_guide.graphs import conv_training
 
-    p = recipes.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+    p = conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
     d = conv_training.make_training_inputs(p, seed=4)
     dg, wg = conv_training.conv_dgrad_graph(p, d), conv_training.conv_wgrad_graph(p, d)
     dg.built.execute(dg.pack(**_sub(d, dg)))
@@ -235,7 +236,7 @@ def test_conv_gradients_match_autograd():
 
 
 def test_fp8_matmul_is_within_fp8_tolerance():
-    from cudnn_guide import fp8
+    from cudnn_guide.graphs import fp8
 
     p = fp8.Fp8MatmulProblem(m=256, n=256, k=512)
     d = p.make_inputs(seed=5)
@@ -245,31 +246,31 @@ def test_fp8_matmul_is_within_fp8_tolerance():
     assert check.check(d["c"], ref, tol=0.1).rel_error > check.tolerance(torch.bfloat16) / 16  # really FP8, not bf16
 
 
-def test_benchmark_reads_the_clocks_and_host_time_on_an_idle_queue(conv):
-    inputs, fused = conv
+def test_benchmark_reads_the_clocks_and_host_time_on_an_idle_queue(small_conv):
+    inputs, fused = small_conv
     m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="cold", budget_ms=20)
     assert "read_with" in m.clocks
     assert len(m.host_samples_ms) == min(m.n, 20) and min(m.host_samples_ms) > 0
 
 
-def test_same_run_matches_every_timed_call_to_its_kernels(conv):
-    from cudnn_guide import crosscheck
+def test_same_run_matches_every_timed_call_to_its_kernels(small_conv):
+    import crosscheck
 
-    inputs, fused = conv
+    inputs, fused = small_conv
     r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=30)
     assert r["calls"] >= 20 and r["kernels_per_call"] >= 1
     assert r["cupti_kernels_median_us"] <= r["cupti_span_median_us"] + 0.5  # busy time fits inside the span
     assert r["events_median_us"] >= 0.9 * r["cupti_span_median_us"]  # events bracket the span
 
 
-def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(conv):
-    from cudnn_guide import crosscheck
+def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(small_conv):
+    import crosscheck
 
-    lo = bench.measure_launch_overhead()
+    lo = events.measure_launch_overhead()
     assert 0.2 < lo["overhead_us"] < 15, lo
     assert 500 < lo["cycles_per_us"] < 3000, lo  # the fitted SM clock is a real clock (MHz)
     assert lo["long_events_us"] > lo["short_events_us"]
-    inputs, fused = conv
+    inputs, fused = small_conv
     r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
     corrected = r["events_median_us"] - lo["overhead_us"]
     assert r["harness_median_us"] == pytest.approx(r["events_median_us"] - r["launch_cost_us"])
@@ -281,12 +282,11 @@ def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(con
 
 
 def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
-    from cudnn_guide import norms
 
-    p = norms.BatchNormProblem(n=4, c=32, h=8, w=8)
+    p = batchnorm.BatchNormProblem(n=4, c=32, h=8, w=8)
     d = p.make_inputs(seed=6)
     rm, rv = d["running_mean"].clone(), d["running_var"].clone()
-    f = norms.batchnorm_relu_graph(p, d, training=True)
+    f = batchnorm.batchnorm_relu_graph(p, d, training=True)
     f.built.execute(
         f.pack(
             x=d["x"],
@@ -312,9 +312,9 @@ def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
 
 
 def test_fp8_attention_output_and_amax_match_the_reference():
-    from cudnn_guide import fp8
+    from cudnn_guide.graphs import fp8
 
-    p = recipes.SdpaProblem(batch=1, heads=2, seq=512, head_dim=128, causal=True)
+    p = attention.SdpaProblem(batch=1, heads=2, seq=512, head_dim=128, causal=True)
     d = p.make_inputs(seed=7)
     f8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
     f = fp8.sdpa_fp8_graph(p, f8)
@@ -326,7 +326,7 @@ def test_fp8_attention_output_and_amax_match_the_reference():
 
 
 def test_pre_started_interpreters_have_no_cuda_state_and_measure_a_cold_start(tmp_path):
-    from cudnn_guide import coldstart, fresh_process
+    from cudnn_guide.measure import coldstart, fresh_process
 
     torch.empty(1, device="cuda")  # this process has a CUDA context; the interpreters must not share it
     with fresh_process.InterpreterPool(2, preload=coldstart.PRELOAD) as pool:
@@ -339,17 +339,17 @@ def test_pre_started_interpreters_have_no_cuda_state_and_measure_a_cold_start(tm
         assert r["import_s"] < 0.5  # imports were done before the call: the clock starts after them
 
 
-def test_profile_calls_finds_every_call_made_as_the_harness_makes_it(conv):
-    from cudnn_guide import crosscheck
+def test_profile_calls_finds_every_call_made_as_the_harness_makes_it(small_conv):
+    import crosscheck
 
-    inputs, fused = conv
+    inputs, fused = small_conv
     r = crosscheck.profile_calls(fused.built.bind(fused.pack(**inputs)), spin_ms=0.05, calls=20, label="conv")
     assert r["calls"] == 20  # the real spin kernel's name separates the calls
     assert 0 < r["kernels_us"] <= r["span_us"] + 0.5
 
 
 def test_compare_on_the_gpu_judges_a_real_difference_and_an_identical_twin():
-    from cudnn_guide import compare
+    from cudnn_guide.measure import compare
 
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     small = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
@@ -377,7 +377,7 @@ def test_a_call_too_short_to_time_is_never_recorded_as_a_non_positive_time():
 
 
 def test_attention_op_gradients_compile_capture_and_rebuild_on_a_new_layout():
-    from cudnn_guide import attention_inputs, torch_ops
+    from cudnn_guide.graphs import attention_inputs, torch_ops
 
     torch_ops.reset_caches()
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -407,7 +407,7 @@ def test_attention_op_gradients_compile_capture_and_rebuild_on_a_new_layout():
 
 
 def test_host_comparison_tells_a_slow_path_from_a_fast_one():
-    from cudnn_guide import compare
+    from cudnn_guide.measure import compare
 
     x = torch.zeros(16, device="cuda")
 
@@ -418,3 +418,18 @@ def test_host_comparison_tells_a_slow_path_from_a_fast_one():
     c = compare.compare_host({"fast": lambda: x.add_(1), "slow": slow}, candidate="fast", rounds=5, calls=100)
     assert c.versus["slow"]["verdict"] == "faster" and c.versus["slow"]["value"] > 5
     assert c.estimate("fast")["value"] > 0
+
+
+def test_benchmark_joins_the_running_record_and_ceilings_keep_their_trials_out(small_conv):
+    from cudnn_guide import collector
+    from cudnn_guide.measure import ceilings
+    from cudnn_guide.report import records
+
+    inputs, fused = small_conv
+    records.begin()
+    try:
+        ceilings.measure_read_bandwidth(mib=64)  # paused: trial timings
+        m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="hot", budget_ms=10)
+        assert records.page().measurements == [m]
+    finally:
+        collector.stop()

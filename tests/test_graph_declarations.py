@@ -11,10 +11,10 @@ import cudnn
 import pytest
 import torch
 
-from cudnn_guide import attention, conv_training, fp8, norms, recipes, tensors
+from cudnn_guide.graphs import attention, batchnorm, conv, conv_training, fp8, matmul, norms, paged, tensors
 
 
-def _new_graph(problem, name, handle, graph_kwargs):
+def new_graph(problem, name, handle, graph_kwargs):
     return cudnn.pygraph(
         name=name,
         io_data_type=tensors.cudnn_dtype(problem.torch_dtype),
@@ -43,7 +43,7 @@ def declare():
 
         def use(module):
             for target, name, value in (
-                (module, "_new_graph", _new_graph),
+                (module, "new_graph", new_graph),
                 (module.tensors, "graph_tensor", _graph_tensor),
                 (module.tensors, "output_like", _output_like),
                 (module.graphs, "build", lambda g, **kw: g),
@@ -64,7 +64,7 @@ def empty(*shape, dtype=torch.bfloat16, nhwc=False):
 
 def test_conv_training_graphs(declare):
     declare(conv_training)
-    p = recipes.ConvProblem(n=2, c=8, h=8, w=8, k=16)
+    p = conv.ConvProblem(n=2, c=8, h=8, w=8, k=16)
     x, w, y = empty(2, 8, 8, 8, nhwc=True), empty(16, 8, 3, 3, nhwc=True), empty(2, 16, 8, 8, nhwc=True)
     ins = {"x": x, "w": w, "y": y, "dy": y, "dx": x, "dw": w}
     for fn, op, ports, out in (
@@ -124,8 +124,8 @@ def test_rmsnorm_backward_has_no_bias_gradient(declare):
 
 
 def test_batchnorm_training_updates_running_stats_and_inference_is_folded(declare):
-    declare(norms)
-    p = norms.BatchNormProblem(n=2, c=8, h=4, w=4)
+    declare(batchnorm)
+    p = batchnorm.BatchNormProblem(n=2, c=8, h=4, w=4)
     per_c = {
         n: empty(1, 8, 1, 1, dtype=torch.float32)
         for n in ("scale", "bias", "running_mean", "running_var", "mean", "inv_var", "a", "b")
@@ -134,7 +134,7 @@ def test_batchnorm_training_updates_running_stats_and_inference_is_folded(declar
         "x": empty(2, 8, 4, 4, dtype=torch.float16, nhwc=True),
         "y": empty(2, 8, 4, 4, dtype=torch.float16, nhwc=True),
     } | per_c
-    f = norms.batchnorm_relu_graph(p, ins, training=True)
+    f = batchnorm.batchnorm_relu_graph(p, ins, training=True)
     assert set(_nodes(f)["batchnorm"].inputs) == {
         "input",
         "scale",
@@ -145,13 +145,13 @@ def test_batchnorm_training_updates_running_stats_and_inference_is_folded(declar
         "momentum",
     }
     assert {"next_running_mean", "next_running_var", "mean", "inv_var"} <= set(f.io)
-    folded = norms.folded_batchnorm_relu_graph(p, ins)
+    folded = batchnorm.folded_batchnorm_relu_graph(p, ins)
     assert [n.name for n in folded.built.nodes] == ["scale", "shift", "relu"]
 
 
 def test_attention_training_pair(declare):
     declare(attention)
-    p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    p = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     t = empty(1, 2, 8, 16)
     ins = {n: t for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")} | {
         "stats": empty(1, 2, 8, 1, dtype=torch.float32)
@@ -165,8 +165,8 @@ def test_attention_training_pair(declare):
 
 
 def test_paged_decode_reads_pools_through_the_table(declare):
-    declare(attention)
-    p = attention.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
+    declare(paged)
+    p = paged.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
     i32 = dict(dtype=torch.int32)
     ins = {
         "q": empty(2, 2, 1, 16),
@@ -177,7 +177,7 @@ def test_paged_decode_reads_pools_through_the_table(declare):
         "seq_len_q": empty(2, 1, 1, 1, **i32),
         "seq_len_kv": empty(2, 1, 1, 1, **i32),
     }
-    f = attention.paged_decode_graph(p, ins)
+    f = paged.paged_decode_graph(p, ins)
     (node,) = f.built.nodes
     assert node.params["use_padding_mask"] is True and node.params["paged_attention_max_seq_len_kv"] == 64
     assert node.params["generate_stats"] is False
@@ -185,7 +185,7 @@ def test_paged_decode_reads_pools_through_the_table(declare):
 
 def test_fp8_attention_uses_the_fp8_band_keyword(declare):
     declare(fp8)
-    p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    p = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     e4m3 = torch.float8_e4m3fn
     one = empty(1, 1, 1, 1, dtype=torch.float32)
     ins = {
@@ -269,8 +269,8 @@ def meta(*shape, dtype=torch.bfloat16, nhwc=False):
 
 
 def test_plot_02_declares_the_conv_bias_relu_recipe(declare):
-    declare(recipes)
-    p = recipes.ConvProblem(n=2, c=8, h=8, w=8, k=16)
+    declare(conv)
+    p = conv.ConvProblem(n=2, c=8, h=8, w=8, k=16)
     ins = {
         "x": meta(2, 8, 8, 8, nhwc=True),
         "w": meta(16, 8, 3, 3, nhwc=True),
@@ -280,32 +280,32 @@ def test_plot_02_declares_the_conv_bias_relu_recipe(declare):
     ns, _ = _page("plot_02_conv_bias_relu.py", {"declare_conv_bias_relu"})
     g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT)
     ns["declare_conv_bias_relu"](g, **ins, padding=p.padding, stride=p.stride)
-    assert _signature(g) == _signature(recipes.conv_bias_relu_graph(p, ins).built)
+    assert _signature(g) == _signature(conv.conv_bias_relu_graph(p, ins).built)
 
 
 def test_plot_04_declares_the_matmul_epilogue_recipe(declare):
-    declare(recipes)
-    p = recipes.MatmulProblem(batch=2, m=16, k=32, n=16)
+    declare(matmul)
+    p = matmul.MatmulProblem(batch=2, m=16, k=32, n=16)
     ins = {"a": meta(2, 16, 32), "b": meta(2, 32, 16), "bias": meta(1, 1, 16), "y": meta(2, 16, 16)}
     ins["amax"] = meta(1, 1, 1, dtype=torch.float32)
     ns, made = _page("plot_04_matmul_epilogue.py", {"FLOAT", "matmul_epilogue"})
     _, pack = ns["matmul_epilogue"](**ins, alpha=p.alpha)
-    assert _signature(made[0]) == _signature(recipes.matmul_epilogue_graph(p, ins).built)
+    assert _signature(made[0]) == _signature(matmul.matmul_epilogue_graph(p, ins).built)
     assert len(pack) == 6  # a, b, bias, alpha (a host tensor), y, amax
 
 
 def test_plot_05_declares_the_sdpa_recipe(declare):
-    declare(recipes)
-    p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    declare(attention)
+    p = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o")}
     ns, made = _page("plot_05_sdpa_causal.py", {"causal_sdpa"})
     ns["causal_sdpa"](**ins)
-    assert _signature(made[0]) == _signature(recipes.sdpa_graph(p, ins).built)
+    assert _signature(made[0]) == _signature(attention.sdpa_graph(p, ins).built)
 
 
 def test_plot_09_declares_the_training_recipes_the_attention_op_uses(declare):
     declare(attention)
-    p = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    p = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")}
     ins["stats"] = meta(1, 2, 8, 1, dtype=torch.float32)
     names = {"CAUSAL", "new_graph", "like", "sdpa_training_forward", "sdpa_backward"}
@@ -318,16 +318,17 @@ def test_plot_09_declares_the_training_recipes_the_attention_op_uses(declare):
 
 def test_signature_tells_graphs_apart(declare):
     """The comparison is not vacuous: a different mask or a missing epilogue changes the signature."""
-    declare(recipes)
+    declare(attention)
+    declare(matmul)
     ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o")}
-    causal = recipes.sdpa_graph(recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True), ins)
-    full = recipes.sdpa_graph(recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=False), ins)
+    causal = attention.sdpa_graph(attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True), ins)
+    full = attention.sdpa_graph(attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=False), ins)
     assert _signature(causal.built) != _signature(full.built)
-    p = recipes.MatmulProblem(batch=2, m=16, k=32, n=16)
+    p = matmul.MatmulProblem(batch=2, m=16, k=32, n=16)
     mm = {"a": meta(2, 16, 32), "b": meta(2, 32, 16), "bias": meta(1, 1, 16), "y": meta(2, 16, 16)}
     mm["amax"] = meta(1, 1, 1, dtype=torch.float32)
-    with_amax = recipes.matmul_epilogue_graph(p, mm).built
-    without = recipes.matmul_epilogue_graph(p, mm, amax=False).built
+    with_amax = matmul.matmul_epilogue_graph(p, mm).built
+    without = matmul.matmul_epilogue_graph(p, mm, amax=False).built
     assert _signature(with_amax) != _signature(without)
 
 
@@ -347,8 +348,8 @@ def test_plot_10_declares_the_norm_recipes(declare, kind, residual):
 
 
 def test_plot_11_declares_the_batchnorm_recipes(declare):
-    declare(norms)
-    p = norms.BatchNormProblem(n=2, c=8, h=4, w=4)
+    declare(batchnorm)
+    p = batchnorm.BatchNormProblem(n=2, c=8, h=4, w=4)
     per_c = {
         n: meta(1, 8, 1, 1, dtype=torch.float32)
         for n in ("scale", "bias", "running_mean", "running_var", "mean", "inv_var", "a", "b")
@@ -360,21 +361,21 @@ def test_plot_11_declares_the_batchnorm_recipes(declare):
     ns["batchnorm_relu_training"](d, p.eps, p.momentum)
     ns["batchnorm_relu_inference"](d)
     ns["folded_relu"](d)
-    assert _signature(made[0]) == _signature(norms.batchnorm_relu_graph(p, d, training=True).built)
-    assert _signature(made[1]) == _signature(norms.batchnorm_relu_graph(p, d, training=False).built)
-    assert _signature(made[2]) == _signature(norms.folded_batchnorm_relu_graph(p, d).built)
+    assert _signature(made[0]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=True).built)
+    assert _signature(made[1]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=False).built)
+    assert _signature(made[2]) == _signature(batchnorm.folded_batchnorm_relu_graph(p, d).built)
 
 
 def test_plot_13_declares_the_paged_decode_recipe(declare):
-    declare(attention)
-    p = attention.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
+    declare(paged)
+    p = paged.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
     i32 = dict(dtype=torch.int32)
     d = {"q": meta(2, 2, 1, 16), "o": meta(2, 2, 1, 16), "k_pool": meta(8, 2, 16, 16), "v_pool": meta(8, 2, 16, 16)}
     d |= {"page_table": meta(2, 1, 4, 1, **i32)}
     d |= {n: meta(2, 1, 1, 1, **i32) for n in ("seq_len_q", "seq_len_kv")}
     ns, made = _page("plot_13_paged_decode.py", {"paged_decode"})
     ns["paged_decode"](d, p.pages_per_sequence * p.page_size)
-    assert _signature(made[0]) == _signature(attention.paged_decode_graph(p, d).built)
+    assert _signature(made[0]) == _signature(paged.paged_decode_graph(p, d).built)
 
 
 def test_plot_14_declares_the_fp8_recipes(declare):
@@ -392,5 +393,5 @@ def test_plot_14_declares_the_fp8_recipes(declare):
     ns["fp8_attention"](d)
     mm = fp8.Fp8MatmulProblem(m=32, n=16, k=64)
     assert _signature(made[0]) == _signature(fp8.fp8_matmul_graph(mm, d).built)
-    att = recipes.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
+    att = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     assert _signature(made[1]) == _signature(fp8.sdpa_fp8_graph(att, d).built)

@@ -2,6 +2,8 @@ from gallery_build import history
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from cudnn_guide.measure import measurement
+
 
 def _entry(when, median, iqr, commit="c"):
     return {
@@ -83,9 +85,8 @@ def test_a_change_of_timing_method_is_not_a_move():
 
 
 def test_history_entries_keep_the_launch_cost():
-    from cudnn_guide import bench
 
-    m = bench.Measurement("k", [0.030, 0.031], "cold-L2 events − launch cost", launch_cost_ms=0.0036)
+    m = measurement.Measurement("k", [0.030, 0.031], "cold-L2 events − launch cost", launch_cost_ms=0.0036)
     entry = history.entry_from_record({"example": "plot_x", "measurements": [m.to_dict()]})
     assert entry["measurements"]["k"]["launch_cost_ms"] == 0.0036
 

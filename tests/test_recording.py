@@ -279,12 +279,22 @@ def test_a_page_that_fails_in_its_fresh_process_stops_the_recording_by_name(tmp_
         )
 
 
-def test_the_build_machinery_finds_the_repository_and_hashes_the_library(root):
+def test_the_build_machinery_finds_the_repository_and_hashes_the_library(root, tmp_path, monkeypatch):
+    import shutil
+
     import cudnn_guide
 
     assert recording.REPO_ROOT == root and (recording.REPO_ROOT / "examples").is_dir()
-    # the hash covers the library the examples import, not the docs build's own modules
-    h = hashlib.md5()
-    for path in sorted(Path(cudnn_guide.__file__).resolve().parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    assert recording.package_md5() == h.hexdigest()
+    before = recording.package_md5()
+    copy = tmp_path / "cudnn_guide"
+    shutil.copytree(Path(cudnn_guide.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cudnn_guide, "__file__", str(copy / "__init__.py"))
+    assert recording.package_md5() == before  # the same sources hash the same, wherever they are
+    # an edit in a subpackage's module changes it (the pages ran other code) ...
+    conv = copy / "graphs" / "conv.py"
+    conv.write_text(conv.read_text() + "\n# edited\n")
+    edited = recording.package_md5()
+    assert edited != before
+    # ... and so does moving a module, even with the same bytes
+    (copy / "graphs" / "conv.py").rename(copy / "measure" / "conv.py")
+    assert recording.package_md5() not in (before, edited)

@@ -29,7 +29,8 @@ A page that needs no GPU.
 """
 import matplotlib.pyplot as plt
 
-from cudnn_guide import environment, records
+from cudnn_guide import environment
+from cudnn_guide.report import records
 
 records.Record("{stem}", title="Page {n}", environment=environment.collect()).write()
 print("page {n} version {v}")
@@ -183,13 +184,13 @@ def test_a_corrupt_json_file_is_named_with_its_line(tmp_path):
 
 
 def _key():
-    from cudnn_guide.plan_cache import PlanKey
+    from cudnn_guide.graphs.plan_cache import PlanKey
 
     return PlanKey("graph", "NVIDIA H200", "9.0", 91900, "1.32.0")
 
 
 def test_plan_cache_stores_from_many_threads_in_a_private_folder(tmp_path):
-    from cudnn_guide.plan_cache import PlanCache
+    from cudnn_guide.graphs.plan_cache import PlanCache
 
     cache = PlanCache(tmp_path / "plans")
     errors = []
@@ -214,7 +215,7 @@ def test_plan_cache_stores_from_many_threads_in_a_private_folder(tmp_path):
 
 @pytest.mark.parametrize("uids", [["x"], {"x": "one"}, {"x": -1}, {}, {"x": True}, None])
 def test_plan_cache_rejects_malformed_uids(tmp_path, uids):
-    from cudnn_guide.plan_cache import PlanCache
+    from cudnn_guide.graphs.plan_cache import PlanCache
 
     cache = PlanCache(tmp_path / "plans")
     cache.store(_key(), b"plan-bytes", uids)
@@ -223,7 +224,7 @@ def test_plan_cache_rejects_malformed_uids(tmp_path, uids):
 
 
 def test_plan_cache_refuses_a_folder_others_can_write(tmp_path):
-    from cudnn_guide.plan_cache import PlanCache
+    from cudnn_guide.graphs.plan_cache import PlanCache
 
     cache = PlanCache(tmp_path / "plans")
     cache.store(_key(), b"plan-bytes", {"x": 1})
@@ -300,7 +301,7 @@ def test_a_broken_history_line_is_refused_with_its_number(gallery_copy):
 def test_titles_and_labels_from_data_are_escaped():
     import pandas as pd
 
-    from cudnn_guide.report import html_table, page_link
+    from cudnn_guide.report.tables import html_table, page_link
 
     frame = pd.DataFrame(
         {

@@ -2,14 +2,16 @@ import json
 
 import pytest
 
-from cudnn_guide import bench, check, records
+from cudnn_guide import check
+from cudnn_guide.measure import measurement
+from cudnn_guide.report import records
 
 
 def test_write_and_load(tmp_path):
     import torch
 
     rec = records.Record("plot_demo", title="Demo")
-    rec.add(bench.Measurement("a", [1.0, 2.0], "hot-L2 events", flops=1e9, params={"impl": "a"}))
+    rec.add(measurement.Measurement("a", [1.0, 2.0], "hot-L2 events", flops=1e9, params={"impl": "a"}))
     rec.add_check(check.compare(torch.ones(3), torch.ones(3), name="ones"))
     value = rec.headline("speed-up", 1.5, "x", baseline="torch")
     assert value == 1.5

@@ -1,12 +1,14 @@
 import matplotlib
 
+from cudnn_guide.measure import measurement
+
 matplotlib.use("Agg")
 
-from cudnn_guide import bench, report
+from cudnn_guide import report
 
 
 def _m(impl, size, med, flops=None):
-    return bench.Measurement(
+    return measurement.Measurement(
         f"{impl}@{size}",
         [med * 0.95, med, med * 1.05],
         "hot-L2 events",

@@ -3,8 +3,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cudnn_guide import tensors
 from cudnn_guide.errors import InputError
+from cudnn_guide.graphs import tensors
 
 
 def test_dtype_map():

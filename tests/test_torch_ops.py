@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudnn_guide import torch_ops
 from cudnn_guide.errors import InputError
+from cudnn_guide.graphs import torch_ops
 
 
 def bf16(*shape, device="cpu"):

@@ -23,7 +23,9 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from cudnn_guide import bench, cudagraphs, environment, recipes, tensors
+from cudnn_guide import environment
+from cudnn_guide.graphs import conv, matmul, tensors
+from cudnn_guide.measure import bench, cudagraphs, events, profiling
 
 N, REPEATS = 200, 8
 
@@ -31,15 +33,15 @@ N, REPEATS = 200, 8
 def launchers(name):
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     if name == "conv":
-        p = recipes.ConvProblem()
+        p = conv.ConvProblem()
         ins = [p.make_inputs(seed=i) for i in range(8)]
-        f = recipes.conv_bias_relu_graph(p, ins[0])
+        f = conv.conv_bias_relu_graph(p, ins[0])
         footprint = p.bytes
         k = max(2, math.ceil(3 * l2 / footprint))
         return [f.built.bind(f.pack(**ins[i % len(ins)])) for i in range(k)], footprint
-    p = recipes.MatmulProblem()
+    p = matmul.MatmulProblem()
     ins = [p.make_inputs(seed=i) for i in range(8)]
-    f = recipes.matmul_epilogue_graph(p, ins[0])
+    f = matmul.matmul_epilogue_graph(p, ins[0])
     k = max(2, math.ceil(3 * l2 / p.bytes))
     return [f.built.bind(f.pack(**ins[i % len(ins)], alpha=tensors.scalar_value(p.alpha))) for i in range(k)], p.bytes
 
@@ -63,7 +65,7 @@ def kernel_times(prof, skip):
 def batched(fns, n=N, repeats=REPEATS):
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
     for s, e in pairs:
-        bench.spin(2.0)
+        events.spin(2.0)
         s.record()
         for j in range(n):
             fns[j % len(fns)]()
@@ -73,8 +75,8 @@ def batched(fns, n=N, repeats=REPEATS):
 
 
 def main():
-    flush = bench.l2_flush_buffer()
-    skip = set(bench.flush_kernel_names(flush))
+    flush = events.l2_flush_buffer()
+    skip = set(profiling.flush_kernel_names(flush))
     rows = []
     for name in ("conv", "matmul epilogue"):
         fns, footprint = launchers(name)
@@ -100,7 +102,7 @@ def main():
         torch.cuda.synchronize()
         reps = []
         for _ in range(REPEATS):
-            bench.spin(2.0)
+            events.spin(2.0)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             g.replay()

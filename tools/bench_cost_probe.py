@@ -9,7 +9,8 @@ import time
 
 import torch
 
-from cudnn_guide import bench, recipes
+from cudnn_guide.graphs import conv
+from cudnn_guide.measure import bench, events
 
 log = {}
 
@@ -23,23 +24,23 @@ def wrap(name):
         out = inner(*args, **kwargs)
         torch.cuda.synchronize()
         log[name] = time.perf_counter() - t0
-        if name == "_time_each":
+        if name == "time_each":
             log["reps"], log["spin_ms"] = args[2], args[4]
         return out
 
     setattr(bench, name, timed)
 
 
-for name in ("_time_each", "_host_times"):
+for name in ("time_each", "_host_times"):
     wrap(name)
 
-p = recipes.ConvProblem()
+p = conv.ConvProblem()
 ins = p.make_inputs()
-f = recipes.conv_bias_relu_graph(p, ins)
+f = conv.conv_bias_relu_graph(p, ins)
 launch = f.built.bind(f.pack(**ins))
 x = torch.randn(1 << 20, device="cuda")
 cases = {"conv (cuDNN)": launch, "tiny elementwise": lambda: x.mul_(1.0)}
-flush = bench.l2_flush_buffer()
+flush = events.l2_flush_buffer()
 for label, fn in cases.items():
     for budget in (100.0, 300.0):
         log.clear()
@@ -48,13 +49,13 @@ for label, fn in cases.items():
         total = time.perf_counter() - t0
         print(
             f"{label:18s} budget {budget:5.0f} ms: total {total * 1e3:7.1f} ms, "
-            f"timed loop {log['_time_each'] * 1e3:7.1f} ms "
+            f"timed loop {log['time_each'] * 1e3:7.1f} ms "
             f"({log['reps']} calls, spin {log['spin_ms'] * 1e3:.1f} µs, median {m.median_ms * 1e3:.1f} µs), "
             f"host-time loop {log['_host_times'] * 1e3:6.1f} ms",
             flush=True,
         )
 torch.cuda.synchronize()
-for what, fn in (("flush", flush.zero_), ("spin 0.1 ms", lambda: bench.spin(0.1))):
+for what, fn in (("flush", flush.zero_), ("spin 0.1 ms", lambda: events.spin(0.1))):
     fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

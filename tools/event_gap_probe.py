@@ -13,18 +13,20 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from cudnn_guide import bench, environment, recipes, tensors
+from cudnn_guide import environment
+from cudnn_guide.graphs import matmul, tensors
+from cudnn_guide.measure import events
 
-mm = recipes.MatmulProblem()
+mm = matmul.MatmulProblem()
 mi = mm.make_inputs()
-mf = recipes.matmul_epilogue_graph(mm, mi)
+mf = matmul.matmul_epilogue_graph(mm, mi)
 epilogue = mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha)))
 small = torch.randn(1 << 20, device="cuda")
 tiny = lambda: small.mul_(1.0)
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 c = torch.empty_like(a)
 gemm = lambda: torch.matmul(a, a, out=c)
-flush = bench.l2_flush_buffer()
+flush = events.l2_flush_buffer()
 
 
 def probe(fn, use_flush, use_spin, n=300):
@@ -33,7 +35,7 @@ def probe(fn, use_flush, use_spin, n=300):
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as p0:
         flush.zero_()
-        bench.spin(0.05)
+        events.spin(0.05)
         torch.cuda.synchronize()
     skip = {e.name for e in p0.events() if e.device_type == torch.autograd.DeviceType.CUDA}
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
@@ -42,7 +44,7 @@ def probe(fn, use_flush, use_spin, n=300):
             if use_flush:
                 flush.zero_()
             if use_spin:
-                bench.spin(0.2)
+                events.spin(0.2)
             s.record()
             fn()
             e.record()

@@ -9,13 +9,14 @@ import time
 
 import torch
 
-from cudnn_guide import attention, bench, conv_training, recipes
+from cudnn_guide.graphs import attention, conv, conv_training
+from cudnn_guide.measure import events
 
 
 def host_us(fn, queued_ms):
     torch.cuda.synchronize()
     if queued_ms:
-        bench.spin(queued_ms)
+        events.spin(queued_ms)
     t0 = time.perf_counter()
     fn()
     dt = (time.perf_counter() - t0) * 1e6
@@ -24,13 +25,13 @@ def host_us(fn, queued_ms):
 
 
 cases = {}
-p = recipes.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
+p = attention.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
 ins = attention.make_training_inputs(p)
 f = attention.sdpa_forward_training_graph(p, ins)
 b = attention.sdpa_backward_graph(p, ins)
 cases["sdpa forward"] = f.built.bind(f.pack(**{k: ins[k] for k in f.io}))
 cases["sdpa backward"] = b.built.bind(b.pack(**{k: ins[k] for k in b.io}))
-cp = recipes.ConvProblem()
+cp = conv.ConvProblem()
 ci = conv_training.make_training_inputs(cp)
 for name, make in (("conv dgrad", conv_training.conv_dgrad_graph), ("conv wgrad", conv_training.conv_wgrad_graph)):
     g = make(cp, ci)

@@ -18,7 +18,7 @@ import tempfile
 
 from gallery_build import recording
 
-from cudnn_guide import fresh_process
+from cudnn_guide.measure import fresh_process
 
 
 def profiled_build(docs_dir: str, out_dir: str, example: str) -> str:

@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-from cudnn_guide import coldstart, environment, fresh_process
+from cudnn_guide import environment
+from cudnn_guide.measure import coldstart, fresh_process
 
 ROUNDS = 4
 

@@ -6,11 +6,12 @@ import time
 
 import cudnn
 
-from cudnn_guide import autotune, recipes
+from cudnn_guide.graphs import conv
+from cudnn_guide.measure import autotune
 
-problem = recipes.ConvProblem()
+problem = conv.ConvProblem()
 inputs = problem.make_inputs()
-fused = recipes.conv_bias_relu_graph(
+fused = conv.conv_bias_relu_graph(
     problem, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL
 )
 pack = fused.pack(**inputs)

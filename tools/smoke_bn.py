@@ -4,7 +4,8 @@ import cudnn
 import torch
 import torch.nn.functional as F
 
-from cudnn_guide import check, graphs, tensors
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import tensors
 
 N, C, H, W = 8, 64, 28, 28
 x = tensors.nhwc(torch.randn(N, C, H, W, device="cuda", dtype=torch.float16))

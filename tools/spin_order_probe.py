@@ -2,7 +2,7 @@
 
 The harness enqueues, before each timed call, a spin kernel that holds the GPU while the host
 enqueues the call, and (cold L2) an L2 flush. The profiler's back-to-back run
-(``bench.profile_kernels``) runs flush then call with no spin. On the conv page the two
+(``profiling.profile_kernels``) runs flush then call with no spin. On the conv page the two
 disagreed by more than the events' launch cost, so this probe reads CUPTI's per-call span and
 kernel time for the same kernels under six orders, 100 calls each, alternating, two rounds:
 
@@ -25,27 +25,30 @@ import statistics
 import sys
 import warnings
 
+import crosscheck  # beside this file, in tools/
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from cudnn_guide import bench, crosscheck, environment, recipes, tensors
+from cudnn_guide import environment
+from cudnn_guide.graphs import conv, matmul, tensors
+from cudnn_guide.measure import bench, events, profiling
 
 ORDERS = ("flush→call", "flush→call, events", "flush→spin→call", "spin→flush→call", "spin→call", "call→call")
 CALLS = 100
 
 
 def launchers() -> dict:
-    conv = recipes.ConvProblem()
-    ci = conv.make_inputs()
-    cf = recipes.conv_bias_relu_graph(conv, ci)
-    mm = recipes.MatmulProblem()
+    cp = conv.ConvProblem()
+    ci = cp.make_inputs()
+    cf = conv.conv_bias_relu_graph(cp, ci)
+    mm = matmul.MatmulProblem()
     mi = mm.make_inputs()
-    mf = recipes.matmul_epilogue_graph(mm, mi)
+    mf = matmul.matmul_epilogue_graph(mm, mi)
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
     return {
         "conv→bias→ReLU (cuDNN graph)": cf.built.bind(cf.pack(**ci)),
-        "conv→bias→ReLU (PyTorch eager)": lambda: conv.torch_forward(ci["x"], ci["w"], ci["b"]),
+        "conv→bias→ReLU (PyTorch eager)": lambda: cp.torch_forward(ci["x"], ci["w"], ci["b"]),
         "matmul epilogue + AMAX (cuDNN graph)": mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
         "bf16 matmul 4096³ (cuBLAS)": lambda: torch.matmul(a, a, out=c),
     }
@@ -66,7 +69,7 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
                     if step == "flush":
                         flush.zero_()
                     elif step == "spin":
-                        bench.spin(spin_ms)
+                        events.spin(spin_ms)
                     elif step == "call":
                         fn()
                 if timed:
@@ -102,13 +105,13 @@ def run_order(fn, order: str, flush, spin_ms: float, skip: set[str]) -> dict:
 
 
 def main(path: str) -> None:
-    flush = bench.l2_flush_buffer()
-    skip = bench.flush_kernel_names(flush)
-    cost = bench.launch_cost()
+    flush = events.l2_flush_buffer()
+    skip = profiling.flush_kernel_names(flush)
+    cost = events.launch_cost()
     rows = []
     for name, fn in launchers().items():
         host = bench._host_times(fn, flush, name, 20)
-        spin_ms = bench.spin_for(statistics.median(host))
+        spin_ms = events.spin_for(statistics.median(host))
         for rnd in range(2):  # two rounds, orders alternating, so drift shows as a spread
             for order in ORDERS:
                 r = run_order(fn, order, flush, spin_ms, skip)

@@ -165,10 +165,14 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
     """
     vocab = frontend_vocabulary()
     units: dict[str, _Unit] = {}
-    for path in sorted((Path(root) / package).glob("*.py")):
-        module = f"{package}.{path.stem}" if path.stem != "__init__" else package
+    reexported: dict[str, str] = {}  # a subpackage's name → where it is defined
+    for path in sorted((Path(root) / package).rglob("*.py")):
+        parts = path.relative_to(Path(root) / package).with_suffix("").parts
+        module = ".".join((package, *parts)).removesuffix(".__init__")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         aliases = _aliases(tree, package, module)
+        if path.stem == "__init__":
+            reexported.update({f"{module}.{local}": target for local, target in aliases.items()})
         tops = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
         local = {n.name for n in tops}
         functions = frozenset(n.name for n in tops if isinstance(n, ast.FunctionDef))
@@ -177,6 +181,7 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
             _scan(node, unit, vocab, aliases, local, module, functions)
 
     def closure(name: str, seen: set[str]) -> set[str]:
+        name = reexported.get(name, name)
         if name in seen or name not in units:
             return set()
         seen.add(name)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudnn_guide import datafiles
-from cudnn_guide.records import RECORD_SUFFIX
+from cudnn_guide.report.records import RECORD_SUFFIX
 
 __all__ = [
     "SOFTWARE_KEYS",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudnn_guide import datafiles
-from cudnn_guide.records import RECORD_SUFFIX
+from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import recording
 
@@ -318,7 +318,7 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     >>> sphinx_gallery_conf['reset_modules'] = ('matplotlib', reset_between_examples)
     """
     import cudnn_guide
-    from cudnn_guide import records
+    from cudnn_guide.report import records
 
     if when == "after":
         records.finish(Path(fname).stem, recording.example_title(_example_path(gallery_conf, fname)))

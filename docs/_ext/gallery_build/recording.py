@@ -231,8 +231,9 @@ def package_md5() -> str:
     h = hashlib.md5()
     import cudnn_guide
 
-    for path in sorted(Path(cudnn_guide.__file__).resolve().parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    top = Path(cudnn_guide.__file__).resolve().parent
+    for path in sorted(top.rglob("*.py")):
+        h.update(path.relative_to(top).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
@@ -654,7 +655,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     (gallery_dir / f"{stem}.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
     (gallery_dir / f"{example.name}.md5").write_text(_md5(example), encoding="utf-8")
     _skip_thumbnail(gallery_dir / "images" / "thumb" / f"sphx_glr_{stem}_thumb.png", reason)
-    from cudnn_guide.records import Record
+    from cudnn_guide.report.records import Record
 
     rec = Record(stem, title=title, environment=environment)
     rec.extra["skipped"] = f"needs {reason}"
@@ -816,7 +817,7 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
     """In the page's fresh process: the one-example Sphinx build that executes ``example``."""
     from sphinx.cmd.build import build_main
 
-    from cudnn_guide import drift
+    from cudnn_guide.measure import drift
 
     from . import history
 
@@ -1158,7 +1159,7 @@ def _record_on_gpus(
     import threading
     import time
 
-    from cudnn_guide import fresh_process
+    from cudnn_guide.measure import fresh_process
 
     workers = gpus or _visible_gpus()
     previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})

@@ -30,7 +30,7 @@ from typing import Any
 
 from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError, GuideError
-from cudnn_guide.records import RECORD_SUFFIX
+from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import history, recording
 

@@ -3,15 +3,17 @@
 A training step of ``y = conv(x, w)`` runs three convolutions: the forward; dgrad,
 ``dx = conv_transpose(dy, w)``, which the previous layer needs; and wgrad, ``dw`` from ``x``
 and ``dy``, which the optimizer needs. Each is its own cuDNN graph over the same
-:class:`~cudnn_guide.recipes.ConvProblem`.
+:class:`~cudnn_guide.graphs.conv.ConvProblem`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import graphs, tensors
-from .recipes import ConvProblem, Fused, _new_graph
+from cudnn_guide import graphs
+from cudnn_guide.graphs import tensors
+from cudnn_guide.graphs.conv import ConvProblem
+from cudnn_guide.graphs.declare import Fused, new_graph
 
 __all__ = ["make_training_inputs", "conv_fprop_graph", "conv_dgrad_graph", "conv_wgrad_graph", "torch_training_step"]
 
@@ -61,7 +63,7 @@ def _conv_graph(
     ports fed from ``inputs`` (port → input name), the result written to ``inputs[out]``."""
     import cudnn
 
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    g, handle = new_graph(problem, name, handle, graph_kwargs)
     io = {key: tensors.graph_tensor(g, inputs[key], key) for key in ports.values()}
     result = getattr(g, op)(
         **{port: io[key] for port, key in ports.items()},

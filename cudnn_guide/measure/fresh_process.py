@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import GuideError
+from cudnn_guide.errors import GuideError
 
 __all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "PRELOAD", "run"]
 
@@ -45,7 +45,7 @@ PRELOAD: tuple[str, ...] = ("torch", "numpy")
 
 _WORKER = (
     "import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-    "from cudnn_guide.fresh_process import _worker_main; _worker_main(int(sys.argv[2]), sys.argv[3:])"
+    "from cudnn_guide.measure.fresh_process import _worker_main; _worker_main(int(sys.argv[2]), sys.argv[3:])"
 )
 
 

@@ -6,7 +6,7 @@ each one. :func:`tune` does that exhaustively or by successive halving, which gi
 few calls each, keeps the faster half, and spends the rest of its time on the survivors.
 
 Each plan is selected in turn (``build_plan_at_index``) and timed through the ordinary execute
-path, exactly like everything else (:func:`~cudnn_guide.bench.benchmark`: events, warm-up, cold
+path, exactly like everything else (:func:`~cudnn_guide.measure.bench.benchmark`: events, warm-up, cold
 L2, spread); the graph is left on the plan it had. The winner is selected on the graph with ``build_plan_at_index``, so
 :meth:`~cudnn_guide.graphs.BuiltGraph.execute` and ``serialize()`` then use it.
 """
@@ -19,10 +19,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .bench import benchmark
-from .errors import BenchmarkError, GraphExecutionError
-from .graphs import BuiltGraph
-from .measurement import Measurement
+from cudnn_guide import collector
+from cudnn_guide.errors import BenchmarkError, GraphExecutionError
+from cudnn_guide.graphs.builder import BuiltGraph
+from cudnn_guide.measure.bench import benchmark
+from cudnn_guide.measure.measurement import Measurement
 
 __all__ = ["PlanTiming", "TuneResult", "plan_names", "ensure_workspace", "tune", "select"]
 
@@ -202,7 +203,7 @@ def _screen(
     """One warm call, then one timed call (events, L2 as asked): enough to drop hopeless plans."""
     import torch
 
-    from .bench import l2_flush_buffer
+    from cudnn_guide.measure.bench import l2_flush_buffer
 
     try:
         built.graph.build_plan_at_index(index)
@@ -223,6 +224,7 @@ def _screen(
     return PlanTiming(index, name, m, finalist=False)
 
 
+@collector.paused()  # trial timings; the caller keeps the summary it wants
 def tune(
     built: BuiltGraph,
     pack: Mapping[Any, Any],
@@ -255,7 +257,7 @@ def tune(
     reps:
         Calls per plan (exhaustive), or in the final round (halving).
     l2:
-        ``"cold"`` (default) or ``"hot"``, as in :func:`~cudnn_guide.bench.benchmark`.
+        ``"cold"`` (default) or ``"hot"``, as in :func:`~cudnn_guide.measure.bench.benchmark`.
     flops:
         FLOPs per call, for TFLOP/s.
     bytes:

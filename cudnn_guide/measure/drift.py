@@ -29,7 +29,7 @@ ratio's own history; with fewer, the two measurements' drifts are combined as if
 
 @functools.lru_cache(maxsize=1)
 def _load(path: str) -> dict[str, Any]:
-    from .datafiles import read_json
+    from cudnn_guide.datafiles import read_json
 
     return read_json(path)
 

@@ -1,10 +1,5 @@
-"""Attention beyond the forward pass: training (forward with statistics, then backward) and
-paged-KV decode.
-
-The forward graph for training keeps the softmax statistics (``generate_stats=True``): one fp32
-log-sum-exp per query row, which the backward graph reads instead of recomputing the softmax
-normalisation. Decode reads K and V from a *paged* cache: fixed-size pages in one pool, a page
-table per sequence, and each sequence's true length.
+"""Paged-KV decode: K and V read from fixed-size pages in one pool through a page table per
+sequence, with each sequence's true length.
 """
 
 from __future__ import annotations
@@ -13,185 +8,11 @@ import dataclasses
 import math
 from typing import Any
 
-from . import graphs, tensors
-from .recipes import Fused, SdpaProblem, _causal_mask, _new_graph, _Problem
+from cudnn_guide import graphs
+from cudnn_guide.graphs import tensors
+from cudnn_guide.graphs.declare import Fused, Problem, new_graph
 
-__all__ = [
-    "training_flops",
-    "make_training_inputs",
-    "sdpa_forward_training_graph",
-    "sdpa_backward_graph",
-    "PagedDecodeProblem",
-    "paged_decode_graph",
-    "gather_pages",
-]
-
-
-def training_flops(problem: SdpaProblem) -> float:
-    """FLOPs of one forward plus backward pass: the backward's five GEMMs are 2.5× the forward's two.
-
-    The usual flash-attention convention (recomputing the scores in the backward is not counted).
-
-    Parameters
-    ----------
-    problem
-        The attention problem.
-
-    Returns
-    -------
-    float
-        3.5 × the forward FLOPs.
-
-    Example
-    -------
-    >>> training_flops(SdpaProblem(seq=4096)) / problem.flops
-    3.5
-    """
-    return 3.5 * problem.flops
-
-
-def make_training_inputs(problem: SdpaProblem, seed: int = 0) -> dict[str, Any]:
-    """Inputs and output buffers for a forward + backward step.
-
-    ``q, k, v`` and the incoming gradient ``d_o`` are random; ``o``, ``stats`` (B×H×S×1, fp32)
-    and ``dq, dk, dv`` are empty buffers.
-
-    Parameters
-    ----------
-    problem
-        Shapes and dtype.
-    seed
-        Random seed.
-
-    Returns
-    -------
-    dict[str, Any]
-        ``q, k, v, o, stats, d_o, dq, dk, dv``.
-
-    Example
-    -------
-    >>> ins = make_training_inputs(SdpaProblem(batch=2, seq=1024))
-    """
-    import torch
-
-    data = problem.make_inputs(seed=seed)
-    g = torch.Generator(device="cuda").manual_seed(seed + 1)
-    shape = tuple(data["q"].shape)
-    data["stats"] = torch.empty(*shape[:-1], 1, device="cuda", dtype=torch.float32)
-    data["d_o"] = torch.randn(shape, device="cuda", dtype=problem.torch_dtype, generator=g)
-    for name in ("dq", "dk", "dv"):
-        data[name] = torch.empty(shape, device="cuda", dtype=problem.torch_dtype)
-    return data
-
-
-def sdpa_forward_training_graph(
-    problem: SdpaProblem,
-    inputs: dict[str, Any],
-    *,
-    handle: Any = None,
-    name: str = "sdpa_forward_training",
-    **graph_kwargs: Any,
-) -> Fused:
-    """Build the training forward: attention output *and* its softmax statistics.
-
-    Parameters
-    ----------
-    problem
-        Shapes, masking, dtype.
-    inputs
-        From :func:`make_training_inputs`.
-    handle
-        cuDNN handle; default the device's.
-    name
-        Graph name.
-    graph_kwargs
-        More ``cudnn.pygraph`` arguments.
-
-    Returns
-    -------
-    Fused
-        Tensors ``q, k, v, o, stats``.
-
-    Example
-    -------
-    >>> fwd = sdpa_forward_training_graph(p, ins)
-    >>> fwd.built.execute(fwd.pack(**{k: ins[k] for k in fwd.io}))
-    """
-    import cudnn
-
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    Q, K, V = (tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v"))
-    O, stats = g.sdpa(
-        name="sdpa",
-        q=Q,
-        k=K,
-        v=V,
-        generate_stats=True,
-        attn_scale=problem.scale,
-        compute_data_type=cudnn.data_type.FLOAT,
-        **_causal_mask(problem),
-    )
-    tensors.output_like(O, inputs["o"])
-    tensors.output_like(stats, inputs["stats"])
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, {"q": Q, "k": K, "v": V, "o": O, "stats": stats})
-
-
-def sdpa_backward_graph(
-    problem: SdpaProblem,
-    inputs: dict[str, Any],
-    *,
-    handle: Any = None,
-    name: str = "sdpa_backward",
-    **graph_kwargs: Any,
-) -> Fused:
-    """Build the backward: ``dq, dk, dv`` from ``q, k, v``, the forward's ``o`` and ``stats``, and ``d_o``.
-
-    The mask and scale must match the forward's (both come from ``problem``).
-
-    Parameters
-    ----------
-    problem
-        Shapes, masking, dtype.
-    inputs
-        From :func:`make_training_inputs`.
-    handle
-        cuDNN handle; default the device's.
-    name
-        Graph name.
-    graph_kwargs
-        More ``cudnn.pygraph`` arguments.
-
-    Returns
-    -------
-    Fused
-        Tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
-
-    Example
-    -------
-    >>> bwd = sdpa_backward_graph(p, ins)
-    >>> bwd.built.execute(bwd.pack(**{k: ins[k] for k in bwd.io}))
-    """
-    import cudnn
-
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
-    io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("q", "k", "v", "o", "d_o", "stats")}
-    dQ, dK, dV = g.sdpa_backward(
-        name="sdpa_backward",
-        q=io["q"],
-        k=io["k"],
-        v=io["v"],
-        o=io["o"],
-        dO=io["d_o"],
-        stats=io["stats"],
-        attn_scale=problem.scale,
-        compute_data_type=cudnn.data_type.FLOAT,
-        **_causal_mask(problem),
-    )
-    for n, t in (("dq", dQ), ("dk", dK), ("dv", dV)):
-        io[n] = tensors.output_like(t, inputs[n])
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+__all__ = ["PagedDecodeProblem", "gather_pages", "paged_decode_graph"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +21,7 @@ def sdpa_backward_graph(
 
 
 @dataclasses.dataclass(frozen=True)
-class PagedDecodeProblem(_Problem):
+class PagedDecodeProblem(Problem):
     """One decode step (one new query token per sequence) over a paged K/V cache.
 
     Each of ``batch`` sequences has its own length, drawn uniformly from
@@ -353,7 +174,7 @@ def paged_decode_graph(
     """
     import cudnn
 
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    g, handle = new_graph(problem, name, handle, graph_kwargs)
     io = {
         n: tensors.graph_tensor(g, inputs[n], n)
         for n in ("q", "k_pool", "v_pool", "page_table", "seq_len_q", "seq_len_kv")

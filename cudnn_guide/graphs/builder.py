@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
+from cudnn_guide.errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
 
 __all__ = [
     "STEPS",
@@ -75,7 +75,8 @@ def handle_for_current_device() -> Any:
     import cudnn
     import torch
 
-    from .environment import require_cudnn, require_gpu
+    from cudnn_guide.environment import require_gpu
+    from cudnn_guide.libcudnn import require_cudnn
 
     require_gpu("creating a cuDNN handle")
     device = torch.cuda.current_device()

@@ -10,9 +10,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .bench import benchmark
-from .measurement import Measurement
-from .report import ComparisonTable, plot_lines
+from cudnn_guide.measure.bench import benchmark
+from cudnn_guide.measure.measurement import Measurement
+from cudnn_guide.report.plots import plot_lines
+from cudnn_guide.report.tables import ComparisonTable
 
 __all__ = ["SweepResult", "sweep"]
 
@@ -31,7 +32,7 @@ class SweepResult:
     x: str
     measurements: list[Measurement]
     comparisons: dict[Any, Any] = dataclasses.field(default_factory=dict)
-    """Size → :class:`~cudnn_guide.compare.Comparison`, when the sweep named a ``candidate``."""
+    """Size → :class:`~cudnn_guide.measure.compare.Comparison`, when the sweep named a ``candidate``."""
 
     def verdicts(self) -> list[dict[str, Any]]:
         """One row per size and baseline: the candidate's speed-up with its interval and verdict."""
@@ -90,12 +91,12 @@ def sweep(
     bytes
         size → bytes per call.
     candidate
-        With a name, each size is a :func:`~cudnn_guide.compare.compare` of ``candidate``
+        With a name, each size is a :func:`~cudnn_guide.measure.compare.compare` of ``candidate``
         against the other implementations, in ``rounds`` interleaved rounds, with verdicts.
     rounds
         Rounds per size, with ``candidate``.
     bench_kwargs
-        More :func:`~cudnn_guide.bench.benchmark` arguments.
+        More :func:`~cudnn_guide.measure.bench.benchmark` arguments.
 
     Returns
     -------
@@ -119,7 +120,7 @@ def sweep(
         raise ValueError("sweep(): no implementations given")
     out: list[Measurement] = []
     if candidate is not None:
-        from .compare import compare
+        from cudnn_guide.measure.compare import compare
 
         if "budget_ms" in bench_kwargs:  # a budget per point means nothing here: never ignore it silently
             raise ValueError(

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .bench import call_checked, spread_warnings
-from .errors import BenchmarkError
-from .measurement import Measurement
+from cudnn_guide import collector
+from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.measure.bench import call_checked, spread_warnings
+from cudnn_guide.measure.measurement import Measurement
 
 __all__ = ["CapturedGraph", "capture", "time_loop", "time_replay"]
 
@@ -38,7 +39,7 @@ class CapturedGraph:
     def __init__(self, fn: Callable[[], Any], *, calls: int = 1, warmup: int = 3, label: str = "fn") -> None:
         import torch
 
-        from .environment import require_gpu
+        from cudnn_guide.environment import require_gpu
 
         require_gpu(f"capturing {label!r}")
         if calls < 1:
@@ -119,7 +120,7 @@ def time_loop(
     """Per-call time of a loop of ``calls`` back-to-back calls: wall clock from the first launch to
     the end of a final synchronize, divided by ``calls``; hot L2.
 
-    Unlike :func:`~cudnn_guide.bench.benchmark` (which hides the host behind a GPU spin), this is
+    Unlike :func:`~cudnn_guide.measure.bench.benchmark` (which hides the host behind a GPU spin), this is
     what a loop of launches really costs: when the host is slower than the GPU, the GPU idles
     between calls and the loop runs at the host's pace. The one synchronize per sample is
     amortized over ``calls``.
@@ -159,9 +160,11 @@ def time_loop(
             fn()
 
     samples = _wall_clock_per_call(loop, calls, reps)
-    return Measurement(
+    m = Measurement(
         label, samples, f"wall-clock loop x{calls}", flops, bytes, dict(params or {}), spread_warnings(samples)
     )
+    collector.add_measurements(m)
+    return m
 
 
 def time_replay(
@@ -203,6 +206,8 @@ def time_replay(
     """
     graph.replay()
     samples = _wall_clock_per_call(graph.replay, graph.calls, reps)
-    return Measurement(
+    m = Measurement(
         label, samples, f"wall-clock replay x{graph.calls}", flops, bytes, dict(params or {}), spread_warnings(samples)
     )
+    collector.add_measurements(m)
+    return m

@@ -1,12 +1,12 @@
 """Cross-check the harness against independent clocks on the gallery's main kernels.
 
-For each kernel, in alternating rounds: the harness median (:func:`~cudnn_guide.bench.benchmark`,
+For each kernel, in alternating rounds: the harness median (:func:`~cudnn_guide.measure.bench.benchmark`,
 CUDA events around one call, cold L2, minus this process's launch cost, so a kernel time); the
 per-call span the PyTorch profiler reports (CUPTI timestamps, no events) for calls made exactly
 as the harness makes them (:func:`profile_calls`); and the profiler's kernel time for calls
-back to back after the L2 flush alone (:func:`~cudnn_guide.profiling.profile_kernels`). Then the
+back to back after the L2 flush alone (:func:`~cudnn_guide.measure.profiling.profile_kernels`). Then the
 per-call time of a CUDA-graph replay of 100 calls (hot L2, no launch gaps). Run as
-``python -m cudnn_guide.crosscheck OUT.json`` on a GPU; the methodology page renders the
+``python tools/crosscheck.py OUT.json`` on a GPU; the methodology page renders the
 committed result.
 
 The profiler and the harness can also watch the *same* calls: :func:`same_run` runs the
@@ -50,23 +50,23 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     """
     import torch
 
-    from . import recipes, tensors
+    from cudnn_guide.graphs import attention, conv, matmul, tensors
 
     out: dict[str, tuple[Callable[[], Any], float | None]] = {}
-    conv = recipes.ConvProblem()
-    ci = conv.make_inputs()
-    cf = recipes.conv_bias_relu_graph(conv, ci)
-    out["conv→bias→ReLU (cuDNN graph)"] = (cf.built.bind(cf.pack(**ci)), conv.flops)
-    mm = recipes.MatmulProblem()
+    cp = conv.ConvProblem()
+    ci = cp.make_inputs()
+    cf = conv.conv_bias_relu_graph(cp, ci)
+    out["conv→bias→ReLU (cuDNN graph)"] = (cf.built.bind(cf.pack(**ci)), cp.flops)
+    mm = matmul.MatmulProblem()
     mi = mm.make_inputs()
-    mf = recipes.matmul_epilogue_graph(mm, mi)
+    mf = matmul.matmul_epilogue_graph(mm, mi)
     out["matmul epilogue + AMAX (cuDNN graph)"] = (
         mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
         mm.flops,
     )
-    sd = recipes.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128)
+    sd = attention.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128)
     si = sd.make_inputs()
-    sf = recipes.sdpa_graph(sd, si)
+    sf = attention.sdpa_graph(sd, si)
     out["causal SDPA S=4096 d=128 (cuDNN graph)"] = (sf.built.bind(sf.pack(**si)), sd.flops)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -144,7 +144,7 @@ def span_and_busy(calls: list[list[Any]]) -> tuple[list[float], list[float]]:
 
 
 def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
-    """Cut a time-ordered CUPTI trace of :func:`~cudnn_guide.bench.benchmark` into its timed calls.
+    """Cut a time-ordered CUPTI trace of :func:`~cudnn_guide.measure.bench.benchmark` into its timed calls.
 
     A timed call is the GPU work that follows a spin kernel (and the L2 flush after it), up to
     the next spin or flush: its kernels and any memset or copy it issues itself. Work that no
@@ -155,7 +155,7 @@ def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
     gpu_ops
         The trace's GPU operations, in start order (anything with a ``name``).
     flush_names
-        Names of the flush's kernels (:func:`~cudnn_guide.profiling.flush_kernel_names`).
+        Names of the flush's kernels (:func:`~cudnn_guide.measure.profiling.flush_kernel_names`).
 
     Returns
     -------
@@ -223,9 +223,9 @@ def same_run(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from . import bench, profiling
+    from cudnn_guide.measure import bench, events, profiling
 
-    flush_names = profiling.flush_kernel_names(bench.l2_flush_buffer())
+    flush_names = profiling.flush_kernel_names(events.l2_flush_buffer())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -259,7 +259,7 @@ def profile_calls(
     The harness's warm-up comes first (calls back to back for ``warmup_ms``, which brings a
     power-hungry kernel to the clock it will run at), then each profiled call is preceded by the
     harness's spin and L2 flush, so the kernel runs in the same conditions as in
-    :func:`~cudnn_guide.bench.benchmark` (what runs just before a kernel can change its
+    :func:`~cudnn_guide.measure.bench.benchmark` (what runs just before a kernel can change its
     duration: ``tools/spin_order_probe.py``); only the clock differs.
 
     Parameters
@@ -267,23 +267,23 @@ def profile_calls(
     launch
         The call.
     spin_ms
-        The spin before each call (:func:`~cudnn_guide.bench.spin_for` of its host time).
+        The spin before each call (:func:`~cudnn_guide.measure.events.spin_for` of its host time).
     calls
         Profiled calls.
     label
         Name in errors.
     warmup_ms
-        Warm-up before profiling, GPU time included, as in :func:`~cudnn_guide.bench.benchmark`.
+        Warm-up before profiling, GPU time included, as in :func:`~cudnn_guide.measure.bench.benchmark`.
 
     Returns
     -------
     dict[str, Any]
         ``span_us`` and ``kernels_us`` (medians per call), ``calls`` matched, and ``clocks``
-        (:func:`~cudnn_guide.clocks.throttle_summary` of the profiled calls).
+        (:func:`~cudnn_guide.measure.clocks.throttle_summary` of the profiled calls).
 
     Example
     -------
-    >>> profile_calls(launch, spin_ms=bench.spin_for(m.host_median_ms))['span_us']
+    >>> profile_calls(launch, spin_ms=events.spin_for(m.host_median_ms))['span_us']
     """
     import statistics
     import warnings
@@ -291,24 +291,24 @@ def profile_calls(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from . import bench, clocks, profiling
+    from cudnn_guide.measure import clocks, events, profiling
 
-    flush = bench.l2_flush_buffer()
+    flush = events.l2_flush_buffer()
     flush_names = profiling.flush_kernel_names(flush)
     t0 = time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < warmup_ms:
         for _ in range(4):
             flush.zero_()
-            bench.call_checked(launch, label)
+            events.call_checked(launch, label)
         torch.cuda.synchronize()
     before, t_run = clocks.sample(), time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
-                bench.spin(spin_ms)
+                events.spin(spin_ms)
                 flush.zero_()
-                bench.call_checked(launch, label)
+                events.call_checked(launch, label)
             torch.cuda.synchronize()
     clock_info = clocks.throttle_summary(before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
     cut = split_calls(gpu_ops(prof), flush_names)
@@ -329,7 +329,7 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
     Each round runs, on the same kernel: the harness; the profiler on calls made as the harness
     makes them (spin, flush, call; no events: :func:`profile_calls`), the comparison that
     differs only in the clock; and the profiler on calls back to back after the flush alone
-    (:func:`~cudnn_guide.profiling.profile_kernels`), which shows how much the spin before a call
+    (:func:`~cudnn_guide.measure.profiling.profile_kernels`), which shows how much the spin before a call
     changes the kernel itself. The GPU's clock drifts by a few percent over seconds (power
     capping), so each round pairs the two clocks in time, and the verdict is the median over
     rounds of the paired differences.
@@ -355,15 +355,15 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
     """
     import statistics
 
-    from . import bench, cudagraphs, profiling
+    from cudnn_guide.measure import bench, cudagraphs, events, profiling
 
-    cost = bench.launch_cost()
+    cost = events.launch_cost()
     rows = []
     for name, (launch, flops) in kernels().items():
         per_round = []
         for _ in range(rounds):
             m = bench.benchmark(launch, label=name, l2="cold", flops=flops, budget_ms=300)
-            matched = profile_calls(launch, spin_ms=bench.spin_for(m.host_median_ms), calls=50, label=name)
+            matched = profile_calls(launch, spin_ms=events.spin_for(m.host_median_ms), calls=50, label=name)
             b2b = profiling.profile_kernels(launch, calls=50, l2="cold", label=name)
             per_round.append(
                 {
@@ -413,7 +413,7 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
-    """``python -m cudnn_guide.crosscheck [OUT.json]``: run :func:`crosscheck`, print and save the table.
+    """``python tools/crosscheck.py [OUT.json]``: run :func:`crosscheck`, print and save the table.
 
     Parameters
     ----------
@@ -424,9 +424,9 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - GPU only
     -------
     .. code-block:: bash
 
-       python -m cudnn_guide.crosscheck docs/data/crosscheck.json
+       python tools/crosscheck.py docs/data/crosscheck.json
     """
-    from . import environment
+    from cudnn_guide import environment
 
     argv = sys.argv[1:] if argv is None else argv
     rows = crosscheck()

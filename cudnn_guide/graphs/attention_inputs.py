@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InputError
+from cudnn_guide.errors import InputError
 
 __all__ = ["check_heads", "check_seq_lens", "ragged_offsets", "check_window", "band", "reference"]
 
@@ -251,7 +251,7 @@ def reference(q: Any, k: Any, v: Any, *, visible: Any = None, bias: Any = None, 
     """
     import torch
 
-    from .check import full_precision
+    from cudnn_guide.check import full_precision
 
     group = check_heads(q, k, v)
     with full_precision(), torch.no_grad():

@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import graphs, tensors
-from .recipes import Fused, SdpaProblem, _new_graph, _Problem
+from cudnn_guide import graphs
+from cudnn_guide.graphs import tensors
+from cudnn_guide.graphs.attention import SdpaProblem
+from cudnn_guide.graphs.declare import Fused, Problem, new_graph
 
 __all__ = [
     "E4M3_MAX",
@@ -86,7 +88,7 @@ def dequantize(t8: Any, descale: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class Fp8MatmulProblem(_Problem):
+class Fp8MatmulProblem(Problem):
     """``c = (a8 @ b8) · descale_a · descale_b`` with FP8 E4M3 operands and a bf16 result.
 
     ``a`` is M×K row-major, ``b`` K×N column-major (the layout FP8 tensor cores read), both
@@ -165,7 +167,7 @@ def fp8_matmul_graph(
     """
     import cudnn
 
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    g, handle = new_graph(problem, name, handle, graph_kwargs)
     io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("a8", "b8", "descale_a", "descale_b")}
     mm = g.matmul(A=io["a8"], B=io["b8"], compute_data_type=cudnn.data_type.FLOAT, name="matmul")
     mm.set_data_type(cudnn.data_type.FLOAT)
@@ -253,7 +255,7 @@ def sdpa_fp8_graph(
     """
     import cudnn
 
-    g, handle = _new_graph(problem, name, handle, graph_kwargs)
+    g, handle = new_graph(problem, name, handle, graph_kwargs)
     names = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
     io = {n: tensors.graph_tensor(g, inputs[n], n) for n in names}
     # sdpa_fp8 names the band's right edge ``right_bound`` (sdpa: ``diagonal_band_right_bound``)

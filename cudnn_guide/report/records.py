@@ -6,8 +6,9 @@ numbers its prose quotes. Pages, the results table and the history are all built
 files, never from numbers typed by hand.
 
 The record is collected while the example runs, the way pytest-benchmark's session collects its
-``benchmark`` fixtures: every passing :func:`cudnn_guide.check.check` and every comparison
-registers with :func:`page`, and the docs build writes the file after the example
+``benchmark`` fixtures: every passing :func:`cudnn_guide.check.check`, every
+:func:`~cudnn_guide.measure.bench.benchmark` and every comparison registers with :func:`page`
+(through :mod:`cudnn_guide.collector`), and the docs build writes the file after the example
 (:func:`begin`, :func:`finish`), named and titled from the example file. A page declares only
 its headlines: ``records.page(env).comparison(...)``.
 """
@@ -21,10 +22,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import datafiles, drift
-from .check import CheckResult
-from .errors import BenchmarkError
-from .measurement import Measurement
+from cudnn_guide import collector, datafiles
+from cudnn_guide.check import CheckResult
+from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.measure import drift
+from cudnn_guide.measure.measurement import Measurement
 
 __all__ = [
     "SCHEMA",
@@ -34,7 +36,6 @@ __all__ = [
     "load",
     "RECORD_SUFFIX",
     "page",
-    "collect_check",
     "begin",
     "finish",
 ]
@@ -137,7 +138,7 @@ class Record:
 
     def comparison(self, name: str, result: Any, baseline: str | None = None) -> float:
         """Register the candidate's speed-up over ``baseline`` (default: the best) of a
-        :class:`~cudnn_guide.compare.Comparison` as a headline with ``low``, ``high`` and ``verdict``,
+        :class:`~cudnn_guide.measure.compare.Comparison` as a headline with ``low``, ``high`` and ``verdict``,
         and add the comparison's measurements."""
         baseline = baseline or result.best_baseline
         s = result.versus[baseline]
@@ -183,18 +184,16 @@ class Record:
         return path
 
 
-_PAGE: Record | None = None
-
-
 def page(environment: Any = None) -> Record:
     """The running example's record: created on first use, written by the docs build after the example.
 
-    Passing checks register here on their own; a page adds its headlines and comparisons.
+    Passing checks and measurements register here on their own (:mod:`cudnn_guide.collector`);
+    a page adds its headlines and comparisons.
 
     Parameters
     ----------
     environment
-        The example's :class:`~cudnn_guide.environment.Environment`, stored with the record.
+        The example's :class:`~cudnn_guide.environment.EnvironmentRecord`, stored with the record.
 
     Returns
     -------
@@ -206,31 +205,12 @@ def page(environment: Any = None) -> Record:
     >>> rec = page(env)
     >>> rec.comparison("speed-up over best baseline", result)
     """
-    global _PAGE
-    if _PAGE is None:
-        _PAGE = Record(os.environ.get("CUDNN_GUIDE_PAGE", "example"))
+    if collector.current() is None:
+        collector.start(Record(os.environ.get("CUDNN_GUIDE_PAGE", "example")))
+    rec = collector.current()
     if environment is not None:
-        _PAGE.environment = environment
-    return _PAGE
-
-
-def collect_check(result: CheckResult) -> None:
-    """Add a passing check to the running example's record, if one is being collected.
-
-    Outside a collection (a script, a training loop calling :func:`~cudnn_guide.check.check`
-    again and again) nothing is kept.
-
-    Parameters
-    ----------
-    result
-        The passing check.
-
-    Example
-    -------
-    >>> begin(); collect_check(result)
-    """
-    if _PAGE is not None:
-        _PAGE.add_check(result)
+        rec.environment = environment
+    return rec
 
 
 def begin() -> None:
@@ -240,8 +220,7 @@ def begin() -> None:
     -------
     >>> begin()
     """
-    global _PAGE
-    _PAGE = Record(os.environ.get("CUDNN_GUIDE_PAGE", "example"))
+    collector.start(Record(os.environ.get("CUDNN_GUIDE_PAGE", "example")))
 
 
 def finish(example: str, title: str, directory: str | os.PathLike[str] | None = None) -> Path | None:
@@ -265,8 +244,7 @@ def finish(example: str, title: str, directory: str | os.PathLike[str] | None = 
     -------
     >>> begin(); page().headline("x", 1.0, "x"); finish("plot_demo", "Demo", tmp_path)
     """
-    global _PAGE
-    rec, _PAGE = _PAGE, None
+    rec = collector.stop()
     if rec is None or not (rec.checks or rec.measurements or rec.headlines or rec.extra):
         return None
     rec.example, rec.title = example, title

@@ -7,8 +7,8 @@ its own.
 
 Build times are easily confounded by what a process has already done (lazy library loading,
 heuristics caches). :func:`run_fresh_sequence` therefore builds each sequence of batch sizes in
-a new interpreter of its own (:mod:`cudnn_guide.fresh_process`; ``python -m
-cudnn_guide.dynamic_shapes`` does the same from a shell), so the cache's effect can be compared
+a new interpreter of its own (:mod:`cudnn_guide.measure.fresh_process`; ``python -m
+cudnn_guide.measure.dynamic_shapes`` does the same from a shell), so the cache's effect can be compared
 against controls — no cache, and another order — on equal terms.
 """
 
@@ -66,18 +66,20 @@ def build_sequence(
     import cudnn
     import torch
 
-    from . import bench, check, graphs, recipes, tensors
+    from cudnn_guide import check, graphs
+    from cudnn_guide.graphs import matmul, tensors
+    from cudnn_guide.measure import bench
 
     handle = graphs.handle_for_current_device()
     cache = cudnn.create_kernel_cache() if kernel_cache else None
     extra = dict(kernel_cache=cache, is_dynamic_shape_enabled=True) if kernel_cache else {}
     rows = []
     for batch in batches:
-        problem = recipes.MatmulProblem(batch=batch, m=m, k=k, n=n)
+        problem = matmul.MatmulProblem(batch=batch, m=m, k=k, n=n)
         inputs = problem.make_inputs(seed=batch)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        fused = recipes.matmul_epilogue_graph(problem, inputs, handle=handle, amax=False, **extra)
+        fused = matmul.matmul_epilogue_graph(problem, inputs, handle=handle, amax=False, **extra)
         build_s = time.perf_counter() - t0
         pack = fused.pack(
             **{k_: v for k_, v in inputs.items() if k_ != "amax"}, alpha=tensors.scalar_value(problem.alpha)
@@ -121,12 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     -------
     .. code-block:: bash
 
-       python -m cudnn_guide.dynamic_shapes cache 1,2,4,8
+       python -m cudnn_guide.measure.dynamic_shapes cache 1,2,4,8
     """
     argv = sys.argv[1:] if argv is None else argv
     mode, batches = argv[0], [int(b) for b in argv[1].split(",")]
     if mode not in ("cache", "nocache"):
-        raise SystemExit("usage: python -m cudnn_guide.dynamic_shapes cache|nocache B1,B2,...")
+        raise SystemExit("usage: python -m cudnn_guide.measure.dynamic_shapes cache|nocache B1,B2,...")
     print(json.dumps(build_sequence(batches, kernel_cache=mode == "cache")))
 
 
@@ -134,11 +136,11 @@ PRELOAD = (
     "torch",
     "numpy",
     "cudnn",
-    "cudnn_guide.bench",
+    "cudnn_guide.measure.bench",
     "cudnn_guide.check",
     "cudnn_guide.graphs",
-    "cudnn_guide.recipes",
-    "cudnn_guide.tensors",
+    "cudnn_guide.graphs",
+    "cudnn_guide.graphs.tensors",
 )
 """What a sequence's interpreter imports before its turn (what :func:`build_sequence` uses)."""
 
@@ -146,7 +148,7 @@ PRELOAD = (
 def run_fresh_sequence(
     batches: Sequence[int], *, kernel_cache: bool, pool: Any = None, timeout: float = 600
 ) -> list[dict[str, Any]]:
-    """:func:`build_sequence` in a new interpreter (:mod:`cudnn_guide.fresh_process`); returns its rows.
+    """:func:`build_sequence` in a new interpreter (:mod:`cudnn_guide.measure.fresh_process`); returns its rows.
 
     Parameters
     ----------
@@ -155,7 +157,7 @@ def run_fresh_sequence(
     kernel_cache
         Use the kernel cache.
     pool
-        An :class:`~cudnn_guide.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
+        An :class:`~cudnn_guide.measure.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
         whose next interpreter runs it; ``None`` starts one now and waits for its imports.
     timeout
         Seconds before the interpreter is killed.
@@ -174,7 +176,7 @@ def run_fresh_sequence(
     -------
     >>> rows = run_fresh_sequence([1, 2, 4, 8], kernel_cache=False)  # a control run
     """
-    from . import fresh_process
+    from cudnn_guide.measure import fresh_process
 
     try:
         if pool is None:

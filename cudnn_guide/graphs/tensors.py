@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .errors import InputError
+from cudnn_guide.errors import InputError
 
 __all__ = [
     "TensorSpec",

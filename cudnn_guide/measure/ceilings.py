@@ -1,7 +1,7 @@
 """What this GPU can do at best: measured ceilings beside the datasheet's peaks, and the floor they set.
 
 :func:`measure_ceilings` times a device copy and the best of several dense bf16 matmuls with
-:func:`~cudnn_guide.bench.benchmark`; :data:`DATASHEET` holds the vendor's peaks, which no
+:func:`~cudnn_guide.measure.bench.benchmark`; :data:`DATASHEET` holds the vendor's peaks, which no
 measurement can beat, so :meth:`Ceilings.floor_ms` uses them where the GPU is listed.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .bench import benchmark
-from .measurement import Measurement
+from cudnn_guide import collector
+from cudnn_guide.measure.bench import benchmark
+from cudnn_guide.measure.measurement import Measurement
 
 __all__ = ["DATASHEET", "Ceilings", "datasheet_peaks", "measure_ceilings", "measure_read_bandwidth", "reset_caches"]
 
@@ -104,6 +105,7 @@ def datasheet_peaks(gpu_name: str) -> tuple[float | None, float | None]:
     return None, None
 
 
+@collector.paused()  # trial timings; the caller keeps the summary it wants
 def measure_ceilings(
     copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096, 6144, 8192), refresh: bool = False
 ) -> Ceilings:
@@ -170,6 +172,7 @@ def measure_ceilings(
     return _CEILINGS
 
 
+@collector.paused()  # trial timings; the caller keeps the summary it wants
 def measure_read_bandwidth(mib: int = 2048) -> Measurement:
     """Read-only bandwidth: a sum over a ``mib`` buffer (cold L2), counting the bytes read.
 

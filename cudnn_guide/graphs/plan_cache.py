@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import datafiles
-from .errors import GraphExecutionError
+from cudnn_guide import datafiles
+from cudnn_guide.errors import GraphExecutionError
 
 __all__ = ["PlanKey", "LoadedPlan", "PlanCache", "current_key", "load_plan"]
 
@@ -81,7 +81,8 @@ def current_key(graph_description: str) -> PlanKey:
     import cudnn
     import torch
 
-    from .environment import require_cudnn, require_gpu
+    from cudnn_guide.environment import require_gpu
+    from cudnn_guide.libcudnn import require_cudnn
 
     require_gpu("keying a cached plan")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -105,7 +106,7 @@ class LoadedPlan:
 
     def execute(self, **tensors: Any) -> None:
         """Run the plan on named tensors (names as in ``uids``), on torch's current stream."""
-        from .graphs import bind_to_current_stream
+        from cudnn_guide.graphs.builder import bind_to_current_stream
 
         missing = set(self.uids) - set(tensors)
         if missing:
@@ -138,7 +139,7 @@ def load_plan(blob: bytes, uids: dict[str, int], handle: Any = None) -> LoadedPl
     """
     import cudnn
 
-    from .graphs import handle_for_current_device
+    from cudnn_guide.graphs.builder import handle_for_current_device
 
     handle = handle if handle is not None else handle_for_current_device()
     graph = cudnn.pygraph(handle=handle)
@@ -228,7 +229,7 @@ class PlanCache:
     ) -> tuple[LoadedPlan | Any, str]:
         """Load the plan for ``key``, or build, store and return it.
 
-        ``build`` returns a :class:`~cudnn_guide.recipes.Fused` (a built graph and its tensors).
+        ``build`` returns a :class:`~cudnn_guide.graphs.declare.Fused` (a built graph and its tensors).
         Returns ``(plan, source)`` where ``source`` is ``"cache"`` (a :class:`LoadedPlan`) or
         ``"built"`` (the ``Fused`` that ``build`` returned; its plan is now on disk).
         """

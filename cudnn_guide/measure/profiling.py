@@ -11,8 +11,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .bench import L2_MODES, call_checked, l2_flush_buffer
-from .errors import BenchmarkError
+from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.measure.bench import L2_MODES, call_checked, l2_flush_buffer
 
 __all__ = ["ProfiledKernels", "flush_kernel_names", "profile_kernels"]
 

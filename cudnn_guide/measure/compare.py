@@ -4,7 +4,7 @@ Timing contenders one after another on a power-capped GPU measures the clock as 
 :func:`compare` times them in **interleaved rounds** (a shuffled order per round, one process),
 takes the **per-round ratio** of each baseline's time to the candidate's (paired: both ran
 within milliseconds of each other), and reports the median ratio with a **bootstrap 95%
-interval** over rounds (percentile method, :data:`RESAMPLES` resamples, fixed seed).
+interval** over rounds (percentile method, :data:`~cudnn_guide.measure.verdicts.RESAMPLES` resamples, fixed seed).
 
 The **tie band** is measured, not typed: every round also times the candidate a second time,
 and the interval of that same-code ratio (which should be 1) shows how far from 1 identical
@@ -17,110 +17,20 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import drift
-from .bench import benchmark
-from .errors import BenchmarkError
-from .measurement import Measurement, estimate
+from cudnn_guide import collector
+from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.measure import drift
+from cudnn_guide.measure.bench import benchmark
+from cudnn_guide.measure.measurement import Measurement, estimate
+from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
-__all__ = [
-    "MIN_ROUNDS",
-    "MIN_TIE_BAND",
-    "RESAMPLES",
-    "Comparison",
-    "bootstrap_median_ci",
-    "judge",
-    "compare",
-    "compare_host",
-]
+__all__ = ["Comparison", "compare", "compare_host"]
 
-MIN_ROUNDS = 5
-"""Fewer rounds than this give no usable interval: :func:`compare` refuses them."""
-MIN_TIE_BAND = 0.01
-"""The tie band is never narrower than ±1%, whatever the same-code ratio showed."""
-RESAMPLES = 2000
-"""Bootstrap resamples behind every interval."""
 _REPEAT = " (repeat)"
-
-
-def bootstrap_median_ci(
-    values: Sequence[float], confidence: float = 0.95, resamples: int = RESAMPLES, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the median of ``values``.
-
-    Parameters
-    ----------
-    values
-        Per-round values (at least :data:`MIN_ROUNDS`).
-    confidence
-        Coverage of the interval.
-    resamples
-        Bootstrap resamples.
-    seed
-        Seed of the resampling (the same values always give the same interval).
-
-    Returns
-    -------
-    tuple[float, float]
-        ``(low, high)``, widened where needed to contain the sample median itself.
-
-    Raises
-    ------
-    BenchmarkError
-        Fewer than :data:`MIN_ROUNDS` values.
-
-    Example
-    -------
-    >>> bootstrap_median_ci([1.00, 1.02, 0.99, 1.01, 1.00, 1.03, 0.98])
-    (0.99, 1.02)
-    """
-    values = list(values)
-    if len(values) < MIN_ROUNDS:
-        raise BenchmarkError(
-            f"an interval needs at least {MIN_ROUNDS} rounds, got {len(values)}: raise rounds= in compare()"
-        )
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    lo, hi = medians[int(tail * (resamples - 1))], medians[int(round((1 - tail) * (resamples - 1)))]
-    point = statistics.median(values)
-    return min(lo, point), max(hi, point)  # a percentile interval can miss its own estimate: widen to hold it
-
-
-Verdict = str
-"""``"faster"``, ``"slower"`` or ``"tie"``."""
-
-
-def judge(low: float, high: float, band: float) -> Verdict:
-    """The verdict of a speed-up interval ``[low, high]`` (baseline time / contender time) against ``1 ± band``.
-
-    Parameters
-    ----------
-    low
-        The interval's lower end.
-    high
-        The interval's upper end.
-    band
-        The tie band, as a fraction.
-
-    Returns
-    -------
-    Verdict
-        ``faster`` if the whole interval is above ``1 + band``, ``slower`` if below ``1 − band``, else ``tie``.
-
-    Example
-    -------
-    >>> judge(1.10, 1.20, 0.02), judge(0.97, 1.05, 0.02), judge(0.80, 0.95, 0.02)
-    ('faster', 'tie', 'slower')
-    """
-    if low > 1 + band:
-        return "faster"
-    if high < 1 - band:
-        return "slower"
-    return "tie"
 
 
 @dataclass
@@ -129,7 +39,7 @@ class Comparison:
 
     ``versus[baseline]`` is ``{"value", "low", "high", "verdict", "drift"}``: the median over
     rounds of baseline time / candidate time (above 1: the candidate is faster), its bootstrap
-    interval widened by the re-recording drift of both measurements (:mod:`~cudnn_guide.drift`;
+    interval widened by the re-recording drift of both measurements (:mod:`~cudnn_guide.measure.drift`;
     0 outside the docs build), and the verdict of that interval against :attr:`tie_band`.
 
     Example
@@ -241,7 +151,7 @@ def compare(
     candidate
         The implementation being judged (the cuDNN graph).
     l2
-        ``"cold"`` or ``"hot"``, as in :func:`~cudnn_guide.bench.benchmark`.
+        ``"cold"`` or ``"hot"``, as in :func:`~cudnn_guide.measure.bench.benchmark`.
     rounds
         Rounds; each times every contender (and the candidate twice) in a shuffled order.
     round_budget_ms
@@ -258,7 +168,7 @@ def compare(
     seed
         Seed of the round orders and of the bootstrap.
     bench_kwargs
-        More keywords for :func:`~cudnn_guide.bench.benchmark` (``cuda_graph``, ``warmup_ms``, ...).
+        More keywords for :func:`~cudnn_guide.measure.bench.benchmark` (``cuda_graph``, ``warmup_ms``, ...).
 
     Returns
     -------
@@ -293,7 +203,9 @@ def compare(
             **bench_kwargs,
         )
 
-    return _judged(_rounds(contenders, candidate, rounds, seed, time_one), contenders, candidate, rounds, tag, seed)
+    with collector.paused():
+        runs = _rounds(contenders, candidate, rounds, seed, time_one)
+    return _judged(runs, contenders, candidate, rounds, tag, seed)
 
 
 def _rounds(
@@ -357,6 +269,7 @@ def _judged(
             "drift": w,
         }
     pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
+    collector.add_measurements(pooled.values())  # the rounds were timed paused: the record keeps these
     return Comparison(
         candidate,
         rounds,
@@ -442,4 +355,6 @@ def compare_host(
         torch.cuda.synchronize()
         return Measurement(f"{name} {tag}".strip(), samples, "host", params={"impl": name})
 
-    return _judged(_rounds(contenders, candidate, rounds, seed, time_one), contenders, candidate, rounds, tag, seed)
+    with collector.paused():
+        runs = _rounds(contenders, candidate, rounds, seed, time_one)
+    return _judged(runs, contenders, candidate, rounds, tag, seed)

@@ -1,6 +1,6 @@
 """A timing's samples and what follows from them: median, quantiles, a distribution-free interval, rates.
 
-:class:`Measurement` is what :func:`cudnn_guide.bench.benchmark` returns and what records keep;
+:class:`Measurement` is what :func:`cudnn_guide.measure.bench.benchmark` returns and what records keep;
 :func:`median_ci` is the order-statistics interval of a median, and :func:`estimate` turns a
 time and its interval into a headline in µs, ms, TFLOP/s or GB/s.
 """
@@ -13,10 +13,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import BenchmarkError
+from cudnn_guide.errors import BenchmarkError
 
 if TYPE_CHECKING:
-    from .ceilings import Ceilings
+    from cudnn_guide.measure.ceilings import Ceilings
 
 __all__ = ["TIMING_METHOD", "median_ci", "estimate", "sorted_quantile", "format_ms", "Measurement"]
 
@@ -118,7 +118,7 @@ def estimate(
     Returns
     -------
     dict[str, float]
-        Keywords for :meth:`~cudnn_guide.records.Record.headline`.
+        Keywords for :meth:`~cudnn_guide.report.records.Record.headline`.
 
     Raises
     ------
@@ -171,7 +171,7 @@ class Measurement:
     host_samples_ms: list[float] = dataclasses.field(default_factory=list)
     """Host (CPU) time to enqueue each timed call, when measured."""
     clocks: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """How the GPU's clocks looked around the run (:mod:`cudnn_guide.clocks`); empty if not read."""
+    """How the GPU's clocks looked around the run (:mod:`cudnn_guide.measure.clocks`); empty if not read."""
     launch_cost_ms: float = 0.0
     """The per-call launch cost subtracted from each event sample (0 when nothing was subtracted):
     ``samples_ms`` plus it are the raw event times."""

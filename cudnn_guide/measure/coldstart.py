@@ -3,8 +3,8 @@
 In-process measurements hide start-up costs: the second build of a graph in a warm process
 reuses cuDNN's loaded kernels and caches. :func:`measure` must therefore run at the start of a
 new interpreter, and :func:`run_fresh` starts one (from an
-:class:`~cudnn_guide.fresh_process.InterpreterPool`, whose interpreters imported torch ahead of
-time, or on demand). ``python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR`` does the same from
+:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`, whose interpreters imported torch ahead of
+time, or on demand). ``python -m cudnn_guide.measure.coldstart GRAPH MODE CACHE_DIR`` does the same from
 a shell. It reports:
 
 * ``import_s``: importing torch and this package, if the interpreter had not already;
@@ -34,27 +34,27 @@ PRELOAD = (
     "cudnn",
     "cudnn_guide.check",
     "cudnn_guide.graphs",
-    "cudnn_guide.plan_cache",
-    "cudnn_guide.recipes",
+    "cudnn_guide.graphs.plan_cache",
+    "cudnn_guide.graphs",
 )
 """What a start-up study's interpreter imports before its turn: what :func:`measure` imports
 before its clock starts, so the numbers are those of an interpreter that has just imported them."""
 
 
 def _problem(graph: str) -> tuple[Any, Any]:
-    from . import recipes
+    from cudnn_guide.graphs import attention, conv, matmul
 
     if graph == "matmul":
-        return recipes.MatmulProblem(), recipes.matmul_epilogue_graph
+        return matmul.MatmulProblem(), matmul.matmul_epilogue_graph
     if graph == "conv":
-        return recipes.ConvProblem(), recipes.conv_bias_relu_graph
+        return conv.ConvProblem(), conv.conv_bias_relu_graph
     if graph == "sdpa":
-        return recipes.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128), recipes.sdpa_graph
+        return attention.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128), attention.sdpa_graph
     raise ValueError(f"unknown graph {graph!r}; choose from {GRAPHS}")
 
 
 def _named(graph: str, problem: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    from . import tensors
+    from cudnn_guide.graphs import tensors
 
     data = dict(inputs)
     if graph == "matmul":
@@ -63,7 +63,7 @@ def _named(graph: str, problem: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reference(graph: str, problem: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
-    from . import check
+    from cudnn_guide import check
 
     if graph == "matmul":
         ref, _ = check.reference(problem.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
@@ -86,7 +86,7 @@ def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path 
     mode
         ``"build"`` or ``"cache"`` (the cache must hold the plan from an earlier ``build``).
     cache_dir
-        Directory of the :class:`~cudnn_guide.plan_cache.PlanCache`.
+        Directory of the :class:`~cudnn_guide.graphs.plan_cache.PlanCache`.
     jit_cache
         The CUDA JIT disk cache for this process (``CUDA_CACHE_PATH``, set before CUDA starts):
         a new empty folder for a truly cold start, one an earlier process filled for a warm one.
@@ -116,7 +116,8 @@ def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path 
     if torch.cuda.is_initialized():
         raise RuntimeError("coldstart.measure: CUDA already started in this process; the JIT cache cannot be chosen")
 
-    from . import check, graphs, plan_cache
+    from cudnn_guide import check, graphs
+    from cudnn_guide.graphs import plan_cache
 
     t_imported = time.perf_counter()
     torch.empty(1, device="cuda")
@@ -178,11 +179,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     -------
     .. code-block:: bash
 
-       python -m cudnn_guide.coldstart conv build /tmp/plans
+       python -m cudnn_guide.measure.coldstart conv build /tmp/plans
     """
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 3:
-        raise SystemExit("usage: python -m cudnn_guide.coldstart GRAPH MODE CACHE_DIR")
+        raise SystemExit("usage: python -m cudnn_guide.measure.coldstart GRAPH MODE CACHE_DIR")
     result = measure(*argv)
     print(json.dumps(result))
     return result
@@ -210,7 +211,7 @@ def run_fresh(
     jit_cache
         The process's CUDA JIT cache folder (see :func:`measure`).
     pool
-        An :class:`~cudnn_guide.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
+        An :class:`~cudnn_guide.measure.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
         whose next interpreter runs it; ``None`` starts one interpreter now and waits for its imports.
     timeout
         Seconds before the interpreter is killed.
@@ -233,7 +234,7 @@ def run_fresh(
     ...     warm = run_fresh('sdpa', 'cache', cache_dir, pool=pool)
     >>> print(cold['first_result_s'] / warm['first_result_s'])
     """
-    from . import fresh_process
+    from cudnn_guide.measure import fresh_process
 
     try:
         if pool is None:
@@ -250,7 +251,7 @@ def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -
 
     The CuTe DSL compiles the kernel on the first call; its disk cache is off unless
     ``FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED=1``, so a fresh process pays the compile again.
-    Run it through :class:`~cudnn_guide.fresh_process.InterpreterPool` (with an empty
+    Run it through :class:`~cudnn_guide.measure.fresh_process.InterpreterPool` (with an empty
     ``CUDA_CACHE_PATH`` for a cold CUDA JIT cache).
 
     Parameters
@@ -277,8 +278,8 @@ def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -
     import cudnn.flex_attention as cfa
     import torch
 
-    from .attention_inputs import band, reference
-    from .check import compare
+    from cudnn_guide.check import compare
+    from cudnn_guide.graphs.attention_inputs import band, reference
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (

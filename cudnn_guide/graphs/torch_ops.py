@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InputError
+from cudnn_guide.errors import InputError
 
 __all__ = [
     "attention",
@@ -115,7 +115,7 @@ def check_inputs(q: Any, k: Any, v: Any) -> None:
     """
     import torch
 
-    from .attention_inputs import check_heads
+    from cudnn_guide.graphs.attention_inputs import check_heads
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
@@ -139,8 +139,8 @@ def check_inputs(q: Any, k: Any, v: Any) -> None:
 
 
 def _problem(q: Any, causal: bool) -> Any:
-    """The :class:`~cudnn_guide.recipes.SdpaProblem` whose scale, mask and dtype these tensors need."""
-    from .recipes import SdpaProblem
+    """The :class:`~cudnn_guide.graphs.attention.SdpaProblem` whose scale, mask and dtype these tensors need."""
+    from cudnn_guide.graphs.attention import SdpaProblem
 
     b, h, s, d = q.shape
     return SdpaProblem(batch=b, heads=h, seq=s, head_dim=d, causal=causal, dtype=str(q.dtype).removeprefix("torch."))
@@ -149,7 +149,7 @@ def _problem(q: Any, causal: bool) -> Any:
 def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> Any:
     """Build (or fetch) the forward graph for these layouts: SDPA writing O and the fp32 log-sum-exp.
 
-    It is :func:`cudnn_guide.attention.sdpa_forward_training_graph`, declared from these
+    It is :func:`cudnn_guide.graphs.attention.sdpa_forward_training_graph`, declared from these
     tensors (their heads, so grouped K/V too, and their strides), cached by :func:`graph_key`.
 
     Parameters
@@ -170,13 +170,13 @@ def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> A
     Returns
     -------
     Any
-        A :class:`~cudnn_guide.recipes.Fused` with tensors ``q, k, v, o, stats``.
+        A :class:`~cudnn_guide.graphs.declare.Fused` with tensors ``q, k, v, o, stats``.
 
     Example
     -------
     >>> fused = forward_graph(q, k, v, o, stats, causal=True)
     """
-    from .attention import sdpa_forward_training_graph
+    from cudnn_guide.graphs.attention import sdpa_forward_training_graph
 
     key = graph_key("forward", causal, q, k, v, o, stats)
     if key not in _GRAPHS:
@@ -191,7 +191,7 @@ def backward_graph(
 ) -> Any:
     """Build (or fetch) the backward graph for these layouts: ``sdpa_backward`` writing dQ, dK, dV.
 
-    It is :func:`cudnn_guide.attention.sdpa_backward_graph`, declared from these tensors and
+    It is :func:`cudnn_guide.graphs.attention.sdpa_backward_graph`, declared from these tensors and
     cached by :func:`graph_key`.
 
     Parameters
@@ -216,13 +216,13 @@ def backward_graph(
     Returns
     -------
     Any
-        A :class:`~cudnn_guide.recipes.Fused` with tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
+        A :class:`~cudnn_guide.graphs.declare.Fused` with tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
 
     Example
     -------
     >>> fused = backward_graph(q, k, v, o, stats, d_o, (dq, dk, dv), causal=True)
     """
-    from .attention import sdpa_backward_graph
+    from cudnn_guide.graphs.attention import sdpa_backward_graph
 
     key = graph_key("backward", causal, q, k, v, o, stats, d_o, *grads)
     if key not in _GRAPHS:

@@ -1,0 +1,10 @@
+"""Report measurements: tables and plots on the page, and the records the site is built from.
+
+* :mod:`~cudnn_guide.report.tables` and :mod:`~cudnn_guide.report.plots` (re-exported here);
+* :mod:`~cudnn_guide.report.records`: each example's machine-readable record, collected as it runs.
+"""
+
+from cudnn_guide.report.plots import plot_lines
+from cudnn_guide.report.tables import ComparisonTable, Html, html_table, page_link, ratio
+
+__all__ = ["ComparisonTable", "Html", "html_table", "page_link", "plot_lines", "ratio"]
