@@ -298,3 +298,16 @@ def test_the_build_machinery_finds_the_repository_and_hashes_the_library(root, t
     # ... and so does moving a module, even with the same bytes
     (copy / "graphs" / "conv.py").rename(copy / "measure" / "conv.py")
     assert recording.package_md5() not in (before, edited)
+
+
+def test_each_page_starts_with_empty_compile_caches_unless_one_is_chosen(tmp_path, monkeypatch):
+    for var in recording.COLD_CACHES:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "warm"))  # chosen on purpose: kept
+    chosen = recording.cold_caches(tmp_path / "page")
+    assert chosen["TRITON_CACHE_DIR"] == str(tmp_path / "warm")
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
+        path = Path(chosen[var])
+        assert path.is_dir() and not any(path.iterdir()) and path.is_relative_to(tmp_path / "page")
+    other = recording.cold_caches(tmp_path / "next page")  # the same process keeps what it was given
+    assert other == chosen

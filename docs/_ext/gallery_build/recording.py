@@ -823,7 +823,43 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
 
     os.environ.update({MODE_ENV: "record", ONLY_ENV: example, drift.PAGE_ENV: Path(example).stem})
     os.environ.setdefault(drift.DRIFT_ENV, str(REPO_ROOT / "docs" / "data" / history.DRIFT))
+    cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
     return build_main(["-b", "dummy", "-q", docs_dir, out_dir])
+
+
+COLD_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda-jit"}
+"""The compile caches each page starts empty: Inductor's (autotuning too), Triton's, the CUDA JIT's."""
+
+
+def cold_caches(folder: Path) -> dict[str, str]:
+    """Point this process's compile caches at empty folders under ``folder``, before CUDA starts.
+
+    Every page then starts as cold as on a fresh machine, whichever pages ran before it on the
+    same GPU, so neither the schedule nor a second recording on a warm machine moves its numbers
+    or its time. A cache variable already set in the environment is kept: export one to record
+    warm on purpose.
+
+    Parameters
+    ----------
+    folder
+        Where the empty caches go (the page's private build folder).
+
+    Returns
+    -------
+    dict[str, str]
+        Variable → the folder it now points at.
+
+    Example
+    -------
+    >>> cold_caches(Path(tempfile.mkdtemp()))["CUDA_CACHE_PATH"]
+    """
+    chosen = {}
+    for var, sub in COLD_CACHES.items():
+        if var not in os.environ:
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+            os.environ[var] = str(folder / sub)
+        chosen[var] = os.environ[var]
+    return chosen
 
 
 def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root: Path) -> Path:
