@@ -237,10 +237,10 @@ outcomes.append({"case": "a broken libcudnn.so.9 first on LD_LIBRARY_PATH", "sur
                         "the file that would load)"})
 
 # %%
-# And with no libcudnn at all: the frontend installed where no ``nvidia-cudnn`` wheel is (a
-# virtual environment made on top of this Python, so torch and the frontend still import) and
-# nothing on ``LD_LIBRARY_PATH``. The frontend looks in its own environment's site-packages,
-# then asks the dynamic linker:
+# Without the ``nvidia-cudnn`` wheel where the frontend looks (a virtual environment on top of
+# this Python: torch and the frontend import, its site-packages has no ``nvidia/cudnn``) and
+# nothing on ``LD_LIBRARY_PATH``, the frontend asks the dynamic linker, which may find none, or a
+# system copy of another version. Compare the backend version below with the stamp's cuDNN:
 import venv
 
 probe = """

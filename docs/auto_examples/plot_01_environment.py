@@ -22,18 +22,18 @@ What you will learn:
 # in ``LD_LIBRARY_PATH``, then in site-packages (``nvidia/cudnn/lib``, installed by the
 # ``nvidia-cudnn-cu12``/``-cu13`` wheel that a CUDA build of PyTorch depends on), then through
 # the system loader. The import succeeds even if nothing is found; the first backend call then
-# fails. :func:`cudnn_guide.environment.find_libcudnn` retraces that search:
-from cudnn_guide import environment
+# fails. :func:`cudnn_guide.libcudnn.find_libcudnn` retraces that search:
+from cudnn_guide import environment, libcudnn
 
-print(environment.find_libcudnn().explain())
+print(libcudnn.find_libcudnn().explain())
 
 # %%
-# and :func:`~cudnn_guide.environment.require_cudnn` makes the first backend call. Had it
+# and :func:`~cudnn_guide.libcudnn.require_cudnn` makes the first backend call. Had it
 # failed, it would have raised :class:`~cudnn_guide.errors.CudnnLibraryError` listing the
 # places above and the fix (install the cuDNN wheel matching your CUDA major version, or point
 # ``LD_LIBRARY_PATH`` at ``libcudnn.so.9``). The library actually mapped into this process:
-backend = environment.require_cudnn()
-print(f"cuDNN backend {backend} loaded from {environment.loaded_libcudnn()}")
+backend = libcudnn.require_cudnn()
+print(f"cuDNN backend {backend} loaded from {libcudnn.loaded_libcudnn()}")
 
 # %%
 # The environment record
@@ -56,7 +56,7 @@ env
 # raw event time as an upper bound and says so.
 import torch
 
-from cudnn_guide import bench, sweep
+from cudnn_guide.measure import events, sweep
 
 sizes_mib = [1, 4, 16, 64, 256, 1024, 4096]
 buffers = {}
@@ -73,6 +73,7 @@ def copy_of(size_mib):
 # %%
 # Check first: a timed copy must actually copy.
 from cudnn_guide import check
+from cudnn_guide.measure.ceilings import measure_ceilings
 
 copy_check = check.check(copy_of(64)(), buffers[64][0], name="device copy")
 print(copy_check)
@@ -115,9 +116,9 @@ torch.cuda.empty_cache()
 
 # %%
 # The two ceilings every other page uses are measured by
-# :func:`~cudnn_guide.bench.measure_ceilings`: a 2 GiB copy, and the best of 4096³, 6144³ and
+# :func:`~cudnn_guide.measure.ceilings.measure_ceilings`: a 2 GiB copy, and the best of 4096³, 6144³ and
 # 8192³ bf16 matmuls, all with a cold L2.
-ceilings = bench.measure_ceilings()
+ceilings = measure_ceilings()
 print(ceilings.copy)
 print(ceilings.matmul)
 
@@ -126,15 +127,15 @@ print(ceilings.matmul)
 # --------------------------
 # Every call the gallery times is bracketed by CUDA events, and between them the GPU also spends
 # a few microseconds starting the launch and signalling its end, which a profiler's kernel
-# duration leaves out. :func:`~cudnn_guide.bench.measure_launch_overhead` measures it without a
+# duration leaves out. :func:`~cudnn_guide.measure.events.measure_launch_overhead` measures it without a
 # profiler: two ``torch.cuda._sleep`` kernels of known length in clock cycles, timed exactly like
 # a call, give a line whose slope is the SM clock and whose intercept is the per-launch cost.
-# The harness measures it once per process (:func:`~cudnn_guide.bench.launch_cost`) and
+# The harness measures it once per process (:func:`~cudnn_guide.measure.events.launch_cost`) and
 # subtracts it from every event sample, so every page reports kernel time; each record keeps the
 # constant, and so the raw event times. (The methodology page checks the result against the
 # profiler.) This is the value this page's measurements used:
-launch_cost = bench.launch_cost()
-repeats = [bench.measure_launch_overhead(reps=150)["overhead_us"] for _ in range(5)]
+launch_cost = events.launch_cost()
+repeats = [events.measure_launch_overhead(reps=150)["overhead_us"] for _ in range(5)]
 print(f"per-launch cost: {launch_cost['overhead_us']:.2f} µs (SM clock during the probe: "
       f"{launch_cost['cycles_per_us']:.0f} MHz); five more calibrations: {min(repeats):.2f}–{max(repeats):.2f} µs")
 
@@ -194,16 +195,14 @@ if too_short:
           "(their GB/s a lower bound).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(copy_measurements, matmul_result.measurements, ceilings.copy, ceilings.matmul)
+rec.add(ceilings.copy, ceilings.matmul)  # the ceilings are this page's results (their trials are not kept)
 rec.headline("copy bandwidth ceiling", unit="GB/s", **ceilings.copy.estimate("GB/s"))
 rec.headline("bf16 matmul ceiling", unit="TFLOP/s", sm_mhz_end=ceilings.matmul.clocks.get("sm_mhz_end"),
              **ceilings.matmul.estimate("TFLOP/s"))
 rec.headline("launch cost per timed call", launch_cost["overhead_us"], "µs",
              low=min(repeats + [launch_cost["overhead_us"]]), high=max(repeats + [launch_cost["overhead_us"]]),
              interval="min–max of six calibrations")
-rec.extra["ceilings"] = ceilings.to_dict()
-rec.extra["launch_overhead"] = launch_cost
 # sphinx_gallery_end_ignore

@@ -39,10 +39,11 @@ env
 # implementation can beat. The measured ceilings (a large copy and the best of three bf16
 # GEMMs, timed just now) are shown beside them: they move with the clock, which the H200's
 # power cap lowers under dense tensor-core work, so a measured ceiling can be beaten.
-from cudnn_guide import bench, recipes
+from cudnn_guide.measure.ceilings import measure_ceilings
+from cudnn_guide.graphs import conv
 
-problem = recipes.ConvProblem(n=32, c=128, h=56, w=56, k=256, r=3, s=3, padding=1, dtype="bfloat16")
-ceilings = bench.measure_ceilings()
+problem = conv.ConvProblem(n=32, c=128, h=56, w=56, k=256, r=3, s=3, padding=1, dtype="bfloat16")
+ceilings = measure_ceilings()
 floor_ms = ceilings.floor_ms(problem.flops, problem.bytes)
 compute_bound = problem.flops / problem.bytes > ceilings.peak_bf16_tflops * 1e12 / (ceilings.peak_hbm_gbps * 1e9)
 print(problem)
@@ -105,7 +106,7 @@ print(built.report)
 print(f"workspace: {g.get_workspace_size()} bytes")
 
 # %%
-# The same declaration is :func:`cudnn_guide.recipes.conv_bias_relu_graph`, which later pages
+# The same declaration is :func:`cudnn_guide.graphs.conv.conv_bias_relu_graph`, which later pages
 # (autotuning, serialization, the kernel cache) reuse; a test declares both and checks that they
 # build the same nodes. :class:`~cudnn_guide.graphs.BuiltGraph` (``graphs.adopt``) only adds a
 # workspace and a variant-pack check to the graph built above.
@@ -133,7 +134,7 @@ print(result)
 # %%
 # The baselines get the same check: the eager bf16 path is what you would run without cuDNN
 # graphs, so it must compute the same function.
-from cudnn_guide import baselines
+from cudnn_guide.measure import baselines
 
 eager_out = problem.torch_forward(inputs["x"], inputs["w"], inputs["b"])
 print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
@@ -192,8 +193,8 @@ if fused_op is not None:
 # time of a baseline is divided by the cuDNN graph's time in that same round: the GPU's clock
 # drifts under its power cap, and pairing within a round cancels that drift. The verdict needs
 # the whole 95% interval outside a tie band measured in the same run, from the cuDNN graph
-# timed twice per round (:mod:`cudnn_guide.compare`).
-from cudnn_guide import compare
+# timed twice per round (:mod:`cudnn_guide.measure.compare`).
+from cudnn_guide.measure import compare
 
 result_cmp = compare.compare(contenders, candidate="cuDNN graph (fused)", l2="cold", rounds=15,
                              flops=problem.flops, bytes=problem.bytes, params={"size": str(problem)})
@@ -204,6 +205,7 @@ for name in result_cmp.versus:
 # %%
 # The table below shows the median of each contender over all rounds (± half the inter-quartile range).
 from cudnn_guide.report import ComparisonTable
+from cudnn_guide.measure import profiling
 
 ComparisonTable(measurements, row="impl", column="size", metric="median_us",
                 title=str(problem))
@@ -215,7 +217,7 @@ ComparisonTable(measurements, row="impl", column="size", metric="median_us",
 # subtracts the launch cost it measured (environment page) to report kernel time. The profiler
 # reports each kernel's own duration (CUPTI timestamps), a clock the harness does not use. If
 # the two agree, the harness is timing the kernels and not launch overhead or an artefact.
-profiled = {m.label: bench.profile_kernels(fn, calls=30, l2="cold", label=m.label)
+profiled = {m.label: profiling.profile_kernels(fn, calls=30, l2="cold", label=m.label)
             for m, fn in [(measurements[0], launch_fused),
                           (measurements[1], lambda: problem.torch_forward(x, w, b))]}
 for label, prof in profiled.items():
@@ -254,7 +256,7 @@ plt.show()
 # Takeaways
 # ---------
 # The numbers in this paragraph are computed from the measurements above.
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 fused_m = result_cmp.measurements["cuDNN graph (fused)"]
 best = result_cmp.best_baseline
@@ -280,12 +282,7 @@ for note in (compile_note, fused_op_note):
 
 # sphinx_gallery_start_ignore
 rec = records.page(env)
-rec.add(measurements)
 rec.headline("fused conv+bias+relu median", unit="µs", **fused_est)
 rec.headline("fused TFLOP/s", unit="TFLOP/s", **result_cmp.estimate("cuDNN graph (fused)", "TFLOP/s"))
 rec.comparison("speed-up over best baseline", result_cmp)
-rec.extra["comparison"] = result_cmp.to_dict()
-rec.extra["build"] = {"step_seconds": built.report.step_seconds, "plan": built.report.plan_name}
-rec.extra["ceilings"] = {k: v for k, v in ceilings.to_dict().items() if k not in ("copy", "matmul")}
-rec.extra["profiler_crosscheck"] = {k: v.per_call_ms for k, v in profiled.items()}
 # sphinx_gallery_end_ignore

@@ -30,7 +30,7 @@ env
 # Build every plan
 # ----------------
 # The same layer as the fused-conv page: N=32, C=128, 56×56 → K=256, 3×3, bf16, NHWC.
-# The graph is declared as on that page (:func:`~cudnn_guide.recipes.declare_conv_bias_relu`
+# The graph is declared as on that page (:func:`~cudnn_guide.graphs.conv.declare_conv_bias_relu`
 # is the function written out there). What changes is the build: ``create_execution_plans``
 # asks three heuristic modes, and ``build_plans(ALL)`` compiles every plan that passes
 # ``check_support`` instead of the first one.
@@ -39,14 +39,16 @@ import time
 import cudnn
 import torch
 
-from cudnn_guide import autotune, graphs, recipes
+from cudnn_guide.measure import autotune
+from cudnn_guide import graphs
+from cudnn_guide.graphs import conv
 
 handle = graphs.handle_for_current_device()
-problem = recipes.ConvProblem()
+problem = conv.ConvProblem()
 inputs = problem.make_inputs(seed=0)
 g = cudnn.pygraph(handle=handle, name="conv_bias_relu", io_data_type=cudnn.data_type.BFLOAT16,
                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-io = recipes.declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
+io = conv.declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
 seconds = {}
 for step, call in (("validate", g.validate), ("build_operation_graph", g.build_operation_graph),
                    ("create_execution_plans", lambda: g.create_execution_plans(
@@ -191,11 +193,11 @@ print(f"halving picked plan {pick} in {halving.seconds:.2f} s ({100 * cost_ratio
 # ---------------------------
 # ``build_plan_at_index`` makes the winner the graph's plan, so ``execute`` and ``serialize``
 # use it. Serialized, it can be stored in the on-disk
-# :class:`~cudnn_guide.plan_cache.PlanCache` and reloaded by later processes (see the
+# :class:`~cudnn_guide.graphs.plan_cache.PlanCache` and reloaded by later processes (see the
 # serialization page).
 import tempfile
 
-from cudnn_guide import plan_cache
+from cudnn_guide.graphs import plan_cache
 
 winner = pass1.best
 g.build_plan_at_index(winner.index)  # builds and selects it: execute and serialize now use the winner
@@ -214,8 +216,8 @@ print(f"tuned plan stored: {path.name} ({path.stat().st_size / 1024:.0f} KiB)")
 # The ranking times each plan once, one after another. To judge the two plans that matter, run
 # them in interleaved rounds through ``execute_plan_at_index``, which executes any built plan
 # without selecting it, and judge the per-round ratio by its 95% interval
-# (:mod:`cudnn_guide.compare`).
-from cudnn_guide import compare
+# (:mod:`cudnn_guide.measure.compare`).
+from cudnn_guide.measure import compare
 
 heur = pass1.by_index(0)
 plan_cmp = None
@@ -255,7 +257,7 @@ print(f"* Successive halving found a plan {100 * gap:.2f}% from the best in {100
       f"exhaustive time ({halving.seconds:.2f} s against {(pass1.seconds + pass2.seconds) / 2:.2f} s).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 for c in plan_checks.values():
@@ -268,12 +270,4 @@ if plan_cmp:
 rec.headline("ranking rank correlation between passes", rho, "")
 rec.headline("halving gap to exhaustive best", 100 * gap, "%")
 rec.headline("halving cost / exhaustive cost", 100 * cost_ratio, "%")
-rec.extra["passes"] = {
-    "pass1": {t.index: t.median_ms for t in pass1.ranked},
-    "pass2": {t.index: t.median_ms for t in pass2.ranked},
-    "halving": {"pick": pick, "seconds": halving.seconds},
-    "exhaustive_seconds": [pass1.seconds, pass2.seconds],
-    "build": report.step_seconds,
-    "could_not_run": failed_plans,
-}
 # sphinx_gallery_end_ignore

@@ -41,7 +41,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import graphs, recipes
+from cudnn_guide import graphs
+from cudnn_guide.graphs import matmul
 
 handle = graphs.handle_for_current_device()
 FLOAT = cudnn.data_type.FLOAT
@@ -64,7 +65,7 @@ def matmul_epilogue(a, b, bias, y, amax, alpha):
     return g, {A: a, B: b, BIAS: bias, ALPHA: torch.full((1, 1, 1), alpha), Y: y, AMAX: amax}
 
 
-problem = recipes.MatmulProblem(batch=16, m=512, k=1024, n=512, alpha=0.5)
+problem = matmul.MatmulProblem(batch=16, m=512, k=1024, n=512, alpha=0.5)
 inputs = problem.make_inputs(seed=0)
 g, pack = matmul_epilogue(**inputs, alpha=problem.alpha)
 built = graphs.adopt(g, handle, name="matmul epilogue")
@@ -90,7 +91,7 @@ print(f"amax: cuDNN {inputs['amax'].item():.5f}, reference {ref_amax.item():.5f}
 
 # %%
 # The same chain in PyTorch, eager and compiled, must agree too:
-from cudnn_guide import baselines
+from cudnn_guide.measure import baselines
 
 eager_y, eager_amax = problem.torch_forward(inputs["a"], inputs["b"], inputs["bias"])
 print(check.check(eager_y, ref_y, name="PyTorch eager chain"))
@@ -103,9 +104,9 @@ print(check.check(comp_y, ref_y, name="torch.compile (max-autotune-no-cudagraphs
 # ---------------------------
 # Cold L2 for everyone, in interleaved rounds: each round times every contender in a shuffled
 # order, and the verdict rests on the per-round ratio to the cuDNN graph with its 95% interval
-# (:mod:`cudnn_guide.compare`). The bare ``torch.matmul`` is not a competitor (it skips the
+# (:mod:`cudnn_guide.measure.compare`). The bare ``torch.matmul`` is not a competitor (it skips the
 # epilogue) but a floor for any implementation that calls cuBLAS and then does the rest.
-from cudnn_guide import bench, compare
+from cudnn_guide.measure import bench, compare
 from cudnn_guide.report import ComparisonTable
 
 a, b, bias = inputs["a"], inputs["b"], inputs["bias"]
@@ -132,7 +133,7 @@ ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + 
 # grows with K. Every fused graph is checked before it is timed. The sweep's ``torch.compile``
 # uses the default mode, compiled for each K (``dynamic=False``): max-autotune at eight shapes
 # would cost minutes of autotuning; the base size above has both.
-from cudnn_guide import sweep
+from cudnn_guide.measure import sweep
 
 ks = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 cases = {}
@@ -140,7 +141,7 @@ cases = {}
 
 def case(k):
     if k not in cases:
-        p = recipes.MatmulProblem(batch=16, m=512, k=k, n=512, alpha=0.5)
+        p = matmul.MatmulProblem(batch=16, m=512, k=k, n=512, alpha=0.5)
         ins = p.make_inputs(seed=k)
         gk, pk = matmul_epilogue(**ins, alpha=p.alpha)
         f = graphs.adopt(gk, handle, name=f"matmul epilogue K={k}")
@@ -209,12 +210,10 @@ print(f"* The fused graph runs at {fused_over_mm[0]:.2f}× the bare matmul's tim
       f"{fused_over_mm[-1]:.2f}× at K={ks[-1]}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add([bare], result.measurements)
 rec.headline("fused median (base size)", unit="µs", **f_est)
 rec.comparison("speed-up over best baseline", base_cmp)
 rec.comparison("speed-up over torch.compile (max-autotune-no-cudagraphs)", base_cmp, COMPILED)
-rec.extra["comparison"] = base_cmp.to_dict()
 # sphinx_gallery_end_ignore

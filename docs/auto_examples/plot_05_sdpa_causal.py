@@ -37,7 +37,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import check, graphs, recipes
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import attention
 
 handle = graphs.handle_for_current_device()
 
@@ -59,7 +60,7 @@ def causal_sdpa(q, k, v, o):
     return g, {Q: q, K: k, V: v, O: o}
 
 
-problem = recipes.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128, causal=True)
+problem = attention.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128, causal=True)
 inputs = problem.make_inputs(seed=0)
 g, pack = causal_sdpa(**inputs)
 print(problem)
@@ -75,7 +76,7 @@ print(sdpa_check)
 # A causal mask that is off by one would still pass a loose check on random data, so we also
 # check the mask itself: with ``v`` one-hot along the sequence, row *i* of the output can only
 # mix values of keys ``j ≤ i``; any weight on a future key shows up as output mass there.
-small = recipes.SdpaProblem(batch=1, heads=1, seq=128, head_dim=128, causal=True)
+small = attention.SdpaProblem(batch=1, heads=1, seq=128, head_dim=128, causal=True)
 s_in = small.make_inputs(seed=1)
 s_in["v"] = torch.eye(128, device="cuda", dtype=torch.bfloat16).reshape(1, 1, 128, 128).contiguous()
 small_graph, small_pack = causal_sdpa(**s_in)
@@ -95,7 +96,7 @@ assert future_mass == 0.0
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from cudnn_guide import baselines
+from cudnn_guide.measure import baselines
 
 BACKENDS = baselines.sdpa_backends()
 
@@ -121,7 +122,7 @@ for name, backend in BACKENDS.items():
 # ----------------------------------------
 # 16,384 tokens per batch (B = 16384 / S) and a model width of 2048 (H = 2048 / D), so every
 # point does work on the same number of tokens; the causal FLOP count is half of ``4·B·H·S²·D``.
-from cudnn_guide import bench, sweep
+from cudnn_guide.measure import sweep
 
 seqs = [1024, 2048, 4096, 8192, 16384]
 dims = [64, 128]
@@ -129,7 +130,7 @@ built = {}
 
 
 def problem_at(s, d):
-    return recipes.SdpaProblem(batch=16384 // s, heads=2048 // d, seq=s, head_dim=d, causal=True)
+    return attention.SdpaProblem(batch=16384 // s, heads=2048 // d, seq=s, head_dim=d, causal=True)
 
 
 def cudnn_at(d):
@@ -171,8 +172,9 @@ result = sweep.SweepResult("seq_len", measurements)
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_lines
+from cudnn_guide.measure.ceilings import measure_ceilings
 
-ceil = bench.measure_ceilings()
+ceil = measure_ceilings()
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained", sharey=True)
 for ax, d in zip(axes, dims):
     plot_lines([m for m in measurements if m.params["impl"].endswith(f"d={d}")], x="seq_len", metric="tflops",
@@ -218,12 +220,9 @@ for d in dims:
             print(f"    {name}: unavailable at every size")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(measurements)
 for d in dims:
     rec.headline(f"cuDNN SDPA peak TFLOP/s, d={d}", unit="TFLOP/s", seq_len=peaks[d][0], **peaks[d][1])
-rec.extra["verdicts"] = {d: sweeps[d].verdicts() for d in dims}
-rec.extra["future_mass"] = future_mass
 # sphinx_gallery_end_ignore

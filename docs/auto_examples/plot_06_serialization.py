@@ -16,7 +16,7 @@ What you will learn:
 * how to serialize a built graph, reload it into an empty graph, and execute it **by UID**;
 * why in-process timing hides the gain, and how fresh processes reveal it;
 * what makes a saved plan invalid (another GPU architecture, another cuDNN), and how
-  :class:`~cudnn_guide.plan_cache.PlanCache` keys, checks and rebuilds entries.
+  :class:`~cudnn_guide.graphs.plan_cache.PlanCache` keys, checks and rebuilds entries.
 """
 
 # %%
@@ -39,18 +39,19 @@ import time
 import cudnn
 import torch
 
-from cudnn_guide import check, graphs, recipes
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import conv
 
 handle = graphs.handle_for_current_device()
-problem = recipes.ConvProblem()
+problem = conv.ConvProblem()
 inputs = problem.make_inputs(seed=0)
 
 
 def build_conv():
-    """The fused-conv page's graph (declared by :func:`~cudnn_guide.recipes.declare_conv_bias_relu`), built."""
+    """The fused-conv page's graph (declared by :func:`~cudnn_guide.graphs.conv.declare_conv_bias_relu`), built."""
     g = cudnn.pygraph(handle=handle, name="conv_bias_relu", io_data_type=cudnn.data_type.BFLOAT16,
                       intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-    io = recipes.declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
+    io = conv.declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
     g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     return g, io
 
@@ -105,9 +106,9 @@ print(f"warm process: rebuild {statistics.median(rebuild_s) * 1e3:.1f} ms, reloa
 # %%
 # Fresh processes: time to first result, with the JIT cache under control
 # ------------------------------------------------------------------------
-# :func:`cudnn_guide.coldstart.run_fresh` runs each measurement in a new process that creates the
+# :func:`cudnn_guide.measure.coldstart.run_fresh` runs each measurement in a new process that creates the
 # CUDA context and cuDNN handle, then either **builds** the graph or **loads** it from a
-# :class:`~cudnn_guide.plan_cache.PlanCache` on disk, executes it once and synchronizes. It
+# :class:`~cudnn_guide.graphs.plan_cache.PlanCache` on disk, executes it once and synchronizes. It
 # reports the plan step and the time to first result (both from the end of context creation),
 # and checks the result against PyTorch.
 #
@@ -120,13 +121,13 @@ print(f"warm process: rebuild {statistics.median(rebuild_s) * 1e3:.1f} ms, reloa
 # * **plan from disk**: a deserialized plan, with that warm JIT cache (a restart with a plan cache).
 #
 # Each is a new Python interpreter. They are all started at once, before the first run
-# (:class:`~cudnn_guide.fresh_process.InterpreterPool`): each imports torch and this package,
+# (:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`): each imports torch and this package,
 # then waits for its turn, so none spends seconds importing while the page waits, and none
 # imports while another measures. The methodology page's control compares such interpreters
 # with ones started on demand.
 import tempfile
 
-from cudnn_guide import coldstart, fresh_process
+from cudnn_guide.measure import coldstart, fresh_process
 
 CASES = ("cold", "warm JIT", "plan from disk")
 cache_dir = tempfile.mkdtemp(prefix="cudnn-guide-plans-")
@@ -187,11 +188,11 @@ plt.show()
 # rebuilt.
 import json
 
-from cudnn_guide import plan_cache
+from cudnn_guide.graphs import plan_cache
 
 cache = plan_cache.PlanCache(tempfile.mkdtemp())
 key = plan_cache.current_key(f"conv_bias_relu_graph|{problem!r}")
-build = lambda: recipes.conv_bias_relu_graph(problem, inputs)  # noqa: E731
+build = lambda: conv.conv_bias_relu_graph(problem, inputs)  # noqa: E731
 _, source = cache.get_or_build(key, build)
 print(f"first lookup: {cache.last_event} → {source}")
 _, source = cache.get_or_build(key, build)
@@ -244,7 +245,7 @@ print("* A new interpreter also pays Python's and torch's imports (seconds; see 
       "which no plan cache removes.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 for (g, case), runs in fresh.items():
@@ -258,5 +259,4 @@ for g in coldstart.GRAPHS:
                      low=min(cold_s) / max(plan_s), high=max(cold_s) / min(plan_s),
                      baseline=f"{case} build in a fresh process", kind="cache", interval="min–max of the runs")
 rec.extra["fresh_runs"] = {f"{g}/{c}": runs for (g, c), runs in fresh.items()}
-rec.extra["warm_process_ms"] = {"rebuild": [x * 1e3 for x in rebuild_s], "reload": [x * 1e3 for x in reload_s]}
 # sphinx_gallery_end_ignore

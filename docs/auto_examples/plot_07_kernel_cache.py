@@ -42,14 +42,15 @@ import time
 import cudnn
 import torch
 
-from cudnn_guide import check, graphs, recipes
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import matmul
 
 handle = graphs.handle_for_current_device()
 FLOAT = cudnn.data_type.FLOAT
 kernel_cache = cudnn.create_kernel_cache()
 api_checks = []
 for batch in (8, 16):
-    p = recipes.MatmulProblem(batch=batch, m=512, k=1024, n=512)
+    p = matmul.MatmulProblem(batch=batch, m=512, k=1024, n=512)
     ins = p.make_inputs(seed=batch)
     g = cudnn.pygraph(handle=handle, name=f"matmul_epilogue_batch{batch}", io_data_type=cudnn.data_type.BFLOAT16,
                       intermediate_data_type=FLOAT, compute_data_type=FLOAT,
@@ -74,11 +75,11 @@ for batch in (8, 16):
 # %%
 # Four runs, four fresh processes
 # -------------------------------
-# :func:`cudnn_guide.dynamic_shapes.run_fresh_sequence` builds the same graph, as above, for each
+# :func:`cudnn_guide.measure.dynamic_shapes.run_fresh_sequence` builds the same graph, as above, for each
 # batch size in order, checks each output against PyTorch, and times each build and each execution. Each run
 # gets a new interpreter; the four are started together and import torch before the first run
-# (:class:`~cudnn_guide.fresh_process.InterpreterPool`).
-from cudnn_guide import dynamic_shapes, fresh_process
+# (:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`).
+from cudnn_guide.measure import dynamic_shapes, fresh_process
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 with fresh_process.InterpreterPool(4, preload=dynamic_shapes.PRELOAD) as pool:
@@ -129,7 +130,7 @@ plt.show()
 # Median execution time with and without the cache (ascending runs), cold L2.
 import statistics
 
-from cudnn_guide.bench import Measurement
+from cudnn_guide.measure.measurement import Measurement
 from cudnn_guide.report import ComparisonTable
 
 rows = []
@@ -197,7 +198,7 @@ print(f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time
       f"(median over batch sizes; {min(exec_ratios):.2f}× to {max(exec_ratios):.2f}×).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 for name, rs in runs.items():
@@ -211,5 +212,4 @@ for order in ("ascending", "descending"):
 rec.headline("build-order effect on one graph's build time, no cache", ratio_o, "x", batch=worst, kind="cache")
 rec.headline("dynamic / static execution time", exec_ratio, "x", low=min(exec_ratios), high=max(exec_ratios),
              interval="min–max across batch sizes")
-rec.extra["runs"] = runs
 # sphinx_gallery_end_ignore

@@ -41,13 +41,15 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import check, cudagraphs, graphs, recipes, tensors
+from cudnn_guide import check, graphs
+from cudnn_guide.measure import cudagraphs
+from cudnn_guide.graphs import matmul, tensors
 
 
 def build(s, seed=0):
-    p = recipes.MatmulProblem(batch=1, m=s, k=s, n=s, alpha=0.5)
+    p = matmul.MatmulProblem(batch=1, m=s, k=s, n=s, alpha=0.5)
     ins = p.make_inputs(seed=seed)
-    f = recipes.matmul_epilogue_graph(p, ins, amax=False)
+    f = matmul.matmul_epilogue_graph(p, ins, amax=False)
     pack = f.pack(**{k: v for k, v in ins.items() if k != "amax"}, alpha=tensors.scalar_value(p.alpha))
     return p, ins, f, pack
 
@@ -110,7 +112,7 @@ import random
 import statistics
 import time
 
-from cudnn_guide import compare
+from cudnn_guide.measure import verdicts
 
 tp, tins, tf, tpack = build(64)
 tl = tf.built.bind(tpack)
@@ -138,7 +140,7 @@ for name, xs in host_us.items():
     print(f"{name:46s} {statistics.median(xs):6.2f} µs/call (rounds {min(xs):.2f}–{max(xs):.2f})")
 diffs = [b - r for b, r in zip(host_us["cudnn_guide bind() launcher"], host_us["raw graph.execute"])]
 overhead_us = statistics.median(diffs)
-overhead_lo, overhead_hi = compare.bootstrap_median_ci(diffs)
+overhead_lo, overhead_hi = verdicts.bootstrap_median_ci(diffs)
 if overhead_lo <= 0 <= overhead_hi:
     overhead_text = (f"no overhead this measurement can resolve: {overhead_us:+.2f} µs/call, 95% CI "
                      f"{overhead_lo:+.2f} to {overhead_hi:+.2f} µs")
@@ -154,7 +156,7 @@ print(f"launcher over raw graph.execute: {overhead_text}")
 # most of the event time, and the harness says so); the per-call time of a loop of 100 eager calls, wall clock to the
 # end of a synchronize (what a loop really costs); and the same for one replay of a CUDA graph
 # holding those 100 calls. All hot L2: the point is launch overhead, not memory.
-from cudnn_guide import bench
+from cudnn_guide.measure import bench
 
 sizes = [64, 128, 256, 512, 1024, 2048, 4096]
 rows = []
@@ -216,10 +218,9 @@ print(f"* The GPU time of one call first exceeds the host cost at s={crossover}.
       else "* The GPU time never exceeds the host cost in this sweep.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(rows)
 rec.headline("host cost of one launch (100-call loop, s=64)", host_line, "µs",
              low=min(host_us["cudnn_guide bind() launcher"]), high=max(host_us["cudnn_guide bind() launcher"]),
              interval="min–max of 21 rounds")
@@ -229,6 +230,4 @@ eager_s, replay_s = by[("eager loop, per call", small)], by[("graph replay, per 
 rec.headline(f"replay speed-up at s={small}", ratio(eager_s, replay_s), "x", kind="replay",
              low=eager_s.median_ci_ms[0] / replay_s.median_ci_ms[1], high=eager_s.median_ci_ms[1] / replay_s.median_ci_ms[0],
              interval="from the two medians' 95% CIs")
-rec.extra["host_us"] = host_us
-rec.extra["crossover_s"] = crossover
 # sphinx_gallery_end_ignore

@@ -38,7 +38,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import attention, check, graphs, recipes
+from cudnn_guide.graphs import attention
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 CAUSAL = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
@@ -88,7 +89,7 @@ def training_pair(ins):
     return graphs.adopt(gf, handle, name="forward"), fwd_pack, graphs.adopt(gb, handle, name="backward"), bwd_pack
 
 
-problem = recipes.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
+problem = attention.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
 ins = attention.make_training_inputs(problem, seed=0)
 forward, fwd_pack, backward, bwd_pack = training_pair(ins)
 print(problem)
@@ -127,7 +128,7 @@ for c in checks:
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from cudnn_guide import baselines
+from cudnn_guide.measure import baselines
 
 BACKENDS = baselines.sdpa_backends()
 
@@ -164,7 +165,7 @@ torch.cuda.empty_cache()
 # ----------------------------------
 # Forward (with statistics) and backward timed separately, cold L2. The backward does 2.5×
 # the forward's matrix work (five GEMMs to two); how much longer it takes is measured below.
-from cudnn_guide import bench
+from cudnn_guide.measure import bench
 
 fwd_launch = forward.bind(fwd_pack)
 bwd_launch = backward.bind(bwd_pack)
@@ -182,16 +183,16 @@ print(f"backward / forward time: {split[1].median_ms / split[0].median_ms:.2f}×
 # Sweep the sequence length
 # -------------------------
 # 16,384 tokens per point (B = 16384 / S), 16 heads of 128. One training step = forward +
-# backward; its FLOPs are 3.5× the causal forward's (:func:`~cudnn_guide.attention.training_flops`).
+# backward; its FLOPs are 3.5× the causal forward's (:func:`~cudnn_guide.graphs.attention.training_flops`).
 # Each cuDNN pair is checked against autograd (dQ) before it is timed.
-from cudnn_guide import sweep
+from cudnn_guide.measure import sweep
 
 seqs = [1024, 2048, 4096, 8192, 16384]
 cases = {}
 
 
 def problem_at(s):
-    return recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
+    return attention.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
 
 
 def cudnn_step(s):
@@ -236,8 +237,9 @@ result = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s: attent
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_lines
+from cudnn_guide.measure.ceilings import measure_ceilings
 
-ceil = bench.measure_ceilings()
+ceil = measure_ceilings()
 fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
 plot_lines(result.measurements, x="seq_len", metric="tflops", ax=ax, logx=True,
            title="causal attention, forward + backward, head dim 128", ceiling=ceil.peak_bf16_tflops,
@@ -278,11 +280,9 @@ for name in BACKENDS:
           f"{result.comparisons[last].describe(name)}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(split, result.measurements)
 rec.headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
 rec.comparison("speed-up over PyTorch's fastest backend at that length", peak)
-rec.extra["verdicts"] = result.verdicts()
 # sphinx_gallery_end_ignore

@@ -41,7 +41,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import check, graphs, norms
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import norms
 
 handle = graphs.handle_for_current_device()
 
@@ -143,7 +144,7 @@ for c in checks:
 # ``backward(dy)``. ``torch.compile`` (default mode: these are reductions, not GEMMs, so
 # autotuning matmuls would not change them) generates fused Triton kernels for both passes.
 # Each baseline's gradients are checked too.
-from cudnn_guide import baselines
+from cudnn_guide.measure import baselines
 
 
 def torch_training(p, data, fn):
@@ -187,10 +188,11 @@ print(*checks[-4:], sep="\n")
 # below). Bytes are the fewest
 # a kernel must move: the forward reads x and writes y (2 × 128 MiB); the backward reads x and dy
 # and writes dx (3 × 128 MiB). Parameters and statistics (< 0.1 MiB) are not counted.
-from cudnn_guide import bench, compare
+from cudnn_guide.measure import compare
+from cudnn_guide.measure.ceilings import measure_ceilings
 
 print(f"activation {TOKENS * HIDDEN * 2 / 2**20:.0f} MiB; L2 {env.l2_mib:.0f} MiB")
-ceil = bench.measure_ceilings()
+ceil = measure_ceilings()
 IMPLS = ("cuDNN graphs", "PyTorch eager", "torch.compile (default)")
 results, base = {}, []
 for label in ("LayerNorm", "RMSNorm"):
@@ -266,7 +268,7 @@ ComparisonTable(residual, row="impl", column="norm", metric="gbps",
 # Sweep the model width
 # ---------------------
 # The training step (forward + backward) at 16,384 tokens for widths 1k–8k.
-from cudnn_guide import sweep
+from cudnn_guide.measure import sweep
 
 widths = [1024, 2048, 4096, 8192]
 made = {}
@@ -347,10 +349,9 @@ for label in ("LayerNorm", "RMSNorm"):
           f"{eager_moves / fused_moves:.2f}× the bytes), and {res.describe('torch.compile (default)')}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(base, residual, widths_result.measurements)
 for label in ("LayerNorm", "RMSNorm"):
     res = results[(label, "forward + backward")]
     rec.headline(f"{label} training step, % of copy bandwidth", unit="%",

@@ -40,7 +40,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import check, graphs, norms
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import batchnorm
 
 handle = graphs.handle_for_current_device()
 
@@ -78,7 +79,7 @@ def batchnorm_relu_training(d, eps, momentum):
     return g, pack
 
 
-problem = norms.BatchNormProblem(n=64, c=256, h=56, w=56)
+problem = batchnorm.BatchNormProblem(n=64, c=256, h=56, w=56)
 data = problem.make_inputs(seed=0)
 g_train, train_pack = batchnorm_relu_training(data, problem.eps, problem.momentum)
 train = graphs.adopt(g_train, handle, name="batchnorm_relu_training")
@@ -137,7 +138,7 @@ def inference_graph(p, d):
     """cuDNN's batchnorm_inference node if an engine takes it, otherwise the folded form."""
     d["mean"] = d["running_mean"].clone()
     d["inv_var"] = torch.rsqrt(d["running_var"] + p.eps)
-    d["a"], d["b"] = norms.fold_batchnorm(d["scale"], d["bias"], d["running_mean"], d["running_var"], p.eps)
+    d["a"], d["b"] = batchnorm.fold_batchnorm(d["scale"], d["bias"], d["running_mean"], d["running_var"], p.eps)
     try:
         g, pack = batchnorm_relu_inference(d)
         return "batchnorm_inference node", graphs.adopt(g, handle, name="batchnorm_inference"), pack
@@ -165,7 +166,7 @@ print(checks[-1])
 # inference. In inference PyTorch runs its batch-norm op on the running statistics, while the
 # cuDNN graph runs the form chosen above: when that is the folded one, its scale and shift were
 # computed once beforehand, outside the timed call, as a deployed model would do.
-from cudnn_guide import baselines
+from cudnn_guide.measure import baselines
 
 
 def torch_fn(p, d, training, fn):
@@ -192,7 +193,7 @@ for name, fn in (("PyTorch eager", problem.torch_forward), ("torch.compile (defa
 # same shapes otherwise). Bytes: read x, write y (the training forward must read x twice if the
 # statistics and the normalization are separate passes; counted once here, so a two-pass kernel
 # shows at most half the copy bandwidth).
-from cudnn_guide import bench, sweep
+from cudnn_guide.measure import sweep
 
 STAGES = {"64×56×56": (64, 56), "128×28×28": (128, 28), "256×14×14": (256, 14), "512×7×7": (512, 7)}
 made = {}
@@ -201,7 +202,7 @@ made = {}
 def setup(stage):
     if stage not in made:
         c, hw = STAGES[stage]
-        p = norms.BatchNormProblem(n=64, c=c, h=hw, w=hw)
+        p = batchnorm.BatchNormProblem(n=64, c=c, h=hw, w=hw)
         d = p.make_inputs(seed=c)
         gt, tp = batchnorm_relu_training(d, p.eps, p.momentum)
         t = graphs.adopt(gt, handle, name=f"batchnorm {stage}")
@@ -235,8 +236,9 @@ result = sweep.SweepResult("stage", [m for r in results.values() for m in r.meas
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_lines
+from cudnn_guide.measure.ceilings import measure_ceilings
 
-ceil = bench.measure_ceilings()
+ceil = measure_ceilings()
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained", sharey=True)
 for ax, mode in zip(axes, ("training", "inference")):
     plot_lines([m for m in result.measurements if m.params["impl"].endswith(mode)], x="stage", metric="gbps", ax=ax,
@@ -260,16 +262,13 @@ for mode, res in results.items():
 print(f"* Inference graph used: {form}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(result.measurements)
 first = next(iter(STAGES))
 for mode, res in results.items():
     cmp = res.comparisons[first]
     rec.headline(f"BN→ReLU {mode} at {first}, % of copy bandwidth", unit="%",
                  **cmp.estimate(f"cuDNN {mode}", "GB/s", scale=100 / ceil.copy_gbps))
     rec.comparison(f"BN→ReLU {mode} at {first}, speed-up over best PyTorch", cmp)
-rec.extra["inference_form"] = form
-rec.extra["verdicts"] = {mode: res.verdicts() for mode, res in results.items()}
 # sphinx_gallery_end_ignore

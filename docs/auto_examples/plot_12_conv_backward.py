@@ -41,10 +41,11 @@ import cudnn
 import torch
 import torch.nn.functional as F
 
-from cudnn_guide import check, conv_training, graphs, recipes
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import conv, conv_training
 
 handle = graphs.handle_for_current_device()
-problem = recipes.ConvProblem(n=32, c=128, h=56, w=56, k=256)
+problem = conv.ConvProblem(n=32, c=128, h=56, w=56, k=256)
 data = conv_training.make_training_inputs(problem, seed=0)
 x, w, y, dy, dx, dw = (data[n] for n in ("x", "w", "y", "dy", "dx", "dw"))
 CONV = dict(padding=[problem.padding] * 2, stride=[problem.stride] * 2, dilation=[1, 1],
@@ -122,12 +123,12 @@ print(*checks[-2:], sep="\n")
 # %%
 # Measure each pass and the full step
 # -----------------------------------
-# Cold L2, in interleaved rounds per pass (:mod:`cudnn_guide.compare`): each round times the
+# Cold L2, in interleaved rounds per pass (:mod:`cudnn_guide.measure.compare`): each round times the
 # cuDNN graph and both PyTorch settings in a shuffled order, and the verdict rests on the
 # per-round ratio with its 95% interval. PyTorch runs with its default algorithm choice and with
 # ``torch.backends.cudnn.benchmark = True``, which times cuDNN's algorithms on first use of a
 # shape and keeps the fastest (that first call runs before the rounds).
-from cudnn_guide import baselines, compare
+from cudnn_guide.measure import baselines, compare
 
 launchers = {name: built.bind(packs[name]) for name, built in passes.items()}
 
@@ -194,11 +195,9 @@ print(f"* The backward passes together take {(ms['dgrad'] + ms['wgrad']) / ms['f
       f"the whole step runs at {step.measurements['cuDNN graphs'].tflops:.0f} TFLOP/s.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(rows)
 rec.headline("conv training step TFLOP/s", unit="TFLOP/s", **step.estimate("cuDNN graphs", "TFLOP/s"))
 rec.comparison("training step, speed-up over best PyTorch", step)
-rec.extra["comparisons"] = {p: res.to_dict() for p, res in results.items()}
 # sphinx_gallery_end_ignore

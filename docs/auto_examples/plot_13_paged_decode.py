@@ -43,7 +43,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import attention, check, graphs
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import paged
 
 handle = graphs.handle_for_current_device()
 
@@ -64,17 +65,17 @@ def paged_decode(d, max_seq_len_kv):
     return g, {t: d[n] for n, t in T.items()} | {O: o}
 
 
-problem = attention.PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64)
+problem = paged.PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64)
 data = problem.make_inputs(seed=0)
 g, pack = paged_decode(data, problem.pages_per_sequence * problem.page_size)
-paged = graphs.adopt(g, handle, name="paged decode")
+decode = graphs.adopt(g, handle, name="paged decode")
 print(problem)
 print(f"lengths: min {int(data['lengths'].min())}, median {int(data['lengths'].median())}, "
       f"max {int(data['lengths'].max())}; pool {tuple(data['k_pool'].shape)}; page table {tuple(data['page_table'].shape)}")
-print(paged.report)
+print(decode.report)
 
 check.poison(data["o"])
-paged.execute(pack)
+decode.execute(pack)
 
 # %%
 # Check
@@ -82,8 +83,8 @@ paged.execute(pack)
 # The reference gathers each sequence's pages (in page-table order) and computes attention in
 # fp32 with a mask hiding the keys past each sequence's length. A cuDNN that read the table in
 # another order, or ignored a length, would fail here.
-k_gathered = attention.gather_pages(data["k_pool"], data["page_table"])
-v_gathered = attention.gather_pages(data["v_pool"], data["page_table"])
+k_gathered = paged.gather_pages(data["k_pool"], data["page_table"])
+v_gathered = paged.gather_pages(data["v_pool"], data["page_table"])
 mask = problem.key_mask(data["seq_len_kv"])
 reference = check.reference(problem.torch_forward, data["q"], k_gathered, v_gathered, mask)
 checks = [check.check(data["o"], reference, name="cuDNN paged decode")]
@@ -143,8 +144,8 @@ def gather_varlen(p, d, t):
 
 def gather_padded_sdpa(p, d, m):
     def run():
-        k = attention.gather_pages(d["k_pool"], d["page_table"])
-        v = attention.gather_pages(d["v_pool"], d["page_table"])
+        k = paged.gather_pages(d["k_pool"], d["page_table"])
+        v = paged.gather_pages(d["v_pool"], d["page_table"])
         return p.torch_forward(d["q"], k, v, m)
     return run
 
@@ -180,7 +181,7 @@ print(checks[-1])
 # Maximum context 1k–16k (lengths drawn from [max/8, max]). Bytes are K and V for each
 # sequence's *true* length: what any implementation must read. Cold L2, in interleaved rounds
 # per context, each baseline judged by the interval of its per-round ratio to cuDNN.
-from cudnn_guide import bench, sweep
+from cudnn_guide.measure import sweep
 
 contexts = [1024, 2048, 4096, 8192, 16384]
 made = {}
@@ -190,12 +191,12 @@ def setup(ctx):
     if ctx not in made:
         made.clear()
         torch.cuda.empty_cache()
-        p = attention.PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=ctx, page_size=64)
+        p = paged.PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=ctx, page_size=64)
         d = p.make_inputs(seed=ctx)
         gc, pc = paged_decode(d, p.pages_per_sequence * p.page_size)
         launch = graphs.adopt(gc, handle, name=f"paged decode {ctx}").bind(pc)
         m = p.key_mask(d["seq_len_kv"])
-        k, v = attention.gather_pages(d["k_pool"], d["page_table"]), attention.gather_pages(d["v_pool"], d["page_table"])
+        k, v = paged.gather_pages(d["k_pool"], d["page_table"]), paged.gather_pages(d["v_pool"], d["page_table"])
         ref = check.reference(p.torch_forward, d["q"], k, v, m)
         check.poison(d["o"])
         launch()
@@ -221,11 +222,12 @@ result = sweep.sweep(contexts, impls, x="max_context", l2="cold",
 # ----
 import matplotlib.pyplot as plt
 
+from cudnn_guide.measure import ceilings
 from cudnn_guide.report import plot_lines
 
 # Decode only reads K and V, so its ceiling is the read bandwidth (a 2 GiB ``torch.sum``), not
 # the copy bandwidth, which counts bytes read plus written.
-read = bench.measure_read_bandwidth()
+read = ceilings.measure_read_bandwidth()
 print(read)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
 plot_lines(result.measurements, x="max_context", metric="gbps", ax=ax1, logx=True,
@@ -262,7 +264,7 @@ for name, why in unavailable.items():
     print(f"* {name} is not in this PyTorch: {why}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.add(read, result.measurements)
@@ -270,6 +272,4 @@ c8 = result.comparisons[8192]
 rec.headline("paged decode at 8k context, % of read bandwidth", unit="%",
              **c8.estimate("cuDNN paged", "GB/s", scale=100 / read.gbps))
 rec.comparison("paged decode at 8k context, speed-up over the fastest PyTorch decode", c8)
-rec.extra["verdicts"] = result.verdicts()
-rec.extra["unavailable"] = unavailable
 # sphinx_gallery_end_ignore

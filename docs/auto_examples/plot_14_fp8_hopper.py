@@ -40,7 +40,8 @@ env
 import cudnn
 import torch
 
-from cudnn_guide import check, fp8, graphs
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import fp8
 
 handle = graphs.handle_for_current_device()
 FLOAT = cudnn.data_type.FLOAT
@@ -95,9 +96,10 @@ for c in mm_checks:
 # FP8 matmul speed across sizes
 # -----------------------------
 # Square problems 2k–16k, cold L2, FP8 and bf16 side by side. Each size is a comparison in
-# interleaved rounds (:mod:`cudnn_guide.compare`): the cuDNN graph against each baseline, with
+# interleaved rounds (:mod:`cudnn_guide.measure.compare`): the cuDNN graph against each baseline, with
 # the 95% interval of the per-round ratio and a verdict at every size, not one picked size.
-from cudnn_guide import bench, sweep
+from cudnn_guide.measure import sweep
+from cudnn_guide.graphs import attention
 
 sizes = [2048, 4096, 8192, 16384]
 made = {}
@@ -141,7 +143,6 @@ torch.cuda.empty_cache()
 # and V per tensor; the softmax probabilities are in [0, 1] and get ``scale_s = 448``; the output
 # is a convex combination of rows of V, so ``scale_o = 448 / max|V|`` cannot overflow. The bf16
 # cuDNN graph on the same real values is the accuracy and speed reference point.
-from cudnn_guide import recipes
 
 
 def fp8_attention(d, causal=True):
@@ -161,12 +162,12 @@ def fp8_attention(d, causal=True):
     return g, pack
 
 
-att = recipes.SdpaProblem(batch=8, heads=16, seq=2048, head_dim=128, causal=True)
+att = attention.SdpaProblem(batch=8, heads=16, seq=2048, head_dim=128, causal=True)
 att_in = att.make_inputs(seed=3)
 f8 = fp8.make_sdpa_fp8_inputs(att_in["q"], att_in["k"], att_in["v"])
 g8, att8_pack = fp8_attention(f8)
 att8 = graphs.adopt(g8, handle, name="fp8 attention")
-att16 = recipes.sdpa_graph(att, att_in)  # the bf16 graph of the attention page
+att16 = attention.sdpa_graph(att, att_in)  # the bf16 graph of the attention page
 att16_pack = att16.pack(**att_in)
 print(att8.report)
 att8.execute(att8_pack)
@@ -198,10 +199,10 @@ att_made = {}
 def att_setup(s):
     if s not in att_made:
         att_made.clear()
-        p = recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
+        p = attention.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
         d = p.make_inputs(seed=s)
         q8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
-        (gq, pq), g16 = fp8_attention(q8), recipes.sdpa_graph(p, d)
+        (gq, pq), g16 = fp8_attention(q8), attention.sdpa_graph(p, d)
         l8, l16 = graphs.adopt(gq, handle, name=f"fp8 attention {s}").bind(pq), g16.built.bind(g16.pack(**d))
         l8()
         ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
@@ -225,7 +226,7 @@ att_impls = {
     "PyTorch flash bf16": flash,
 }
 att_result = sweep.sweep(seqs, att_impls, x="seq_len", l2="cold",
-                         flops=lambda s: recipes.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128).flops,
+                         flops=lambda s: attention.SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128).flops,
                          candidate="cuDNN FP8 graph")
 
 # %%
@@ -234,8 +235,9 @@ att_result = sweep.sweep(seqs, att_impls, x="seq_len", l2="cold",
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_lines
+from cudnn_guide.measure.ceilings import measure_ceilings
 
-ceil = bench.measure_ceilings()
+ceil = measure_ceilings()
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
 plot_lines(mm_result.measurements, x="n", metric="tflops", ax=ax1, logx=True, title="matmul, n × n × n",
            ceiling=ceil.bf16_tflops, ceiling_label="measured bf16 matmul ceiling")
@@ -285,14 +287,12 @@ print(f"* Peak attention throughput: FP8 {peak8.tflops:.0f} TFLOP/s (S={peak8.pa
       f"bf16 {peak16.tflops:.0f} TFLOP/s (S={peak16.params['seq_len']}).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(mm_result.measurements, att_result.measurements)
 rec.headline("FP8 matmul 8192³ TFLOP/s", unit="TFLOP/s", **m8.estimate("cuDNN FP8 graph", "TFLOP/s"))
 for n in sizes:
     rec.comparison(f"FP8 matmul {n}³, speed-up over torch._scaled_mm", mm_result.comparisons[n], SCALED)
 rec.comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
 rec.headline("FP8 attention relative error", att_checks[0].rel_error, "")
-rec.extra["verdicts"] = {"matmul": mm_result.verdicts(), "attention": att_result.verdicts()}
 # sphinx_gallery_end_ignore

@@ -32,7 +32,8 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 B, HQ, S, D = 4, 32, 4096, 128
@@ -142,7 +143,7 @@ import warnings
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from cudnn_guide import baselines, compare
+from cudnn_guide.measure import baselines, compare
 
 # a backend that cannot run a shape warns before it raises; the raise is what the page reports
 warnings.filterwarnings("ignore", message=".*(not used because|runtime disabled|require query, key and value)")
@@ -233,11 +234,10 @@ for (phase, hkv), c in results.items():
     print(f"* {phase}, {hkv} K/V heads: the cuDNN graph is {c.describe()}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 for (phase, hkv), c in results.items():
     rec.comparison(f"{phase}, Hkv={hkv}: speed-up over best baseline", c)
 rec.headline("decode time, Hkv=8", unit="µs", **dec[8])
-rec.extra["unavailable"] = {f"{p} Hkv={h} {n}": why for (p, h, n), why in unavailable.items()}
 # sphinx_gallery_end_ignore

@@ -56,7 +56,8 @@ print(f"{T} real tokens; padded to the longest, {B * S_MAX} token slots "
 # The padding mask (the true lengths) must be set too: it tells cuDNN where each sequence ends.
 import cudnn
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 gen = torch.Generator(device="cuda").manual_seed(1)
@@ -199,7 +200,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 contenders = {"cuDNN packed (THD)": graphs.adopt(g, handle, name="varlen").bind(ragged_pack),
               "cuDNN padding mask": graphs.adopt(gp, handle, name="padded").bind(padded_pack)}
@@ -439,13 +440,11 @@ print(f"* A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its outpu
       "the call; a one-token sequence is checked like any other.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.comparison("packed THD: speed-up over best baseline", result)
 rec.headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
 rec.comparison("packed THD backward: speed-up over best baseline", backward_result)
 rec.headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
-rec.extra["lengths"] = lengths.tolist()
-rec.extra["unavailable"] = unavailable
 # sphinx_gallery_end_ignore

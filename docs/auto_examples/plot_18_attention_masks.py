@@ -35,7 +35,8 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 B, H, S, D = 4, 16, 4096, 128
@@ -91,7 +92,7 @@ print(checks[-1])
 # rounds. The useful work is the number of visible (query, key) pairs.
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 flex = torch.compile(flex_attention, fullgraph=True)
 WINDOW = torch.tensor(0, device="cuda")  # read by the mask at run time: one compiled kernel serves every width
@@ -286,7 +287,7 @@ print(f"* ALiBi in the kernel: {bias_cmp.describe('FlexAttention ALiBi (compiled
       f"against reading a bias tensor instead: {bias_cmp.describe('cuDNN bias tensor (control)')}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")

@@ -45,7 +45,8 @@ print(f"CuTe DSL {cutlass.__version__}")
 # ``F0 = i + 1``; a window of W keys is three, ``[0, 0) ∪ [i − W + 1, i + 1)``.
 import torch
 
-from cudnn_guide import attention_inputs, check
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check
 
 B, H, S, D, W = 4, 16, 4096, 128, 512
 gen = torch.Generator(device="cuda").manual_seed(0)
@@ -96,7 +97,7 @@ for name, got, ref in zip(("dQ", "dK", "dV"), (qg.grad, kg.grad, vg.grad), ref_l
 # shows what a server pays once per process; the second call is the steady state.
 import tempfile
 
-from cudnn_guide import coldstart, fresh_process
+from cudnn_guide.measure import coldstart, fresh_process
 
 cold = []
 for _ in range(2):
@@ -120,7 +121,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide import compare, graphs
+from cudnn_guide.measure import compare
+from cudnn_guide import graphs
 
 handle = graphs.handle_for_current_device()
 qb, kb, vb = (t.contiguous() for t in bhsd)
@@ -275,11 +277,9 @@ print(f"* heur_mode.OPENSOURCE alone built, ran and passed the check for: "
       f"{', '.join(served) if served else 'none of the graphs tried'} (of {len(oss_rows) // 2} tried).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 for mask, c in results.items():
     rec.comparison(f"{mask}: flex_attention speed-up over best other", c)
-rec.extra["fresh_process"] = cold
-rec.extra["opensource"] = oss_rows
 # sphinx_gallery_end_ignore

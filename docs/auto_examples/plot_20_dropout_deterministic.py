@@ -30,7 +30,8 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 B, H, S, D, P = 2, 8, 1024, 64, 0.1
@@ -100,7 +101,7 @@ assert same and differs
 # What dropout costs in the forward
 # ---------------------------------
 # The dropout forward against the same graph without dropout, in interleaved rounds.
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 g0 = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
                    intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
@@ -211,7 +212,7 @@ print(f"* The deterministic backward gave {distinct[True]} bit pattern in 10 run
       f"{ws[False] / 2 ** 20:.0f} MiB.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.comparison("dropout forward: speed-up over no dropout", dropout_cost)

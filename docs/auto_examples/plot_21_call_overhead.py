@@ -33,7 +33,8 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 B, H, S_KV, D = 8, 8, 512, 128
@@ -111,7 +112,7 @@ paths["CUDA graph replay (stream capture)"] = replay_graph.replay
 # ------------------
 # ``compare_host`` times 400 back-to-back calls per path per round, in shuffled interleaved
 # rounds, with a bootstrap interval on each path's ratio to the tensor-keyed ``execute``.
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 BASE = "execute, pack keyed by tensors"
 host = compare.compare_host(paths, candidate=BASE, rounds=11, calls=400)
@@ -224,12 +225,9 @@ if "update_us_median" in native:
           f"{native['update_us_median']:.0f} µs, against a new capture.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.add(*host.measurements.values())
 rec.headline("execute, tensor-keyed pack: host time per call", unit="µs", **base)
 rec.comparison("host time: set_stream every call vs once", host, "set_stream + execute, every call")
-rec.extra["native_cuda_graph"] = native
-rec.extra["comparison"] = host.to_dict()
 # sphinx_gallery_end_ignore

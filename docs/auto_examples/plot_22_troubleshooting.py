@@ -30,15 +30,16 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
 outcomes = []
 
 
-def sdpa_graph(head_dim=128, dtype=torch.bfloat16, q_layout="BHSD", modes=("A", "FALLBACK")):
-    """Declare causal SDPA on 2×8×1024×head_dim tensors; return the graph and the callables of its five steps."""
+def sdpa_graph(head_dim=128, dtype=torch.bfloat16, q_layout="BHSD"):
+    """Declare causal SDPA on 2×8×1024×head_dim tensors; return the graph and its Q, K, V, O."""
     io = {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float16: cudnn.data_type.HALF,
           torch.float32: cudnn.data_type.FLOAT}[dtype]
     g = cudnn.pygraph(handle=handle, io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
@@ -49,16 +50,19 @@ def sdpa_graph(head_dim=128, dtype=torch.bfloat16, q_layout="BHSD", modes=("A", 
     O, _ = g.sdpa(name="sdpa", q=Q, k=K, v=V, attn_scale=head_dim ** -0.5, generate_stats=False,
                   diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
     O.set_output(True).set_dim(list(x.shape)).set_stride(list(x.stride()))
-    calls = (g.validate, g.build_operation_graph,
-             lambda: g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in modes]),
-             g.check_support, g.build_plans)
-    return g, calls, (Q, K, V, O)
+    return g, (Q, K, V, O)
 
 
-def attempt(case, fix, **changes):
-    """Run the five steps of ``sdpa_graph(**changes)``; print and keep where it failed and cuDNN's words."""
-    g, calls, _ = sdpa_graph(**changes)
-    for step, call in zip(STEPS, calls):
+def five_steps(g, modes=("A", "FALLBACK")):
+    """The five build steps of ``g`` as callables, in order."""
+    return (g.validate, g.build_operation_graph,
+            lambda: g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in modes]),
+            g.check_support, g.build_plans)
+
+
+def attempt(case, fix, g, modes=("A", "FALLBACK")):
+    """Run the five steps of ``g``; print and keep where it failed and cuDNN's words."""
+    for step, call in zip(STEPS, five_steps(g, modes)):
         try:
             call()
         except Exception as exc:
@@ -79,8 +83,35 @@ def attempt(case, fix, **changes):
 # ``create_execution_plans`` asks the heuristics in the listed modes for engine configs; when no
 # mode proposes one that this graph can use, it fails with "No valid engine configs". For this graph:
 attempt("heuristics: FALLBACK only", "ask heur_mode.A first (FALLBACK after it, as a safety net)",
-        modes=("FALLBACK",))
-attempt("heuristics: A, then FALLBACK", "—")
+        sdpa_graph()[0], modes=("FALLBACK",))
+attempt("heuristics: A, then FALLBACK", "—", sdpa_graph()[0])
+
+# %%
+# The heuristics list nothing when no engine of this cuDNN takes the graph's layout or dtype on
+# this GPU. Three matmuls that users write by accident: A sliced so that neither of its two
+# inner dims is contiguous, the same in float64, and int8 operands with an int32 result.
+
+
+def matmul_graph(a, b, out_type, compute_type=cudnn.data_type.FLOAT):
+    """Declare C = A @ B for torch tensors ``a`` and ``b`` as they are laid out."""
+    g = cudnn.pygraph(handle=handle, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=compute_type)
+    A, B = g.tensor_like(a, name="a"), g.tensor_like(b, name="b")
+    C = g.matmul(name="mm", A=A, B=B)
+    C.set_output(True).set_data_type(out_type)
+    return g
+
+
+strided = torch.empty(4, 256, 1024, device="cuda", dtype=torch.bfloat16)[:, :, ::2]  # strides (262144, 1024, 2)
+attempt("matmul, A with no contiguous inner dim", "make A contiguous in its last or second-last dim",
+        matmul_graph(strided, torch.empty(4, 512, 256, device="cuda", dtype=torch.bfloat16),
+                     cudnn.data_type.BFLOAT16))
+attempt("matmul in float64", "compute in fp32 or below (or use torch.matmul for float64)",
+        matmul_graph(*(torch.empty(4, 256, 256, device="cuda", dtype=torch.float64) for _ in range(2)),
+                     cudnn.data_type.DOUBLE, cudnn.data_type.DOUBLE))
+attempt("matmul int8 × int8 → int32", "use the layouts and types cuDNN's int8 engines take, or fp8/bf16",
+        matmul_graph(*(torch.empty(4, 256, 256, device="cuda", dtype=torch.int8) for _ in range(2)),
+                     cudnn.data_type.INT32, cudnn.data_type.INT32))
+no_configs = [o["case"] for o in outcomes if "No valid engine configs" in o["message"]]
 
 # %%
 # "No execution plans support the graph" comes from ``check_support``: the heuristics listed
@@ -88,7 +119,7 @@ attempt("heuristics: A, then FALLBACK", "—")
 # 1.32's open-source engines (``heur_mode.OPENSOURCE``, most of them written for SM 10.0) on
 # this GPU reproduces it:
 attempt("heuristics: OPENSOURCE only", "add heur_mode.A (then FALLBACK): the open-source engines here do not serve "
-        "this graph on this GPU", modes=("OPENSOURCE",))
+        "this graph on this GPU", sdpa_graph()[0], modes=("OPENSOURCE",))
 
 # %%
 # Head dims, dtypes and layouts
@@ -98,10 +129,11 @@ attempt("heuristics: OPENSOURCE only", "add heur_mode.A (then FALLBACK): the ope
 # hold for the GPU and cuDNN in the stamp at the top. What they answer:
 for d in (100, 256, 512, 1024):
     attempt(f"head dim {d}", "use a head dim that is a multiple of 8 and that cuDNN supports on this GPU, "
-            "or pad the head dim", head_dim=d)
-attempt("float32 inputs", "cast Q, K, V to bf16 or fp16 (attention runs in fp32 inside)", dtype=torch.float32)
+            "or pad the head dim", sdpa_graph(head_dim=d)[0])
+attempt("float32 inputs", "cast Q, K, V to bf16 or fp16 (attention runs in fp32 inside)",
+        sdpa_graph(dtype=torch.float32)[0])
 attempt("Q with the head dim not contiguous (stride(-1) ≠ 1)", "make the head dim the innermost: .contiguous()",
-        q_layout="D-major")
+        sdpa_graph(q_layout="D-major")[0])
 
 # %%
 # An architecture the feature needs
@@ -122,8 +154,8 @@ except CapabilityError as exc:
 # A workspace that is too small
 # -----------------------------
 # Most plans need scratch memory; ``get_workspace_size()`` says how much, after ``build_plans``.
-g, calls, (Q, K, V, O) = sdpa_graph()
-for call in calls:
+g, (Q, K, V, O) = sdpa_graph()
+for call in five_steps(g):
     call()
 B, H, S, D = 2, 8, 1024, 128
 gen = torch.Generator(device="cuda").manual_seed(0)
@@ -159,7 +191,7 @@ torch.cuda.synchronize()
 silent = check.compare(o, reference, name="K bound with the wrong strides")
 print(f"execute raised nothing; the output: {silent}")
 # The guide's ``BuiltGraph`` checks every binding against the declaration before executing:
-from cudnn_guide import InputError
+from cudnn_guide import InputError, libcudnn
 
 built = graphs.adopt(g, handle, name="sdpa")
 try:
@@ -175,12 +207,12 @@ except InputError as exc:
 # ------------------------------
 # The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the nvidia-cudnn wheel
 # that PyTorch brings, ``LD_LIBRARY_PATH`` or the system. ``python -m cudnn.collect_env`` prints
-# what it found; the guide's ``environment.find_libcudnn()`` explains its search:
+# what it found; the guide's ``libcudnn.find_libcudnn()`` explains its search:
 import os
 import subprocess
 import sys
 
-print(environment.find_libcudnn().explain())
+print(libcudnn.find_libcudnn().explain())
 collect = subprocess.run([sys.executable, "-m", "cudnn.collect_env"], capture_output=True, text=True, timeout=120)
 lines = [ln for ln in (collect.stdout + collect.stderr).splitlines()
          if any(w in ln.lower() for w in ("cudnn", "torch", "cuda", "gpu", "driver")) and "brand=" not in ln]
@@ -201,8 +233,34 @@ last = (broken.stderr.strip().splitlines() or ["(no error)"])[-1].replace(stale,
 print(f"import cudnn with the stale library first: exit code {broken.returncode}\n    {last[:300]}")
 outcomes.append({"case": "a broken libcudnn.so.9 first on LD_LIBRARY_PATH", "surfaces at": "import cudnn",
                  "error": last.split(":")[0] if broken.returncode else "none", "message": last[:300],
-                 "fix": "remove that directory from LD_LIBRARY_PATH (environment.find_libcudnn().explain() names "
+                 "fix": "remove that directory from LD_LIBRARY_PATH (libcudnn.find_libcudnn().explain() names "
                         "the file that would load)"})
+
+# %%
+# Without the ``nvidia-cudnn`` wheel where the frontend looks (a virtual environment on top of
+# this Python: torch and the frontend import, its site-packages has no ``nvidia/cudnn``) and
+# nothing on ``LD_LIBRARY_PATH``, the frontend asks the dynamic linker, which may find none, or a
+# system copy of another version. Compare the backend version below with the stamp's cuDNN:
+import venv
+
+probe = """
+import cudnn
+print("imported; backend version:", cudnn.backend_version())
+cudnn.create_handle()
+print("a handle was created")
+"""
+with tempfile.TemporaryDirectory() as bare:
+    venv.create(bare, system_site_packages=True, with_pip=False)
+    absent = subprocess.run([os.path.join(bare, "bin", "python"), "-c", probe], capture_output=True, text=True,
+                            timeout=120, env=dict(os.environ, LD_LIBRARY_PATH=""))
+said = [ln for ln in (absent.stdout + absent.stderr).strip().splitlines() if ln.strip()]
+print(f"exit code {absent.returncode}; the last lines it printed:")
+print("\n".join("    " + ln[:240] for ln in said[-4:]))
+outcomes.append({"case": "no libcudnn where the frontend looks", "surfaces at": "import cudnn / first call",
+                 "error": said[-1].split(":")[0] if absent.returncode else "none",
+                 "message": (said[-1] if said else "(nothing)")[:300],
+                 "fix": "pip install nvidia-cudnn-cu13 (or torch, which brings it) into the same environment, or "
+                        "put libcudnn's directory on LD_LIBRARY_PATH"})
 
 # %%
 # The frontend's log, captured
@@ -241,37 +299,59 @@ from cudnn_guide.report import html_table
 
 rows = []
 for modes in (("A",), ("B",), ("A", "FALLBACK")):
-    g2, calls, _ = sdpa_graph(modes=modes)
+    g2 = sdpa_graph()[0]
+    calls = five_steps(g2, modes)
     t0 = time.perf_counter()
     for call in calls[:3]:
         call()
     plans = g2.get_execution_plan_count()
     names = [g2.get_plan_name_at_index(i) for i in range(plans)]
+    notes = [g2.get_behavior_notes_for_plan_at_index(i) for i in range(plans)]
     for call in calls[3:]:
         call()
     rows.append({"heur_mode": "+".join(modes), "plans": plans, "plan names": ", ".join(names),
+                 "behaviour notes": "; ".join(", ".join(str(n).split(".")[-1] for n in ns) or "none" for ns in notes),
                  "build s (5 steps)": time.perf_counter() - t0, "workspace bytes": g2.get_workspace_size()})
-g3, calls, _ = sdpa_graph()
-for call in calls[:3]:
-    call()
-before = g3.get_execution_plan_count()
-g3.deselect_workspace_greater_than(0)
-try:
-    for call in calls[3:]:
-        call()
-    after = f"builds, workspace {g3.get_workspace_size()} bytes"
-except Exception as exc:
-    after = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-rows.append({"heur_mode": "A+FALLBACK, then deselect_workspace_greater_than(0)", "plans": before,
-             "plan names": after, "build s (5 steps)": float("nan"), "workspace bytes": float("nan")})
 html_table(pd.DataFrame(rows), {"build s (5 steps)": "{:.3f}", "workspace bytes": "{:.0f}"})
+
+# %%
+# The filters drop plans whose engine, notes or workspace you cannot accept, before
+# ``check_support`` and ``build_plans`` pick one. Each row below declares the same graph, plans
+# with ``A`` then ``FALLBACK``, applies one filter and builds. A filter that leaves no plan is
+# itself a way to get "No execution plans support the graph":
+first_plan = rows[-1]["plan names"].split(", ")[0]
+note = cudnn.numerical_note
+filters = {
+    "deselect_workspace_greater_than(0)": lambda g: g.deselect_workspace_greater_than(0),
+    f"deselect_engines(['{first_plan}'])": lambda g: g.deselect_engines([first_plan]),
+    "deselect_numeric_notes([TENSOR_CORE])": lambda g: g.deselect_numeric_notes([note.TENSOR_CORE]),
+    "deselect_numeric_notes([NONDETERMINISTIC])": lambda g: g.deselect_numeric_notes([note.NONDETERMINISTIC]),
+    "deselect_behavior_notes([RUNTIME_COMPILATION])":
+        lambda g: g.deselect_behavior_notes([cudnn.behavior_note.RUNTIME_COMPILATION]),
+    "select_behavior_notes([SUPPORTS_CUDA_GRAPH_NATIVE_API])":
+        lambda g: g.select_behavior_notes([cudnn.behavior_note.SUPPORTS_CUDA_GRAPH_NATIVE_API]),
+}
+filtered = []
+for label, apply in filters.items():
+    g3 = sdpa_graph()[0]
+    calls = five_steps(g3)
+    for call in calls[:3]:
+        call()
+    apply(g3)
+    try:
+        for call in calls[3:]:
+            call()
+        result = f"builds; the built plan needs {g3.get_workspace_size()} bytes of workspace"
+    except Exception as exc:
+        result = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    filtered.append({"filter (after create_execution_plans)": label, "result": result})
+html_table(pd.DataFrame(filtered))
 
 # %%
 import matplotlib.pyplot as plt
 
-timed = [r for r in rows if r["build s (5 steps)"] == r["build s (5 steps)"]]  # the filtered row has no time
 fig, ax = plt.subplots(figsize=(7, 2.8), layout="constrained")
-ax.barh([f"{r['heur_mode']} ({r['plans']} plans)" for r in timed], [1e3 * r["build s (5 steps)"] for r in timed])
+ax.barh([f"{r['heur_mode']} ({r['plans']} plans)" for r in rows], [1e3 * r["build s (5 steps)"] for r in rows])
 ax.set_xlabel("ms to build the causal SDPA graph, five steps (one build each)")
 ax.set_title("what each heuristic mode costs at build time")
 plt.show()
@@ -291,13 +371,17 @@ print(f"* {len(refused)} of the {len(outcomes)} cases tried fail with a message;
 print(f"* A binding with other strides than declared raised nothing in execute; its output "
       f"{'was wrong' if not silent.passed else 'was right'} ({silent.rel_error:.2g} relative error). "
       "Check the variant pack against the declaration.")
+print("* \"No valid engine configs\" (the heuristics proposed nothing) came from: "
+      + (", ".join(no_configs) if no_configs else "none of the graphs tried here"))
+emptied = [f["filter (after create_execution_plans)"] for f in filtered if not f["result"].startswith("builds")]
+print(f"* {len(emptied)} of the {len(filtered)} filters left no plan that builds"
+      + (f": {', '.join(emptied)}" if emptied else ""))
 if version_notes:
     print(f"* The frontend's log notes: {version_notes[0][len('[cudnn_frontend] INFO: '):][:160]}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.extra["outcomes"] = outcomes
-rec.extra["heuristics"] = rows
 # sphinx_gallery_end_ignore

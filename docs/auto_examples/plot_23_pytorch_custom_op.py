@@ -13,7 +13,7 @@ capture. ``torch.library.custom_op`` gives all three, provided the operator has
 * **graph caches** keyed by everything that changes the graph (shapes, strides, dtype,
   device, mask), so no call rebuilds, and a capture only replays prebuilt work.
 
-The operator lives in ``cudnn_guide.torch_ops``; its cuDNN calls are printed below. The page
+The operator lives in ``cudnn_guide.graphs.torch_ops``; its cuDNN calls are printed below. The page
 checks it, compiles it with ``fullgraph=True``, captures it, and races it against what
 frontend 1.32 ships for the same job (``torch.ops.cudnn.sdpa_fwd``) and PyTorch's own SDPA.
 """
@@ -35,7 +35,7 @@ print(env.stamp())
 # FALLBACK, once per key.
 import inspect
 
-from cudnn_guide import torch_ops
+from cudnn_guide.graphs import torch_ops
 
 print(inspect.getsource(torch_ops.forward_graph))
 print(inspect.getsource(torch_ops.backward_graph))
@@ -156,7 +156,7 @@ import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fw
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
 
@@ -218,10 +218,9 @@ print(f"* Its training step runs at {training.estimate(CAND, 'TFLOP/s')['value']
       f"fastest alternative it is {training.describe()}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.comparison("training step: speed-up over best alternative", training)
 rec.headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
-rec.extra["unavailable"] = unavailable
 # sphinx_gallery_end_ignore

@@ -37,7 +37,8 @@ print(env.stamp())
 import cudnn
 import torch
 
-from cudnn_guide import attention_inputs, check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide import check, graphs
 
 handle = graphs.handle_for_current_device()
 B, H, S, D = 4, 16, 4096, 128
@@ -124,7 +125,7 @@ print("score_mod + diagonal_band_right_bound=0:", refusals["score_mod + causal b
 # without a cap is the control: the cost of a dense score_mod against a masked kernel.
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 flex = torch.compile(flex_attention, fullgraph=True)
 causal_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
@@ -318,7 +319,7 @@ html_table(pd.DataFrame(rows), {"µs": "{:.0f}", "TFLOP/s": "{:.0f}"})
 # ----
 import matplotlib.pyplot as plt
 
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), layout="constrained")
+fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), layout="constrained")  # one row each: the long labels fit
 for ax, (title, c) in zip(axes, (("soft-cap, causal", softcap_cmp), ("sinks, causal", sink_cmp),
                                  ("MLA 192/128 training step", mla_cmp))):
     ests = sorted(((n, c.estimate(n)) for n in c.measurements), key=lambda t: t[1]["value"])
@@ -342,11 +343,10 @@ for name, why in {**refusals, **mla_unavailable}.items():
     print(f"* Not available here: {name}: {why}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.comparison("soft-cap: speed-up over FlexAttention", softcap_cmp, "FlexAttention soft-cap (compiled)")
 rec.comparison("sinks: speed-up over FlexAttention + lse", sink_cmp, "FlexAttention + lse rescale (compiled)")
 rec.comparison("MLA step: speed-up over best baseline", mla_cmp)
-rec.extra["unavailable"] = {**refusals, **mla_unavailable}
 # sphinx_gallery_end_ignore

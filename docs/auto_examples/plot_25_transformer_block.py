@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from cudnn_guide import torch_ops
+from cudnn_guide.graphs import torch_ops
 
 B, S, H, D = 8, 2048, 16, 128
 DIM, HIDDEN = H * D, 5632
@@ -147,7 +147,7 @@ check_block(compiled_torch, "PyTorch block, compiled")
 # One step is forward, backward of ``dy`` and a fused AdamW update (learning rate 1e-5, so the
 # weights barely move across the thousands of timed steps). Each variant has its own copy of
 # the weights and its own optimizer; the contenders run in interleaved rounds.
-from cudnn_guide import compare
+from cudnn_guide.measure import compare
 
 
 def training_step(block):
@@ -279,7 +279,7 @@ else:
     print(f"* The cudnn.torch provider could not run here: {provider_error}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide import records
+from cudnn_guide.report import records
 
 rec = records.page(env)
 rec.comparison("training step: speed-up over PyTorch eager", result, "PyTorch eager")
@@ -287,8 +287,4 @@ rec.comparison("training step: speed-up over torch.compile", result, "PyTorch, c
 rec.headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **tokens_per_s(result.estimate(CAND)))
 if provider_cmp:
     rec.comparison("cudnn.torch provider: speed-up over this guide's op", provider_cmp, "cuDNN op, eager")
-rec.extra["provider_error"] = provider_error
-rec.extra["peak_mib"] = peak_mib
-rec.extra["provider_forward_calls"] = served
-rec.extra["pytorch_default_sdpa"] = picked
 # sphinx_gallery_end_ignore
