@@ -37,6 +37,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _small_conv_problem():
+    from cudnn_guide.graphs import conv
+
+    return conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+
+
+SMALL_CONV = _small_conv_problem()
+
+
+@pytest.fixture(autouse=True)
+def no_running_record():
+    """Each test starts and ends with no example's record collecting (records.page() starts one)."""
+    from cudnn_guide import collector
+
+    collector.stop()
+    yield
+    collector.stop()
+
+
+@pytest.fixture
+def small_conv():
+    """GPU tests' small conv → bias → ReLU, built: ``(inputs, fused)``."""
+    from cudnn_guide.graphs import conv
+
+    inputs = SMALL_CONV.make_inputs(seed=3)
+    return inputs, conv.conv_bias_relu_graph(SMALL_CONV, inputs)
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

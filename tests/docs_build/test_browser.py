@@ -154,7 +154,7 @@ def test_every_internal_link_resolves(site):
 
 
 def test_gallery_shows_one_thumbnail_per_example(browser, server, site):
-    examples = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "examples").glob("plot_*.py"))
+    examples = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "examples").glob("plot_*.py"))
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 

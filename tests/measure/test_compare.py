@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 from gallery_build import history
 
 from cudnn_guide.errors import BenchmarkError
@@ -304,3 +305,44 @@ def test_the_running_record_keeps_a_comparisons_pooled_measurements_not_its_roun
         collector.stop()
     benchmark_that_registers(None, label="a", l2="cold", budget_ms=1, precision=0.01, params={})
     assert collector.current() is None  # with no collection running nothing is kept
+
+
+# --- on the GPU (marker gpu; skipped without one) ---
+
+
+@pytest.mark.gpu
+def test_compare_on_the_gpu_judges_a_real_difference_and_an_identical_twin():
+    from cudnn_guide.measure import compare
+
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    small = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    out_big, out_small = torch.empty_like(a), torch.empty(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    c = compare.compare(
+        {
+            "half the work": lambda: torch.matmul(small, a, out=out_small),
+            "full work": lambda: torch.matmul(a, a, out=out_big),
+            "half the work, again": lambda: torch.matmul(small, a, out=out_small),
+        },
+        candidate="half the work",
+        l2="cold",
+        rounds=7,
+    )
+    assert c.versus["full work"]["verdict"] == "faster" and 1.5 < c.versus["full work"]["value"] < 2.5
+    assert c.versus["half the work, again"]["verdict"] == "tie"
+    est = c.estimate("half the work", "µs")
+    assert 0 < est["low"] <= est["value"] <= est["high"]
+
+
+@pytest.mark.gpu
+def test_host_comparison_tells_a_slow_path_from_a_fast_one():
+    from cudnn_guide.measure import compare
+
+    x = torch.zeros(16, device="cuda")
+
+    def slow():
+        for _ in range(20):
+            x.add_(1)
+
+    c = compare.compare_host({"fast": lambda: x.add_(1), "slow": slow}, candidate="fast", rounds=5, calls=100)
+    assert c.versus["slow"]["verdict"] == "faster" and c.versus["slow"]["value"] > 5
+    assert c.estimate("fast")["value"] > 0

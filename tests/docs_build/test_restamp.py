@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gallery_build import recording
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = "plot_21_call_overhead"
 
 

@@ -2,10 +2,13 @@ import math
 import statistics
 
 import pytest
-from conftest import HAS_GPU
+import torch
+from conftest import HAS_GPU, SMALL_CONV
 
+from cudnn_guide import check
 from cudnn_guide.errors import BenchmarkError, NoGPUError
-from cudnn_guide.measure import bench, ceilings, events, measurement, sweep
+from cudnn_guide.graphs import conv
+from cudnn_guide.measure import bench, ceilings, cudagraphs, events, measurement, profiling, sweep
 
 
 def _m(samples, **kw):
@@ -179,3 +182,86 @@ def test_precision_is_judged_on_the_kernel_time(monkeypatch):
     raw = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005)
     corrected = bench._time_until_precise(None, None, 4000, "x", 0.0, 20, 0.005, offset_ms=5.0)
     assert len(raw) == 32 and len(corrected) > 32
+
+
+# --- on the GPU (marker gpu; skipped without one) ---
+
+
+@pytest.mark.gpu
+def test_harness_rejects_raising_functions_and_wrong_shapes():
+    def boom():
+        raise RuntimeError("kaput")
+
+    with pytest.raises(BenchmarkError, match="raised RuntimeError: kaput"):
+        bench.benchmark(boom, label="boom", l2="hot")
+    x = torch.ones(4, device="cuda")
+    with pytest.raises(BenchmarkError, match="output shape"):
+        bench.benchmark(lambda: x * 2, label="shape", l2="hot", expect_shape=(5,))
+
+
+@pytest.mark.gpu
+def test_harness_agrees_with_the_profiler(small_conv):
+    problem = conv.ConvProblem(n=16)
+    inputs = problem.make_inputs()
+    fused = conv.conv_bias_relu_graph(problem, inputs)
+    launch = fused.built.bind(fused.pack(**inputs))
+    m = bench.benchmark(launch, label="conv", l2="cold", budget_ms=200)
+    prof = profiling.profile_kernels(launch, calls=30, l2="cold")
+    assert abs(m.median_ms / prof.per_call_ms - 1) < 0.10
+    # the subtracted launch cost is this process's calibration, and it brings events closer to the kernels
+    assert m.launch_cost_ms == events.launch_cost()["overhead_us"] / 1e3 > 0 and "launch cost" in m.mode
+    assert m.timing_method == measurement.TIMING_METHOD
+    assert abs(m.median_ms - prof.per_call_ms) < abs(m.event_median_ms - prof.per_call_ms)
+
+
+@pytest.mark.gpu
+def test_raw_events_and_graph_replays_subtract_nothing(small_conv):
+    inputs, fused = small_conv
+    launch = fused.built.bind(fused.pack(**inputs))
+    raw = bench.benchmark(launch, label="conv raw", l2="cold", budget_ms=30, subtract_launch_cost=False)
+    assert raw.launch_cost_ms == 0 and raw.mode == "cold-L2 events" and raw.event_median_ms == raw.median_ms
+    replay = bench.benchmark(launch, label="conv graph", l2="hot", budget_ms=30, cuda_graph=True, calls_per_graph=10)
+    assert replay.launch_cost_ms == 0 and replay.mode.startswith("cuda-graph")
+
+
+@pytest.mark.gpu
+def test_capture_replays_new_data(small_conv):
+    inputs, fused = small_conv
+    graph = cudagraphs.capture(fused.built.bind(fused.pack(**inputs)))
+    new = SMALL_CONV.make_inputs(seed=99)
+    inputs["x"].copy_(new["x"])
+    check.poison(inputs["y"])
+    graph.replay()
+    ref = check.reference(SMALL_CONV.torch_forward, new["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+
+
+@pytest.mark.gpu
+def test_benchmark_reads_the_clocks_and_host_time_on_an_idle_queue(small_conv):
+    inputs, fused = small_conv
+    m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="cold", budget_ms=20)
+    assert "read_with" in m.clocks
+    assert len(m.host_samples_ms) == min(m.n, 20) and min(m.host_samples_ms) > 0
+
+
+@pytest.mark.gpu
+def test_a_call_too_short_to_time_is_never_recorded_as_a_non_positive_time():
+    x = torch.empty(1024, device="cuda")
+    m = bench.benchmark(lambda: x.zero_(), label="tiny", l2="hot")
+    assert m.median_ms > 0 and min(m.samples_ms) > 0
+
+
+@pytest.mark.gpu
+def test_benchmark_joins_the_running_record_and_ceilings_keep_their_trials_out(small_conv):
+    from cudnn_guide import collector
+    from cudnn_guide.measure import ceilings
+    from cudnn_guide.report import records
+
+    inputs, fused = small_conv
+    records.begin()
+    try:
+        ceilings.measure_read_bandwidth(mib=64)  # paused: trial timings
+        m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="hot", budget_ms=10)
+        assert records.page().measurements == [m]
+    finally:
+        collector.stop()

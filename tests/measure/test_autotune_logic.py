@@ -7,8 +7,11 @@ deterministic noise. What is tested is the search, not the clock.
 import itertools
 
 import pytest
+from conftest import SMALL_CONV
 
+from cudnn_guide import check
 from cudnn_guide.errors import BenchmarkError
+from cudnn_guide.graphs import conv
 from cudnn_guide.measure import autotune
 from cudnn_guide.measure.measurement import Measurement
 
@@ -120,3 +123,25 @@ def test_no_plan_that_runs_is_an_error(monkeypatch, fake):
     )
     with pytest.raises(BenchmarkError, match="no plan could run"):
         autotune.tune(built, {}, method="halving")
+
+
+# --- on the GPU (marker gpu; skipped without one) ---
+
+
+@pytest.mark.gpu
+def test_tuning_finds_a_plan_and_selects_it(small_conv):
+    import cudnn
+
+    inputs = SMALL_CONV.make_inputs(seed=5)
+    fused = conv.conv_bias_relu_graph(
+        SMALL_CONV, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL
+    )
+    pack = fused.pack(**inputs)
+    ex = autotune.tune(fused.built, pack, reps=20)
+    hv = autotune.tune(fused.built, pack, method="halving", reps=20, first_round_reps=5)
+    assert ex.best.measurement.median_ms > 0 and hv.best.finalist
+    autotune.select(fused.built, ex.best.index)
+    check.poison(inputs["y"])
+    fused.built.execute(pack)
+    ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed

@@ -1,7 +1,8 @@
 """The training, norm, decode and FP8 graphs are declared with the right operations, ports and
 attributes: checked on the CPU by declaring each graph (without building it) and reading its nodes.
 
-Building and running them needs a GPU (tests/test_gpu.py); these catch wiring mistakes in CI.
+Building and running them needs a GPU (the ``gpu`` tests at the end of this file); these catch wiring
+mistakes in CI.
 """
 
 import contextlib
@@ -11,6 +12,7 @@ import cudnn
 import pytest
 import torch
 
+from cudnn_guide import check
 from cudnn_guide.graphs import attention, batchnorm, conv, conv_training, fp8, matmul, norms, paged, tensors
 
 
@@ -213,7 +215,7 @@ import ast  # noqa: E402
 import pathlib  # noqa: E402
 import types  # noqa: E402
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 BUILD_STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans", "build")
 
 
@@ -395,3 +397,132 @@ def test_plot_14_declares_the_fp8_recipes(declare):
     assert _signature(made[0]) == _signature(fp8.fp8_matmul_graph(mm, d).built)
     att = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
     assert _signature(made[1]) == _signature(fp8.sdpa_fp8_graph(att, d).built)
+
+
+# --- on the GPU (marker gpu; skipped without one) ---
+
+
+def _sub(data, fused):
+    return {k: data[k] for k in fused.io}
+
+
+@pytest.mark.gpu
+def test_attention_training_graphs_match_autograd():
+    from cudnn_guide.graphs import attention
+
+    p = attention.SdpaProblem(batch=1, heads=2, seq=256, head_dim=64, causal=True)
+    d = attention.make_training_inputs(p, seed=1)
+    fwd, bwd = attention.sdpa_forward_training_graph(p, d), attention.sdpa_backward_graph(p, d)
+    check.poison(d["o"], d["stats"], d["dq"], d["dk"], d["dv"])
+    fwd.built.execute(fwd.pack(**_sub(d, fwd)))
+    bwd.built.execute(bwd.pack(**_sub(d, bwd)))
+    out, grads = check.reference_grads(lambda q, k, v: p.torch_forward(q, k, v), {n: d[n] for n in "qkv"}, d["d_o"])
+    check.check(d["o"], out)
+    for n in "qkv":
+        check.check(d["d" + n], grads[n], name="d" + n)
+
+
+@pytest.mark.gpu
+def test_paged_decode_matches_attention_over_the_gathered_pages():
+
+    p = paged.PagedDecodeProblem(batch=3, heads=4, head_dim=64, max_context=512, page_size=32)
+    d = p.make_inputs(seed=2)
+    f = paged.paged_decode_graph(p, d)
+    check.poison(d["o"])
+    f.built.execute(f.pack(**_sub(d, f)))
+    k, v = paged.gather_pages(d["k_pool"], d["page_table"]), paged.gather_pages(d["v_pool"], d["page_table"])
+    check.check(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"])))
+    d["page_table"].copy_(d["page_table"].flip(2))  # a different page order must change the answer
+    f.built.execute(f.pack(**_sub(d, f)))
+    assert not check.compare(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"]))).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_norm_forward_and_backward_match_autograd(kind):
+    from cudnn_guide.graphs import norms
+
+    p = norms.NormProblem(tokens=256, hidden=512, kind=kind)
+    d = p.make_inputs(seed=3)
+    fwd, bwd = norms.norm_forward_graph(p, d), norms.norm_backward_graph(p, d)
+    fwd.built.execute(norms.pack_norm(fwd, d, eps=p.eps))
+    bwd.built.execute(norms.pack_norm(bwd, d))
+    params = {"x": d["x"], "scale": d["scale"]} | ({"bias": d["bias"]} if kind == "layer" else {})
+    out, grads = check.reference_grads(lambda **kw: p.torch_forward(**kw), params, d["dy"])
+    check.check(d["y"], out)
+    for n in params:
+        check.check(d["d" + n], grads[n], name="d" + n)
+
+
+@pytest.mark.gpu
+def test_conv_gradients_match_autograd():
+    from cudnn_guide.graphs import conv_training
+
+    p = conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+    d = conv_training.make_training_inputs(p, seed=4)
+    dg, wg = conv_training.conv_dgrad_graph(p, d), conv_training.conv_wgrad_graph(p, d)
+    dg.built.execute(dg.pack(**_sub(d, dg)))
+    wg.built.execute(wg.pack(**_sub(d, wg)))
+    _, grads = check.reference_grads(
+        lambda x, w: torch.nn.functional.conv2d(x, w, padding=p.padding), {"x": d["x"], "w": d["w"]}, d["dy"]
+    )
+    check.check(d["dx"], grads["x"], name="dx")
+    check.check(d["dw"], grads["w"], name="dw")
+
+
+@pytest.mark.gpu
+def test_fp8_matmul_is_within_fp8_tolerance():
+    from cudnn_guide.graphs import fp8
+
+    p = fp8.Fp8MatmulProblem(m=256, n=256, k=512)
+    d = p.make_inputs(seed=5)
+    f = fp8.fp8_matmul_graph(p, d)
+    f.built.execute(f.pack(**_sub(d, f)))
+    ref = check.reference(torch.matmul, d["a"], d["b"])
+    assert check.check(d["c"], ref, tol=0.1).rel_error > check.tolerance(torch.bfloat16) / 16  # really FP8, not bf16
+
+
+@pytest.mark.gpu
+def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
+
+    p = batchnorm.BatchNormProblem(n=4, c=32, h=8, w=8)
+    d = p.make_inputs(seed=6)
+    rm, rv = d["running_mean"].clone(), d["running_var"].clone()
+    f = batchnorm.batchnorm_relu_graph(p, d, training=True)
+    f.built.execute(
+        f.pack(
+            x=d["x"],
+            scale=d["scale"],
+            bias=d["bias"],
+            running_mean=d["running_mean"],
+            running_var=d["running_var"],
+            epsilon=tensors.scalar_value(p.eps, rank=4),
+            momentum=tensors.scalar_value(p.momentum, rank=4),
+            mean=d["mean"],
+            inv_var=d["inv_var"],
+            next_running_mean=d["running_mean"],
+            next_running_var=d["running_var"],
+            y=d["y"],
+        )
+    )
+    ref = check.reference(
+        lambda x, s, b: p.torch_forward(x, s, b, rm, rv, training=True), d["x"], d["scale"], d["bias"]
+    )
+    check.check(d["y"], ref, name="y")
+    check.check(d["running_mean"], rm, name="running mean", tol=1e-4)
+    check.check(d["running_var"], rv, name="running var", tol=1e-4)
+
+
+@pytest.mark.gpu
+def test_fp8_attention_output_and_amax_match_the_reference():
+    from cudnn_guide.graphs import fp8
+
+    p = attention.SdpaProblem(batch=1, heads=2, seq=512, head_dim=128, causal=True)
+    d = p.make_inputs(seed=7)
+    f8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
+    f = fp8.sdpa_fp8_graph(p, f8)
+    f.built.execute(f.pack(**_sub(f8, f)))
+    ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
+    check.check(fp8.dequantize(f8["o8"], f8["descale_o"]), ref, name="O", tol=0.1)
+    check.check(f8["amax_o"].reshape(1), ref.abs().max().reshape(1), name="amax_O", tol=0.1)
+    assert 0 < f8["amax_s"].item() <= 1.0 + 1e-3  # softmax probabilities

@@ -11,7 +11,9 @@ import time
 import types
 
 import pytest
+import torch
 
+from cudnn_guide import check
 from cudnn_guide.measure import fresh_process
 from cudnn_guide.measure.fresh_process import FreshProcessError, InterpreterPool
 
@@ -117,7 +119,7 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
         print("child", fresh_process.run(os.getpid, preload=()).value != os.getpid(), flush=True)
     """)
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
@@ -167,3 +169,21 @@ def test_a_pool_pins_its_interpreters_environment_from_their_start():
     with fresh_process.InterpreterPool(2, preload=(), env={"CUDA_VISIBLE_DEVICES": "1"}) as pool:
         assert pool.run(os.getenv, "CUDA_VISIBLE_DEVICES").value == "1"
         assert pool.run(os.getenv, "PATH").value == os.environ["PATH"]  # the caller's environment too
+
+
+# --- on the GPU (marker gpu; skipped without one) ---
+
+
+@pytest.mark.gpu
+def test_pre_started_interpreters_have_no_cuda_state_and_measure_a_cold_start(tmp_path):
+    from cudnn_guide.measure import coldstart, fresh_process
+
+    torch.empty(1, device="cuda")  # this process has a CUDA context; the interpreters must not share it
+    with fresh_process.InterpreterPool(2, preload=coldstart.PRELOAD) as pool:
+        built = coldstart.run_fresh("conv", "build", tmp_path, pool=pool)
+        loaded = coldstart.run_fresh("conv", "cache", tmp_path, pool=pool)
+    on_demand = coldstart.run_fresh("conv", "cache", tmp_path)  # a pool of one: it imports, then runs
+    for r in (built, loaded, on_demand):
+        assert r["rel_error"] < check.tolerance(torch.bfloat16)
+        assert r["context_s"] > 0.01  # each created its own context
+        assert r["import_s"] < 0.5  # imports were done before the call: the clock starts after them

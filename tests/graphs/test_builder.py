@@ -1,0 +1,102 @@
+"""GPU tests of :mod:`cudnn_guide.graphs.builder` and :mod:`cudnn_guide.graphs.plan_cache` (marker ``gpu``)."""
+
+import pytest
+from conftest import SMALL_CONV
+
+from cudnn_guide import check, graphs
+from cudnn_guide.errors import GraphBuildError, InputError
+from cudnn_guide.graphs import conv, matmul, plan_cache, tensors
+
+# --- on the GPU (marker gpu; skipped without one) ---
+
+
+@pytest.mark.gpu
+def test_build_records_five_steps_and_output_is_correct(small_conv):
+    inputs, fused = small_conv
+    assert list(fused.built.report.step_seconds) == list(graphs.STEPS)
+    check.poison(inputs["y"])
+    fused.built.execute(fused.pack(**inputs))
+    ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+
+
+@pytest.mark.gpu
+def test_bad_variant_packs_are_input_errors(small_conv):
+    inputs, fused = small_conv
+    bad = dict(inputs, x=inputs["x"].contiguous())  # NCHW strides where NHWC was declared
+    with pytest.raises(InputError, match="declared with dims"):
+        fused.built.execute(fused.pack(**bad))
+    with pytest.raises(InputError, match="must be on the GPU"):
+        fused.built.execute(fused.pack(**dict(inputs, w=inputs["w"].cpu())))
+    with pytest.raises(InputError, match="no tensor for"):
+        fused.built.execute({fused.io["x"]: inputs["x"]})
+
+
+@pytest.mark.gpu
+def test_an_unsupported_graph_is_distinguishable_and_names_the_step():
+    # An int32 convolution: cuDNN has no engine for it on Hopper (seen on the H200 builder).
+    import cudnn
+
+    from cudnn_guide.errors import GraphNotSupportedError
+
+    handle = graphs.handle_for_current_device()
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.INT32, compute_data_type=cudnn.data_type.INT32, handle=handle)
+    x = g.tensor(name="x", dim=[1, 8, 8, 8], stride=[512, 1, 64, 8], data_type=cudnn.data_type.INT32)
+    w = g.tensor(name="w", dim=[8, 8, 3, 3], stride=[72, 1, 24, 8], data_type=cudnn.data_type.INT32)
+    y = g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1], compute_data_type=cudnn.data_type.INT32)
+    y.set_output(True).set_data_type(cudnn.data_type.INT32)
+    with pytest.raises(GraphNotSupportedError) as info:
+        graphs.build(g, name="int32 conv")
+    assert info.value.step in graphs.STEPS
+    assert "int32 conv" in str(info.value) and "not supported" in str(info.value)
+
+
+@pytest.mark.gpu
+def test_a_malformed_graph_is_a_build_error_not_unsupported():
+    import cudnn
+
+    handle = graphs.handle_for_current_device()
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    a = g.tensor(name="a", dim=[1, 64, 32], stride=[2048, 32, 1])
+    b = g.tensor(name="b", dim=[1, 48, 64], stride=[3072, 64, 1])  # inner dimensions disagree: 32 vs 48
+    c = g.matmul(a, b)
+    c.set_output(True)
+    with pytest.raises(GraphBuildError) as info:
+        graphs.build(g, name="mismatched matmul")
+    assert info.value.step in graphs.STEPS
+
+
+@pytest.mark.gpu
+def test_plan_cache_round_trip_and_rejects_corruption(tmp_path, small_conv):
+    inputs, _ = small_conv
+    cache = plan_cache.PlanCache(tmp_path)
+    key = plan_cache.current_key("small conv")
+    build = lambda: conv.conv_bias_relu_graph(SMALL_CONV, inputs)
+    _, source = cache.get_or_build(key, build)
+    assert source == "built"
+    plan, source = cache.get_or_build(key, build)
+    assert source == "cache" and cache.last_event == "hit"
+    check.poison(inputs["y"])
+    plan.execute(**inputs)
+    ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
+    assert check.check(inputs["y"], ref).passed
+    raw = bytearray(cache.path(key).read_bytes())
+    raw[-10] ^= 0xFF
+    cache.path(key).write_bytes(bytes(raw))
+    _, source = cache.get_or_build(key, build)
+    assert source == "built"
+    assert cache.read(key) is not None
+
+
+@pytest.mark.gpu
+def test_pass_by_value_scalar_changes_the_result():
+    problem = matmul.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=2.0)
+    inputs = problem.make_inputs()
+    fused = matmul.matmul_epilogue_graph(problem, inputs)
+    for alpha in (2.0, -1.0):
+        p = matmul.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=alpha)
+        check.poison(inputs["y"], inputs["amax"])
+        fused.built.execute(fused.pack(**inputs, alpha=tensors.scalar_value(alpha)))
+        ref_y, ref_amax = check.reference(p.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
+        assert check.check(inputs["y"], ref_y).passed
+        assert check.check(inputs["amax"], ref_amax, tol=1e-2).passed
