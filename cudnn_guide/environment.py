@@ -21,7 +21,7 @@ from typing import Any
 from cudnn_guide.errors import CapabilityError, NoGPUError
 from cudnn_guide.libcudnn import find_libcudnn, loaded_libcudnn, require_cudnn
 
-__all__ = ["require_gpu", "require_sm", "EnvironmentRecord", "git_commit", "collect"]
+__all__ = ["require_sm", "EnvironmentRecord", "collect"]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 

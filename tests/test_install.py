@@ -1,8 +1,8 @@
 """The package installs from a built wheel, and what every example uses of it resolves, in that
 installed copy, to a public name: a downloaded script needs the wheel, not this repository.
 
-A name is public when its module lists it in ``__all__``, or (a name ``bench`` still forwards after
-its move) when the module it lives in does.
+A name is public when its module lists it in ``__all__``, or when the module it lives in does (a
+subpackage re-exporting a name).
 """
 
 from __future__ import annotations
@@ -29,10 +29,7 @@ def public(mod, name):
     if isinstance(obj, types.ModuleType):
         return not name.startswith("_")
     home = getattr(obj, "__module__", "") or ""
-    if home.startswith("cudnn_guide") and name in getattr(sys.modules.get(home), "__all__", ()):
-        return True
-    moved = getattr(mod, "_MOVED", {}).get(name)
-    return bool(moved) and name in importlib.import_module(f"{mod.__package__}.{moved}").__all__
+    return home.startswith("cudnn_guide") and name in getattr(sys.modules.get(home), "__all__", ())
 
 for path in examples:
     tree = ast.parse(open(path, encoding="utf-8").read())

@@ -16,7 +16,6 @@ per domain, each declared with the frontend's own calls:
 """
 
 from cudnn_guide.graphs.builder import (
-    STEPS,
     BuildReport,
     BuiltGraph,
     adopt,
@@ -27,7 +26,6 @@ from cudnn_guide.graphs.builder import (
 )
 
 __all__ = [
-    "STEPS",
     "BuildReport",
     "BuiltGraph",
     "adopt",

@@ -11,7 +11,7 @@ from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.declare import Fused, Problem, new_graph
 
-__all__ = ["BatchNormProblem", "batchnorm_relu_graph", "fold_batchnorm", "folded_batchnorm_relu_graph"]
+__all__ = ["BatchNormProblem", "fold_batchnorm"]
 
 
 # ---------------------------------------------------------------------------------------------

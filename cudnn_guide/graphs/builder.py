@@ -20,15 +20,7 @@ from typing import Any
 
 from cudnn_guide.errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
 
-__all__ = [
-    "STEPS",
-    "BuildReport",
-    "BuiltGraph",
-    "adopt",
-    "build",
-    "handle_for_current_device",
-    "bind_to_current_stream",
-]
+__all__ = ["BuildReport", "BuiltGraph", "adopt", "build", "handle_for_current_device", "bind_to_current_stream"]
 
 STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
 """The five build steps, in order."""

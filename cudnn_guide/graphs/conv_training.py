@@ -15,7 +15,7 @@ from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.conv import ConvProblem
 from cudnn_guide.graphs.declare import Fused, new_graph
 
-__all__ = ["make_training_inputs", "conv_fprop_graph", "conv_dgrad_graph", "conv_wgrad_graph", "torch_training_step"]
+__all__ = ["make_training_inputs", "conv_dgrad_graph", "conv_wgrad_graph", "torch_training_step"]
 
 
 def make_training_inputs(problem: ConvProblem, seed: int = 0) -> dict[str, Any]:

@@ -17,15 +17,7 @@ from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.attention import SdpaProblem
 from cudnn_guide.graphs.declare import Fused, Problem, new_graph
 
-__all__ = [
-    "E4M3_MAX",
-    "quantize",
-    "dequantize",
-    "Fp8MatmulProblem",
-    "fp8_matmul_graph",
-    "make_sdpa_fp8_inputs",
-    "sdpa_fp8_graph",
-]
+__all__ = ["quantize", "dequantize", "Fp8MatmulProblem", "make_sdpa_fp8_inputs"]
 
 E4M3_MAX = 448.0
 """Largest finite FP8 E4M3 value."""

@@ -12,7 +12,7 @@ from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.declare import Fused, Problem, new_graph
 
-__all__ = ["PagedDecodeProblem", "gather_pages", "paged_decode_graph"]
+__all__ = ["PagedDecodeProblem", "gather_pages"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 from cudnn_guide import datafiles
 from cudnn_guide.errors import GraphExecutionError
 
-__all__ = ["PlanKey", "LoadedPlan", "PlanCache", "current_key", "load_plan"]
+__all__ = ["PlanKey", "LoadedPlan", "PlanCache", "current_key"]
 
 MAGIC = "cudnn-guide-plan"
 FORMAT = 1

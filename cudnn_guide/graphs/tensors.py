@@ -12,17 +12,7 @@ from typing import Any
 
 from cudnn_guide.errors import InputError
 
-__all__ = [
-    "TensorSpec",
-    "cudnn_dtype",
-    "describe",
-    "graph_tensor",
-    "output_like",
-    "scalar",
-    "scalar_value",
-    "nhwc",
-    "is_nhwc",
-]
+__all__ = ["TensorSpec", "graph_tensor", "output_like", "scalar_value", "nhwc"]
 
 
 def _dtype_table() -> dict[Any, Any]:

@@ -18,16 +18,7 @@ from typing import Any
 
 from cudnn_guide.errors import InputError
 
-__all__ = [
-    "attention",
-    "check_inputs",
-    "graph_key",
-    "cached_graphs",
-    "forward_graph",
-    "backward_graph",
-    "register_ops",
-    "reset_caches",
-]
+__all__ = ["attention", "cached_graphs", "forward_graph", "backward_graph", "register_ops"]
 
 _GRAPHS: dict[tuple[Any, ...], Any] = {}
 

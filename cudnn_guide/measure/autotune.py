@@ -25,7 +25,7 @@ from cudnn_guide.graphs.builder import BuiltGraph
 from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["PlanTiming", "TuneResult", "plan_names", "ensure_workspace", "tune", "select"]
+__all__ = ["PlanTiming", "TuneResult", "ensure_workspace", "tune"]
 
 
 @dataclasses.dataclass

@@ -59,7 +59,7 @@ from cudnn_guide.measure.events import (
 )
 from cudnn_guide.measure.measurement import TIMING_METHOD, Measurement, format_ms, median_ci, sorted_quantile
 
-__all__ = ["spread_warnings", "benchmark"]
+__all__ = ["benchmark"]
 
 
 def spread_warnings(samples: list[float]) -> list[str]:

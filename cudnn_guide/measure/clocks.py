@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from typing import Any
 
-__all__ = ["ClockSample", "THROTTLE_REASONS", "sample", "throttle_summary", "throttle_warnings"]
+__all__ = ["sample", "throttle_summary"]
 
 THROTTLE_REASONS = {
     0x4: "software power cap",

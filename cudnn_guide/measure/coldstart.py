@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRAPHS", "PRELOAD", "measure", "run_fresh", "main", "flex_attention_first_call"]
+__all__ = ["GRAPHS", "PRELOAD", "run_fresh", "flex_attention_first_call"]
 
 GRAPHS = ("matmul", "conv", "sdpa")
 

@@ -16,7 +16,7 @@ import math
 import os
 from typing import Any
 
-__all__ = ["DRIFT_ENV", "PAGE_ENV", "RATIO_MIN_PAIRS", "for_label", "for_ratio", "for_headline", "reset_caches"]
+__all__ = ["DRIFT_ENV", "PAGE_ENV", "for_ratio"]
 
 DRIFT_ENV = "CUDNN_GUIDE_DRIFT"
 """Path of the drift file (written by the docs build after each full recording)."""

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["PRELOAD", "build_sequence", "run_fresh_sequence", "main"]
+__all__ = ["PRELOAD", "run_fresh_sequence"]
 
 
 def build_sequence(

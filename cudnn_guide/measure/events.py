@@ -15,20 +15,7 @@ from typing import Any
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure.measurement import format_ms
 
-__all__ = [
-    "reset_caches",
-    "call_checked",
-    "l2_flush_buffer",
-    "kernel_samples",
-    "launch_cost",
-    "spin_for",
-    "spin",
-    "measure_launch_overhead",
-    "L2_MODES",
-    "LAUNCH_COST_LIMITS_US",
-    "LAUNCH_COST_WARN_FRACTION",
-    "TOO_SHORT_FRACTION",
-]
+__all__ = ["call_checked", "l2_flush_buffer", "launch_cost", "spin_for", "spin", "measure_launch_overhead"]
 
 
 def reset_caches() -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 from cudnn_guide.errors import GuideError
 
-__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "PRELOAD", "run"]
+__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool"]
 
 PRELOAD: tuple[str, ...] = ("torch", "numpy")
 """Modules each interpreter imports before it is ready, unless it is given others."""

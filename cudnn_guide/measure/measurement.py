@@ -18,7 +18,7 @@ from cudnn_guide.errors import BenchmarkError
 if TYPE_CHECKING:
     from cudnn_guide.measure.ceilings import Ceilings
 
-__all__ = ["TIMING_METHOD", "median_ci", "estimate", "sorted_quantile", "format_ms", "Measurement"]
+__all__ = ["median_ci", "Measurement"]
 
 TIMING_METHOD = 2
 """Version of how :func:`benchmark` times a call, kept in every measurement it makes, so the

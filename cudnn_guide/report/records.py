@@ -28,17 +28,7 @@ from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure import drift
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = [
-    "SCHEMA",
-    "SCHEMA_VERSION",
-    "Record",
-    "record_dir",
-    "load",
-    "RECORD_SUFFIX",
-    "page",
-    "begin",
-    "finish",
-]
+__all__ = ["Record", "load", "RECORD_SUFFIX", "page", "begin", "finish"]
 
 SCHEMA = "cudnn-guide/record"
 SCHEMA_VERSION = 1

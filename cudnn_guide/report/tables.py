@@ -12,7 +12,7 @@ from typing import Any
 
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["ratio", "ComparisonTable", "Html", "page_link", "html_table", "METRICS"]
+__all__ = ["ratio", "ComparisonTable", "Html", "page_link", "html_table"]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)

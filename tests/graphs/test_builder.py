@@ -5,7 +5,7 @@ from conftest import SMALL_CONV
 
 from cudnn_guide import check, graphs
 from cudnn_guide.errors import GraphBuildError, InputError
-from cudnn_guide.graphs import conv, matmul, plan_cache, tensors
+from cudnn_guide.graphs import builder, conv, matmul, plan_cache, tensors
 
 # --- on the GPU (marker gpu; skipped without one) ---
 
@@ -13,7 +13,7 @@ from cudnn_guide.graphs import conv, matmul, plan_cache, tensors
 @pytest.mark.gpu
 def test_build_records_five_steps_and_output_is_correct(small_conv):
     inputs, fused = small_conv
-    assert list(fused.built.report.step_seconds) == list(graphs.STEPS)
+    assert list(fused.built.report.step_seconds) == list(builder.STEPS)
     check.poison(inputs["y"])
     fused.built.execute(fused.pack(**inputs))
     ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
@@ -47,7 +47,7 @@ def test_an_unsupported_graph_is_distinguishable_and_names_the_step():
     y.set_output(True).set_data_type(cudnn.data_type.INT32)
     with pytest.raises(GraphNotSupportedError) as info:
         graphs.build(g, name="int32 conv")
-    assert info.value.step in graphs.STEPS
+    assert info.value.step in builder.STEPS
     assert "int32 conv" in str(info.value) and "not supported" in str(info.value)
 
 
@@ -63,7 +63,7 @@ def test_a_malformed_graph_is_a_build_error_not_unsupported():
     c.set_output(True)
     with pytest.raises(GraphBuildError) as info:
         graphs.build(g, name="mismatched matmul")
-    assert info.value.step in graphs.STEPS
+    assert info.value.step in builder.STEPS
 
 
 @pytest.mark.gpu
