@@ -8,7 +8,7 @@ one before and flags a measurement that moved beyond its noise band.
 Two recordings are compared only when they timed a measurement the same way: a measurement
 whose launch cost was subtracted in one and not in the other (recordings made before the
 harness subtracted it), or that two versions of the harness timed
-(:data:`~cudnn_guide.bench.TIMING_METHOD`, when both entries carry it), is listed with
+(:data:`~cudnn_guide.measure.measurement.TIMING_METHOD`, when both entries carry it), is listed with
 ``same_method`` false and never flagged as moved.
 
 The noise band of a measurement is the larger of the two recordings' inter-quartile ranges,
@@ -488,7 +488,7 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
     percentile over every example (the fallback for a page with no history). The same is kept
     for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes, which
-    :meth:`cudnn_guide.records.Record.headline` widens by it.
+    :meth:`cudnn_guide.report.records.Record.headline` widens by it.
 
     Parameters
     ----------

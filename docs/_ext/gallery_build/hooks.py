@@ -300,9 +300,9 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     """Start each example from a clean state and write its record after it (sphinx-gallery ``reset_modules``).
 
     Before: the library's one public hook, :func:`cudnn_guide.reset_caches`, and a new record
-    (:func:`cudnn_guide.records.begin`); nothing here reaches into the library's private state.
+    (:func:`cudnn_guide.report.records.begin`); nothing here reaches into the library's private state.
     After: the record the example collected, named and titled from its file
-    (:func:`cudnn_guide.records.finish`).
+    (:func:`cudnn_guide.report.records.finish`).
 
     Parameters
     ----------

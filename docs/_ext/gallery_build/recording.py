@@ -801,7 +801,7 @@ def recording_preload() -> list[str]:
     Returns
     -------
     list[str]
-        Module names, for :func:`cudnn_guide.fresh_process.run`'s ``preload``.
+        Module names, for :func:`cudnn_guide.measure.fresh_process.run`'s ``preload``.
 
     Example
     -------
@@ -1004,7 +1004,7 @@ def record_examples(
     makes ``conf.py`` execute that example alone. Only when the build succeeds are its files
     moved into ``gallery_dir`` (:func:`promote_page`); a page that fails leaves every committed
     file byte-identical. Each build runs in a new interpreter of its own (an
-    :class:`~cudnn_guide.fresh_process.InterpreterPool`, all started up front so their imports
+    :class:`~cudnn_guide.measure.fresh_process.InterpreterPool`, all started up front so their imports
     overlap), so no CUDA context, cuDNN handle or warm library is left by another example.
 
     The manifest and ``docs/data/history.jsonl`` are then updated for the pages recorded, also
