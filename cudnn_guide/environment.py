@@ -1,6 +1,6 @@
 """Describe where the numbers come from: the GPU, its software stack, and libcudnn.
 
-Nothing here needs a GPU to import. :func:`collect` needs one; :func:`find_libcudnn` does not.
+Nothing here needs a GPU to import. :func:`collect` needs one; :func:`~cudnn_guide.libcudnn.find_libcudnn` does not.
 
 The environment record is what every page prints under its title and what every JSON record
 carries, so that a number is never separated from the machine that produced it.

@@ -15,6 +15,8 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # gallery_build: the docs build
 sys.path.insert(0, str(ROOT / "tools"))  # crosscheck: the timing-validation study
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+from cudnn_guide.graphs import conv  # noqa: E402  (after the paths above)
+
 
 def _has_gpu() -> bool:
     try:
@@ -37,13 +39,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _small_conv_problem():
-    from cudnn_guide.graphs import conv
-
-    return conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
-
-
-SMALL_CONV = _small_conv_problem()
+SMALL_CONV = conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
+"""The small convolution the GPU tests share (declaring it needs no GPU)."""
 
 
 @pytest.fixture(autouse=True)
@@ -59,8 +56,6 @@ def no_running_record():
 @pytest.fixture
 def small_conv():
     """GPU tests' small conv → bias → ReLU, built: ``(inputs, fused)``."""
-    from cudnn_guide.graphs import conv
-
     inputs = SMALL_CONV.make_inputs(seed=3)
     return inputs, conv.conv_bias_relu_graph(SMALL_CONV, inputs)
 

@@ -83,7 +83,7 @@ def matmul_epilogue_graph(
     """Declare and build matmul → scale → bias → GELU with an AMAX reduction, as one graph.
 
     ``alpha`` is a pass-by-value scalar: feed it with ``tensors.scalar_value(problem.alpha)``
-    under the key ``"alpha"`` in :meth:`Fused.pack`. ``amax=False`` leaves the reduction out
+    under the key ``"alpha"`` in :meth:`~cudnn_guide.graphs.declare.Fused.pack`. ``amax=False`` leaves the reduction out
     (and the ``amax`` tensor out of the pack).
 
     Parameters

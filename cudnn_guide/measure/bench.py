@@ -1,7 +1,7 @@
 """Time GPU work honestly: events, warm-up, time budgets, cold or hot L2, spread, CUDA graphs.
 
-:func:`benchmark` takes a zero-argument callable and returns a :class:`Measurement`: the raw
-per-call samples, their median and quantiles, and the TFLOP/s and GB/s derived from the FLOPs and
+:func:`benchmark` takes a zero-argument callable and returns a :class:`~cudnn_guide.measure.measurement.Measurement`:
+the raw per-call samples, their median and quantiles, and the TFLOP/s and GB/s derived from the FLOPs and
 bytes you counted. The L2 mode is always your explicit choice:
 
 ``"cold"``
@@ -19,13 +19,13 @@ exceeds the GPU time, a loop of such calls is host-bound, and the measurement sa
 
 The number of timed calls comes from a time budget, but the run stops sooner once the median is
 known precisely: calls are timed in doubling batches until the 95% confidence interval of the
-median (:func:`median_ci`, distribution-free) is within ±0.5% of it. A stable kernel needs a few
-dozen calls; a noisy one spends its whole budget, and its interval says how far to trust it.
+median (:func:`~cudnn_guide.measure.measurement.median_ci`, distribution-free) is within ±0.5% of it. A stable kernel
+needs a few dozen calls; a noisy one spends its whole budget, and its interval says how far to trust it.
 
 Events around one call also contain a few microseconds that the GPU spends starting the launch
 and signalling its end, which a profiler's kernel durations leave out. The harness measures that
-*launch cost* once per process (:func:`launch_cost`: kernels of two known lengths, timed exactly
-like a call, give a line whose intercept it is) and subtracts it from every event sample, so
+*launch cost* once per process (:func:`~cudnn_guide.measure.events.launch_cost`: kernels of two known lengths, timed
+exactly like a call, give a line whose intercept it is) and subtracts it from every event sample, so
 a measurement's median is the call's kernel time. The constant is kept in the measurement
 (``launch_cost_ms``) and its record, so the raw event times can always be recovered; a call
 whose event time is mostly launch cost gets a warning that points to CUDA-graph mode.
@@ -115,7 +115,7 @@ def benchmark(
     expect_shape: Sequence[int] | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> Measurement:
-    """Time ``fn`` on the GPU and return a :class:`Measurement`.
+    """Time ``fn`` on the GPU and return a :class:`~cudnn_guide.measure.measurement.Measurement`.
 
     Parameters
     ----------
@@ -137,8 +137,8 @@ def benchmark(
     precision:
         Stop early once the median is known this precisely: the run is checked after
         32, 64, 128, ... calls, and stops once the 95% confidence interval of the median is within
-        ± ``precision`` of it (:func:`median_ci`), or the budget is spent. ``None`` always
-        spends the whole budget.
+        ± ``precision`` of it (:func:`~cudnn_guide.measure.measurement.median_ci`), or the budget is spent. ``None``
+        always spends the whole budget.
     warmup_ms:
         Warm-up runs for this long, GPU time included (at least two calls), before timing.
     min_reps:
@@ -151,7 +151,7 @@ def benchmark(
     calls_per_graph:
         Calls captured per graph (default: about 2 ms of work).
     subtract_launch_cost:
-        Subtract this process's measured launch cost (:func:`launch_cost`) from each event
+        Subtract this process's measured launch cost (:func:`~cudnn_guide.measure.events.launch_cost`) from each event
         sample, so the median is the call's kernel time (the default). ``False`` keeps the raw
         event times. Not used with ``cuda_graph=True``, whose replays spread one launch over
         many calls.

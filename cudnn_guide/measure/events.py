@@ -162,7 +162,7 @@ _LAUNCH_COST: dict[int, dict[str, float]] = {}
 def launch_cost(refresh: bool = False) -> dict[str, float]:
     """This process's launch cost on the current GPU (:func:`measure_launch_overhead`), measured once.
 
-    :func:`benchmark` subtracts ``overhead_us`` from every event sample.
+    :func:`~cudnn_guide.measure.bench.benchmark` subtracts ``overhead_us`` from every event sample.
 
     Parameters
     ----------
@@ -263,8 +263,8 @@ def time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms:
 def measure_launch_overhead(cycles: tuple[int, int] = (2_000, 100_000), reps: int = 300) -> dict[str, float]:
     """What a timed call's events add to its GPU work on this GPU: the per-launch cost.
 
-    Times, exactly as :func:`benchmark` times a cold call (spin kernel, L2 flush, start event,
-    call, end event), kernels of two known lengths: ``torch.cuda._sleep(c)`` for ``c`` in
+    Times, exactly as :func:`~cudnn_guide.measure.bench.benchmark` times a cold call (spin kernel, L2 flush, start
+    event, call, end event), kernels of two known lengths: ``torch.cuda._sleep(c)`` for ``c`` in
     ``cycles``. Their event medians lie on a line ``overhead + c / rate``; its slope gives the SM
     clock rate during the measurement and its intercept the cost the GPU spends around a launch
     after the start event, which events include and a profiler's kernel duration does not. No

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["median_ci", "Measurement"]
 
 TIMING_METHOD = 2
-"""Version of how :func:`benchmark` times a call, kept in every measurement it makes, so the
+"""Version of how :func:`~cudnn_guide.measure.bench.benchmark` times a call, kept in every measurement it makes, so the
 history never judges a change of method as a change of speed. 1: L2 flush, then spin, then the
 call (recordings up to commit 1a32229); 2: spin, then flush, then the call (since 5a62eb0)."""
 

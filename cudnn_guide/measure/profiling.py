@@ -44,7 +44,7 @@ def flush_kernel_names(flush: Any) -> set[str]:
     Parameters
     ----------
     flush
-        The buffer from :func:`l2_flush_buffer`.
+        The buffer from :func:`~cudnn_guide.measure.events.l2_flush_buffer`.
 
     Returns
     -------
@@ -70,9 +70,9 @@ def profile_kernels(fn: Callable[[], Any], *, calls: int = 50, l2: str = "cold",
     """Run ``fn`` ``calls`` times under ``torch.profiler`` and sum the GPU work it launched.
 
     The sum covers the call's kernels and the memsets or copies it issues itself. With
-    ``l2="cold"`` the L2 flush runs between calls as in :func:`benchmark`, and its own kernel is
-    excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
-    timestamps, no launch gaps), which makes it a cross-check of :func:`benchmark`.
+    ``l2="cold"`` the L2 flush runs between calls as in :func:`~cudnn_guide.measure.bench.benchmark`, and its own
+    kernel is excluded from the sum. This is a different clock from CUDA events (CUPTI kernel
+    timestamps, no launch gaps), which makes it a cross-check of :func:`~cudnn_guide.measure.bench.benchmark`.
 
     Parameters
     ----------
