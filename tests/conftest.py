@@ -79,9 +79,11 @@ def sphinx_render(src: Path, out: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
-    """The site, built once per test session from the committed recording."""
+    """The site, built once per test session from a copy of the committed recording (a render
+    rewrites the gallery's download zips in its source folder: the checkout stays untouched)."""
     out = tmp_path_factory.mktemp("html")
-    proc = sphinx_render(ROOT / "docs", out)
+    src = copy_project(tmp_path_factory.mktemp("project"))
+    proc = sphinx_render(src / "docs", out)
     assert proc.returncode == 0, f"sphinx failed (warnings are errors):\n{proc.stdout}\n{proc.stderr}"
     return out
 
