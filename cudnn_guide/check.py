@@ -15,7 +15,17 @@ from typing import Any
 
 from cudnn_guide.errors import CheckFailedError, InputError
 
-__all__ = ["CheckResult", "tolerance", "poison", "compare", "check", "reference", "reference_grads", "full_precision"]
+__all__ = [
+    "CheckResult",
+    "tolerance",
+    "poison",
+    "compare",
+    "check",
+    "from_child",
+    "reference",
+    "reference_grads",
+    "full_precision",
+]
 
 
 def _tolerances() -> dict[Any, float]:
@@ -200,7 +210,48 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     >>> print(result)
     check conv_bias_relu: PASS rel. error 2.1e-03 (tolerance 1.6e-02, bfloat16)
     """
-    result = compare(actual, expected, name=name, tol=tol)
+    return _passing(compare(actual, expected, name=name, tol=tol))
+
+
+def from_child(result: dict[str, Any], *, name: str | None = None) -> CheckResult:
+    """A check made in another process, which returned it as :meth:`CheckResult.to_dict`.
+
+    Treated as :func:`check` treats its own: a failure raises, and a pass joins the running
+    example's record. The fresh-process studies (:mod:`cudnn_guide.measure.coldstart`,
+    :mod:`cudnn_guide.measure.dynamic_shapes`) report their children's checks this way.
+
+    Parameters
+    ----------
+    result
+        The child's ``CheckResult.to_dict()``.
+    name
+        A name that says which child it was; default the child's own.
+
+    Returns
+    -------
+    CheckResult
+        The passing result.
+
+    Raises
+    ------
+    CheckFailedError
+        The child's output failed its check.
+
+    Example
+    -------
+    >>> r = from_child({"name": "y", "dtype": "bfloat16", "rel_error": 2e-3, "tolerance": 1.6e-2,
+    ...                 "nan_count": 0, "numel": 8, "passed": True}, name="y in a fresh process")
+    >>> r.passed
+    True
+    """
+    fields = {f.name: result[f.name] for f in dataclasses.fields(CheckResult)}
+    if name is not None:
+        fields["name"] = name
+    return _passing(CheckResult(**fields))
+
+
+def _passing(result: CheckResult) -> CheckResult:
+    """Raise :class:`CheckFailedError` unless ``result`` passed; register it with the collector."""
     if not result.passed:
         why = (
             f"{result.nan_count} of {result.numel} elements are NaN (never written, or NaN produced)"
@@ -208,7 +259,7 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
             else f"relative error {result.rel_error:.3e} exceeds the {result.tolerance:.1e} "
             f"tolerance for {result.dtype}"
         )
-        raise CheckFailedError(f"check {name} failed: {why}")
+        raise CheckFailedError(f"check {result.name} failed: {why}")
     from cudnn_guide import collector
 
     collector.add_check(result)

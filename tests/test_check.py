@@ -71,3 +71,21 @@ def test_relative_error_of_a_uniform_scale_is_the_scale(eps):
     ref = torch.randn(256, dtype=torch.float64) + 3.0
     res = check.compare(ref * (1 + eps), ref, tol=1.0)
     assert math.isclose(res.rel_error, eps, rel_tol=1e-6)
+
+
+def test_a_childs_check_is_judged_and_collected_like_a_local_one():
+    from cudnn_guide import collector
+    from cudnn_guide.report import records
+
+    ref = torch.randn(1000, dtype=torch.float64)
+    good = check.compare(ref.to(torch.bfloat16), ref, name="y").to_dict()  # what a child process returns
+    bad = check.compare(ref + 0.5 * torch.randn(1000, dtype=torch.float64), ref, name="y").to_dict()
+    records.begin()
+    try:
+        kept = check.from_child(good, name="y in a fresh process")
+        assert kept.passed and kept.name == "y in a fresh process" and kept.rel_error == good["rel_error"]
+        with pytest.raises(CheckFailedError, match="check y in child 2 failed: relative error"):
+            check.from_child(bad, name="y in child 2")
+        assert records.page().checks == [kept]  # the failure was not recorded as a check
+    finally:
+        collector.stop()

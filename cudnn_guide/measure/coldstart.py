@@ -95,7 +95,7 @@ def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path 
     Returns
     -------
     dict[str, Any]
-        ``graph``, ``mode``, ``import_s``, ``context_s``, ``plan_s``, ``first_result_s``, ``rel_error``,
+        ``graph``, ``mode``, ``import_s``, ``context_s``, ``plan_s``, ``first_result_s``, ``rel_error``, ``check``,
         ``jit_cache``.
 
     Example
@@ -149,6 +149,7 @@ def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path 
     if mode == "build":  # populate the cache for later 'cache' runs, outside the timed region
         cache.store(key, bytes(fused.built.graph.serialize(as_bytes=True)), fused.uids)
     out, ref = _reference(graph, problem, inputs)
+    checked = check.compare(out, ref, name=f"{graph} {mode}")
     result = {
         "graph": graph,
         "mode": mode,
@@ -156,7 +157,8 @@ def measure(graph: str, mode: str, cache_dir: str | Path, jit_cache: str | Path 
         "context_s": t_context - t_imported,
         "plan_s": t_plan - t0,
         "first_result_s": t_first - t0,
-        "rel_error": check.compare(out, ref).rel_error,
+        "rel_error": checked.rel_error,
+        "check": checked.to_dict(),
         "jit_cache": None if jit_cache is None else str(jit_cache),
     }
     return result
@@ -220,12 +222,15 @@ def run_fresh(
     -------
     dict[str, Any]
         :func:`measure`'s result, plus ``process_s``: the caller's wall time from handing over
-        the call to the interpreter's exit.
+        the call to the interpreter's exit. Its output check joins the running example's record
+        (:func:`cudnn_guide.check.from_child`).
 
     Raises
     ------
     RuntimeError
         The interpreter failed; its traceback is in the message.
+    CheckFailedError
+        The interpreter's output failed its check.
 
     Example
     -------
@@ -243,6 +248,9 @@ def run_fresh(
             done = pool.run(measure, graph, mode, str(cache_dir), jit_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
         raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
+    from cudnn_guide import check
+
+    check.from_child(done.value["check"], name=f"{graph} {mode} in a fresh process")
     return {**done.value, "process_s": done.seconds}
 
 

@@ -95,6 +95,7 @@ def build_sequence(
             "plan": fused.built.report.plan_name,
             "rel_error": result.rel_error,
             "passed": result.passed,
+            "check": result.to_dict(),
         }
         if time_execution:
             m_ = bench.benchmark(
@@ -146,9 +147,13 @@ PRELOAD = (
 
 
 def run_fresh_sequence(
-    batches: Sequence[int], *, kernel_cache: bool, pool: Any = None, timeout: float = 600
+    batches: Sequence[int], *, kernel_cache: bool, label: str | None = None, pool: Any = None, timeout: float = 600
 ) -> list[dict[str, Any]]:
     """:func:`build_sequence` in a new interpreter (:mod:`cudnn_guide.measure.fresh_process`); returns its rows.
+
+    Each row's output check, and its execution time as a
+    :class:`~cudnn_guide.measure.measurement.Measurement` (``row["measurement"]``, with params
+    ``impl=label`` and ``batch``), join the running example's record, as if made in this process.
 
     Parameters
     ----------
@@ -156,6 +161,8 @@ def run_fresh_sequence(
         Batch sizes, in build order.
     kernel_cache
         Use the kernel cache.
+    label
+        The run's name in checks and measurements; default ``"cache"`` or ``"no cache"``.
     pool
         An :class:`~cudnn_guide.measure.fresh_process.InterpreterPool` (preloaded with :data:`PRELOAD`)
         whose next interpreter runs it; ``None`` starts one now and waits for its imports.
@@ -171,6 +178,8 @@ def run_fresh_sequence(
     ------
     RuntimeError
         The interpreter failed; its traceback is in the message.
+    CheckFailedError
+        A graph's output failed its check.
 
     Example
     -------
@@ -187,6 +196,16 @@ def run_fresh_sequence(
             done = pool.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
         raise RuntimeError(f"dynamic-shapes run failed:\n{exc.detail[-2000:]}") from None
+    from cudnn_guide import check, collector
+    from cudnn_guide.measure.measurement import Measurement
+
+    label = label or ("cache" if kernel_cache else "no cache")
+    for row in done.value:
+        check.from_child(row["check"], name=f"{label}, batch {row['batch']} (fresh process)")
+        if "exec" in row:
+            row["measurement"] = Measurement.from_dict(row["exec"])
+            row["measurement"].params = {"impl": label, "batch": row["batch"]}
+            collector.add_measurements(row["measurement"])
     return done.value
 
 

@@ -5,6 +5,6 @@
 """
 
 from cudnn_guide.report.plots import plot_lines
-from cudnn_guide.report.tables import ComparisonTable, Html, html_table, page_link, ratio
+from cudnn_guide.report.tables import ComparisonTable, Html, html_table, page_link, ratio, ratio_estimate
 
-__all__ = ["ComparisonTable", "Html", "html_table", "page_link", "plot_lines", "ratio"]
+__all__ = ["ComparisonTable", "Html", "html_table", "page_link", "plot_lines", "ratio", "ratio_estimate"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["ratio", "ComparisonTable", "Html", "page_link", "html_table"]
+__all__ = ["ratio", "ratio_estimate", "ComparisonTable", "Html", "page_link", "html_table"]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)
@@ -43,6 +43,39 @@ def ratio(slow: Measurement, fast: Measurement) -> float:
     >>> speedup = ratio(eager, fused)  # eager.median / fused.median
     """
     return slow.median_ms / fast.median_ms
+
+
+def ratio_estimate(slow: Measurement, fast: Measurement) -> dict[str, Any]:
+    """:func:`ratio` with an interval from the two medians' 95% intervals (their extremes divided).
+
+    Wider than a paired comparison's interval (:mod:`cudnn_guide.measure.compare`): use it for
+    two measurements that were not taken in interleaved rounds.
+
+    Parameters
+    ----------
+    slow
+        The reference measurement.
+    fast
+        The one compared.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``value``, ``low``, ``high`` and ``interval`` (its description): keywords for
+        :meth:`~cudnn_guide.report.records.Record.headline`.
+
+    Example
+    -------
+    >>> r = ratio_estimate(eager, replay)
+    >>> print(f"{r['value']:.1f}x [{r['low']:.1f}, {r['high']:.1f}]")
+    """
+    (s_lo, s_hi), (f_lo, f_hi) = slow.median_ci_ms, fast.median_ci_ms
+    return {
+        "value": ratio(slow, fast),
+        "low": s_lo / f_hi,
+        "high": s_hi / f_lo,
+        "interval": "from the two medians' 95% CIs",
+    }
 
 
 class ComparisonTable:

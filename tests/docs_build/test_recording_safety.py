@@ -387,6 +387,33 @@ def test_each_page_runs_pinned_to_one_gpu_and_all_are_kept(tmp_path, root, monke
     assert full["seconds"] > 0 and full["gpus"] == 2  # the site says how many GPUs its time was made on
 
 
+def test_host_bound_pages_go_first_on_gpu_0_and_only_with_more_than_one_gpu():
+    pages = ["a.py", "plot_21_call_overhead.py", "b.py", "plot_08_cuda_graphs.py"]
+    alone, lanes = recording.plan_lanes(pages, {"a.py": 60, "b.py": 45}, 2)
+    assert alone == ["plot_21_call_overhead.py", "plot_08_cuda_graphs.py"]
+    assert lanes == [alone + ["a.py"], ["b.py"]]
+    assert recording.plan_lanes(pages, {}, 1) == ([], [pages])  # one GPU: nothing runs beside them anyway
+
+
+@pytest.mark.skipif(HAS_GPU, reason="simulates the GPUs on a CPU machine")
+def test_a_page_that_runs_alone_overlaps_no_other_page(tmp_path, root, monkeypatch):
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    timed = OK_PAGE + (
+        "\nimport time\nt0 = time.time()\ntime.sleep(1.0)\n"
+        f"open({str(spans)!r} + '/{{stem}}', 'w').write(f'{{{{t0}}}} {{{{time.time()}}}}')\n"
+    )
+    for n in (1, 2, 3):
+        (examples / f"plot_0{n}_p.py").write_text(timed.format(n=n, v=1, stem=f"plot_0{n}_p"))
+    monkeypatch.setattr(recording, "RECORD_ALONE", {"plot_03_p.py"})
+    recording.record_examples(docs, examples, gallery, gpus=2)
+    span = {p.name: tuple(map(float, p.read_text().split())) for p in spans.iterdir()}
+    assert sorted(span) == ["plot_01_p", "plot_02_p", "plot_03_p"]
+    start, end = span.pop("plot_03_p")
+    assert all(s >= end or e <= start for s, e in span.values())  # nothing else ran meanwhile
+
+
 def test_the_data_pages_rerun_when_a_source_they_read_changes(tmp_path, root):
     src = tmp_path / "src"
     shutil.copytree(root / "examples", src)

@@ -53,3 +53,13 @@ def test_named_sizes_keep_their_order_and_numbers_ascend():
     assert [t.get_text() for t in ax.get_xticklabels()] == stages
     ax = report.plot_lines([_m("a", s, float(s)) for s in (4, 1, 2)], x="size")
     assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 4]
+
+
+def test_ratio_estimate_brackets_the_ratio_with_the_medians_intervals():
+    slow = measurement.Measurement("slow", [2.0 + 0.01 * i for i in range(-20, 21)], "hot-L2 events")
+    fast = measurement.Measurement("fast", [1.0 + 0.01 * i for i in range(-20, 21)], "hot-L2 events")
+    r = report.ratio_estimate(slow, fast)
+    assert r["value"] == report.ratio(slow, fast) == 2.0
+    (s_lo, s_hi), (f_lo, f_hi) = slow.median_ci_ms, fast.median_ci_ms
+    assert r["low"] == s_lo / f_hi < 2.0 < r["high"] == s_hi / f_lo
+    assert "95%" in r["interval"]

@@ -41,6 +41,8 @@ __all__ = [
     "example_title",
     "recording_commit",
     "schedule",
+    "plan_lanes",
+    "RECORD_ALONE",
     "page_files",
     "package_changed_since_recording",
     "ONLY_ENV",
@@ -1172,6 +1174,42 @@ def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int)
     return [lane for lane in lanes if lane]
 
 
+RECORD_ALONE = {
+    # pages whose results are host times: a page compiling on another GPU competes for the CPU
+    "plot_08_cuda_graphs.py",
+    "plot_21_call_overhead.py",
+}
+
+
+def plan_lanes(pages: list[str], previous_seconds: dict[str, float], workers: int) -> tuple[list[str], list[list[str]]]:
+    """:func:`schedule`, with the :data:`RECORD_ALONE` pages first on GPU 0 while the other GPUs wait.
+
+    Parameters
+    ----------
+    pages
+        Example file names.
+    previous_seconds
+        Each page's seconds in the last recording (``recording.json``).
+    workers
+        How many GPUs.
+
+    Returns
+    -------
+    tuple[list[str], list[list[str]]]
+        The pages that run alone, and the lanes (GPU 0's starts with them).
+
+    Example
+    -------
+    >>> plan_lanes(["plot_08_cuda_graphs.py", "a.py", "b.py"], {"a.py": 60, "b.py": 40}, 2)
+    (['plot_08_cuda_graphs.py'], [['plot_08_cuda_graphs.py', 'a.py'], ['b.py']])
+    """
+    alone = [p for p in pages if p in RECORD_ALONE] if workers > 1 else []
+    lanes = schedule([p for p in pages if p not in alone], previous_seconds, workers)
+    if alone:
+        lanes = [alone + (lanes[0] if lanes else [])] + lanes[1:]
+    return alone, lanes
+
+
 def _visible_gpus() -> int:
     try:
         import torch
@@ -1199,11 +1237,14 @@ def _record_on_gpus(
 
     workers = gpus or _visible_gpus()
     previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
-    lanes = schedule([s.name for s in runnable], previous, workers)
+    alone, lanes = plan_lanes([s.name for s in runnable], previous, workers)
     by_name = {s.name: s for s in runnable}
     lock, failures, starts = threading.Lock(), [], []
+    alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
     print(
-        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} GPU(s), longest first: "
+        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} GPU(s), longest first"
+        + (f"; alone first on GPU 0: {', '.join(alone)}" if alone else "")
+        + ": "
         + "; ".join(f"GPU {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
         flush=True,
     )
@@ -1212,7 +1253,11 @@ def _record_on_gpus(
         env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else None
         t0 = time.perf_counter()
         with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env) as pool:
-            for name in lane:
+            for index, name in enumerate(lane):
+                if gpu == 0 and index == len(alone):
+                    alone_done.set()
+                elif gpu != 0 and index == 0:
+                    alone_done.wait()
                 if failures and not keep_going:
                     return
                 src = by_name[name]
@@ -1240,7 +1285,14 @@ def _record_on_gpus(
                 print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s on GPU {gpu}", flush=True)
             starts.append(pool.start_seconds if pool.start_seconds is not None else time.perf_counter() - t0)
 
-    threads = [threading.Thread(target=lane_worker, args=(i, lane), daemon=True) for i, lane in enumerate(lanes)]
+    def lane(gpu: int, pages: list[str]) -> None:
+        try:
+            lane_worker(gpu, pages)
+        finally:
+            if gpu == 0:
+                alone_done.set()  # never leave the other GPUs waiting on a lane that stopped
+
+    threads = [threading.Thread(target=lane, args=(i, pages), daemon=True) for i, pages in enumerate(lanes)]
     for t in threads:
         t.start()
     try:

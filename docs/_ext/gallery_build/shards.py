@@ -7,7 +7,7 @@ A *shard* is what one machine recorded, self-contained, in a folder:
 * ``auto_examples/`` — those pages' files (page, figures, downloads, record, cell times);
 * ``history.jsonl`` — their history lines.
 
-``python -m gallery_build.shards record DIR [plot_xx.py ...]`` writes one (on a GPU);
+``python -m gallery_build.shards record DIR [--keep-going] [plot_xx.py ...]`` writes one (on a GPU);
 ``python -m gallery_build.shards merge SHARD [SHARD ...]`` combines any number into
 ``docs/auto_examples`` and ``docs/data/history.jsonl``:
 
@@ -377,13 +377,16 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
             print(f"cudnn-guide: merged {name} (shown from {gpu})")
         return
     if argv[:1] == ["record"] and len(argv) >= 2:
-        shard = Path(argv[1])
+        shard, rest = Path(argv[1]), argv[2:]
+        keep_going = "--keep-going" in rest
+        names = [a for a in rest if a != "--keep-going"]
         seconds = recording.record_examples(
             root / "docs",
             root / "examples",
             root / "docs" / recording.GALLERY_NAME,
-            names=argv[2:] or None,
+            names=names or None,
             shard=shard,
+            keep_going=keep_going,
         )
         print(
             f"cudnn-guide: shard {shard}: {len(seconds)} page(s); merge it with "
@@ -391,7 +394,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         )
         return
     raise SystemExit(
-        "usage: python -m gallery_build.shards record SHARD_DIR [plot_xx.py ...]\n"
+        "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [plot_xx.py ...]\n"
         "       python -m gallery_build.shards merge SHARD_DIR [SHARD_DIR ...]"
     )
 
