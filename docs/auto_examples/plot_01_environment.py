@@ -56,8 +56,6 @@ env
 # raw event time as an upper bound and says so.
 import torch
 
-from cudnn_guide.measure import events, sweep
-
 sizes_mib = [1, 4, 16, 64, 256, 1024, 4096]
 buffers = {}
 
@@ -73,13 +71,14 @@ def copy_of(size_mib):
 # %%
 # Check first: a timed copy must actually copy.
 from cudnn_guide import check
-from cudnn_guide.measure.ceilings import measure_ceilings
 
 copy_check = check.check(copy_of(64)(), buffers[64][0], name="device copy")
 print(copy_check)
 buffers.clear()
 
 # %%
+from cudnn_guide.measure import sweep
+
 copy_results = {}
 for l2 in ("hot", "cold"):
     copy_results[l2] = sweep.sweep(sizes_mib, {f"copy, {l2} L2": copy_of}, x="size_mib", l2=l2,
@@ -118,6 +117,8 @@ torch.cuda.empty_cache()
 # The two ceilings every other page uses are measured by
 # :func:`~cudnn_guide.measure.ceilings.measure_ceilings`: a 2 GiB copy, and the best of 4096³, 6144³ and
 # 8192³ bf16 matmuls, all with a cold L2.
+from cudnn_guide.measure.ceilings import measure_ceilings
+
 ceilings = measure_ceilings()
 print(ceilings.copy)
 print(ceilings.matmul)
@@ -134,6 +135,8 @@ print(ceilings.matmul)
 # subtracts it from every event sample, so every page reports kernel time; each record keeps the
 # constant, and so the raw event times. (The methodology page checks the result against the
 # profiler.) This is the value this page's measurements used:
+from cudnn_guide.measure import events
+
 launch_cost = events.launch_cost()
 repeats = [events.measure_launch_overhead(reps=150)["overhead_us"] for _ in range(5)]
 print(f"per-launch cost: {launch_cost['overhead_us']:.2f} µs (SM clock during the probe: "

@@ -134,8 +134,6 @@ print(result)
 # %%
 # The baselines get the same check: the eager bf16 path is what you would run without cuDNN
 # graphs, so it must compute the same function.
-from cudnn_guide.measure import baselines
-
 eager_out = problem.torch_forward(inputs["x"], inputs["w"], inputs["b"])
 print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
 
@@ -156,6 +154,8 @@ print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
 # * **torch.cudnn_convolution_relu** — PyTorch's own binding of cuDNN's fused
 #   convolution + bias + ReLU (used by its inference fusions): the strongest like-for-like
 #   baseline, when this PyTorch build has it.
+from cudnn_guide.measure import baselines
+
 launch_fused = built.bind(pack)
 x, w, b = inputs["x"], inputs["w"], inputs["b"]
 eager_benchmark_on = baselines.with_cudnn_benchmark(lambda: problem.torch_forward(x, w, b), True)
@@ -205,7 +205,6 @@ for name in result_cmp.versus:
 # %%
 # The table below shows the median of each contender over all rounds (± half the inter-quartile range).
 from cudnn_guide.report import ComparisonTable
-from cudnn_guide.measure import profiling
 
 ComparisonTable(measurements, row="impl", column="size", metric="median_us",
                 title=str(problem))
@@ -217,6 +216,8 @@ ComparisonTable(measurements, row="impl", column="size", metric="median_us",
 # subtracts the launch cost it measured (environment page) to report kernel time. The profiler
 # reports each kernel's own duration (CUPTI timestamps), a clock the harness does not use. If
 # the two agree, the harness is timing the kernels and not launch overhead or an artefact.
+from cudnn_guide.measure import profiling
+
 profiled = {m.label: profiling.profile_kernels(fn, calls=30, l2="cold", label=m.label)
             for m, fn in [(measurements[0], launch_fused),
                           (measurements[1], lambda: problem.torch_forward(x, w, b))]}

@@ -90,15 +90,13 @@ for index, name in enumerate(names):
     except Exception as exc:  # a plan that built but cannot run here is reported, not timed
         failed_plans[name] = f"{type(exc).__name__}: {exc}"[:160]
         continue
-    plan_checks[name] = check.compare(inputs["y"], reference, name=f"plan {index}")
-bad = {n: c for n, c in plan_checks.items() if not c.passed}
+    plan_checks[name] = check.check(inputs["y"], reference, name=f"plan {index}")  # a wrong output stops the page
 worst = max(plan_checks.values(), key=lambda c: c.rel_error)
-print(f"{len(plan_checks)} plans ran and were checked; {len(bad)} failed the check; "
+print(f"{len(plan_checks)} plans ran and passed their check; "
       f"largest relative error {worst.rel_error:.2e} (tolerance {worst.tolerance:.1e}); "
       f"{len(failed_plans)} could not run")
 for n, why in failed_plans.items():
     print(f"  could not run: {n}: {why}")
-assert not bad, f"plans with wrong output: {sorted(bad)}"
 
 # %%
 # Time every plan — twice
@@ -260,9 +258,7 @@ print(f"* Successive halving found a plan {100 * gap:.2f}% from the best in {100
 from cudnn_guide.report import records
 
 rec = records.page(env)
-for c in plan_checks.values():
-    rec.add_check(c)
-rec.add([t.measurement for t in pass1.ranked])
+rec.add(t.measurement for t in pass1.ranked)  # the autotuner times its trials uncollected
 rec.headline("winner median", unit="µs", **winner.measurement.estimate("µs"))
 rec.headline("heuristic choice rank", heur_rank, "rank", of=len(ranked))
 if plan_cmp:

@@ -76,21 +76,19 @@ for batch in (8, 16):
 # Four runs, four fresh processes
 # -------------------------------
 # :func:`cudnn_guide.measure.dynamic_shapes.run_fresh_sequence` builds the same graph, as above, for each
-# batch size in order, checks each output against PyTorch, and times each build and each execution. Each run
-# gets a new interpreter; the four are started together and import torch before the first run
-# (:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`).
+# batch size in order, checks each output against PyTorch (a failed check stops the page), and times each
+# build and each execution. Each run gets a new interpreter; the four are started together and import torch
+# before the first run (:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`).
 from cudnn_guide.measure import dynamic_shapes, fresh_process
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+runs = {}
 with fresh_process.InterpreterPool(4, preload=dynamic_shapes.PRELOAD) as pool:
-    runs = {
-        "cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=True, pool=pool),
-        "no cache, ascending": dynamic_shapes.run_fresh_sequence(batches, kernel_cache=False, pool=pool),
-        "cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=True, pool=pool),
-        "no cache, descending": dynamic_shapes.run_fresh_sequence(batches[::-1], kernel_cache=False, pool=pool),
-    }
+    for name, order, kernel_cache in (("cache, ascending", batches, True), ("no cache, ascending", batches, False),
+                                      ("cache, descending", batches[::-1], True),
+                                      ("no cache, descending", batches[::-1], False)):
+        runs[name] = dynamic_shapes.run_fresh_sequence(order, kernel_cache=kernel_cache, label=name, pool=pool)
 for name, rows in runs.items():
-    assert all(r["passed"] for r in rows), f"{name}: a graph failed its check"
     print(f"{name:22s} builds (ms): " + " ".join(f"{r['batch']}:{r['build_s'] * 1e3:.0f}" for r in rows))
 print(f"all {sum(len(r) for r in runs.values())} graphs passed their check "
       f"(largest rel. error {max(r['rel_error'] for rows in runs.values() for r in rows):.1e})")
@@ -130,15 +128,9 @@ plt.show()
 # Median execution time with and without the cache (ascending runs), cold L2.
 import statistics
 
-from cudnn_guide.measure.measurement import Measurement
 from cudnn_guide.report import ComparisonTable
 
-rows = []
-for name in ("cache, ascending", "no cache, ascending"):
-    for r in runs[name]:
-        m = Measurement.from_dict(r["exec"])
-        m.params = {"impl": name, "batch": r["batch"]}
-        rows.append(m)
+rows = [r["measurement"] for name in ("cache, ascending", "no cache, ascending") for r in runs[name]]
 ComparisonTable(rows, row="impl", column="batch", metric="median_us", title="execution time (µs)")
 
 # %%
@@ -201,10 +193,6 @@ print(f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time
 from cudnn_guide.report import records
 
 rec = records.page(env)
-for name, rs in runs.items():
-    worst_run = max(rs, key=lambda r: r["rel_error"])
-    rec.add_check(check.CheckResult(f"{name} (worst of {len(rs)})", "bfloat16", worst_run["rel_error"], 1.6e-2, 0, 1))
-rec.add(rows)
 for order in ("ascending", "descending"):
     r = later_ratios(order)
     rec.headline(f"later-build speed-up from the kernel cache, {order}", statistics.median(r), "x", low=min(r),

@@ -42,7 +42,6 @@ import cudnn
 import torch
 
 from cudnn_guide import check, graphs
-from cudnn_guide.measure import cudagraphs
 from cudnn_guide.graphs import matmul, tensors
 
 
@@ -139,13 +138,11 @@ for _ in range(21):
 for name, xs in host_us.items():
     print(f"{name:46s} {statistics.median(xs):6.2f} µs/call (rounds {min(xs):.2f}–{max(xs):.2f})")
 diffs = [b - r for b, r in zip(host_us["cudnn_guide bind() launcher"], host_us["raw graph.execute"])]
-overhead_us = statistics.median(diffs)
-overhead_lo, overhead_hi = verdicts.bootstrap_median_ci(diffs)
-if overhead_lo <= 0 <= overhead_hi:
-    overhead_text = (f"no overhead this measurement can resolve: {overhead_us:+.2f} µs/call, 95% CI "
-                     f"{overhead_lo:+.2f} to {overhead_hi:+.2f} µs")
-else:
-    overhead_text = f"{overhead_us:+.2f} µs/call (95% CI {overhead_lo:+.2f} to {overhead_hi:+.2f} µs)"
+low, high = verdicts.bootstrap_median_ci(diffs)
+overhead = {"value": statistics.median(diffs), "low": low, "high": high}  # µs per call, with its 95% CI
+overhead_text = f"{overhead['value']:+.2f} µs/call, 95% CI {low:+.2f} to {high:+.2f} µs"
+if low <= 0 <= high:
+    overhead_text = f"no overhead this measurement can resolve: {overhead_text}"
 print(f"launcher over raw graph.execute: {overhead_text}")
 
 # %%
@@ -156,7 +153,7 @@ print(f"launcher over raw graph.execute: {overhead_text}")
 # most of the event time, and the harness says so); the per-call time of a loop of 100 eager calls, wall clock to the
 # end of a synchronize (what a loop really costs); and the same for one replay of a CUDA graph
 # holding those 100 calls. All hot L2: the point is launch overhead, not memory.
-from cudnn_guide.measure import bench
+from cudnn_guide.measure import bench, cudagraphs
 
 sizes = [64, 128, 256, 512, 1024, 2048, 4096]
 rows = []
@@ -185,7 +182,8 @@ import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_lines
 
-host_line = statistics.median(host_us["cudnn_guide bind() launcher"])  # µs per call, measured above
+launcher_us = host_us["cudnn_guide bind() launcher"]  # µs per call, measured above: median, min–max of the rounds
+host_line = statistics.median(launcher_us)
 ax = plot_lines(rows, x="s", metric="median_us", logx=True, logy=True,
                 title="per-call time: eager loop vs. CUDA-graph replay",
                 ceiling=host_line, ceiling_label=f"host cost per call (100-call loop at s=64): {host_line:.1f} µs")
@@ -200,7 +198,7 @@ ComparisonTable(rows, row="impl", column="s", metric="median_us", title="per-cal
 # %%
 # Takeaways
 # ---------
-from cudnn_guide.report import ratio
+from cudnn_guide.report import ratio, ratio_estimate
 
 by = {(m.params["impl"], m.params["s"]): m for m in rows}
 crossover = next((s for s in sizes if by[("GPU time of one call", s)].median_ms * 1e3 > host_line), None)
@@ -208,10 +206,11 @@ small, large = sizes[0], sizes[-1]
 print(f"* One call through the launcher costs {host_line:.1f} µs of host time (a host-bound 100-call loop at s=64; "
       f"the sweep's eager loop at s={small} gives {by[('eager loop, per call', small)].median_ms * 1e3:.1f} µs the same "
       f"way). Against the raw graph.execute, the launcher shows {overhead_text}.")
+replay = ratio_estimate(by[("eager loop, per call", small)], by[("graph replay, per call", small)])
 print(f"* At s={small}, an eager loop takes {by[('eager loop, per call', small)].median_ms * 1e3:.1f} µs per call for "
       f"{by[('GPU time of one call', small)].median_ms * 1e3:.1f} µs of GPU work; replay takes "
       f"{by[('graph replay, per call', small)].median_ms * 1e3:.1f} µs: "
-      f"{ratio(by[('eager loop, per call', small)], by[('graph replay, per call', small)]):.1f}× faster.")
+      f"{replay['value']:.1f}× faster ({replay['low']:.1f}–{replay['high']:.1f}× {replay['interval']}).")
 print(f"* At s={large}, eager and replay are {ratio(by[('eager loop, per call', large)], by[('graph replay, per call', large)]):.2f}× "
       f"apart: the GPU work hides the host.")
 print(f"* The GPU time of one call first exceeds the host cost at s={crossover}." if crossover
@@ -221,13 +220,9 @@ print(f"* The GPU time of one call first exceeds the host cost at s={crossover}.
 from cudnn_guide.report import records
 
 rec = records.page(env)
-rec.headline("host cost of one launch (100-call loop, s=64)", host_line, "µs",
-             low=min(host_us["cudnn_guide bind() launcher"]), high=max(host_us["cudnn_guide bind() launcher"]),
+rec.headline("host cost of one launch (100-call loop, s=64)", host_line, "µs", low=min(launcher_us), high=max(launcher_us),
              interval="min–max of 21 rounds")
-rec.headline("launcher overhead over raw graph.execute", overhead_us, "µs/call (signed)", low=overhead_lo, high=overhead_hi,
+rec.headline("launcher overhead over raw graph.execute", unit="µs/call (signed)", **overhead,
              interval="bootstrap 95% CI of the median paired difference")
-eager_s, replay_s = by[("eager loop, per call", small)], by[("graph replay, per call", small)]
-rec.headline(f"replay speed-up at s={small}", ratio(eager_s, replay_s), "x", kind="replay",
-             low=eager_s.median_ci_ms[0] / replay_s.median_ci_ms[1], high=eager_s.median_ci_ms[1] / replay_s.median_ci_ms[0],
-             interval="from the two medians' 95% CIs")
+rec.headline(f"replay speed-up at s={small}", unit="x", kind="replay", **replay)
 # sphinx_gallery_end_ignore
