@@ -1,6 +1,7 @@
 import hashlib
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,8 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     assert "Tesla T4 (SM 7.5)" in text
     assert "What you will learn:" in text and "diagonal_band_right_bound=0" in text  # the topic is still explained
     assert (gal / "images" / "thumb" / "sphx_glr_plot_05_sdpa_causal_thumb.png").stat().st_size > 1000
+    with zipfile.ZipFile(gal / "plot_05_sdpa_causal.zip") as z:  # the zipped download holds today's script
+        assert z.read("plot_05_sdpa_causal.py") == src.read_bytes() and "plot_05_sdpa_causal.ipynb" in z.namelist()
     assert recording.example_states(root / "examples", gal)[4].state == "fresh"
     assert docs_build.recorded_page_problems(gal, root / "examples") == []
     stamp = docs_build.stamp_rst(

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import threading
+import time
 
 import pytest
 from conftest import HAS_GPU
@@ -412,6 +414,26 @@ def test_a_page_that_runs_alone_overlaps_no_other_page(tmp_path, root, monkeypat
     assert sorted(span) == ["plot_01_p", "plot_02_p", "plot_03_p"]
     start, end = span.pop("plot_03_p")
     assert all(s >= end or e <= start for s, e in span.values())  # nothing else ran meanwhile
+
+
+@pytest.mark.skipif(HAS_GPU, reason="simulates the GPUs on a CPU machine")
+def test_no_page_starts_while_another_gpus_interpreters_still_import(tmp_path, root, monkeypatch):
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    (tmp_path / "slow_on_gpu_1.py").write_text(  # a preload that keeps GPU 1's interpreters importing
+        "import os, time\nif os.environ.get('CUDA_VISIBLE_DEVICES') == '1':\n    time.sleep(4)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setattr(recording, "recording_preload", lambda: ["slow_on_gpu_1"])
+    stamp = tmp_path / "starts"
+    stamp.mkdir()
+    page = OK_PAGE + f"\nimport time\nopen({str(stamp)!r} + '/{{stem}}', 'w').write(str(time.time()))\n"
+    for n in (1, 2):
+        (examples / f"plot_0{n}_p.py").write_text(page.format(n=n, v=1, stem=f"plot_0{n}_p"))
+    t0 = time.time()
+    recording.record_examples(docs, examples, gallery, gpus=2)
+    starts = sorted(float(p.read_text()) - t0 for p in stamp.iterdir())
+    assert len(starts) == 2 and starts[0] > 4  # GPU 0's page waited for GPU 1's slow imports
 
 
 def test_the_data_pages_rerun_when_a_source_they_read_changes(tmp_path, root):

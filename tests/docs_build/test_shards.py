@@ -82,6 +82,24 @@ def test_merge_is_the_same_whatever_the_order_and_keeps_every_gpu(tmp_path, root
     assert recording.stale_examples(root / "examples", one / "auto_examples") == []
 
 
+def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
+    # the common case: one model, the pages split over two machines (or two calls)
+    a = _shard(tmp_path, root, "first", "NVIDIA H200", PAGES[:2])
+    b = _shard(tmp_path, root, "second", "NVIDIA H200", PAGES[2:])
+    manifest = json.loads((b / "shard.json").read_text())
+    manifest["pages"][PAGES[2]]["seconds"] = 33.0
+    assert manifest["package_md5"] == recording.package_md5()  # the package that recorded it
+    manifest["package_md5"] = "md5-of-the-recording-package"  # as if recorded by another version
+    (b / "shard.json").write_text(json.dumps(manifest))
+    docs = _docs(tmp_path, root, "d")
+    assert shards.merge([a, b], docs, root / "examples") == dict.fromkeys(PAGES, "NVIDIA H200")
+    merged = recording.read_manifest(docs / "auto_examples")
+    assert [merged["example_seconds"][p] for p in PAGES] == [10.0, 10.0, 33.0]  # each page's own shard
+    assert merged["environment"]["commit"] == "commit-H200"  # the site says where its pages were recorded
+    assert merged["package_md5"] == "md5-of-the-recording-package"  # the shard's, not this checkout's
+    assert "commit-H200 (3 pages)" in recording.describe_recording(docs / "auto_examples")  # beside the others
+
+
 def test_a_page_that_ran_beats_a_skip_page_of_another_gpu(tmp_path, root):
     a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1])
     b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[:1])

@@ -395,10 +395,18 @@ def describe_recording(gallery_dir: Path) -> str:
     if not manifest or not manifest.get("environment"):
         return "no GPU recording has been committed yet"
     env = manifest["environment"]
+    commits: dict[str, int] = {}  # pages merged from shards name their own commit
+    for page in manifest.get("pages", {}).values():
+        if page.get("commit"):
+            commits[page["commit"]] = commits.get(page["commit"], 0) + 1
+    if len(commits) > 1:
+        commit = "commits " + ", ".join(f"{c} ({n} pages)" for c, n in sorted(commits.items(), key=lambda x: -x[1]))
+    else:
+        commit = f"commit {next(iter(commits), env.get('commit', '?'))}"
     return (
         f"{env.get('gpu', '?')} (driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
         f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
-        f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, commit {env.get('commit', '?')}"
+        f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, {commit}"
     )
 
 
@@ -600,7 +608,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     """Record, instead of a run, a page saying the example was skipped on this GPU and why.
 
     Writes what sphinx-gallery would (the page, the md5 that marks it current, a thumbnail, the
-    script download) and a JSON record carrying ``skipped``, so the build stays green and the page
+    script, notebook and zip downloads) and a JSON record carrying ``skipped``, so the build stays green and the page
     stays honest: it shows no numbers, only what it needs.
 
     Parameters
@@ -620,6 +628,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     """
     import ast
     import shutil
+    import zipfile
 
     example, gallery_dir = Path(example), Path(gallery_dir)
     stem = example.stem
@@ -655,6 +664,9 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
         "nbformat_minor": 5,
     }
     (gallery_dir / f"{stem}.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    with zipfile.ZipFile(gallery_dir / f"{stem}.zip", "w", zipfile.ZIP_DEFLATED) as z:  # the zipped downloads
+        for name in (example.name, f"{stem}.ipynb"):
+            z.write(gallery_dir / name, name)
     (gallery_dir / f"{example.name}.md5").write_text(_md5(example), encoding="utf-8")
     _skip_thumbnail(gallery_dir / "images" / "thumb" / f"sphx_glr_{stem}_thumb.png", reason)
     from cudnn_guide.report.records import Record
@@ -1241,6 +1253,7 @@ def _record_on_gpus(
     by_name = {s.name: s for s in runnable}
     lock, failures, starts = threading.Lock(), [], []
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
+    all_ready = threading.Barrier(len(lanes))  # no page starts while another GPU's interpreters still import
     print(
         f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} GPU(s), longest first"
         + (f"; alone first on GPU 0: {', '.join(alone)}" if alone else "")
@@ -1253,6 +1266,16 @@ def _record_on_gpus(
         env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else None
         t0 = time.perf_counter()
         with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env) as pool:
+            try:
+                pool.wait_ready()
+                all_ready.wait()
+            except threading.BrokenBarrierError:
+                failures.append(f"GPU {gpu}: another GPU's interpreters did not start; nothing recorded here")
+                return
+            except fresh_process.FreshProcessError as exc:
+                all_ready.abort()
+                failures.append(f"GPU {gpu}: its interpreters did not start:\n{exc.detail}")
+                return
             for index, name in enumerate(lane):
                 if gpu == 0 and index == len(alone):
                     alone_done.set()

@@ -2,7 +2,8 @@
 
 A *shard* is what one machine recorded, self-contained, in a folder:
 
-* ``shard.json`` — the machine's environment (GPU model, versions, commit), and for each page
+* ``shard.json`` — the machine's environment (GPU model, versions, commit), the md5 of the
+  ``cudnn_guide`` package that recorded it, and for each page
   it recorded: the md5 of the example it ran, its seconds, and whether it was skipped;
 * ``auto_examples/`` — those pages' files (page, figures, downloads, record, cell times);
 * ``history.jsonl`` — their history lines.
@@ -94,8 +95,12 @@ class Shard:
     >>> shard.gpu, sorted(shard.pages)
     """
 
-    def __init__(self, path: Path, environment: dict[str, Any], pages: dict[str, dict[str, Any]]) -> None:
+    def __init__(
+        self, path: Path, environment: dict[str, Any], pages: dict[str, dict[str, Any]], package_md5: str | None = None
+    ) -> None:
         self.path, self.environment, self.pages = path, environment, pages
+        self.package_md5 = package_md5
+        """The md5 of the ``cudnn_guide`` that recorded it (``None`` in shards older than this field)."""
 
     @property
     def gpu(self) -> str:
@@ -170,7 +175,8 @@ def write_shard(
         shard_dir / "history.jsonl",
         "".join(json.dumps(latest[k], separators=(",", ":")) + "\n" for k in sorted(latest)),
     )
-    return datafiles.write_json(shard_dir / SHARD_MANIFEST, {"environment": environment, "pages": pages}, indent=1)
+    manifest = {"environment": environment, "package_md5": recording.package_md5(), "pages": pages}
+    return datafiles.write_json(shard_dir / SHARD_MANIFEST, manifest, indent=1)
 
 
 def read_shard(path: Path) -> Shard:
@@ -208,7 +214,7 @@ def read_shard(path: Path) -> Shard:
         raise ShardError(f"shard {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("pages"), dict) or not data.get("environment"):
         raise ShardError(f"shard {path}: {manifest_path.name} lacks its environment or pages")
-    shard = Shard(path, data["environment"], data["pages"])
+    shard = Shard(path, data["environment"], data["pages"], data.get("package_md5"))
     for name in sorted(shard.pages):
         stem = Path(name).stem
         for needed in (f"{stem}.rst", f"{stem}{RECORD_SUFFIX}", f"{name}.md5"):
@@ -275,9 +281,9 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
             claims.setdefault(name, []).append(shard)
     # everything checked: now write, in a fixed order
     gallery, data = Path(docs_dir) / recording.GALLERY_NAME, Path(docs_dir) / "data"
-    shown, entries = {}, []
+    shown, sources, entries = {}, {}, []
     for name in sorted(claims):
-        primary = _primary(claims[name], name)
+        primary = sources[name] = _primary(claims[name], name)
         stem = Path(name).stem
         for stale in recording.page_files(gallery, stem).values():
             stale.unlink()
@@ -297,29 +303,33 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
             entries += [e for e in history.load(shard.path / "history.jsonl") if e.get("example") == stem]
     entries.sort(key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e["example"]))
     history.append(data / "history.jsonl", entries)
-    _merge_manifest(gallery, Path(examples_dir), shards, shown)
+    _merge_manifest(gallery, Path(examples_dir), shards, sources)
     return shown
 
 
-def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], shown: dict[str, str]) -> None:
-    """Update ``recording.json``: each merged page's GPU, commit and seconds; md5s of the examples."""
+def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sources: dict[str, Shard]) -> None:
+    """Update ``recording.json``: each merged page's GPU, commit and seconds (from the shard it is shown
+    from: several shards may share a GPU model); md5s of the examples."""
     previous = recording.read_manifest(gallery) or {}
-    by_gpu = {s.gpu: s for s in shards}
     pages = dict(previous.get("pages", {}))
     seconds = dict(previous.get("example_seconds", {}))
-    for name, gpu in sorted(shown.items()):
-        env = by_gpu[gpu].environment
-        pages[name] = {"gpu": gpu, "commit": env.get("commit"), "date_utc": env.get("date_utc")}
-        seconds[name] = by_gpu[gpu].pages[name].get("seconds") or 0.0
-    main_gpu = max(sorted(by_gpu), key=lambda g: sum(1 for v in shown.values() if v == g))
+    for name, shard in sorted(sources.items()):
+        env = shard.environment
+        pages[name] = {"gpu": shard.gpu, "commit": env.get("commit"), "date_utc": env.get("date_utc")}
+        seconds[name] = shard.pages[name].get("seconds") or 0.0
+    by_gpu = {s.gpu: s for s in sorted(shards, key=lambda s: str(s.path))}
+    main_gpu = max(sorted(by_gpu), key=lambda g: sum(1 for s in sources.values() if s.gpu == g))
+    newest = max(
+        (s for s in shards if s.gpu == main_gpu), key=lambda s: (str(s.environment.get("date_utc")), str(s.path))
+    )
     data = dict(previous)
     data.update(
         {
-            "environment": previous.get("environment") or by_gpu[main_gpu].environment,
+            "environment": newest.environment,  # the machine of the latest recording merged
             "example_seconds": seconds,
             "pages": pages,
             "examples": {s.name: _md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
-            "package_md5": recording.package_md5(),
+            "package_md5": newest.package_md5 or recording.package_md5(),  # the package that recorded it
             "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}),
         }
     )
