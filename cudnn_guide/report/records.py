@@ -95,8 +95,11 @@ class Record:
         high: float | None = None,
         verdict: str | None = None,
         **details: Any,
-    ) -> float:
-        """Register a number the page's prose quotes, with its interval; returns ``value`` for use in the text.
+    ) -> None:
+        """Register a number the page's prose quotes, with its interval.
+
+        It returns nothing: a page's hidden block ends with it, and sphinx-gallery prints the value
+        of a cell's last expression.
 
         A time, rate or ratio that is not positive cannot be true: it raises instead of being recorded.
         """
@@ -124,16 +127,15 @@ class Record:
                 raise BenchmarkError(f"headline {name!r}: verdict {verdict!r} is not one of {VERDICTS}")
             entry["verdict"] = verdict
         self.headlines.append(entry)
-        return value
 
-    def comparison(self, name: str, result: Any, baseline: str | None = None) -> float:
+    def comparison(self, name: str, result: Any, baseline: str | None = None) -> None:
         """Register the candidate's speed-up over ``baseline`` (default: the best) of a
         :class:`~cudnn_guide.measure.compare.Comparison` as a headline with ``low``, ``high`` and ``verdict``,
         and add the comparison's measurements."""
         baseline = baseline or result.best_baseline
         s = result.versus[baseline]
         self.add(result.measurements.values())
-        return self.headline(
+        self.headline(
             name,
             s["value"],
             "x",
