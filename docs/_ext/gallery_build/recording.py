@@ -1187,7 +1187,8 @@ def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int)
 
 
 RECORD_ALONE = {
-    # pages whose results are host times: a page compiling on another GPU competes for the CPU
+    # pages whose results are host times: no other page runs beside them (see the methodology page's
+    # "Host-bound pages beside other GPUs": their host times still jumped on two-GPU machines)
     "plot_08_cuda_graphs.py",
     "plot_21_call_overhead.py",
 }
@@ -1253,7 +1254,7 @@ def _record_on_gpus(
     by_name = {s.name: s for s in runnable}
     lock, failures, starts = threading.Lock(), [], []
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
-    all_ready = threading.Barrier(len(lanes))  # no page starts while another GPU's interpreters still import
+    all_ready = threading.Barrier(max(1, len(lanes)))  # no page starts while another GPU's interpreters still import
     print(
         f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} GPU(s), longest first"
         + (f"; alone first on GPU 0: {', '.join(alone)}" if alone else "")
