@@ -7,6 +7,7 @@ problem size, with the best entry of each column marked, in one unit.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -227,7 +228,8 @@ def html_table(frame: Any, formats: dict[str, Any] | None = None, **format_kwarg
     formats
         Per-column formats for ``Styler.format`` (numbers).
     format_kwargs
-        More keywords for ``Styler.format`` (``precision``, ``na_rep``).
+        More keywords for ``Styler.format`` (``precision``; ``na_rep``, default ``"—"``: a missing
+        value never shows as ``nan``).
 
     Returns
     -------
@@ -240,8 +242,17 @@ def html_table(frame: Any, formats: dict[str, Any] | None = None, **format_kwarg
     >>> html_table(pd.DataFrame({"label": ["<b>x</b>"], "ms": [1.5]}), {"ms": "{:.1f}"}).to_html().count("&lt;b&gt;")
     1
     """
+    na_rep = format_kwargs.pop("na_rep", "—")  # a cell with no value says so, never "nan"
     text_cols = list(frame.select_dtypes(exclude="number").columns)
-    styler = frame.style.hide(axis="index").format(formats, **format_kwargs)
+    styler = frame.style.hide(axis="index").format(na_rep=na_rep, **format_kwargs)
+    if formats:
+        styler = styler.format(formats, na_rep=na_rep, **format_kwargs)
     if text_cols:
-        styler = styler.format(lambda v: v if isinstance(v, Html) else html.escape(str(v)), subset=text_cols)
+
+        def text(v: Any) -> Any:
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                return na_rep
+            return v if isinstance(v, Html) else html.escape(str(v))
+
+        styler = styler.format(text, subset=text_cols)
     return styler

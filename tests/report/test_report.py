@@ -63,3 +63,12 @@ def test_ratio_estimate_brackets_the_ratio_with_the_medians_intervals():
     (s_lo, s_hi), (f_lo, f_hi) = slow.median_ci_ms, fast.median_ci_ms
     assert r["low"] == s_lo / f_hi < 2.0 < r["high"] == s_hi / f_lo
     assert "95%" in r["interval"]
+
+
+def test_html_table_shows_a_missing_value_as_a_dash_never_nan():
+    import pandas as pd
+
+    frame = pd.DataFrame({"case": ["prefill", None], "GB/s": [float("nan"), 915.1], "µs": [1.0, float("nan")]})
+    html = report.html_table(frame, {"GB/s": "{:.0f}"}).to_html()
+    assert "nan" not in html.lower() and "None" not in html
+    assert html.count("—") == 3 and ">915<" in html
