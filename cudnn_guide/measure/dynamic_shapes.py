@@ -152,8 +152,9 @@ def run_fresh_sequence(
     """:func:`build_sequence` in a new interpreter (:mod:`cudnn_guide.measure.fresh_process`); returns its rows.
 
     Each row's output check, and its execution time as a
-    :class:`~cudnn_guide.measure.measurement.Measurement` (``row["measurement"]``, with params
-    ``impl=label`` and ``batch``), join the running example's record, as if made in this process.
+    :class:`~cudnn_guide.measure.measurement.Measurement` (``row["measurement"]``, labelled
+    ``"<label>, batch <b>"``, with params ``impl=label`` and ``batch``), join the running
+    example's record, as if made in this process.
 
     Parameters
     ----------
@@ -203,7 +204,7 @@ def run_fresh_sequence(
     for row in done.value:
         check.from_child(row["check"], name=f"{label}, batch {row['batch']} (fresh process)")
         if "exec" in row:
-            row["measurement"] = Measurement.from_dict(row["exec"])
+            row["measurement"] = Measurement.from_dict({**row["exec"], "label": f"{label}, batch {row['batch']}"})
             row["measurement"].params = {"impl": label, "batch": row["batch"]}
             collector.add_measurements(row["measurement"])
     return done.value

@@ -74,10 +74,18 @@ class Record:
         self.extra: dict[str, Any] = {}
 
     def add(self, *measurements: Measurement | Iterable[Measurement]) -> None:
+        """Add measurements (each once). A label names a measurement in the history across
+        recordings, so two different measurements under one label raise :class:`BenchmarkError`."""
         for m in measurements:
             for one in [m] if isinstance(m, Measurement) else m:
-                if not any(x is one for x in self.measurements):
-                    self.measurements.append(one)
+                if any(x is one for x in self.measurements):
+                    continue
+                if any(x.label == one.label for x in self.measurements):
+                    raise BenchmarkError(
+                        f"record {self.example}: two measurements are labelled {one.label!r}; the history "
+                        "compares recordings by label, so give each measurement a label of its own"
+                    )
+                self.measurements.append(one)
 
     def add_check(self, result: CheckResult) -> CheckResult:
         if not any(c is result for c in self.checks):

@@ -285,7 +285,7 @@ def test_the_running_record_keeps_a_comparisons_pooled_measurements_not_its_roun
     from cudnn_guide import collector
     from cudnn_guide.report import records
 
-    fake = _FakeGPU({"a": 0.05, "b": 0.10})
+    fake = _FakeGPU({"a": 0.05, "b": 0.10, "c": 0.07})
 
     def benchmark_that_registers(*args, **kw):  # what bench.benchmark does after timing
         m = fake(*args, **kw)
@@ -299,7 +299,7 @@ def test_the_running_record_keeps_a_comparisons_pooled_measurements_not_its_roun
         kept = records.page().measurements
         assert len(fake.calls) == 15 and len(kept) == 2  # 15 timed rounds, 2 pooled measurements
         assert kept[0] is c.measurements["a"] and kept[1] is c.measurements["b"]
-        benchmark_that_registers(None, label="a", l2="cold", budget_ms=1, precision=0.01, params={})
+        benchmark_that_registers(None, label="c", l2="cold", budget_ms=1, precision=0.01, params={})
         assert len(kept) == 3  # a measurement outside a comparison is kept as it is made
     finally:
         collector.stop()

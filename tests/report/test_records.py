@@ -90,3 +90,14 @@ def test_checks_outside_a_collection_are_not_kept(tmp_path):
     for _ in range(3):  # a script or a training loop checking again and again keeps nothing
         check.check(torch.ones(2), torch.ones(2), name="outside")
     assert records.page().checks == []
+
+
+def test_two_measurements_under_one_label_are_refused_naming_the_page_and_label():
+    from cudnn_guide.errors import BenchmarkError
+
+    rec = records.Record("plot_demo", title="Demo")
+    first = measurement.Measurement("batch 1", [1.0, 2.0], "cold-L2 events", params={"impl": "cache"})
+    rec.add(first, first)  # the same measurement twice is kept once
+    with pytest.raises(BenchmarkError, match="plot_demo: two measurements are labelled 'batch 1'"):
+        rec.add(measurement.Measurement("batch 1", [3.0, 4.0], "cold-L2 events", params={"impl": "no cache"}))
+    assert rec.measurements == [first]
