@@ -112,6 +112,11 @@ class Record:
         A time, rate or ratio that is not positive cannot be true: it raises instead of being recorded.
         """
         value = float(value)
+        if any(h["name"] == name for h in self.headlines):
+            raise BenchmarkError(
+                f"record {self.example}: two headlines are named {name!r}; the history compares "
+                "recordings by headline name, so give each its own"
+            )
         if unit in POSITIVE_UNITS and not value > 0:
             raise BenchmarkError(
                 f"headline {name!r} of {self.example}: {value:g} {unit} cannot be a measured "

@@ -92,7 +92,7 @@ def test_checks_outside_a_collection_are_not_kept(tmp_path):
     assert records.page().checks == []
 
 
-def test_two_measurements_under_one_label_are_refused_naming_the_page_and_label():
+def test_two_measurements_or_headlines_under_one_name_are_refused_naming_the_page():
     from cudnn_guide.errors import BenchmarkError
 
     rec = records.Record("plot_demo", title="Demo")
@@ -101,3 +101,6 @@ def test_two_measurements_under_one_label_are_refused_naming_the_page_and_label(
     with pytest.raises(BenchmarkError, match="plot_demo: two measurements are labelled 'batch 1'"):
         rec.add(measurement.Measurement("batch 1", [3.0, 4.0], "cold-L2 events", params={"impl": "no cache"}))
     assert rec.measurements == [first]
+    rec.headline("speed-up", 1.5, "x")
+    with pytest.raises(BenchmarkError, match="plot_demo: two headlines are named 'speed-up'"):
+        rec.headline("speed-up", 1.6, "x")
