@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from gallery_build import recording, shards
+from gallery_build import history, recording, shards
 from gallery_build.shards import ShardError
 
 PAGES = ["plot_01_environment.py", "plot_02_conv_bias_relu.py", "plot_03_autotuning.py"]
@@ -98,6 +98,22 @@ def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
     assert merged["environment"]["commit"] == "commit-H200"  # the site says where its pages were recorded
     assert merged["package_md5"] == "md5-of-the-recording-package"  # the shard's, not this checkout's
     assert "commit-H200 (3 pages)" in recording.describe_recording(docs / "auto_examples")  # beside the others
+
+
+def test_shards_holding_every_page_write_the_reproducibility_report(tmp_path, root):
+    examples = tmp_path / "examples"  # a gallery of three pages, all of them in the shards
+    examples.mkdir()
+    for name in PAGES:
+        shutil.copy(root / "examples" / name, examples / name)
+    docs = _docs(tmp_path, root, "d")
+    report = docs / "data" / recording.REPRODUCIBILITY
+    report.unlink(missing_ok=True)
+    shards.merge([_shard(tmp_path, root, "one", "NVIDIA H200", PAGES[:1])], docs, examples)
+    assert not report.exists()  # a partial merge: no full recording to judge
+    shards.merge([_shard(tmp_path, root, "all", "NVIDIA H200", PAGES)], docs, examples)
+    lines = history.load(docs / "data" / "history.jsonl")  # the merge appended the shard's lines
+    assert json.loads(report.read_text()) == json.loads(json.dumps(history.reproducibility(lines)))
+    assert json.loads((docs / "data" / "drift.json").read_text()) == json.loads(json.dumps(history.drift(lines)))
 
 
 def test_a_page_that_ran_beats_a_skip_page_of_another_gpu(tmp_path, root):

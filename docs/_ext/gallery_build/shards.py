@@ -16,6 +16,8 @@ A *shard* is what one machine recorded, self-contained, in a folder:
   no shards, a corrupt ``shard.json`` or record, a page recorded from another version of its
   example (its md5 differs from the source), or two shards claiming one page on one GPU model;
 * it is deterministic: the same shards, given in any order, write the same files;
+* when the shards hold every page, they are a full recording: like one made on one machine, it
+  writes the reproducibility report against the recording before and the drift it feeds;
 * a page recorded on several GPU models goes into the gallery from the GPU that ran it (not
   one that skipped it), by GPU name otherwise; every model's record is kept in
   ``docs/data/by_gpu/<gpu>/`` for the results page's table across GPUs.
@@ -304,6 +306,11 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
     entries.sort(key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e["example"]))
     history.append(data / "history.jsonl", entries)
     _merge_manifest(gallery, Path(examples_dir), shards, sources)
+    if set(claims) == {p.name for p in Path(examples_dir).glob("plot_*.py")}:
+        # every page: a full recording, assembled from shards; does it reproduce the one before?
+        lines = history.load(data / "history.jsonl")
+        datafiles.write_json(data / recording.REPRODUCIBILITY, history.reproducibility(lines), indent=1)
+        datafiles.write_json(data / history.DRIFT, history.drift(lines), indent=1)
     return shown
 
 
@@ -385,6 +392,9 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         shown = merge([Path(p) for p in argv[1:]], root / "docs", root / "examples")
         for name, gpu in shown.items():
             print(f"cudnn-guide: merged {name} (shown from {gpu})")
+        report = root / "docs" / "data" / recording.REPRODUCIBILITY
+        if len(shown) == len(list((root / "examples").glob("plot_*.py"))):
+            print(f"cudnn-guide: {history.format_reproducibility(datafiles.read_json(report))}")
         return
     if argv[:1] == ["record"] and len(argv) >= 2:
         shard, rest = Path(argv[1]), argv[2:]
