@@ -25,6 +25,15 @@ def test_conv_page_has_output_figure_and_stamp(site):
     assert "record.json" in page  # the JSON record download
 
 
+def test_pages_open_with_the_stamp_and_fold_the_full_environment_table(site):
+    conv = (site / "auto_examples" / "plot_02_conv_bias_relu.html").read_text()
+    folded = re.search(r'<details class="cg-env"><summary>[^<]+</summary><table class="cg-env-table">', conv)
+    assert folded and conv.index('class="cg-stamp"') < folded.start()
+    assert "<th>libcudnn loaded</th>" in conv  # folded, not dropped
+    environment = (site / "auto_examples" / "plot_01_environment.html").read_text()
+    assert 'class="cg-env-table"' in environment and 'class="cg-env"' not in environment  # its topic: open
+
+
 def test_downloads_exist(site):
     page = (site / "auto_examples" / "plot_02_conv_bias_relu.html").read_text()
     for suffix in (".py", ".ipynb", ".record.json"):

@@ -23,6 +23,8 @@ from . import recording
 
 __all__ = [
     "site_commit",
+    "fold_environment_table",
+    "ENVIRONMENT_PAGE",
     "HEALTH_EXCEPTIONS",
     "recorded_page_problems",
     "validate_data",
@@ -289,6 +291,41 @@ def warnings_rst(record: dict[str, Any] | None) -> str:
 _TITLE = re.compile(r"^(?P<title>[^\n.][^\n]*)\n(?P<rule>=+)\n", re.MULTILINE)
 
 
+_ENV_TABLE = re.compile(r'<table class="cg-env-table">.*?</table>')
+ENVIRONMENT_PAGE = "plot_01_environment"
+"""The page whose topic is the machine: its environment table stays open."""
+
+
+def fold_environment_table(text: str) -> str:
+    """Fold a recorded page's full environment table under a one-line summary.
+
+    The stamp under the title already names the GPU, the versions and the commit; the table
+    repeats them with the rest (driver, libcudnn path, ...). So a page opens with its cuDNN code,
+    not a table. Only the presentation changes: the table's rows are the recorded ones.
+
+    Parameters
+    ----------
+    text
+        A recorded page's reStructuredText.
+
+    Returns
+    -------
+    str
+        The same text, each environment table inside ``<details>``.
+
+    Example
+    -------
+    >>> fold_environment_table('<table class="cg-env-table"><tr></tr></table>').startswith("<details")
+    True
+    """
+    return _ENV_TABLE.sub(
+        lambda m: (
+            '<details class="cg-env"><summary>The full environment of this run</summary>' + m.group(0) + "</details>"
+        ),
+        text,
+    )
+
+
 def _insert_stamp(text: str, stamp: str) -> str:
     m = _TITLE.search(text)
     if not m or not stamp:
@@ -439,6 +476,8 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         if docname.startswith(prefix):
             stem = docname.split("/", 1)[1]
             source[0] = _insert_stamp(source[0], stamp_rst(_record(gallery, stem), stem))
+            if stem != ENVIRONMENT_PAGE:
+                source[0] = fold_environment_table(source[0])
             record_path = gallery / f"{stem}{RECORD_SUFFIX}"
             if record_path.exists():  # the stamp and the warnings note come from the record: rebuild when it changes
                 app.env.note_dependency(str(record_path.resolve()))
