@@ -40,6 +40,8 @@ if MODE == "render":
         f"cudnn-guide: render mode: nothing is executed; pages show the committed recording measured on {RECORDED_ON}.",
         flush=True,
     )
+    for note in hooks.recorded_output_notes(GALLERY):
+        print(f"cudnn-guide: note: {note} (fix the example; the next recording shows it clean)", flush=True)
     if recording.package_changed_since_recording(GALLERY):
         print(
             "cudnn-guide: note: cudnn_guide has changed since this recording was made; the pages show the "

@@ -314,3 +314,21 @@ def test_each_page_starts_with_empty_compile_caches_unless_one_is_chosen(tmp_pat
         assert path.is_dir() and not any(path.iterdir()) and path.is_relative_to(tmp_path / "page")
     other = recording.cold_caches(tmp_path / "next page")  # the same process keeps what it was given
     assert other == chosen
+
+
+def test_output_a_reader_should_not_see_is_noted_per_page(tmp_path):
+    timing = "\n\n.. rst-class:: sphx-glr-timing\n\n   **Total running time of the script:** (0 minutes 1.0 seconds)\n"
+    clean = ".. rst-class:: sphx-glr-script-out\n\n .. code-block:: none\n\n    * It is 1.30x faster.\n" + timing
+    (tmp_path / "plot_01_clean.rst").write_text(clean)
+    (tmp_path / "plot_02_noisy.rst").write_text(
+        ".. rst-class:: sphx-glr-script-out\n\n .. code-block:: none\n\n"
+        "    /opt/venv/torch/library.py:363: UserWarning: Overriding a previously registered kernel\n"
+        '    <td id="T_1_row0_col6" class="data row0 col6" >nan</td>\n\n'
+        "    * It is 1.30x faster.\n\n    1.0011987761040242\n" + timing
+    )
+    notes = docs_build.recorded_output_notes(tmp_path)
+    assert notes == [
+        "plot_02_noisy: 1 captured Python warning(s), first UserWarning: Overriding a previously registered kernel",
+        "plot_02_noisy: a table shows 'nan' where a value is missing",
+        "plot_02_noisy: a bare number (1.0011987761040242) is printed at the end of the page",
+    ]

@@ -24,6 +24,7 @@ from . import recording
 __all__ = [
     "site_commit",
     "fold_environment_table",
+    "recorded_output_notes",
     "ENVIRONMENT_PAGE",
     "HEALTH_EXCEPTIONS",
     "recorded_page_problems",
@@ -130,6 +131,48 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
         elif not rec.get("all_checks_passed"):
             problems.append(f"{stem}: its record reports a failed or missing correctness check")
     return problems
+
+
+_CAPTURED_WARNING = re.compile(r"^\s+\S+\.py:\d+: (\w*Warning): (.{0,80})", re.MULTILINE)
+_NAN_CELL = re.compile(r"<td[^>]*>\s*nan\s*</td>", re.IGNORECASE)
+_BARE_NUMBER_END = re.compile(r"\n\n    (-?\d+\.\d+(?:e-?\d+)?)\n\n+\.\. rst-class:: sphx-glr-timing")
+
+
+def recorded_output_notes(gallery: Path) -> list[str]:
+    """What a reader should not see in a recorded page's output, one note per page and kind.
+
+    Not failures (the numbers stand): a Python warning captured into the output, a table cell
+    that reads ``nan``, and a bare number printed after the takeaways (the value of a cell's last
+    expression). The render prints them so that the next recording fixes them.
+
+    Parameters
+    ----------
+    gallery
+        The recorded gallery (``docs/auto_examples``).
+
+    Returns
+    -------
+    list[str]
+        One line per page and kind, naming the page; empty when the output is clean.
+
+    Example
+    -------
+    >>> for note in recorded_output_notes(Path("docs/auto_examples")):
+    ...     print(note)
+    """
+    notes = []
+    for rst in sorted(Path(gallery).glob("plot_*.rst")):
+        text = rst.read_text(encoding="utf-8")
+        warned = _CAPTURED_WARNING.findall(text)
+        if warned:
+            kind, message = warned[0]
+            notes.append(f"{rst.stem}: {len(warned)} captured Python warning(s), first {kind}: {message.strip()}")
+        if _NAN_CELL.search(text):
+            notes.append(f"{rst.stem}: a table shows 'nan' where a value is missing")
+        bare = _BARE_NUMBER_END.search(text)
+        if bare:
+            notes.append(f"{rst.stem}: a bare number ({bare.group(1)}) is printed at the end of the page")
+    return notes
 
 
 DATA_PAGES: tuple[str, ...] = ("results", "methodology", "frontend_api")
