@@ -94,7 +94,6 @@ def build_sequence(
             "steps_s": fused.built.report.step_seconds,
             "plan": fused.built.report.plan_name,
             "rel_error": result.rel_error,
-            "passed": result.passed,
             "check": result.to_dict(),
         }
         if time_execution:

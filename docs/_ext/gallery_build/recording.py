@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -395,12 +396,10 @@ def describe_recording(gallery_dir: Path) -> str:
     if not manifest or not manifest.get("environment"):
         return "no GPU recording has been committed yet"
     env = manifest["environment"]
-    commits: dict[str, int] = {}  # pages merged from shards name their own commit
-    for page in manifest.get("pages", {}).values():
-        if page.get("commit"):
-            commits[page["commit"]] = commits.get(page["commit"], 0) + 1
+    # pages merged from shards name their own commit
+    commits = Counter(p["commit"] for p in manifest.get("pages", {}).values() if p.get("commit"))
     if len(commits) > 1:
-        commit = "commits " + ", ".join(f"{c} ({n} pages)" for c, n in sorted(commits.items(), key=lambda x: -x[1]))
+        commit = "commits " + ", ".join(f"{c} ({n} pages)" for c, n in commits.most_common())
     else:
         commit = f"commit {next(iter(commits), env.get('commit', '?'))}"
     return (

@@ -306,12 +306,17 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
     entries.sort(key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e["example"]))
     history.append(data / "history.jsonl", entries)
     _merge_manifest(gallery, Path(examples_dir), shards, sources)
-    if set(claims) == {p.name for p in Path(examples_dir).glob("plot_*.py")}:
+    if _every_example(claims, Path(examples_dir)):
         # every page: a full recording, assembled from shards; does it reproduce the one before?
         lines = history.load(data / "history.jsonl")
         datafiles.write_json(data / recording.REPRODUCIBILITY, history.reproducibility(lines), indent=1)
         datafiles.write_json(data / history.DRIFT, history.drift(lines), indent=1)
     return shown
+
+
+def _every_example(pages: Any, examples_dir: Path) -> bool:
+    """Whether ``pages`` (example file names) are every example: a full recording."""
+    return set(pages) == {p.name for p in examples_dir.glob("plot_*.py")}
 
 
 def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sources: dict[str, Shard]) -> None:
@@ -393,7 +398,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         for name, gpu in shown.items():
             print(f"cudnn-guide: merged {name} (shown from {gpu})")
         report = root / "docs" / "data" / recording.REPRODUCIBILITY
-        if len(shown) == len(list((root / "examples").glob("plot_*.py"))):
+        if _every_example(shown, root / "examples"):
             print(f"cudnn-guide: {history.format_reproducibility(datafiles.read_json(report))}")
         return
     if argv[:1] == ["record"] and len(argv) >= 2:
