@@ -8,11 +8,14 @@ leaves CUDA graphs out so that every contender is timed launching its own kernel
 from __future__ import annotations
 
 import logging
+import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
-__all__ = ["compile_quietly", "sdpa_backends", "with_cudnn_benchmark"]
+from cudnn_guide.errors import CheckFailedError
+
+__all__ = ["admit", "compile_quietly", "sdpa_backends", "with_cudnn_benchmark"]
 
 
 def compile_quietly(
@@ -116,3 +119,76 @@ def with_cudnn_benchmark(fn: Callable[[], Any], enabled: bool) -> Callable[[], A
             torch.backends.cudnn.benchmark = before
 
     return call
+
+
+def admit(
+    contenders: MutableMapping[str, Callable[[], Any]],
+    name: str,
+    fn: Callable[[], Any],
+    reference: Any = None,
+    *,
+    check: Callable[[Any], Any] | None = None,
+    tol: float | None = None,
+) -> str | None:
+    """Run a baseline once, check its output, and add it to ``contenders``; or say why it cannot run here.
+
+    A baseline that raises (a backend this torch lacks, a shape it refuses) is **unavailable**: the
+    reason is printed and returned, and the comparison goes on without it. A baseline that runs but
+    computes the wrong result is **not** unavailable: its :class:`~cudnn_guide.errors.CheckFailedError`
+    propagates and stops the page.
+
+    Parameters
+    ----------
+    contenders
+        Name → launcher, as passed to :func:`~cudnn_guide.measure.compare.compare`; updated in place.
+    name
+        The baseline's display name.
+    fn
+        Its zero-argument launcher.
+    reference
+        The expected output, checked with :func:`cudnn_guide.check.check`.
+    check
+        Instead of ``reference``: a callable given the output, which raises ``CheckFailedError`` on a
+        wrong result (for outputs that are not one tensor).
+    tol
+        The check's tolerance with ``reference``; default by dtype.
+
+    Returns
+    -------
+    str | None
+        ``None`` when admitted; otherwise the reason, ``"ExceptionType: first line of its message"``.
+
+    Example
+    -------
+    >>> admit(contenders, "torch.compile", lambda: compiled(x, w, b), reference)
+    """
+    from cudnn_guide import check as checks
+
+    if (reference is None) == (check is None):
+        raise ValueError(f"admit({name!r}): pass exactly one of reference= and check=")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = fn()
+        except CheckFailedError:
+            raise
+        except Exception as exc:  # the baseline cannot run here: said, never silently dropped
+            why = f"{type(exc).__name__}: {_first_line(str(exc))}"
+            # PyTorch's SDPA says *why* a forced backend refused only in warnings: they join the reason
+            said = list(dict.fromkeys(_first_line(str(w.message)) for w in caught))
+            if said:
+                why += f" ({'; '.join(said).replace(':; ', ': ')[:240]})"
+            print(f"{name}: unavailable here ({why})")
+            return why
+    for w in caught:  # a baseline that ran keeps its warnings
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    result = check(out) if check is not None else checks.check(out, reference, name=name, tol=tol)
+    if result is not None:
+        print(result)
+    contenders[name] = fn
+    return None
+
+
+def _first_line(text: str) -> str:
+    text = re.sub(r"\s*\(Triggered internally at [^)]*\)", "", text)  # PyTorch's C++ source location
+    return (text.strip().splitlines() or [""])[0][:160]

@@ -19,12 +19,13 @@ a shell. It reports:
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRAPHS", "PRELOAD", "run_fresh", "flex_attention_first_call"]
+__all__ = ["GRAPHS", "PRELOAD", "first_result_speedups", "plot_first_results", "run_fresh", "flex_attention_first_call"]
 
 GRAPHS = ("matmul", "conv", "sdpa")
 
@@ -252,6 +253,62 @@ def run_fresh(
 
     check.from_child(done.value["check"], name=f"{graph} {mode} in a fresh process")
     return {**done.value, "process_s": done.seconds}
+
+
+def first_result_speedups(
+    runs: dict[tuple[str, str], list[dict[str, Any]]], *, cached: str = "plan from disk"
+) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """The plan cache's speed-up of the time to first result, per graph and build case.
+
+    ``runs[(graph, case)]`` holds :func:`run_fresh` results. For each graph and each case other than
+    ``cached``: median build time over median cached time, with the min–max range of the ratio
+    over the runs (slowest build over fastest load, and the reverse).
+
+    Example
+    -------
+    >>> first_result_speedups(runs)[("conv", "cold")]
+    (41.2, 35.0, 47.9)
+    """
+    out = {}
+    for graph, case in runs:
+        if case == cached:
+            continue
+        build = [r["first_result_s"] for r in runs[(graph, case)]]
+        load = [r["first_result_s"] for r in runs[(graph, cached)]]
+        out[(graph, case)] = (
+            statistics.median(build) / statistics.median(load),
+            min(build) / max(load),
+            max(build) / min(load),
+        )
+    return out
+
+
+def plot_first_results(runs: dict[tuple[str, str], list[dict[str, Any]]], *, ax: Any = None, title: str = "") -> Any:
+    """Bars of the median time to first result per graph (x) and case (colour), with min–max error bars;
+    log scale. Returns the matplotlib ``Axes``."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    graphs = list(dict.fromkeys(g for g, _ in runs))
+    cases = list(dict.fromkeys(c for _, c in runs))
+    width = 0.8 / len(cases)
+    colors = ["0.35", "0.65", "#76b900", "#1f77b4"]
+    for n, case in enumerate(cases):
+        ms = [[r["first_result_s"] * 1e3 for r in runs[(g, case)]] for g in graphs]
+        meds = [statistics.median(v) for v in ms]
+        err = [[m - min(v) for m, v in zip(meds, ms)], [max(v) - m for m, v in zip(meds, ms)]]
+        xs = [i + (n - (len(cases) - 1) / 2) * width for i in range(len(graphs))]
+        ax.bar(xs, meds, width=width, yerr=err, color=colors[n % len(colors)], label=case, capsize=3)
+    runs_per = len(next(iter(runs.values())))
+    ax.set_xticks(range(len(graphs)), graphs)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"time to first result (ms), fresh process\nmedian, min–max of {runs_per} runs")
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    ax.grid(True, axis="y", alpha=0.3, which="both")
+    return ax
 
 
 def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -> dict[str, float]:

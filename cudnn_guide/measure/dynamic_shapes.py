@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["PRELOAD", "run_fresh_sequence"]
+__all__ = ["PRELOAD", "run_fresh_sequence", "plot_build_times"]
 
 
 def build_sequence(
@@ -211,3 +211,32 @@ def run_fresh_sequence(
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def plot_build_times(runs: dict[str, list[dict[str, Any]]]) -> Any:
+    """Two panels of build time per graph, one line per run: in the order the process built them, and by
+    batch size. A run named ``"cache, …"`` is green, one named ``"… descending"`` dashed. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    for name, rows in runs.items():
+        style = {
+            "color": "#76b900" if name.startswith("cache") else "0.4",
+            "linestyle": "--" if "descending" in name else "-",
+            "marker": "o",
+            "label": name,
+        }
+        ax1.plot(range(1, len(rows) + 1), [r["build_s"] * 1e3 for r in rows], **style)
+        by_batch = sorted(rows, key=lambda r: r["batch"])
+        ax2.plot([r["batch"] for r in by_batch], [r["build_s"] * 1e3 for r in by_batch], **style)
+    ax1.set_xlabel("build number within the process")
+    ax2.set_xlabel("batch size")
+    ax2.set_xscale("log", base=2)
+    for ax in (ax1, ax2):
+        ax.set_yscale("log")
+        ax.set_ylabel("build time (ms)")
+        ax.grid(True, alpha=0.3, which="both")
+    ax1.legend(fontsize=8)
+    ax1.set_title("in build order")
+    ax2.set_title("by batch size")
+    return fig

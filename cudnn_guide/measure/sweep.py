@@ -7,6 +7,7 @@ time, or ``None`` when it does not support that size (shown as "—", never as a
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,11 +50,70 @@ class SweepResult:
             for b, v in c.versus.items()
         ]
 
+    def describe_verdicts(self) -> str:
+        """One line per baseline, over the sizes it ran: the candidate's speed-up range and its verdicts.
+
+        e.g. ``against PyTorch flash: speed-up 0.97× to 1.31× (faster at 4, tie at 1 of 5 sizes)``; a
+        baseline that ran at no size says so.
+        """
+        lines = []
+        names = dict.fromkeys(m.params["impl"] for m in self.measurements)
+        cand = next(iter(self.comparisons.values())).candidate if self.comparisons else None
+        for name in names:
+            if name == cand:
+                continue
+            pts = [c.versus[name] for c in self.comparisons.values() if name in c.versus]
+            if not pts:
+                lines.append(f"against {name}: unavailable at every size")
+                continue
+            counts = Counter(p["verdict"] for p in pts)
+            verdicts = ", ".join(f"{k} at {n}" for k, n in sorted(counts.items()))
+            lines.append(
+                f"against {name}: speed-up {min(p['value'] for p in pts):.2f}× to {max(p['value'] for p in pts):.2f}× "
+                f"({verdicts} of {len(self.comparisons)} sizes)"
+            )
+        return "\n".join(lines)
+
     def table(self, metric: str = "median_ms", title: str = "") -> ComparisonTable:
         return ComparisonTable(self.measurements, row="impl", column=self.x, metric=metric, title=title)
 
     def plot(self, metric: str = "median_ms", **kwargs: Any) -> Any:
         return plot_lines(self.measurements, x=self.x, line="impl", metric=metric, **kwargs)
+
+    def relative(self, to: str) -> dict[str, dict[Any, float]]:
+        """Each other implementation's median time over ``to``'s: ``{impl: {x: ratio}}``, at the sizes both have.
+
+        Example
+        -------
+        >>> res.relative("bare matmul")["cuDNN graph"][4096]  # 1.0: as fast as the bare matmul
+        """
+        xs = list(dict.fromkeys(m.params[self.x] for m in self.measurements))
+        impls = list(dict.fromkeys(m.params["impl"] for m in self.measurements))
+        out: dict[str, dict[Any, float]] = {}
+        for impl in impls:
+            if impl != to:
+                pairs = {v: (self.get(impl, v), self.get(to, v)) for v in xs}
+                out[impl] = {v: a.median_ms / b.median_ms for v, (a, b) in pairs.items() if a and b}
+        return out
+
+    def plot_relative(self, to: str, *, ax: Any = None, title: str = "", logx: bool = True) -> Any:
+        """:meth:`relative` against the sweep's ``x``, one line per implementation, with 1 dashed."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+        for impl, ratios in self.relative(to).items():
+            ax.plot(list(ratios), list(ratios.values()), "o-", label=f"{impl} / {to}")
+        ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
+        if logx:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(self.x)
+        ax.set_ylabel(f"time relative to {to}")
+        if title:
+            ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        return ax
 
     def get(self, impl: str, x: Any) -> Measurement | None:
         for m in self.measurements:

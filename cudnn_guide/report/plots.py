@@ -8,7 +8,7 @@ from typing import Any
 from cudnn_guide.measure.measurement import Measurement
 from cudnn_guide.report.tables import METRICS
 
-__all__ = ["plot_lines"]
+__all__ = ["plot_bars", "plot_lines"]
 
 
 def plot_lines(
@@ -99,4 +99,51 @@ def plot_lines(
         ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
+    return ax
+
+
+def plot_bars(
+    measurements: Sequence[Measurement],
+    *,
+    x: str,
+    group: str = "impl",
+    metric: str = "median_ms",
+    ax: Any = None,
+    title: str = "",
+) -> Any:
+    """Grouped bars: ``metric`` for each ``params[x]`` (a group of bars), one colour per ``params[group]``,
+    with the samples' inter-quartile range as error bars. Returns the matplotlib ``Axes``.
+
+    Example
+    -------
+    >>> plot_bars(measurements, x="pass", metric="tflops")
+    """
+    import matplotlib.pyplot as plt
+
+    unit, _, getter = METRICS[metric]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    xs = list(dict.fromkeys(m.params[x] for m in measurements))
+    groups = list(dict.fromkeys(m.params[group] for m in measurements))
+    width = 0.8 / len(groups)
+    for i, name in enumerate(groups):
+        at = {m.params[x]: m for m in measurements if m.params[group] == name}
+        pos = [j + i * width for j, v in enumerate(xs) if v in at]
+        ms = [at[v] for v in xs if v in at]
+        vals = [getter(m) for m in ms]
+        # the IQR mapped through the metric: a rate's slow quartile is its band's lower edge
+        ends = [
+            sorted((getter(m) * m.q1_ms / m.median_ms, getter(m) * m.q3_ms / m.median_ms))
+            if metric not in ("tflops", "gbps")
+            else sorted((getter(m) * m.median_ms / m.q3_ms, getter(m) * m.median_ms / m.q1_ms))
+            for m in ms
+        ]
+        err = [[v - lo for v, (lo, _) in zip(vals, ends)], [hi - v for v, (_, hi) in zip(vals, ends)]]
+        ax.bar(pos, vals, width, label=str(name), yerr=err, capsize=2)
+    ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(xs))], [str(v) for v in xs])
+    ax.set_ylabel(f"{unit} (error bars: inter-quartile range)")
+    if title:
+        ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
     return ax

@@ -94,6 +94,27 @@ def test_exhaustive_ranks_every_plan_and_restores_the_selection(fake):
     assert built.graph.selected == 0  # left on the plan it had
 
 
+def test_two_passes_rank_correlation_and_the_ranking_plot(fake):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    built, _ = fake
+    a = autotune.tune(built, {}, reps=20)
+    assert a.rank_correlation(a) == pytest.approx(1.0)
+    flipped = autotune.TuneResult(
+        "exhaustive",
+        [autotune.PlanTiming(t.index, t.name, Measurement(t.name, [1 / t.median_ms], "fake")) for t in a.timings],
+        0.0,
+    )
+    assert a.rank_correlation(flipped) == pytest.approx(-1.0)  # the reverse order
+    lone = autotune.TuneResult("exhaustive", a.timings[:1], 0.0)
+    with pytest.raises(BenchmarkError, match="fewer than two"):
+        a.rank_correlation(lone)
+    ax = a.plot(title="t")
+    assert len(ax.lines) == len(a.ranked)  # one median marker per plan
+    assert ax.texts[0].get_text() == f"heuristic's choice: rank {a.rank_of(0)}" and ax.get_title() == "t"
+
+
 def test_halving_screens_out_slow_plans_and_finds_the_best_cheaply(fake):
     built, calls = fake
     ex = autotune.tune(built, {}, reps=200)

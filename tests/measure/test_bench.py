@@ -265,3 +265,46 @@ def test_benchmark_joins_the_running_record_and_ceilings_keep_their_trials_out(s
         assert records.page().measurements == [m]
     finally:
         collector.stop()
+
+
+def test_a_sweep_relative_to_one_implementation_and_its_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    def m(impl, k, ms):
+        return measurement.Measurement(impl, [ms] * 5, "fake", params={"impl": impl, "K": k})
+
+    res = sweep.SweepResult(
+        "K",
+        [m("bare", 64, 1.0), m("fused", 64, 1.5), m("chain", 64, 3.0), m("bare", 128, 2.0), m("fused", 128, 2.2)],
+    )
+    rel = res.relative("bare")
+    assert rel == {"fused": {64: 1.5, 128: pytest.approx(1.1)}, "chain": {64: 3.0}}  # chain has no K=128: left out
+    ax = res.plot_relative("bare", title="t")
+    assert [line.get_label() for line in ax.lines[:2]] == ["fused / bare", "chain / bare"]
+    assert list(ax.lines[0].get_xdata()) == [64, 128] and ax.get_ylabel() == "time relative to bare"
+
+
+def test_a_sweeps_verdicts_are_summarised_per_baseline():
+    from cudnn_guide.measure.compare import Comparison
+
+    def cmp(versus):
+        v = {
+            b: {"value": x, "low": x * 0.98, "high": x * 1.02, "verdict": verdict} for b, (x, verdict) in versus.items()
+        }
+        return Comparison("cudnn", 7, {}, {}, v, 0.01)
+
+    def m(impl, s):
+        return measurement.Measurement(impl, [1.0] * 5, "fake", params={"impl": impl, "S": s})
+
+    res = sweep.SweepResult(
+        "S",
+        [m(i, s) for s in (1, 2) for i in ("cudnn", "flash", "math", "gone")],
+        {1: cmp({"flash": (1.3, "faster"), "math": (2.0, "faster")}), 2: cmp({"flash": (1.0, "tie")})},
+    )
+    assert res.describe_verdicts().splitlines() == [
+        "against flash: speed-up 1.00× to 1.30× (faster at 1, tie at 1 of 2 sizes)",
+        "against math: speed-up 2.00× to 2.00× (faster at 1 of 2 sizes)",
+        "against gone: unavailable at every size",
+    ]

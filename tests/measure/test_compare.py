@@ -346,3 +346,35 @@ def test_host_comparison_tells_a_slow_path_from_a_fast_one():
     c = compare.compare_host({"fast": lambda: x.add_(1), "slow": slow}, candidate="fast", rounds=5, calls=100)
     assert c.versus["slow"]["verdict"] == "faster" and c.versus["slow"]["value"] > 5
     assert c.estimate("fast")["value"] > 0
+
+
+def test_printing_a_comparison_gives_one_line_per_baseline(monkeypatch):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
+    c = compare.compare({"cudnn": None, "torch": None, "eager": None}, candidate="cudnn", l2="cold", rounds=9)
+    lines = str(c).splitlines()
+    assert lines == [f"cudnn vs torch: {c.describe('torch')}", f"cudnn vs eager: {c.describe('eager')}"]
+
+
+@pytest.mark.parametrize("unit", ["µs", "TFLOP/s"])
+def test_the_comparison_plot_puts_the_best_first_with_its_interval_and_the_candidate_in_green(monkeypatch, unit):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
+    c = compare.compare(
+        {"cudnn": None, "torch": None, "eager": None}, candidate="cudnn", l2="cold", rounds=9, flops=1e9
+    )
+    ax = c.plot(unit, title="t")
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    bars = {lab: p for lab, p in zip(labels, ax.patches)}
+    assert labels == ["cudnn", "torch", "eager"]  # the fastest at the top, whether a time or a rate
+    assert ax.yaxis_inverted()
+    for name, bar in bars.items():
+        est = c.estimate(name, unit)
+        assert bar.get_width() == pytest.approx(est["value"])
+        assert est["low"] <= est["value"] <= est["high"]
+    assert bars["cudnn"].get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#76b900"))
+    assert bars["torch"].get_facecolor()[:3] != bars["cudnn"].get_facecolor()[:3]
+    assert "95% CI" in ax.get_xlabel() and unit in ax.get_xlabel() and ax.get_title() == "t"
+    per_s = c.plot(per=lambda e: {k: 1e3 / v for k, v in e.items() if k in ("value", "low", "high")}, xlabel="calls/ms")
+    assert [t.get_text() for t in per_s.get_yticklabels()][0] == "cudnn"  # a rate: the largest first

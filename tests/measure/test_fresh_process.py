@@ -187,3 +187,41 @@ def test_pre_started_interpreters_have_no_cuda_state_and_measure_a_cold_start(tm
         assert r["rel_error"] < check.tolerance(torch.bfloat16)
         assert r["context_s"] > 0.01  # each created its own context
         assert r["import_s"] < 0.5  # imports were done before the call: the clock starts after them
+
+
+def test_the_plan_caches_speed_up_per_graph_and_case_with_its_range_and_its_plot():
+    import matplotlib
+
+    from cudnn_guide.measure import coldstart
+
+    matplotlib.use("Agg")
+
+    def runs(*seconds):
+        return [{"first_result_s": s} for s in seconds]
+
+    fresh = {
+        ("conv", "cold"): runs(2.0, 2.2, 1.8),
+        ("conv", "warm JIT"): runs(0.5, 0.6, 0.4),
+        ("conv", "plan from disk"): runs(0.10, 0.08, 0.125),
+    }
+    sp = coldstart.first_result_speedups(fresh)
+    assert set(sp) == {("conv", "cold"), ("conv", "warm JIT")}
+    ratio, low, high = sp[("conv", "cold")]
+    assert ratio == pytest.approx(20.0) and low == pytest.approx(1.8 / 0.125) and high == pytest.approx(2.2 / 0.08)
+    ax = coldstart.plot_first_results(fresh, title="t")
+    assert len(ax.patches) == 3 and [p.get_height() for p in ax.patches] == pytest.approx([2000, 500, 100])
+    assert "min–max of 3 runs" in ax.get_ylabel()
+
+
+def test_the_build_time_plot_draws_each_run_in_build_order_and_by_batch():
+    import matplotlib
+
+    from cudnn_guide.measure import dynamic_shapes
+
+    matplotlib.use("Agg")
+    rows = [{"batch": b, "build_s": s} for b, s in ((4, 0.5), (1, 0.02), (2, 0.01))]
+    fig = dynamic_shapes.plot_build_times({"cache, descending": rows, "no cache, ascending": rows})
+    order, by_batch = fig.axes
+    assert [list(line.get_ydata()) for line in order.lines][0] == pytest.approx([500, 20, 10])
+    assert list(by_batch.lines[0].get_xdata()) == [1, 2, 4] and by_batch.lines[0].get_linestyle() == "--"
+    assert by_batch.lines[1].get_linestyle() == "-"

@@ -1,0 +1,75 @@
+"""Baselines are admitted only with a passing check; one that cannot run is said, one that is wrong stops the page."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudnn_guide.errors import CheckFailedError
+from cudnn_guide.measure import baselines
+
+
+def test_a_baseline_that_checks_is_admitted_and_its_check_printed(capsys):
+    ref = torch.ones(64)
+    contenders = {"cudnn": lambda: ref}
+    fn = lambda: ref.clone()
+    assert baselines.admit(contenders, "torch", fn, ref) is None
+    assert contenders["torch"] is fn
+    assert "torch" in capsys.readouterr().out
+
+
+def test_a_baseline_that_cannot_run_is_left_out_with_its_reason(capsys):
+    contenders = {}
+
+    def missing():
+        raise RuntimeError("no kernel for sm_90\nsecond line")
+
+    why = baselines.admit(contenders, "torch flash", missing, torch.ones(4))
+    assert why == "RuntimeError: no kernel for sm_90" and contenders == {}
+    assert capsys.readouterr().out.strip() == "torch flash: unavailable here (RuntimeError: no kernel for sm_90)"
+
+
+def test_a_baseline_with_a_wrong_result_stops_the_page_instead_of_being_called_unavailable():
+    contenders = {}
+    with pytest.raises(CheckFailedError, match="torch"):
+        baselines.admit(contenders, "torch", lambda: torch.zeros(64), torch.ones(64))
+    assert contenders == {}
+
+    def custom_check(out):
+        raise CheckFailedError("check torch: dQ off by 3%")
+
+    with pytest.raises(CheckFailedError, match="dQ"):
+        baselines.admit(contenders, "torch", lambda: torch.ones(4), check=custom_check)
+    assert contenders == {}
+
+
+def test_admit_needs_exactly_one_way_to_check():
+    with pytest.raises(ValueError, match="exactly one"):
+        baselines.admit({}, "x", lambda: 1)
+    with pytest.raises(ValueError, match="exactly one"):
+        baselines.admit({}, "x", lambda: 1, torch.ones(1), check=lambda out: None)
+
+
+def test_the_warnings_a_refusing_backend_gives_join_its_reason_and_a_running_ones_are_kept(capsys):
+    import warnings
+
+    def refuses():
+        warnings.warn(
+            "Memory efficient kernel not used because: (Triggered internally at /pytorch/aten/x.cpp:986.)", stacklevel=1
+        )
+        warnings.warn("head dims of q and v differ\nat /tmp/staging/x.py", stacklevel=1)
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    why = baselines.admit({}, "efficient", refuses, torch.ones(2))
+    assert why == (
+        "RuntimeError: No available kernel. Aborting execution. "
+        "(Memory efficient kernel not used because: head dims of q and v differ)"
+    )
+    assert "/tmp/staging" not in capsys.readouterr().out
+
+    def warns_and_runs():
+        warnings.warn("slow path", UserWarning, stacklevel=1)
+        return torch.ones(2)
+
+    with pytest.warns(UserWarning, match="slow path"):
+        assert baselines.admit({}, "ok", warns_and_runs, torch.ones(2)) is None
