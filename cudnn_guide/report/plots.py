@@ -112,7 +112,27 @@ def plot_bars(
     title: str = "",
 ) -> Any:
     """Grouped bars: ``metric`` for each ``params[x]`` (a group of bars), one colour per ``params[group]``,
-    with the samples' inter-quartile range as error bars. Returns the matplotlib ``Axes``.
+    with the samples' inter-quartile range as error bars.
+
+    Parameters
+    ----------
+    measurements
+        Measurements with ``params[x]`` and ``params[group]``.
+    x
+        The ``params`` key whose values are the groups along the x axis.
+    group
+        The ``params`` key naming each bar's colour.
+    metric
+        A key of :data:`METRICS`.
+    ax
+        Axes to draw on; default a new figure.
+    title
+        Axes title.
+
+    Returns
+    -------
+    Any
+        The axes.
 
     Example
     -------

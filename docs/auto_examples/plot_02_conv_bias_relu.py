@@ -132,12 +132,6 @@ result = check.check(inputs["y"], reference, name="cuDNN fused conv+bias+relu")
 print(result)
 
 # %%
-# The baselines get the same check: the eager bf16 path is what you would run without cuDNN
-# graphs, so it must compute the same function.
-eager_out = problem.torch_forward(inputs["x"], inputs["w"], inputs["b"])
-print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
-
-# %%
 # Benchmark
 # ---------
 # Every contender is timed the same way: CUDA events around each call, a warm-up, as many
@@ -154,39 +148,26 @@ print(check.check(eager_out, reference, name="PyTorch eager (bf16)"))
 # * **torch.cudnn_convolution_relu** — PyTorch's own binding of cuDNN's fused
 #   convolution + bias + ReLU (used by its inference fusions): the strongest like-for-like
 #   baseline, when this PyTorch build has it.
+#
+# :func:`~cudnn_guide.measure.baselines.admit` runs each baseline once and checks it against the
+# same reference; one this machine cannot run is said and left out, one that computes a wrong
+# result stops the page.
 from cudnn_guide.measure import baselines
 
-launch_fused = built.bind(pack)
 x, w, b = inputs["x"], inputs["w"], inputs["b"]
-eager_benchmark_on = baselines.with_cudnn_benchmark(lambda: problem.torch_forward(x, w, b), True)
-
 torch.backends.cudnn.benchmark = False
-contenders = {"cuDNN graph (fused)": launch_fused,
-              "PyTorch eager, benchmark off": lambda: problem.torch_forward(x, w, b),
-              "PyTorch eager, benchmark on": eager_benchmark_on}
-print(check.check(eager_benchmark_on(), reference, name="PyTorch eager, benchmark on"))
-
-# torch.compile needs a working Triton toolchain; if it is missing here the page says so.
-compile_note = ""
-try:
-    compiled = baselines.compile_quietly(problem.torch_forward)
-    print(check.check(compiled(x, w, b), reference, name="torch.compile (max-autotune-no-cudagraphs)"))
-    contenders["torch.compile (max-autotune-no-cudagraphs)"] = lambda: compiled(x, w, b)
-except Exception as exc:  # an unavailable baseline is reported, never silently dropped
-    compile_note = f"torch.compile unavailable here: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    print(compile_note)
-
-fused_op = getattr(torch, "cudnn_convolution_relu", None)
-fused_op_note = ""
-if fused_op is not None:
-    def torch_fused():
-        return fused_op(x, w, b.reshape(-1), [problem.stride] * 2, [problem.padding] * 2, [1, 1], 1)
-    try:
-        print(check.check(torch_fused(), reference, name="torch.cudnn_convolution_relu"))
-        contenders["torch.cudnn_convolution_relu"] = torch_fused
-    except Exception as exc:
-        fused_op_note = f"torch.cudnn_convolution_relu unavailable here: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        print(fused_op_note)
+compiled = baselines.compile_quietly(problem.torch_forward)
+contenders = {"cuDNN graph (fused)": built.bind(pack)}
+unavailable = {}
+for name, fn in {
+    "PyTorch eager, benchmark off": lambda: problem.torch_forward(x, w, b),
+    "PyTorch eager, benchmark on": baselines.with_cudnn_benchmark(lambda: problem.torch_forward(x, w, b), True),
+    "torch.compile (max-autotune-no-cudagraphs)": lambda: compiled(x, w, b),
+    "torch.cudnn_convolution_relu": lambda: torch.cudnn_convolution_relu(
+        x, w, b.reshape(-1), [problem.stride] * 2, [problem.padding] * 2, [1, 1], 1),
+}.items():
+    if why := baselines.admit(contenders, name, fn, reference):
+        unavailable[name] = why
 
 # %%
 # The contenders run in **interleaved rounds** (a shuffled order each round), and each round's
@@ -199,8 +180,7 @@ from cudnn_guide.measure import compare
 result_cmp = compare.compare(contenders, candidate="cuDNN graph (fused)", l2="cold", rounds=15,
                              flops=problem.flops, bytes=problem.bytes, params={"size": str(problem)})
 measurements = list(result_cmp.measurements.values())
-for name in result_cmp.versus:
-    print(f"cuDNN graph vs {name}: {result_cmp.describe(name)}")
+print(result_cmp)
 
 # %%
 # The table below shows the median of each contender over all rounds (± half the inter-quartile range).
@@ -219,7 +199,7 @@ ComparisonTable(measurements, row="impl", column="size", metric="median_us",
 from cudnn_guide.measure import profiling
 
 profiled = {m.label: profiling.profile_kernels(fn, calls=30, l2="cold", label=m.label)
-            for m, fn in [(measurements[0], launch_fused),
+            for m, fn in [(measurements[0], contenders["cuDNN graph (fused)"]),
                           (measurements[1], lambda: problem.torch_forward(x, w, b))]}
 for label, prof in profiled.items():
     m = next(mm for mm in measurements if mm.label == label)
@@ -232,25 +212,13 @@ for label, prof in profiled.items():
 # %%
 # Plot
 # ----
-# Median time per call with the inter-quartile range as error bars, and each contender's
-# throughput as a percentage of the datasheet's dense bf16 peak.
+# Each contender's throughput over the rounds, with its 95% interval, against the datasheet's
+# dense bf16 peak.
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(8, 3.8), layout="constrained")
-names = [m.label for m in measurements]
-med = [m.median_ms * 1e3 for m in measurements]
-err = [[(m.median_ms - m.q1_ms) * 1e3 for m in measurements], [(m.q3_ms - m.median_ms) * 1e3 for m in measurements]]
-bars = ax.barh(names, med, xerr=err, color=["#76b900"] + ["#8c8c8c"] * (len(names) - 1), capsize=3)
-for bar, m in zip(bars, measurements):
-    pct = 100 * m.tflops / ceilings.peak_bf16_tflops
-    ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f"  {m.tflops:.0f} TFLOP/s ({pct:.0f}% of bf16 peak)",
-            va="center", fontsize=8)
-ax.axvline(floor_ms * 1e3, color="k", linestyle="--", linewidth=1, label="floor at the datasheet peaks")
-ax.invert_yaxis()
-ax.set_xlabel("median time per call (µs), cold L2; error bars: IQR")
-ax.set_xlim(0, max(med) * 1.6)
+ax = result_cmp.plot("TFLOP/s", title=f"conv→bias→ReLU on {env.gpu}")
+ax.axvline(ceilings.peak_bf16_tflops, color="k", linestyle="--", linewidth=1, label="datasheet bf16 peak")
 ax.legend(loc="lower right")
-ax.set_title(f"conv→bias→ReLU on {env.gpu}")
 plt.show()
 
 # %%
@@ -266,9 +234,6 @@ print(f"* The fused cuDNN graph runs in {fused_est['value']:.1f} µs (95% CI {fu
       f"over {result_cmp.rounds} rounds), {fused_m.tflops:.0f} TFLOP/s: {100 * fused_m.tflops / ceilings.peak_bf16_tflops:.0f}% "
       f"of the datasheet bf16 peak, {100 * fused_m.tflops / ceilings.bf16_tflops:.0f}% of the GEMM measured just now.")
 print(f"* Against the fastest baseline, '{best}', it is {result_cmp.describe(best)}.")
-for name in result_cmp.versus:
-    if name != best:
-        print(f"  Against '{name}' it is {result_cmp.describe(name)}.")
 print(f"* It takes {fused_m.median_ms / floor_ms:.2f}× the floor set by the datasheet peaks ({floor_ms * 1e3:.1f} µs).")
 gap = {label: 100 * (next(m for m in measurements if m.label == label).median_ms / prof.per_call_ms - 1)
        for label, prof in profiled.items()}
@@ -277,9 +242,8 @@ print("* The harness and the profiler differ by " + ", ".join(f"{v:+.1f}% ({k})"
       "the L2 flush, the harness reads events around calls that follow a spin kernel and the flush. The methodology "
       "page's cross-check times the same calls with both clocks, and measures how far the power cap moves this "
       "kernel between runs.")
-for note in (compile_note, fused_op_note):
-    if note:
-        print(f"* {note}")
+for name, why in unavailable.items():
+    print(f"* {name} could not run here ({why}), so it is not compared.")
 
 # sphinx_gallery_start_ignore
 rec = records.page(env)

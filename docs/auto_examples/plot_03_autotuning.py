@@ -108,18 +108,7 @@ flops, nbytes = problem.flops, problem.bytes
 pass1 = autotune.tune(built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
 pass2 = autotune.tune(built, pack, method="exhaustive", reps=200, flops=flops, bytes=nbytes)
 
-
-def spearman(a, b):
-    """Rank correlation of two lists of values (no ties expected among medians)."""
-    ra = {v: r for r, v in enumerate(sorted(range(len(a)), key=lambda i: a[i]))}
-    rb = {v: r for r, v in enumerate(sorted(range(len(b)), key=lambda i: b[i]))}
-    n = len(a)
-    d2 = sum((ra[i] - rb[i]) ** 2 for i in range(n))
-    return 1 - 6 * d2 / (n * (n * n - 1))
-
-
-common = [t.index for t in pass1.ranked if pass2.by_index(t.index) and pass2.by_index(t.index).measurement]
-rho = spearman([pass1.by_index(i).median_ms for i in common], [pass2.by_index(i).median_ms for i in common])
+rho = pass1.rank_correlation(pass2)  # Spearman: 1 when both passes order the plans alike
 top5_1 = [t.index for t in pass1.ranked[:5]]
 top5_2 = [t.index for t in pass2.ranked[:5]]
 import statistics
@@ -138,21 +127,8 @@ print(f"rank correlation between the passes: {rho:.3f}; same winner: {pass1.best
 import matplotlib.pyplot as plt
 
 ranked = pass1.ranked
-fig, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")
-for pos, t in enumerate(ranked):
-    m = t.measurement
-    color = "#e8710a" if t.index == 0 else ("#76b900" if pos == 0 else "0.45")
-    ax.vlines(pos, m.q1_ms * 1e3, m.q3_ms * 1e3, color=color, linewidth=6, alpha=0.6)
-    ax.plot(pos, m.median_ms * 1e3, "o", color=color, markersize=4)
-    ax.vlines(pos, m.quantile(0.05) * 1e3, m.quantile(0.95) * 1e3, color=color, linewidth=1)
-ax.set_yscale("log")
-ax.set_xlabel("plans, fastest first (pass 1)")
-ax.set_ylabel("time per call (µs): median, IQR (thick), 5–95% (thin)")
-ax.set_title(f"conv→bias→ReLU: {len(ranked)} engine configurations on {env.gpu}")
 heur_rank = pass1.rank_of(0)
-ax.annotate(f"heuristic's choice: rank {heur_rank}", xy=(heur_rank - 1, pass1.by_index(0).median_ms * 1e3),
-            xytext=(len(ranked) * 0.3, pass1.best.median_ms * 1e3 * 1.8), arrowprops=dict(arrowstyle="->"))
-ax.grid(True, alpha=0.3, which="both")
+pass1.plot(title=f"conv→bias→ReLU: {len(ranked)} engine configurations on {env.gpu}")
 plt.show()
 
 # %%

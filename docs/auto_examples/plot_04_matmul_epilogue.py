@@ -122,8 +122,7 @@ base_cmp = compare.compare(contenders, candidate="cuDNN graph (fused)", l2="cold
 bare = bench.benchmark(lambda: torch.matmul(a, b, out=mm_out), label="bare matmul (no epilogue)", l2="cold",
                        flops=problem.flops, params={"impl": "bare matmul (no epilogue)", "size": str(problem)})
 base = [*base_cmp.measurements.values(), bare]
-for name in base_cmp.versus:
-    print(f"cuDNN graph vs {name}: {base_cmp.describe(name)}")
+print(base_cmp)
 ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + AMAX")
 
 # %%
@@ -169,25 +168,11 @@ result = sweep.sweep(ks, impls, x="K", l2="cold",
 # ----
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
-
+BARE = "bare matmul (no epilogue)"
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-plot_lines(result.measurements, x="K", metric="median_us", ax=ax1, logx=True, logy=True,
-           title="time per call (cold L2)")
-fused_over_mm = [result.get("cuDNN graph (fused)", k).median_ms / result.get("bare matmul (no epilogue)", k).median_ms for k in ks]
-chain_over_mm = [result.get("PyTorch eager chain", k).median_ms / result.get("bare matmul (no epilogue)", k).median_ms for k in ks]
-comp_over_mm = [result.get("torch.compile (default) chain", k).median_ms / result.get("bare matmul (no epilogue)", k).median_ms
-                for k in ks]
-ax2.plot(ks, fused_over_mm, "o-", label="cuDNN fused / bare matmul")
-ax2.plot(ks, chain_over_mm, "o-", label="PyTorch chain / bare matmul")
-ax2.plot(ks, comp_over_mm, "o-", label="torch.compile (default) / bare matmul")
-ax2.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
-ax2.set_xscale("log", base=2)
-ax2.set_xlabel("K")
-ax2.set_ylabel("time relative to the bare matmul")
-ax2.set_title("what the epilogue costs")
-ax2.grid(True, alpha=0.3)
-ax2.legend()
+result.plot("median_us", ax=ax1, logx=True, logy=True, title="time per call (cold L2)")
+result.plot_relative(BARE, ax=ax2, title="what the epilogue costs")
+over_mm = result.relative(BARE)  # implementation → {K: its time / the bare matmul's}
 plt.show()
 
 # %%
@@ -203,11 +188,12 @@ print(f"* At the base size the fused graph takes {f_est['value']:.1f} µs (95% C
 fused_ms, chain_ms = (base_cmp.measurements[n].median_ms for n in ("cuDNN graph (fused)", "PyTorch eager chain"))
 print(f"* Its epilogue costs {100 * (fused_ms / bare_ms - 1):+.0f}% over the bare matmul (timed just after the "
       f"rounds); the eager chain's costs {100 * (chain_ms / bare_ms - 1):+.0f}%.")
-print(f"* Across the sweep the chain's epilogue overhead falls from {100 * (chain_over_mm[0] - 1):.0f}% at K={ks[0]} "
-      f"to {100 * (chain_over_mm[-1] - 1):.0f}% at K={ks[-1]}; torch.compile's (default mode) from "
-      f"{100 * (comp_over_mm[0] - 1):.0f}% to {100 * (comp_over_mm[-1] - 1):.0f}%.")
-print(f"* The fused graph runs at {fused_over_mm[0]:.2f}× the bare matmul's time at K={ks[0]} and "
-      f"{fused_over_mm[-1]:.2f}× at K={ks[-1]}.")
+chain, comp, fused = (over_mm[n] for n in ("PyTorch eager chain", "torch.compile (default) chain", "cuDNN graph (fused)"))
+print(f"* Across the sweep the chain's epilogue overhead falls from {100 * (chain[ks[0]] - 1):.0f}% at K={ks[0]} "
+      f"to {100 * (chain[ks[-1]] - 1):.0f}% at K={ks[-1]}; torch.compile's (default mode) from "
+      f"{100 * (comp[ks[0]] - 1):.0f}% to {100 * (comp[ks[-1]] - 1):.0f}%.")
+print(f"* The fused graph runs at {fused[ks[0]]:.2f}× the bare matmul's time at K={ks[0]} and "
+      f"{fused[ks[-1]]:.2f}× at K={ks[-1]}.")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report import records

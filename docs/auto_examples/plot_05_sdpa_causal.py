@@ -108,14 +108,9 @@ def torch_sdpa(backend, p, q, k, v):
     return run
 
 
-baseline_checks = {}
+available = {}  # each backend that runs here, checked against the reference
 for name, backend in BACKENDS.items():
-    try:
-        out = torch_sdpa(backend, problem, inputs["q"], inputs["k"], inputs["v"])()
-        baseline_checks[name] = check.check(out, reference, name=name)
-        print(baseline_checks[name])
-    except RuntimeError as exc:
-        print(f"{name}: unavailable here ({str(exc).splitlines()[0][:120]})")
+    baselines.admit(available, name, torch_sdpa(backend, problem, inputs["q"], inputs["k"], inputs["v"]), reference)
 
 # %%
 # Sweep sequence length and head dimension
@@ -197,8 +192,6 @@ html_table(pd.DataFrame([row for d in dims for row in sweeps[d].verdicts()]), {"
 # %%
 # Takeaways
 # ---------
-from collections import Counter
-
 peaks = {}
 for d in dims:
     cand = f"cuDNN graph, d={d}"
@@ -210,14 +203,7 @@ for d in dims:
     print(f"* d={d}: the cuDNN graph peaks at {peaks[d][1]['value']:.0f} TFLOP/s (S={peak_s}, "
           f"{100 * peaks[d][1]['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak); it is faster than "
           f"every backend at {fastest} of {len(seqs)} lengths, and at least ties all of them at {tied} more.")
-    for name in BACKENDS:
-        pts = [cmps[s].versus[f"{name}, d={d}"] for s in seqs if f"{name}, d={d}" in cmps[s].versus]
-        if pts:
-            verdicts = ", ".join(f"{k} at {n}" for k, n in sorted(Counter(p["verdict"] for p in pts).items()))
-            print(f"    against {name}: speed-up {min(p['value'] for p in pts):.2f}× to {max(p['value'] for p in pts):.2f}× "
-                  f"({verdicts})")
-        else:
-            print(f"    {name}: unavailable at every size")
+    print("    " + sweeps[d].describe_verdicts().replace("\n", "\n    "))
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report import records

@@ -160,21 +160,8 @@ for graph in coldstart.GRAPHS:
 # Plot
 # ----
 import matplotlib.pyplot as plt
-import numpy as np
 
-fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
-x = np.arange(len(coldstart.GRAPHS))
-for offset, case, color in ((-0.27, "cold", "0.35"), (0.0, "warm JIT", "0.65"), (0.27, "plan from disk", "#76b900")):
-    meds = [statistics.median(r["first_result_s"] for r in fresh[(g, case)]) * 1e3 for g in coldstart.GRAPHS]
-    lo = [meds[i] - min(r["first_result_s"] for r in fresh[(g, case)]) * 1e3 for i, g in enumerate(coldstart.GRAPHS)]
-    hi = [max(r["first_result_s"] for r in fresh[(g, case)]) * 1e3 - meds[i] for i, g in enumerate(coldstart.GRAPHS)]
-    ax.bar(x + offset, meds, width=0.27, yerr=[lo, hi], color=color, label=case, capsize=3)
-ax.set_xticks(x, coldstart.GRAPHS)
-ax.set_yscale("log")
-ax.set_ylabel("time to first result (ms), fresh process\nmedian, min–max of %d runs" % REPS)
-ax.set_title("cold JIT cache, warm JIT cache, plan reloaded from disk")
-ax.legend()
-ax.grid(True, axis="y", alpha=0.3, which="both")
+coldstart.plot_first_results(fresh, title="cold JIT cache, warm JIT cache, plan reloaded from disk")
 plt.show()
 
 # %%
@@ -218,13 +205,8 @@ print(f"after the rebuild: {cache.last_event} → {source}")
 # Takeaways
 # ---------
 first = {(g, c): statistics.median(r["first_result_s"] for r in fresh[(g, c)]) for g in coldstart.GRAPHS for c in CASES}
-speedups = {}  # (graph, build case) → the plan cache's speed-up, with the min–max over the runs
+speedups = coldstart.first_result_speedups(fresh)  # (graph, build case) → speed-up, min–max over the runs
 for g in coldstart.GRAPHS:
-    plan_s = [r["first_result_s"] for r in fresh[(g, "plan from disk")]]
-    for case in ("cold", "warm JIT"):
-        build_s = [r["first_result_s"] for r in fresh[(g, case)]]
-        speedups[(g, case)] = (first[(g, case)] / first[(g, "plan from disk")], min(build_s) / max(plan_s),
-                               max(build_s) / min(plan_s))
     (cold, c_lo, c_hi), (warm, w_lo, w_hi) = speedups[(g, "cold")], speedups[(g, "warm JIT")]
     print(f"* {g}: first result {first[(g, 'cold')] * 1e3:.1f} ms cold, {first[(g, 'warm JIT')] * 1e3:.1f} ms with a "
           f"warm JIT cache, {first[(g, 'plan from disk')] * 1e3:.1f} ms from a plan on disk: the plan cache's speed-up "

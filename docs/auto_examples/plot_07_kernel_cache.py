@@ -101,25 +101,7 @@ print(f"all {sum(len(r) for r in runs.values())} graphs passed their check "
 # happens to the graphs after it.
 import matplotlib.pyplot as plt
 
-styles = {"cache, ascending": ("#76b900", "-"), "no cache, ascending": ("0.4", "-"),
-          "cache, descending": ("#76b900", "--"), "no cache, descending": ("0.4", "--")}
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-for name, rows in runs.items():
-    color, ls = styles[name]
-    ax1.plot(range(1, len(rows) + 1), [r["build_s"] * 1e3 for r in rows], marker="o", color=color, linestyle=ls, label=name)
-    by_batch = sorted(rows, key=lambda r: r["batch"])
-    ax2.plot([r["batch"] for r in by_batch], [r["build_s"] * 1e3 for r in by_batch], marker="o", color=color,
-             linestyle=ls, label=name)
-ax1.set_xlabel("build number within the process")
-ax2.set_xlabel("batch size")
-ax2.set_xscale("log", base=2)
-for ax in (ax1, ax2):
-    ax.set_yscale("log")
-    ax.set_ylabel("build time (ms)")
-    ax.grid(True, alpha=0.3, which="both")
-ax1.legend(fontsize=8)
-ax1.set_title("in build order")
-ax2.set_title("by batch size")
+dynamic_shapes.plot_build_times(runs)
 plt.show()
 
 # %%

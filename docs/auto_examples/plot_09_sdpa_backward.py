@@ -236,15 +236,11 @@ result = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s: attent
 # ----
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceil = measure_ceilings()
-fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
-plot_lines(result.measurements, x="seq_len", metric="tflops", ax=ax, logx=True,
-           title="causal attention, forward + backward, head dim 128", ceiling=ceil.peak_bf16_tflops,
-           ceiling_label="datasheet dense bf16 peak")
-ax.legend(fontsize=8)
+result.plot("tflops", logx=True, title="causal attention, forward + backward, head dim 128",
+            ceiling=ceil.peak_bf16_tflops, ceiling_label="datasheet dense bf16 peak")
 plt.show()
 
 # %%
@@ -269,15 +265,8 @@ print(f"* One training step peaks at {peak_est['value']:.0f} TFLOP/s (S={peak_s}
       f"{peak_est['high']:.0f}), {100 * peak_est['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak.")
 print(f"* At S={problem.seq} the backward takes {split[1].median_ms / split[0].median_ms:.2f}× the forward's time "
       f"for 2.5× its matrix work.")
-for name in BACKENDS:
-    pts = {s: result.comparisons[s].versus[name] for s in seqs if name in result.comparisons[s].versus}
-    if not pts:
-        print(f"* {name}: unavailable at every size")
-        continue
-    last = max(pts)
-    print(f"* Against {name}: speed-up {min(v['value'] for v in pts.values()):.2f}× to "
-          f"{max(v['value'] for v in pts.values()):.2f}× over {len(pts)} lengths; at S={last} the cuDNN step is "
-          f"{result.comparisons[last].describe(name)}.")
+print("* Across the lengths, the cuDNN step " + result.describe_verdicts().replace("\n", "\n  "))
+print(f"* At S={seqs[-1]}: {result.comparisons[seqs[-1]]}")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report import records

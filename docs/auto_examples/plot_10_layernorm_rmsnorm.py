@@ -321,13 +321,8 @@ widths_result = sweep.sweep(widths, sweep_impls, x="hidden", l2="cold",
 # ----
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
-
-fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
-plot_lines(widths_result.measurements, x="hidden", metric="gbps", ax=ax, logx=True,
-           title=f"norm training step (forward + backward), {TOKENS} tokens, bf16",
-           ceiling=ceil.copy_gbps, ceiling_label="measured copy bandwidth")
-ax.legend(fontsize=8)
+widths_result.plot("gbps", logx=True, title=f"norm training step (forward + backward), {TOKENS} tokens, bf16",
+                   ceiling=ceil.copy_gbps, ceiling_label="measured copy bandwidth")
 plt.show()
 
 # %%

@@ -164,22 +164,10 @@ ComparisonTable(rows, row="impl", column="pass", metric="median_us",
 # Plot
 # ----
 import matplotlib.pyplot as plt
-import numpy as np
 
-impls = list(dict.fromkeys(m.params["impl"] for m in rows))
-pass_names = list(results)
-fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
-width = 0.8 / len(impls)
-for i, impl in enumerate(impls):
-    ms = [next(m for m in rows if m.params["impl"] == impl and m.params["pass"] == p) for p in pass_names]
-    xs = np.arange(len(pass_names)) + i * width
-    ax.bar(xs, [m.tflops for m in ms], width, label=impl,
-           yerr=[[m.tflops - m.flops / (m.q3_ms * 1e9) for m in ms], [m.flops / (m.q1_ms * 1e9) - m.tflops for m in ms]])
-ax.set_xticks(np.arange(len(pass_names)) + width * (len(impls) - 1) / 2, pass_names)
-ax.set_ylabel("TFLOP/s (error bars: interquartile range)")
-ax.set_title("convolution training passes, bf16 NHWC")
-ax.grid(True, axis="y", alpha=0.3)
-ax.legend(fontsize=8)
+from cudnn_guide.report import plot_bars
+
+plot_bars(rows, x="pass", metric="tflops", title="convolution training passes, bf16 NHWC")
 plt.show()
 
 # %%

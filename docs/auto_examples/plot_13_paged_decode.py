@@ -162,16 +162,14 @@ CONTROL = "varlen_attn on pre-packed K/V (control, no gather)"
 BASELINES = {"PyTorch varlen_attn on the paged pool": varlen_paged,
              "PyTorch gather valid tokens + varlen_attn": gather_varlen,
              CONTROL: packed_varlen}
+from cudnn_guide.measure import baselines
+
 layout = pytorch_layout(problem, data)
 unavailable = {}
 for name, make in BASELINES.items():
-    try:
-        out = make(problem, data, layout)()
-        checks.append(check.check(out.reshape(data["o"].shape), reference, name=name))
-        print(checks[-1])
-    except Exception as exc:  # shown on the page, never silently dropped
-        unavailable[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        print(f"{name}: unavailable in this PyTorch ({unavailable[name]})")
+    if why := baselines.admit({}, name, lambda make=make: make(problem, data, layout)(),
+                              check=lambda out, name=name: check.check(out.reshape(data["o"].shape), reference, name=name)):
+        unavailable[name] = why
 checks.append(check.check(gather_padded_sdpa(problem, data, mask)(), reference, name="PyTorch gather + padded SDPA"))
 print(checks[-1])
 
@@ -223,20 +221,13 @@ result = sweep.sweep(contexts, impls, x="max_context", l2="cold",
 import matplotlib.pyplot as plt
 
 from cudnn_guide.measure import ceilings
-from cudnn_guide.report import plot_lines
 
 # Decode only reads K and V, so its ceiling is the read bandwidth (a 2 GiB ``torch.sum``), not
 # the copy bandwidth, which counts bytes read plus written.
 read = ceilings.measure_read_bandwidth()
 print(read)
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
-plot_lines(result.measurements, x="max_context", metric="gbps", ax=ax1, logx=True,
-           title="decode step: GB/s of K and V read", ceiling=read.gbps, ceiling_label="measured read bandwidth")
-plot_lines(result.measurements, x="max_context", metric="median_us", ax=ax2, logx=True, logy=True,
-           title="decode step: µs per step (32 sequences)")
-ax1.legend(fontsize=8)
-if ax2.get_legend() is not None:
-    ax2.get_legend().remove()
+result.plot("gbps", logx=True, title="decode step: GB/s of K and V read", ceiling=read.gbps,
+            ceiling_label="measured read bandwidth")
 plt.show()
 
 # %%

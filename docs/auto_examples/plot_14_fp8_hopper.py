@@ -234,17 +234,13 @@ att_result = sweep.sweep(seqs, att_impls, x="seq_len", l2="cold",
 # ----
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceil = measure_ceilings()
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
-plot_lines(mm_result.measurements, x="n", metric="tflops", ax=ax1, logx=True, title="matmul, n × n × n",
-           ceiling=ceil.bf16_tflops, ceiling_label="measured bf16 matmul ceiling")
-plot_lines(att_result.measurements, x="seq_len", metric="tflops", ax=ax2, logx=True,
-           title="causal attention forward, head dim 128")
-for ax in (ax1, ax2):
-    ax.legend(fontsize=8)
+mm_result.plot("tflops", ax=ax1, logx=True, title="matmul, n × n × n", ceiling=ceil.bf16_tflops,
+               ceiling_label="measured bf16 matmul ceiling")
+att_result.plot("tflops", ax=ax2, logx=True, title="causal attention forward, head dim 128")
 plt.show()
 
 # %%

@@ -200,7 +200,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide.measure import compare
+from cudnn_guide.measure import baselines, compare
 
 contenders = {"cuDNN packed (THD)": graphs.adopt(g, handle, name="varlen").bind(ragged_pack),
               "cuDNN padding mask": graphs.adopt(gp, handle, name="padded").bind(padded_pack)}
@@ -232,20 +232,14 @@ try:
         lambda y, b, a, e: y[a:e].transpose(0, 1)[None])
 except ImportError as exc:
     unavailable["PyTorch varlen_attn"] = str(exc)
-for name, (fn, rows_of) in candidates.items():
-    try:
-        y = fn()
-        checks.append(per_sequence_check(lambda b, a, e, y=y, rows_of=rows_of: rows_of(y, b, a, e), name))
-        contenders[name] = fn
-    except Exception as exc:  # a path this torch does not offer, or cannot run here: shown, not hidden
-        unavailable[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
-for name, why in unavailable.items():
-    print(f"{name}: unavailable ({why})")
+for name, (fn, rows_of) in candidates.items():  # each one checked sequence by sequence; one that cannot run is said
+    if why := baselines.admit(contenders, name, fn, check=lambda y, rows_of=rows_of, name=name: per_sequence_check(
+            lambda b, a, e: rows_of(y, b, a, e), name)):
+        unavailable[name] = why
 
 real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
 result = compare.compare(contenders, candidate="cuDNN packed (THD)", l2="cold", rounds=9, flops=real_flops)
-for name in result.versus:
-    print(f"cuDNN packed vs {name}: {result.describe(name)}")
+print(result)
 
 # %%
 import pandas as pd
@@ -261,13 +255,7 @@ html_table(pd.DataFrame(rows).sort_values("µs"), {"µs": "{:.1f}", "useful TFLO
 # ----
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(8, 3.8), layout="constrained")
-ests = sorted(((n, result.estimate(n)) for n in result.measurements), key=lambda t: t[1]["value"])
-ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
-        xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
-ax.set_xscale("log")
-ax.set_xlabel("µs per forward call (median over rounds, 95% CI; log scale)")
-ax.set_title(f"causal attention over {B} sequences, {T} real tokens")
+result.plot("µs", logx=True, xlabel="µs per forward call", title=f"causal attention over {B} sequences, {T} real tokens")
 plt.show()
 
 # %%
@@ -392,6 +380,8 @@ checks.append(per_sequence_grad_check(lambda n, b, a, e: flash_grads[n][b:b + 1,
 print(checks[-1])
 backward_contenders["PyTorch padded SDPA (flash) backward"] = (
     lambda: torch.autograd.grad(y_flash, leaves_p, d_op, retain_graph=True))
+from cudnn_guide import CheckFailedError
+
 leaves_f = [t.detach().requires_grad_() for t in packed_bhsd]
 d_o_bhsd = d_o.transpose(0, 1)[None]
 try:
@@ -402,7 +392,9 @@ try:
     print(checks[-1])
     backward_contenders["FlexAttention, document mask, backward"] = (
         lambda: torch.autograd.grad(y_flex, leaves_f, d_o_bhsd, retain_graph=True))
-except Exception as exc:  # shown, not hidden
+except CheckFailedError:  # a wrong result stops the page
+    raise
+except Exception as exc:  # cannot run here: shown, not hidden
     unavailable["FlexAttention backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
     print("FlexAttention backward: unavailable", unavailable["FlexAttention backward"])
 if "PyTorch varlen_attn" in contenders:  # the forward's strongest baseline, differentiable too
@@ -415,13 +407,14 @@ if "PyTorch varlen_attn" in contenders:  # the forward's strongest baseline, dif
         print(checks[-1])
         backward_contenders["PyTorch varlen_attn backward"] = (
             lambda: torch.autograd.grad(y_var, leaves_v, d_o, retain_graph=True))
-    except Exception as exc:  # shown, not hidden
+    except CheckFailedError:  # a wrong result stops the page
+        raise
+    except Exception as exc:  # cannot run here: shown, not hidden
         unavailable["PyTorch varlen_attn backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
         print("PyTorch varlen_attn backward: unavailable", unavailable["PyTorch varlen_attn backward"])
 backward_result = compare.compare(backward_contenders, candidate="cuDNN packed (THD) backward", l2="cold", rounds=9,
                                   flops=2.5 * real_flops)
-for name in backward_result.versus:
-    print(f"cuDNN packed backward vs {name}: {backward_result.describe(name)}")
+print(backward_result)
 
 # %%
 # Takeaways

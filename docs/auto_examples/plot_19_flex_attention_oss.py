@@ -172,8 +172,7 @@ for mask, left, plan, ref in (("causal", None, causal_plan, ref_causal), (f"wind
     pairs = int(attention_inputs.band(S, S, left=left).sum())
     results[mask] = compare.compare(contenders, candidate=CAND, l2="cold", rounds=9, flops=4 * B * H * D * pairs,
                                     tag=mask)
-    for name in results[mask].versus:
-        print(f"{mask}: {CAND} vs {name}: {results[mask].describe(name)}")
+    print(f"{mask}:", results[mask])
 
 # %%
 import pandas as pd
@@ -195,11 +194,7 @@ import matplotlib.pyplot as plt
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
 for ax, (mask, c) in zip(axes, results.items()):
-    ests = sorted(((n, c.estimate(n, "TFLOP/s")) for n in c.measurements), key=lambda t: t[1]["value"])
-    ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
-            xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
-    ax.set_xlabel("TFLOP/s of visible pairs (median over rounds, 95% CI)")
-    ax.set_title(f"{mask}: {B}×{H} heads × {S} tokens, d={D}")
+    c.plot("TFLOP/s", ax=ax, xlabel="TFLOP/s of visible pairs", title=f"{mask}: {B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 
 # %%

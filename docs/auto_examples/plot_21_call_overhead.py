@@ -133,12 +133,7 @@ html_table(pd.DataFrame(rows).sort_values("host µs per call"), {"host µs per c
 # %%
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
-ests = sorted(((n, host.estimate(n)) for n in paths), key=lambda t: t[1]["value"])
-ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
-        xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
-ax.set_xlabel("host µs per call (median over rounds, 95% CI)")
-ax.set_title(f"launching one decode attention call ({B}×{H} heads, {S_KV} keys)")
+host.plot("µs", xlabel="host µs per call", title=f"launching one decode attention call ({B}×{H} heads, {S_KV} keys)")
 plt.show()
 
 # %%

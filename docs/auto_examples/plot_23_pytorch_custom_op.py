@@ -156,7 +156,7 @@ import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fw
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from cudnn_guide.measure import compare
+from cudnn_guide.measure import baselines, compare
 
 leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
 
@@ -185,28 +185,19 @@ for name, forward in {"this page's op": lambda q_, k_, v_: torch_ops.attention(q
                       "torch.ops.cudnn.sdpa_fwd (frontend 1.32)": frontend_op,
                       "PyTorch SDPA (cuDNN backend)": pytorch(SDPBackend.CUDNN_ATTENTION),
                       "PyTorch SDPA (flash backend)": pytorch(SDPBackend.FLASH_ATTENTION)}.items():
-    try:
-        step(forward)()
-        checks.append(check.check(leaves[0].grad, ref_leaves[0].grad, name=f"{name}: dQ"))
-        contenders[name] = step(forward)
-    except Exception as exc:  # an op that cannot run this problem here: shown, not hidden
-        unavailable[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        print(f"{name}: unavailable ({unavailable[name]})")
+    if why := baselines.admit(contenders, name, step(forward),
+                              check=lambda _, name=name: check.check(leaves[0].grad, ref_leaves[0].grad, name=f"{name}: dQ")):
+        unavailable[name] = why
 CAND = "this page's op"
 flops = 3.5 * 4 * B * H * S * S * D / 2  # forward + backward (2.5× the forward), causal
 training = compare.compare(contenders, candidate=CAND, l2="cold", rounds=9, flops=flops, tag="training step")
-for name in training.versus:
-    print(f"{CAND} vs {name}: {training.describe(name)}")
+print(training)
 
 # %%
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(8, 3.5), layout="constrained")
-ests = sorted(((n, training.estimate(n, "TFLOP/s")) for n in training.measurements), key=lambda t: t[1]["value"])
-ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
-        xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
-ax.set_xlabel("TFLOP/s, attention forward + backward (median over rounds, 95% CI)")
-ax.set_title(f"causal attention training step, {B}×{H} heads × {S} tokens, d={D}")
+training.plot("TFLOP/s", xlabel="TFLOP/s, attention forward + backward",
+              title=f"causal attention training step, {B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 
 # %%

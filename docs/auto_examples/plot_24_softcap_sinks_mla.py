@@ -152,8 +152,7 @@ softcap_cmp = compare.compare(
      "FlexAttention soft-cap (compiled)": lambda: flex(q, k, v, score_mod=softcap_mod, block_mask=causal_block),
      "cuDNN causal, no cap (control)": causal_launch},
     candidate="cuDNN soft-cap (score_mod)", l2="cold", rounds=9, flops=causal_flops, tag="softcap")
-for name in softcap_cmp.versus:
-    print(f"cuDNN soft-cap vs {name}: {softcap_cmp.describe(name)}")
+print(softcap_cmp)
 
 # %%
 # Attention sinks
@@ -201,8 +200,7 @@ sink_cmp = compare.compare(
     {"cuDNN sink_token": sink_graph.bind(sink_pack), "FlexAttention + lse rescale (compiled)": lambda: flex_sinks(q, k, v),
      "cuDNN causal, no sinks (control)": causal_launch},
     candidate="cuDNN sink_token", l2="cold", rounds=9, flops=causal_flops, tag="sinks")
-for name in sink_cmp.versus:
-    print(f"cuDNN sinks vs {name}: {sink_cmp.describe(name)}")
+print(sink_cmp)
 
 # %%
 # MLA head sizes: d_qk = 192, d_v = 128, forward and backward
@@ -260,6 +258,8 @@ del leaves, ref_om
 # that refuses the shapes is listed with its error.
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from cudnn_guide.measure import baselines
+
 mla_fwd_launch, mla_bwd_launch = mla_fwd.bind(mla_fwd_pack), mla_bwd.bind(mla_bwd_pack)
 
 
@@ -291,18 +291,13 @@ for name, attend in (("PyTorch SDPA, flash", backend(SDPBackend.FLASH_ATTENTION)
                      ("PyTorch SDPA, efficient", backend(SDPBackend.EFFICIENT_ATTENTION)),
                      ("PyTorch SDPA, cuDNN backend", backend(SDPBackend.CUDNN_ATTENTION)),
                      ("FlexAttention (compiled)", flex_mla)):
-    try:
-        dq_t, _, _ = torch_step(attend)()
-        checks.append(check.check(dq_t, ref_dq, name=f"{name}: MLA dq"))
-        mla_contenders[name] = torch_step(attend)
-    except Exception as exc:  # a backend that cannot run these shapes: shown, not dropped
-        mla_unavailable[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        print(f"{name}: unavailable ({mla_unavailable[name]})")
+    if why := baselines.admit(mla_contenders, name, torch_step(attend), check=lambda grads, name=name: check.check(
+            grads[0], ref_dq, name=f"{name}: MLA dq")):
+        mla_unavailable[name] = why
 mla_flops = 3.5 * 2 * B * H * (DQK + DV) * int(causal_visible.sum())  # forward + backward (2.5× forward)
 mla_cmp = compare.compare(mla_contenders, candidate="cuDNN MLA step", l2="cold", rounds=9, flops=mla_flops,
                           tag="mla")
-for name in mla_cmp.versus:
-    print(f"cuDNN MLA step vs {name}: {mla_cmp.describe(name)}")
+print(mla_cmp)
 
 # %%
 import pandas as pd
@@ -322,11 +317,7 @@ import matplotlib.pyplot as plt
 fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), layout="constrained")  # one row each: the long labels fit
 for ax, (title, c) in zip(axes, (("soft-cap, causal", softcap_cmp), ("sinks, causal", sink_cmp),
                                  ("MLA 192/128 training step", mla_cmp))):
-    ests = sorted(((n, c.estimate(n)) for n in c.measurements), key=lambda t: t[1]["value"])
-    ax.barh([n for n, _ in ests], [e["value"] for _, e in ests],
-            xerr=[[e["value"] - e["low"] for _, e in ests], [e["high"] - e["value"] for _, e in ests]], capsize=3)
-    ax.set_xlabel("µs per call (median, 95% CI)")
-    ax.set_title(title, fontsize=10)
+    c.plot("µs", ax=ax, xlabel="µs per call", title=title)
 plt.show()
 
 # %%

@@ -170,8 +170,7 @@ linear_flops = 2 * tokens * DIM * (3 * DIM + DIM + 2 * HIDDEN) + 2 * tokens * HI
 attention_flops = 4 * B * H * S * S * D / 2  # causal
 step_flops = 3 * linear_flops + 3.5 * attention_flops  # backward: 2× the linears, 2.5× attention
 result = compare.compare(contenders, candidate=CAND, l2="cold", rounds=9, flops=step_flops, tag="training step")
-for name in result.versus:
-    print(f"{CAND} vs {name}: {result.describe(name)}")
+print(result)
 
 # %%
 # Peak memory of one step, above what the weights, optimizer state and inputs already hold
@@ -212,7 +211,11 @@ html_table(pd.DataFrame(rows).sort_values("ms"), {"ms": "{:.2f}", "tokens/s": "{
 # ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle whose
 # ``remove()`` undoes it. The model code does not change: it selects PyTorch's cuDNN backend.
 # It is timed against this guide's op in the same (eager) block, and PyTorch's flash backend.
+import warnings
+
 import cudnn.torch
+
+from cudnn_guide import CheckFailedError
 
 
 def backend(b):
@@ -224,7 +227,9 @@ def backend(b):
 
 provider_block, flash_block = variant(backend(SDPBackend.CUDNN_ATTENTION)), variant(backend(SDPBackend.FLASH_ATTENTION))
 provider_cmp, provider_error, served = None, "", 0
-overrides = cudnn.torch.install_sdpa_overrides()
+with warnings.catch_warnings():  # PyTorch warns that a kernel is overridden: that is what the provider does
+    warnings.filterwarnings("ignore", message="Warning only once for all operators")
+    overrides = cudnn.torch.install_sdpa_overrides()
 try:
     served_before = cudnn.torch.calls["fwd"]
     check_block(provider_block, "PyTorch block, cuDNN backend via cudnn.torch")
@@ -235,26 +240,23 @@ try:
         {"cudnn.torch provider (eager)": training_step(provider_block), "cuDNN op, eager": training_step(eager_cudnn),
          "PyTorch eager, flash backend": training_step(flash_block)},
         candidate="cudnn.torch provider (eager)", l2="cold", rounds=7, flops=step_flops, tag="provider")
+except CheckFailedError:  # a wrong result stops the page
+    raise
 except Exception as exc:  # the provider cannot serve this torch: shown with its error, not hidden
     provider_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     print("cudnn.torch provider unavailable here:", provider_error)
 finally:
     overrides.remove()
-for name in provider_cmp.versus if provider_cmp else ():
-    print(f"cudnn.torch provider vs {name}: {provider_cmp.describe(name)}")
+if provider_cmp:
+    print(provider_cmp)
 
 # %%
 # Plot
 # ----
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
-ests = sorted(((n, tokens_per_s(result.estimate(n))) for n in result.measurements), key=lambda t: t[1]["value"])
-ax.barh([n for n, _ in ests], [e["value"] / 1e3 for _, e in ests],
-        xerr=[[(e["value"] - e["low"]) / 1e3 for _, e in ests], [(e["high"] - e["value"]) / 1e3 for _, e in ests]],
-        capsize=3, color=["#76b900" if n.startswith("cuDNN") else "#8c8c8c" for n, _ in ests])
-ax.set_xlabel("thousand tokens per second, training step (median over rounds, 95% CI)")
-ax.set_title(f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}")
+result.plot(per=tokens_per_s, xlabel="tokens per second, training step",
+            title=f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}")
 plt.show()
 
 # %%

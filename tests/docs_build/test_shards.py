@@ -116,6 +116,20 @@ def test_shards_holding_every_page_write_the_reproducibility_report(tmp_path, ro
     assert json.loads((docs / "data" / "drift.json").read_text()) == json.loads(json.dumps(history.drift(lines)))
 
 
+def test_merging_a_shard_twice_adds_its_history_lines_once(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:2])
+    lines = (a / "history.jsonl").read_text().splitlines()
+    fresh = [json.dumps(dict(json.loads(x), recorded_utc="2099-01-01 00:00 UTC")) for x in lines]
+    (a / "history.jsonl").write_text("\n".join(fresh) + "\n")  # as if recorded just now
+    docs = _docs(tmp_path, root, "d")
+    before = len(history.load(docs / "data" / "history.jsonl"))
+    shards.merge([a], docs, root / "examples")
+    once = (docs / "data" / "history.jsonl").read_text()
+    assert len(history.load(docs / "data" / "history.jsonl")) == before + 2
+    shards.merge([a], docs, root / "examples")
+    assert (docs / "data" / "history.jsonl").read_text() == once
+
+
 def test_a_page_that_ran_beats_a_skip_page_of_another_gpu(tmp_path, root):
     a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1])
     b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[:1])

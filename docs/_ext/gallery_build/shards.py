@@ -233,6 +233,10 @@ def _primary(claims: list[Shard], name: str) -> Shard:
     return sorted(claims, key=lambda s: (bool(s.pages[name].get("skipped")), s.gpu, str(s.path)))[0]
 
 
+def _entry_key(entry: dict) -> tuple[str, str, str, str]:
+    return (str(entry.get("example")), str(entry.get("recorded_utc")), str(entry.get("gpu")), str(entry.get("commit")))
+
+
 def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[str, str]:
     """Merge shards into ``docs_dir/auto_examples`` and its history; returns page → the GPU it shows.
 
@@ -304,7 +308,10 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
         for shard in claims[name]:
             entries += [e for e in history.load(shard.path / "history.jsonl") if e.get("example") == stem]
     entries.sort(key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e["example"]))
-    history.append(data / "history.jsonl", entries)
+    # a shard merged a second time adds nothing: its lines are in the history already, and a
+    # duplicate would compare the recording with itself
+    known = {_entry_key(e) for e in history.load(data / "history.jsonl")}
+    history.append(data / "history.jsonl", [e for e in entries if _entry_key(e) not in known])
     _merge_manifest(gallery, Path(examples_dir), shards, sources)
     if _every_example(claims, Path(examples_dir)):
         # every page: a full recording, assembled from shards; does it reproduce the one before?
