@@ -12,7 +12,10 @@ from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.declare import Fused, Problem, new_graph
 
-__all__ = ["PagedDecodeProblem", "gather_pages"]
+__all__ = ["CONTROL", "PagedDecodeProblem", "gather_pages", "torch_decoders"]
+
+CONTROL = "varlen_attn on pre-packed K/V (control, no gather)"
+"""The name of :func:`torch_decoders`' control: attention alone on K/V packed beforehand."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,6 +136,90 @@ def gather_pages(pool: Any, page_table: Any) -> Any:
     _, h, page, d = pool.shape
     pages = pool[page_table.reshape(b, pps).long()]  # B × pps × H × page × D
     return pages.permute(0, 2, 1, 3, 4).reshape(b, h, pps * page, d)
+
+
+def torch_decoders(p: PagedDecodeProblem, d: dict[str, Any], mask: Any) -> dict[str, Any]:
+    """PyTorch's decode paths over the same paged inputs, by name: each value *builds* a zero-argument launcher.
+
+    Building may raise (a ``torch.nn.attention.varlen`` this PyTorch lacks): call each one where its
+    refusal is reported. PyTorch's own pool layout (pages × page × heads × dim) and the valid-token
+    index are made once here, untimed.
+
+    * ``PyTorch varlen_attn on the paged pool``: FlashAttention reading the pages in place (``block_table``);
+    * ``PyTorch gather valid tokens + varlen_attn``: one ``index_select`` of exactly the valid tokens, then
+      variable-length attention;
+    * ``PyTorch gather + padded SDPA``: every sequence's full page list copied out, attention over the
+      padded maximum with ``mask``;
+    * :data:`CONTROL`: ``varlen_attn`` on K and V packed beforehand, the attention alone.
+
+    Parameters
+    ----------
+    p
+        The problem.
+    d
+        Its inputs (:meth:`PagedDecodeProblem.make_inputs`).
+    mask
+        :meth:`PagedDecodeProblem.key_mask` of those inputs, for the padded path.
+
+    Returns
+    -------
+    dict[str, Any]
+        Name → a function that returns the launcher.
+
+    Example
+    -------
+    >>> run = torch_decoders(p, d, p.key_mask(d["seq_len_kv"]))["PyTorch gather + padded SDPA"]()
+    >>> out = run()
+    """
+    import torch
+
+    def varlen():
+        from torch.nn.attention.varlen import varlen_attn  # PyTorch ≥ 2.10
+
+        return varlen_attn
+
+    dev = d["q"].device
+    lengths = d["lengths"].to(torch.int64)
+    table = d["page_table"].reshape(p.batch, -1).long().cpu()
+    pos = torch.arange(p.pages_per_sequence * p.page_size)
+    token = torch.cat(
+        [table[i, pos[:n] // p.page_size] * p.page_size + pos[:n] % p.page_size for i, n in enumerate(lengths.tolist())]
+    ).to(dev)
+    k_pool = d["k_pool"].permute(0, 2, 1, 3).contiguous()
+    v_pool = d["v_pool"].permute(0, 2, 1, 3).contiguous()
+    cu_k = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32).to(dev)
+    cu_q = torch.arange(p.batch + 1, dtype=torch.int32, device=dev)
+    q, max_k = d["q"].reshape(p.batch, p.heads, p.head_dim), int(lengths.max())
+    used_k, block_table = d["lengths"].to(torch.int32).to(dev), d["page_table"].reshape(p.batch, -1).contiguous()
+
+    def gathered():
+        return k_pool.flatten(0, 1).index_select(0, token), v_pool.flatten(0, 1).index_select(0, token)
+
+    def in_place():
+        attn = varlen()
+        return lambda: attn(
+            q, k_pool, v_pool, cu_q, None, 1, max_k, scale=p.scale, seqused_k=used_k, block_table=block_table
+        )
+
+    def gather_varlen():
+        attn = varlen()
+        return lambda: attn(q, *gathered(), cu_q, cu_k, 1, max_k, scale=p.scale)
+
+    def padded():
+        return lambda: p.torch_forward(
+            d["q"], gather_pages(d["k_pool"], d["page_table"]), gather_pages(d["v_pool"], d["page_table"]), mask
+        )
+
+    def control():
+        attn, (k, v) = varlen(), gathered()
+        return lambda: attn(q, k, v, cu_q, cu_k, 1, max_k, scale=p.scale)
+
+    return {
+        "PyTorch varlen_attn on the paged pool": in_place,
+        "PyTorch gather valid tokens + varlen_attn": gather_varlen,
+        "PyTorch gather + padded SDPA": padded,
+        CONTROL: control,
+    }
 
 
 def paged_decode_graph(

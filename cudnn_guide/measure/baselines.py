@@ -15,7 +15,7 @@ from typing import Any
 
 from cudnn_guide.errors import CheckFailedError
 
-__all__ = ["admit", "compile_quietly", "sdpa_backends", "with_cudnn_benchmark"]
+__all__ = ["admit", "compile_quietly", "forced_sdpa", "sdpa_backends", "with_cudnn_benchmark"]
 
 
 def compile_quietly(
@@ -82,6 +82,39 @@ def sdpa_backends() -> dict[str, Any]:
         "PyTorch mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
         "PyTorch cuDNN": SDPBackend.CUDNN_ATTENTION,
     }
+
+
+def forced_sdpa(backend: Any, **sdpa_kwargs: Any) -> Callable[..., Any]:
+    """PyTorch's ``scaled_dot_product_attention`` on one backend only: ``attend(q, k, v)``.
+
+    Under ``sdpa_kernel([backend])`` a backend that cannot run the inputs raises, where PyTorch's
+    default dispatch would quietly run another (see :func:`sdpa_backends`).
+
+    Parameters
+    ----------
+    backend
+        A ``torch.nn.attention.SDPBackend``.
+    sdpa_kwargs
+        Passed to ``scaled_dot_product_attention`` (``is_causal``, ``scale``, ``enable_gqa``, ...).
+
+    Returns
+    -------
+    Callable[..., Any]
+        ``attend(q, k, v)``.
+
+    Example
+    -------
+    >>> attend = forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
+    >>> out = attend(q, k, v)
+    """
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, **sdpa_kwargs)
+
+    return attend
 
 
 def with_cudnn_benchmark(fn: Callable[[], Any], enabled: bool) -> Callable[[], Any]:

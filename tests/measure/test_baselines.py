@@ -73,3 +73,14 @@ def test_the_warnings_a_refusing_backend_gives_join_its_reason_and_a_running_one
 
     with pytest.warns(UserWarning, match="slow path"):
         assert baselines.admit({}, "ok", warns_and_runs, torch.ones(2)) is None
+
+
+def test_a_forced_sdpa_backend_runs_only_that_backend():
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    attend = baselines.forced_sdpa(SDPBackend.MATH, is_causal=True, scale=0.5)
+    torch.testing.assert_close(attend(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5))
+    with pytest.raises(RuntimeError):  # no cuDNN attention on the CPU: refused, not replaced by another
+        baselines.forced_sdpa(SDPBackend.CUDNN_ATTENTION, is_causal=True)(q, k, v)
