@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from cudnn_guide.errors import CheckFailedError
 
-__all__ = ["admit", "compile_quietly", "forced_sdpa", "sdpa_backends", "with_cudnn_benchmark"]
+__all__ = ["admit", "compile_quietly", "forced_sdpa", "sdpa_backends", "training_step", "with_cudnn_benchmark"]
 
 
 def compile_quietly(
@@ -117,6 +117,45 @@ def forced_sdpa(backend: Any, **sdpa_kwargs: Any) -> Callable[..., Any]:
     return attend
 
 
+def training_step(forward: Callable[..., Any], leaves: Any, grad_out: Any) -> Callable[[], Any]:
+    """One autograd training step as a zero-argument launcher: clear the leaves' ``.grad``, run
+    ``forward`` on them, then ``backward(grad_out)``; returns the forward's output.
+
+    Clearing first means no step pays for accumulating into the previous one's gradients, and
+    after a call each leaf's ``.grad`` holds that step's gradient, ready to be checked.
+
+    Parameters
+    ----------
+    forward
+        Called as ``forward(*leaves)``, or ``forward(**leaves)`` when ``leaves`` is a mapping.
+    leaves
+        Tensors with ``requires_grad=True``: a sequence, or a mapping of keyword arguments.
+    grad_out
+        The gradient of the output.
+
+    Returns
+    -------
+    Callable[[], Any]
+        The step.
+
+    Example
+    -------
+    >>> q, k, v = (t.detach().requires_grad_() for t in (q0, k0, v0))
+    >>> step = training_step(forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True), [q, k, v], d_o)
+    >>> step(); q.grad  # dQ of this step
+    """
+    tensors = list(leaves.values()) if isinstance(leaves, Mapping) else list(leaves)
+
+    def step() -> Any:
+        for t in tensors:
+            t.grad = None
+        out = forward(**leaves) if isinstance(leaves, Mapping) else forward(*leaves)
+        out.backward(grad_out)
+        return out
+
+    return step
+
+
 def with_cudnn_benchmark(fn: Callable[[], Any], enabled: bool) -> Callable[[], Any]:
     """``fn`` run with ``torch.backends.cudnn.benchmark = enabled``, restored after each call.
 
@@ -182,7 +221,8 @@ def admit(
         The expected output, checked with :func:`cudnn_guide.check.check`.
     check
         Instead of ``reference``: a callable given the output, which raises ``CheckFailedError`` on a
-        wrong result (for outputs that are not one tensor).
+        wrong result (for outputs that are not one tensor); what it returns (a result, or a list of
+        them) is printed.
     tol
         The check's tolerance with ``reference``; default by dtype.
 
@@ -216,8 +256,9 @@ def admit(
     for w in caught:  # a baseline that ran keeps its warnings
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     result = check(out) if check is not None else checks.check(out, reference, name=name, tol=tol)
-    if result is not None:
-        print(result)
+    for line in result if isinstance(result, (list, tuple)) else [result]:
+        if line is not None:
+            print(line)
     contenders[name] = fn
     return None
 

@@ -84,3 +84,25 @@ def test_a_forced_sdpa_backend_runs_only_that_backend():
     torch.testing.assert_close(attend(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5))
     with pytest.raises(RuntimeError):  # no cuDNN attention on the CPU: refused, not replaced by another
         baselines.forced_sdpa(SDPBackend.CUDNN_ATTENTION, is_causal=True)(q, k, v)
+
+
+@pytest.mark.parametrize("as_mapping", [False, True])
+def test_a_training_step_leaves_exactly_one_steps_gradients(as_mapping):
+    x0, w0 = torch.randn(4, 3), torch.randn(3, 2)
+    x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    grad_out = torch.ones(4, 2)
+    if as_mapping:
+        step = baselines.training_step(lambda a, b: a @ b, {"a": x, "b": w}, grad_out)
+    else:
+        step = baselines.training_step(lambda a, b: a @ b, [x, w], grad_out)
+    out = step()
+    step()  # a second step: gradients are this step's, not two steps' sum
+    torch.testing.assert_close(out, x0 @ w0)
+    torch.testing.assert_close(x.grad, grad_out @ w0.T)
+    torch.testing.assert_close(w.grad, x0.T @ grad_out)
+
+
+def test_a_check_that_returns_several_results_prints_each(capsys):
+    results = ["check dQ: PASS", "check dK: PASS"]
+    assert baselines.admit({}, "flash", lambda: 1, check=lambda out: results) is None
+    assert capsys.readouterr().out.splitlines() == results
