@@ -125,38 +125,21 @@ for c in checks:
 # PyTorch computes the same step through autograd: ``scaled_dot_product_attention`` forward,
 # then ``backward(d_o)``. ``sdpa_kernel`` pins one backend at a time; gradients are reset to
 # ``None`` before each step so no step pays for accumulating into the previous one's.
-import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel
-
 from cudnn_guide.measure import baselines
 
 BACKENDS = baselines.sdpa_backends()
 
 
 def torch_step(backend, p, data):
-    q, k, v = (data[n].detach().requires_grad_(True) for n in "qkv")
-    d_o = data["d_o"]
-
-    def step():
-        q.grad = k.grad = v.grad = None
-        with sdpa_kernel([backend]):
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=p.scale)
-        out.backward(d_o)
-        return out
-    return step, (q, k, v)
+    leaves = [data[n].detach().requires_grad_(True) for n in "qkv"]
+    attend = baselines.forced_sdpa(backend, is_causal=p.causal, scale=p.scale)
+    return baselines.training_step(attend, leaves, data["d_o"]), leaves
 
 
-baseline_checks = []
-for name, backend in BACKENDS.items():
+for name, backend in BACKENDS.items():  # each backend's gradients checked, or its refusal shown
     step, leaves = torch_step(backend, problem, ins)
-    try:
-        step()
-    except RuntimeError as exc:
-        print(f"{name}: unavailable here ({str(exc).splitlines()[0][:120]})")
-        continue
-    for n, leaf in zip("qkv", leaves):
-        baseline_checks.append(check.check(leaf.grad, ref_grads[n], name=f"{name} d{n.upper()}"))
-        print(baseline_checks[-1])
+    baselines.admit({}, name, step, check=lambda _, leaves=leaves, name=name, ref_grads=ref_grads: [
+        check.check(leaf.grad, ref_grads[n], name=f"{name} d{n.upper()}") for n, leaf in zip("qkv", leaves)])
 del ref_o, ref_grads
 torch.cuda.empty_cache()
 

@@ -148,20 +148,9 @@ from cudnn_guide.measure import baselines
 
 
 def torch_training(p, data, fn):
-    leaves = {"x": data["x"].detach().clone().requires_grad_(True),
-              "scale": data["scale"].detach().clone().requires_grad_(True)}
-    if p.kind == "layer":
-        leaves["bias"] = data["bias"].detach().clone().requires_grad_(True)
-    dy = data["dy"]
-
-    def forward():
-        return fn(**leaves)
-
-    def step():
-        for t in leaves.values():
-            t.grad = None
-        fn(**leaves).backward(dy)
-    return forward, step, leaves
+    names = ("x", "scale", "bias") if p.kind == "layer" else ("x", "scale")
+    leaves = {n: data[n].detach().clone().requires_grad_(True) for n in names}
+    return (lambda: fn(**leaves)), baselines.training_step(fn, leaves, data["dy"]), leaves
 
 
 impls = {}

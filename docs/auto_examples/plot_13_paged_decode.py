@@ -109,69 +109,16 @@ print(checks[-1])
 #
 # Each is checked against the reference before it is timed; one this PyTorch lacks is shown with
 # its error, not dropped.
-def pytorch_layout(p, d):
-    """The pool as pages × page × heads × dim, the valid-token index and the varlen offsets."""
-    k_pool = d["k_pool"].permute(0, 2, 1, 3).contiguous()
-    v_pool = d["v_pool"].permute(0, 2, 1, 3).contiguous()
-    lengths = d["lengths"].to(torch.int64)
-    table = d["page_table"].reshape(p.batch, -1).long().cpu()
-    pos = torch.arange(p.pages_per_sequence * p.page_size)
-    token = torch.cat([(table[i, pos[:n] // p.page_size] * p.page_size + pos[:n] % p.page_size)
-                       for i, n in enumerate(lengths.tolist())]).cuda()
-    cu_k = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32).cuda()
-    return {"k_pool": k_pool, "v_pool": v_pool, "token": token, "cu_k": cu_k,
-            "cu_q": torch.arange(p.batch + 1, dtype=torch.int32, device="cuda"), "max_k": int(lengths.max()),
-            "used_k": d["lengths"].to(torch.int32).cuda(), "table": d["page_table"].reshape(p.batch, -1).contiguous(),
-            "q": d["q"].reshape(p.batch, p.heads, p.head_dim)}
-
-
-def varlen_paged(p, d, t):
-    from torch.nn.attention.varlen import varlen_attn
-
-    return lambda: varlen_attn(t["q"], t["k_pool"], t["v_pool"], t["cu_q"], None, 1, t["max_k"], scale=p.scale,
-                               seqused_k=t["used_k"], block_table=t["table"])
-
-
-def gather_varlen(p, d, t):
-    from torch.nn.attention.varlen import varlen_attn
-
-    def run():
-        k = t["k_pool"].flatten(0, 1).index_select(0, t["token"])
-        v = t["v_pool"].flatten(0, 1).index_select(0, t["token"])
-        return varlen_attn(t["q"], k, v, t["cu_q"], t["cu_k"], 1, t["max_k"], scale=p.scale)
-    return run
-
-
-def gather_padded_sdpa(p, d, m):
-    def run():
-        k = paged.gather_pages(d["k_pool"], d["page_table"])
-        v = paged.gather_pages(d["v_pool"], d["page_table"])
-        return p.torch_forward(d["q"], k, v, m)
-    return run
-
-
-def packed_varlen(p, d, t):
-    from torch.nn.attention.varlen import varlen_attn
-
-    k = t["k_pool"].flatten(0, 1).index_select(0, t["token"])
-    v = t["v_pool"].flatten(0, 1).index_select(0, t["token"])
-    return lambda: varlen_attn(t["q"], k, v, t["cu_q"], t["cu_k"], 1, t["max_k"], scale=p.scale)
-
-
-CONTROL = "varlen_attn on pre-packed K/V (control, no gather)"
-BASELINES = {"PyTorch varlen_attn on the paged pool": varlen_paged,
-             "PyTorch gather valid tokens + varlen_attn": gather_varlen,
-             CONTROL: packed_varlen}
+#
+# :func:`~cudnn_guide.graphs.paged.torch_decoders` builds all four from the same inputs.
 from cudnn_guide.measure import baselines
 
-layout = pytorch_layout(problem, data)
+decoders = paged.torch_decoders(problem, data, mask)
 unavailable = {}
-for name, make in BASELINES.items():
-    if why := baselines.admit({}, name, lambda make=make: make(problem, data, layout)(),
+for name, build in decoders.items():
+    if why := baselines.admit({}, name, lambda build=build: build()(),
                               check=lambda out, name=name: check.check(out.reshape(data["o"].shape), reference, name=name)):
         unavailable[name] = why
-checks.append(check.check(gather_padded_sdpa(problem, data, mask)(), reference, name="PyTorch gather + padded SDPA"))
-print(checks[-1])
 
 # %%
 # Measure across context lengths
@@ -199,21 +146,17 @@ def setup(ctx):
         check.poison(d["o"])
         launch()
         check.check(d["o"], ref, name=f"paged decode, context {ctx}")
-        t = pytorch_layout(p, d)
-        for name, make in BASELINES.items():
-            if name not in unavailable:
-                check.check(make(p, d, t)().reshape(d["o"].shape), ref, name=f"{name}, context {ctx}")
-        made[ctx] = (p, d, launch, m, t)
+        runs = {n: build() for n, build in paged.torch_decoders(p, d, m).items() if n not in unavailable}
+        for name, run in runs.items():
+            check.check(run().reshape(d["o"].shape), ref, name=f"{name}, context {ctx}")
+        made[ctx] = (launch, runs, p, d)
     return made[ctx]
 
 
-impls = {"cuDNN paged": lambda c: setup(c)[2]}
-for name, make in BASELINES.items():
-    if name not in unavailable:
-        impls[name] = lambda c, make=make: make(setup(c)[0], setup(c)[1], setup(c)[4])
-impls["PyTorch gather + padded SDPA"] = lambda c: gather_padded_sdpa(setup(c)[0], setup(c)[1], setup(c)[3])
+impls = {"cuDNN paged": lambda c: setup(c)[0]}
+impls.update({name: lambda c, name=name: setup(c)[1][name] for name in decoders if name not in unavailable})
 result = sweep.sweep(contexts, impls, x="max_context", l2="cold",
-                     bytes=lambda c: setup(c)[0].kv_bytes(setup(c)[1]["lengths"]), candidate="cuDNN paged")
+                     bytes=lambda c: setup(c)[2].kv_bytes(setup(c)[3]["lengths"]), candidate="cuDNN paged")
 
 # %%
 # Plot
@@ -249,7 +192,7 @@ for c in contexts:
     ours = cmp.measurements["cuDNN paged"]
     print(f"* max context {c}: cuDNN reads K/V at {ours.gbps:.0f} GB/s ({100 * ours.gbps / read.gbps:.0f}% of the "
           f"measured read bandwidth); against the fastest PyTorch decode, {cmp.best_baseline}, it is {cmp.describe()}"
-          + (f"; against the control (attention alone on packed K/V) it is {cmp.describe(CONTROL)}" if CONTROL in cmp.versus
+          + (f"; against the control (attention alone on packed K/V) it is {cmp.describe(paged.CONTROL)}" if paged.CONTROL in cmp.versus
              else "") + ".")
 for name, why in unavailable.items():
     print(f"* {name} is not in this PyTorch: {why}")

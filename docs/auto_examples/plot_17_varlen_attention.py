@@ -208,8 +208,7 @@ unavailable = {}
 
 
 def flash_padded():
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        return F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)
+    return baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)(qp, kp, vp)
 
 
 nested = [torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2) for t in (q, k, v)]

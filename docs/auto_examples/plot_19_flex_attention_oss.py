@@ -117,11 +117,10 @@ for i, c in enumerate(cold):
 # ``torch.ops.cudnn.sdpa_fwd``. Each races in interleaved rounds with a bootstrap interval.
 import cudnn
 import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide.measure import compare
+from cudnn_guide.measure import baselines, compare
 from cudnn_guide import graphs
 
 handle = graphs.handle_for_current_device()
@@ -160,10 +159,8 @@ for mask, left, plan, ref in (("causal", None, causal_plan, ref_causal), (f"wind
             qb, kb, vb, D ** -0.5, is_causal=True, window_left=-1 if left is None else left, return_lse=False),
     }
     if left is None:
-        def flash():
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
-        contenders["PyTorch SDPA (flash)"] = flash
+        attend = baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
+        contenders["PyTorch SDPA (flash)"] = lambda: attend(qb, kb, vb)
     for name, fn in contenders.items():
         if name not in (CAND, "cuDNN graph SDPA"):
             out = fn()

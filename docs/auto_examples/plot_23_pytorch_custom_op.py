@@ -153,8 +153,7 @@ print(checks[-1])
 #   ``return_lse=True``);
 # * PyTorch's SDPA with the cuDNN backend, and with the flash backend (each forced).
 import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 from cudnn_guide.measure import baselines, compare
 
@@ -173,18 +172,11 @@ def frontend_op(q_, k_, v_):
     return torch.ops.cudnn.sdpa_fwd(q_, k_, v_, D ** -0.5, is_causal=True, return_lse=True)[0]
 
 
-def pytorch(backend):
-    def forward(q_, k_, v_):
-        with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
-    return forward
-
-
 contenders, unavailable = {}, {}
 for name, forward in {"this page's op": lambda q_, k_, v_: torch_ops.attention(q_, k_, v_),
                       "torch.ops.cudnn.sdpa_fwd (frontend 1.32)": frontend_op,
-                      "PyTorch SDPA (cuDNN backend)": pytorch(SDPBackend.CUDNN_ATTENTION),
-                      "PyTorch SDPA (flash backend)": pytorch(SDPBackend.FLASH_ATTENTION)}.items():
+                      "PyTorch SDPA (cuDNN backend)": baselines.forced_sdpa(SDPBackend.CUDNN_ATTENTION, is_causal=True),
+                      "PyTorch SDPA (flash backend)": baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)}.items():
     if why := baselines.admit(contenders, name, step(forward),
                               check=lambda _, name=name: check.check(leaves[0].grad, ref_leaves[0].grad, name=f"{name}: dQ")):
         unavailable[name] = why

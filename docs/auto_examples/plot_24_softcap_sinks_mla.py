@@ -256,7 +256,7 @@ del leaves, ref_om
 # A training step (forward + backward) against PyTorch's SDPA on each backend that accepts a
 # V head size different from Q's (forced with ``sdpa_kernel``), and FlexAttention. A backend
 # that refuses the shapes is listed with its error.
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 from cudnn_guide.measure import baselines
 
@@ -278,10 +278,7 @@ def torch_step(attend):
 
 
 def backend(b):
-    def attend(q, k, v):
-        with sdpa_kernel([b]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return attend
+    return baselines.forced_sdpa(b, is_causal=True)  # F.sdpa under sdpa_kernel([b]): a refusal raises
 
 
 mla_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
