@@ -101,38 +101,16 @@ class TuneResult:
         return 1 - 6 * d2 / (n * (n * n - 1))
 
     def plot(self, *, title: str = "", ax: Any = None) -> Any:
-        """Every plan, fastest first: median, IQR (thick) and 5–95% (thin); the heuristic's first choice
-        (plan 0) in orange, the winner in green. Returns the matplotlib ``Axes``.
+        """Every plan, fastest first, with the heuristic's choice marked
+        (:func:`~cudnn_guide.report.plots.plot_plans`). Returns the matplotlib ``Axes``.
 
         Example
         -------
         >>> result.plot(title="conv→bias→ReLU")
         """
-        import matplotlib.pyplot as plt
+        from cudnn_guide.report.plots import plot_plans
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")
-        for pos, t in enumerate(self.ranked):
-            m = t.measurement
-            color = "#e8710a" if t.index == 0 else ("#76b900" if pos == 0 else "0.45")
-            ax.vlines(pos, m.q1_ms * 1e3, m.q3_ms * 1e3, color=color, linewidth=6, alpha=0.6)
-            ax.plot(pos, m.median_ms * 1e3, "o", color=color, markersize=4)
-            ax.vlines(pos, m.quantile(0.05) * 1e3, m.quantile(0.95) * 1e3, color=color, linewidth=1)
-        ax.set_yscale("log")
-        ax.set_xlabel(f"plans, fastest first ({self.method})")
-        ax.set_ylabel("time per call (µs): median, IQR (thick), 5–95% (thin)")
-        if title:
-            ax.set_title(title)
-        heur = self.rank_of(0)
-        if heur is not None:
-            ax.annotate(
-                f"heuristic's choice: rank {heur}",
-                xy=(heur - 1, self.by_index(0).median_ms * 1e3),
-                xytext=(len(self.ranked) * 0.3, self.best.median_ms * 1e3 * 1.8),
-                arrowprops={"arrowstyle": "->"},
-            )
-        ax.grid(True, alpha=0.3, which="both")
-        return ax
+        return plot_plans(self, title=title, ax=ax)
 
 
 def plan_names(built: BuiltGraph) -> list[str]:

@@ -248,9 +248,9 @@ def admit(
         except Exception as exc:  # the baseline cannot run here: said, never silently dropped
             why = f"{type(exc).__name__}: {_first_line(str(exc))}"
             # PyTorch's SDPA says *why* a forced backend refused only in warnings: they join the reason
-            said = list(dict.fromkeys(_first_line(str(w.message)) for w in caught))
+            said = _reasons([_first_line(str(w.message)) for w in caught])
             if said:
-                why += f" ({'; '.join(said).replace(':; ', ': ')[:240]})"
+                why += f" ({_clip('; '.join(said).replace(':; ', ': '), 240)})"
             print(f"{name}: unavailable here ({why})")
             return why
     for w in caught:  # a baseline that ran keeps its warnings
@@ -263,6 +263,26 @@ def admit(
     return None
 
 
+_FORCED = re.compile(r"has been runtime disabled")
+"""What ``sdpa_kernel`` itself causes by disabling the other backends: not a reason the forced one refused."""
+
+
+def _reasons(messages: list[str]) -> list[str]:
+    """PyTorch's warnings without repeats and without what forcing caused: a "... not used because:"
+    header stays only with the reason that follows it."""
+    kept = [m for m in dict.fromkeys(messages) if not _FORCED.search(m)]
+    return [
+        m for i, m in enumerate(kept) if not m.endswith(":") or (i + 1 < len(kept) and not kept[i + 1].endswith(":"))
+    ]
+
+
 def _first_line(text: str) -> str:
     text = re.sub(r"\s*\(Triggered internally at [^)]*\)", "", text)  # PyTorch's C++ source location
-    return (text.strip().splitlines() or [""])[0][:160]
+    return _clip((text.strip().splitlines() or [""])[0], 160)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text``, cut at a word boundary with an ellipsis when longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ;,:") + "…"

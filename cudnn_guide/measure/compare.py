@@ -94,38 +94,16 @@ class Comparison:
         logx: bool = False,
         per: Callable[[dict[str, float]], dict[str, float]] | None = None,
     ) -> Any:
-        """Each contender's :meth:`estimate` in ``unit`` as a horizontal bar with its 95% interval, the
-        candidate in green; the best at the top. Returns the matplotlib ``Axes``.
-
-        ``per`` maps an estimate to another (e.g. time → tokens per second); ``xlabel`` then names it.
+        """Each contender's :meth:`estimate` as a bar with its 95% interval
+        (:func:`~cudnn_guide.report.plots.plot_comparison`). Returns the matplotlib ``Axes``.
 
         Example
         -------
         >>> c.plot("TFLOP/s", title="causal attention, S=4096")
         """
-        import matplotlib.pyplot as plt
+        from cudnn_guide.report.plots import plot_comparison
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(self.measurements)), layout="constrained")
-        ests = {n: self.estimate(n, unit) for n in self.measurements}
-        if per is not None:
-            ests = {n: per(e) for n, e in ests.items()}
-        higher_is_better = per is not None or "/s" in unit
-        names = sorted(ests, key=lambda n: ests[n]["value"], reverse=higher_is_better)
-        vals = [ests[n]["value"] for n in names]
-        ends = [sorted((ests[n]["low"], ests[n]["high"])) for n in names]  # a rate's ``per`` may swap them
-        err = [[v - lo for v, (lo, _) in zip(vals, ends)], [hi - v for v, (_, hi) in zip(vals, ends)]]
-        colors = ["#76b900" if n == self.candidate else "#8c8c8c" for n in names]
-        ax.barh(names, vals, xerr=err, capsize=3, color=colors)
-        ax.invert_yaxis()
-        if logx:
-            ax.set_xscale("log")
-        stat = f"median over {self.rounds} rounds, 95% CI"
-        ax.set_xlabel(f"{xlabel or unit} ({stat}{'; log scale' if logx else ''})")
-        if title:
-            ax.set_title(title)
-        ax.grid(True, axis="x", alpha=0.3)
-        return ax
+        return plot_comparison(self, unit, ax=ax, title=title, xlabel=xlabel, logx=logx, per=per)
 
     def estimate(self, name: str, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
         """``name``'s time over rounds as a headline: median of its round medians, bootstrap interval, in ``unit``.

@@ -4,7 +4,18 @@
 * :mod:`~cudnn_guide.report.records`: each example's machine-readable record, collected as it runs.
 """
 
-from cudnn_guide.report.plots import plot_bars, plot_lines
+from cudnn_guide.report.plots import plot_bars, plot_comparison, plot_lines, plot_plans
 from cudnn_guide.report.tables import ComparisonTable, Html, html_table, page_link, ratio, ratio_estimate
 
-__all__ = ["ComparisonTable", "Html", "html_table", "page_link", "plot_bars", "plot_lines", "ratio", "ratio_estimate"]
+__all__ = [
+    "ComparisonTable",
+    "Html",
+    "html_table",
+    "page_link",
+    "plot_bars",
+    "plot_comparison",
+    "plot_lines",
+    "plot_plans",
+    "ratio",
+    "ratio_estimate",
+]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cudnn_guide.measure.measurement import Measurement
 from cudnn_guide.report.tables import METRICS
 
-__all__ = ["plot_bars", "plot_lines"]
+__all__ = ["plot_bars", "plot_comparison", "plot_lines", "plot_plans"]
 
 
 def plot_lines(
@@ -166,4 +166,119 @@ def plot_bars(
         ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
+    return ax
+
+
+def plot_comparison(
+    c: Any,
+    unit: str = "µs",
+    *,
+    ax: Any = None,
+    title: str = "",
+    xlabel: str = "",
+    logx: bool = False,
+    per: Callable[[dict[str, float]], dict[str, float]] | None = None,
+) -> Any:
+    """Each contender of a :class:`~cudnn_guide.measure.compare.Comparison` as a horizontal bar: its
+    :meth:`~cudnn_guide.measure.compare.Comparison.estimate` in ``unit`` with the 95% interval, the
+    candidate in green, the best at the top.
+
+    Parameters
+    ----------
+    c
+        The comparison.
+    unit
+        ``µs``, ``ms``, ``TFLOP/s`` or ``GB/s``.
+    ax
+        Axes to draw on; default a new figure.
+    title
+        Axes title.
+    xlabel
+        The x label's quantity (default ``unit``); name it when ``per`` converts.
+    logx
+        Log x axis.
+    per
+        Maps an estimate to another (e.g. time to tokens per second); its values are then a rate,
+        highest first.
+
+    Returns
+    -------
+    Any
+        The axes.
+
+    Example
+    -------
+    >>> plot_comparison(c, "TFLOP/s", title="causal attention, S=4096")
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(c.measurements)), layout="constrained")
+    ests = {n: c.estimate(n, unit) for n in c.measurements}
+    if per is not None:
+        ests = {n: per(e) for n, e in ests.items()}
+    higher_is_better = per is not None or "/s" in unit
+    names = sorted(ests, key=lambda n: ests[n]["value"], reverse=higher_is_better)
+    vals = [ests[n]["value"] for n in names]
+    ends = [sorted((ests[n]["low"], ests[n]["high"])) for n in names]  # a rate's ``per`` may swap them
+    err = [[v - lo for v, (lo, _) in zip(vals, ends)], [hi - v for v, (_, hi) in zip(vals, ends)]]
+    colors = ["#76b900" if n == c.candidate else "#8c8c8c" for n in names]
+    ax.barh(names, vals, xerr=err, capsize=3, color=colors)
+    ax.invert_yaxis()
+    if logx:
+        ax.set_xscale("log")
+    stat = f"median over {c.rounds} rounds, 95% CI"
+    ax.set_xlabel(f"{xlabel or unit} ({stat}{'; log scale' if logx else ''})")
+    if title:
+        ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
+def plot_plans(result: Any, *, title: str = "", ax: Any = None) -> Any:
+    """Every plan of an autotuning :class:`~cudnn_guide.measure.autotune.TuneResult`, fastest first: median,
+    IQR (thick) and 5–95% (thin); the heuristic's first choice (plan 0) in orange, the winner in green.
+
+    Parameters
+    ----------
+    result
+        The tuning result.
+    title
+        Axes title.
+    ax
+        Axes to draw on; default a new figure.
+
+    Returns
+    -------
+    Any
+        The axes.
+
+    Example
+    -------
+    >>> plot_plans(autotune.tune(built, pack), title="conv→bias→ReLU")
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")
+    for pos, t in enumerate(result.ranked):
+        m = t.measurement
+        color = "#e8710a" if t.index == 0 else ("#76b900" if pos == 0 else "0.45")
+        ax.vlines(pos, m.q1_ms * 1e3, m.q3_ms * 1e3, color=color, linewidth=6, alpha=0.6)
+        ax.plot(pos, m.median_ms * 1e3, "o", color=color, markersize=4)
+        ax.vlines(pos, m.quantile(0.05) * 1e3, m.quantile(0.95) * 1e3, color=color, linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"plans, fastest first ({result.method})")
+    ax.set_ylabel("time per call (µs): median, IQR (thick), 5–95% (thin)")
+    if title:
+        ax.set_title(title)
+    heur = result.rank_of(0)
+    if heur is not None:
+        ax.annotate(
+            f"heuristic's choice: rank {heur}",
+            xy=(heur - 1, result.by_index(0).median_ms * 1e3),
+            xytext=(len(result.ranked) * 0.3, result.best.median_ms * 1e3 * 1.8),
+            arrowprops={"arrowstyle": "->"},
+        )
+    ax.grid(True, alpha=0.3, which="both")
     return ax

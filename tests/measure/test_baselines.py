@@ -106,3 +106,25 @@ def test_a_check_that_returns_several_results_prints_each(capsys):
     results = ["check dQ: PASS", "check dK: PASS"]
     assert baselines.admit({}, "flash", lambda: 1, check=lambda out: results) is None
     assert capsys.readouterr().out.splitlines() == results
+
+
+def test_a_refusal_keeps_the_forced_backends_own_reason_cut_at_a_word(capsys):
+    import warnings
+
+    def refuses():
+        warnings.warn("Memory efficient kernel not used because:", stacklevel=1)
+        warnings.warn("Memory Efficient attention has been runtime disabled.", stacklevel=1)
+        warnings.warn("Flash attention kernel not used because:", stacklevel=1)
+        warnings.warn(
+            "Flash attention requires q,k,v to have the same last dimension " + "and more " * 40, stacklevel=1
+        )
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    why = baselines.admit({}, "flash", refuses, torch.ones(2))
+    assert "runtime disabled" not in why  # a consequence of forcing one backend, not its reason
+    assert why.startswith(
+        "RuntimeError: No available kernel. Aborting execution. "
+        "(Flash attention kernel not used because: Flash attention requires q,k,v"
+    )  # the efficient backend's header went with its forced-off reason
+    reason = why[why.index("(") + 1 : -1]
+    assert reason.endswith("…") and len(reason) <= 240 and reason[:-1].split()[-1] in ("and", "more")  # whole words
