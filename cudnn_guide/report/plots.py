@@ -11,6 +11,16 @@ from cudnn_guide.report.tables import METRICS
 __all__ = ["plot_bars", "plot_comparison", "plot_lines", "plot_plans"]
 
 
+def _iqr_band(m: Measurement, metric: str) -> tuple[float, float]:
+    """The samples' 25th–75th percentile in ``metric``: a time scales with the time, a rate with its
+    inverse (so the slow quartile is a rate's lower edge)."""
+    _, higher_is_better, getter = METRICS[metric]
+    at_median = getter(m)
+    if higher_is_better:
+        return at_median * m.median_ms / m.q3_ms, at_median * m.median_ms / m.q1_ms
+    return at_median * m.q1_ms / m.median_ms, at_median * m.q3_ms / m.median_ms
+
+
 def plot_lines(
     measurements: Sequence[Measurement],
     *,
@@ -74,17 +84,7 @@ def plot_lines(
             ms = sorted(ms, key=lambda m: m.params[x])  # numeric sizes ascend; named ones keep their given order
         xs = [m.params[x] for m in ms]
         ys = [getter(m) for m in ms]
-        # The band is the samples' 25th–75th percentile, mapped through the metric: a time scales
-        # with the time, a rate with its inverse (so the slow quartile is the band's lower edge).
-        lo, hi = [], []
-        for m in ms:
-            at_median = getter(m)
-            if metric in ("tflops", "gbps"):
-                lo.append(at_median * m.median_ms / m.q3_ms)
-                hi.append(at_median * m.median_ms / m.q1_ms)
-            else:
-                lo.append(at_median * m.q1_ms / m.median_ms)
-                hi.append(at_median * m.q3_ms / m.median_ms)
+        lo, hi = zip(*(_iqr_band(m, metric) for m in ms))
         (handle,) = ax.plot(xs, ys, marker="o", label=str(name))
         ax.fill_between(xs, lo, hi, alpha=0.25, color=handle.get_color(), linewidth=0)
     if ceiling is not None:
@@ -151,13 +151,7 @@ def plot_bars(
         pos = [j + i * width for j, v in enumerate(xs) if v in at]
         ms = [at[v] for v in xs if v in at]
         vals = [getter(m) for m in ms]
-        # the IQR mapped through the metric: a rate's slow quartile is its band's lower edge
-        ends = [
-            sorted((getter(m) * m.q1_ms / m.median_ms, getter(m) * m.q3_ms / m.median_ms))
-            if metric not in ("tflops", "gbps")
-            else sorted((getter(m) * m.median_ms / m.q3_ms, getter(m) * m.median_ms / m.q1_ms))
-            for m in ms
-        ]
+        ends = [_iqr_band(m, metric) for m in ms]
         err = [[v - lo for v, (lo, _) in zip(vals, ends)], [hi - v for v, (_, hi) in zip(vals, ends)]]
         ax.bar(pos, vals, width, label=str(name), yerr=err, capsize=2)
     ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(xs))], [str(v) for v in xs])

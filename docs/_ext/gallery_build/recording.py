@@ -1186,8 +1186,9 @@ def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int)
 
 
 RECORD_ALONE = {
-    # pages whose results are host times: no other page runs beside them (see the methodology page's
-    # "Host-bound pages beside other GPUs": their host times still jumped on two-GPU machines)
+    # pages whose results are host times: no other page's CPU work runs beside them. Their host times
+    # still jump between recordings, on one GPU as on two: the methodology page's "Host-bound pages
+    # beside other GPUs" traces that to the process (two levels between fresh processes), not to neighbours
     "plot_08_cuda_graphs.py",
     "plot_21_call_overhead.py",
 }
