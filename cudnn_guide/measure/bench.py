@@ -109,6 +109,7 @@ def benchmark(
     min_reps: int = 20,
     max_reps: int = 2_000,
     precision: float | None = 0.005,
+    host_reps: int | None = None,
     cuda_graph: bool = False,
     calls_per_graph: int | None = None,
     subtract_launch_cost: bool = True,
@@ -139,6 +140,9 @@ def benchmark(
         32, 64, 128, ... calls, and stops once the 95% confidence interval of the median is within
         ± ``precision`` of it (:func:`~cudnn_guide.measure.measurement.median_ci`), or the budget is spent. ``None``
         always spends the whole budget.
+    host_reps:
+        Calls timed one at a time on an idle GPU queue for the host time (default: the number of
+        timed calls, at most 20); ``0`` skips it (a comparison measures it in its first round only).
     warmup_ms:
         Warm-up runs for this long, GPU time included (at least two calls), before timing.
     min_reps:
@@ -239,7 +243,7 @@ def benchmark(
     clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
     notes: list[str] = []
     if not cuda_graph:
-        host_samples = _host_times(fn, flush, label, min(reps, 20))
+        host_samples = _host_times(fn, flush, label, min(reps, 20) if host_reps is None else host_reps)
         if subtract_launch_cost:
             samples, cost_ms, notes = kernel_samples(samples, cost_ms)
             if cost_ms:

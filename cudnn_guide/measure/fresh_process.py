@@ -22,21 +22,18 @@ from them, and what they do and do not establish).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import pickle
-import select
-import struct
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cudnn_guide.errors import GuideError
+from cudnn_guide.measure.interpreter import receive, send
 
 __all__ = ["FreshProcessError", "FreshResult", "InterpreterPool"]
 
@@ -45,7 +42,7 @@ PRELOAD: tuple[str, ...] = ("torch", "numpy")
 
 _WORKER = (
     "import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-    "from cudnn_guide.measure.fresh_process import _worker_main; _worker_main(int(sys.argv[2]), sys.argv[3:])"
+    "from cudnn_guide.measure.interpreter import worker_main; worker_main(int(sys.argv[2]), sys.argv[3:])"
 )
 
 
@@ -98,83 +95,6 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _cuda_untouched() -> str | None:
-    """Why this process is not fresh, or None when it is."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    if torch.cuda.is_initialized():
-        return "torch's CUDA state was already initialized before the call"
-    return None
-
-
-# -- frames: 8-byte length, then a pickle -------------------------------------------------------
-def _send(fd: int, obj: Any) -> None:
-    data = pickle.dumps(obj)
-    view = memoryview(struct.pack("<Q", len(data)) + data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        if deadline is not None:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise TimeoutError
-        chunk = os.read(fd, left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _receive(fd: int, timeout: float | None) -> Any:
-    """The next frame; ``EOFError`` if the writer is gone, ``TimeoutError`` after ``timeout`` s."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    head = _read_exact(fd, 8, deadline)
-    if head is None:
-        raise EOFError
-    body = _read_exact(fd, struct.unpack("<Q", head)[0], deadline)
-    if body is None:
-        raise EOFError
-    return pickle.loads(body)
-
-
-def _worker_main(answer_fd: int, preload: Sequence[str]) -> None:
-    """Body of each interpreter: import ``preload``, say ready, run one call, answer, exit normally."""
-    t0 = time.time()
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # optional: the call imports what it needs
-    try:
-        _send(answer_fd, ("ready", time.time() - t0, _cuda_untouched()))
-        request = _receive(0, None)
-    except (EOFError, BrokenPipeError):
-        return  # the pool closed without using this interpreter
-    environ, cwd, path, payload = request
-    os.environ.clear()
-    os.environ.update(environ)
-    os.chdir(cwd)
-    sys.path[:] = path
-    t_started = time.time()
-    try:  # CUDA was checked untouched when the interpreter said it was ready; nothing ran since
-        fn, args, kwargs = pickle.loads(payload)
-        message = ("ok", t_started, fn(*args, **kwargs))
-    except BaseException:
-        message = ("error", t_started, traceback.format_exc())
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        _send(answer_fd, message)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        _send(answer_fd, ("error", t_started, f"its result cannot be sent back: {type(exc).__name__}: {exc}"))
-
-
 class _Interpreter:
     def __init__(self, preload: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         read, write = os.pipe()
@@ -202,7 +122,7 @@ class _Interpreter:
         if self.import_seconds is not None:
             return
         try:
-            _, self.import_seconds, not_fresh = _receive(self.answers, timeout)
+            _, self.import_seconds, not_fresh = receive(self.answers, timeout)
         except EOFError:
             raise FreshProcessError(
                 "interpreter start", f"it exited while importing (exit code {self.proc.wait()})"
@@ -363,9 +283,9 @@ class InterpreterPool:
         payload = pickle.dumps((fn, args, kwargs))
         t_asked, t0 = time.time(), time.perf_counter()
         try:
-            _send(interp.proc.stdin.fileno(), ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload))
+            send(interp.proc.stdin.fileno(), ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload))
             interp.proc.stdin.close()
-            status, t_started, value = _receive(interp.answers, timeout)
+            status, t_started, value = receive(interp.answers, timeout)
         except TimeoutError:
             interp.kill()
             raise FreshProcessError(what, f"no answer within {timeout} s; the interpreter was killed") from None

@@ -77,6 +77,21 @@ def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     assert est["low"] <= est["value"] <= est["high"] and 60 < est["value"] < 100  # 80 µs under a drifting clock
 
 
+def test_host_times_are_taken_in_each_contenders_first_round_only(monkeypatch):
+    asked = []
+
+    def fake(fn, *, label, host_reps=None, **kw):
+        asked.append((label, host_reps))
+        return _FakeGPU({"cudnn": 0.08, "torch": 0.1})(fn, label=label, **kw)
+
+    monkeypatch.setattr(compare, "benchmark", fake)
+    compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=5)
+    measured = [(i, label) for i, (label, reps) in enumerate(asked) if reps is None]  # None: the default count
+    assert sorted(label for _, label in measured) == ["cudnn", "torch"]  # once each; the candidate's repeat never
+    assert sum(reps == 0 for _, reps in asked) == 15 - 2  # every other timing skips it
+    assert all(i == [label for label, _ in asked].index(label) for i, label in measured)  # in its first round
+
+
 def test_a_baseline_within_the_noise_is_a_tie(monkeypatch):
     monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1000, "torch": 0.1003}))
     c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cudnn_guide import check
-from cudnn_guide.measure import fresh_process
+from cudnn_guide.measure import fresh_process, interpreter
 from cudnn_guide.measure.fresh_process import FreshProcessError, InterpreterPool
 
 STATE = {"touched": False}  # changed by the test process only; an interpreter must see the import-time value
@@ -156,9 +156,9 @@ def test_an_interpreter_refuses_to_run_when_cuda_is_already_initialized(monkeypa
 
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    assert "already initialized" in fresh_process._cuda_untouched()
+    assert "already initialized" in interpreter.cuda_untouched()
     fake_torch.cuda.is_initialized = lambda: False
-    assert fresh_process._cuda_untouched() is None
+    assert interpreter.cuda_untouched() is None
 
 
 def test_a_pool_pins_its_interpreters_environment_from_their_start():
