@@ -164,6 +164,12 @@ class InterpreterPool:
     env
         Environment variables set in its interpreters on top of the caller's, from their start
         (``{"CUDA_VISIBLE_DEVICES": "1"}`` pins them to one GPU).
+    exit_fast
+        Each interpreter ends with ``os._exit`` right after answering, instead of a normal exit
+        (``atexit`` handlers, Inductor's compile workers, CUDA teardown: up to 10 s after a
+        ``torch.compile`` on the GPU builder, ``tools/exit_cost_probe.py``). For work whose results
+        are all in the answer or on disk already, such as a recorded page; not for a call whose
+        process must leave its caches behind as a normal exit does.
 
     Raises
     ------
@@ -182,10 +188,12 @@ class InterpreterPool:
         preload: Sequence[str] = PRELOAD,
         ready_timeout: float = 300.0,
         env: Mapping[str, str] | None = None,
+        exit_fast: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
         self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
+        self.exit_fast = exit_fast
         self._t0 = time.perf_counter()
         self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
         self.start_seconds: float | None = None
@@ -237,7 +245,7 @@ class InterpreterPool:
 
         The interpreter gets the caller's current environment variables (plus the pool's
         ``env``), working directory and ``sys.path``. Its standard output and error are the
-        caller's. It exits normally after answering (``atexit`` handlers run).
+        caller's. It exits after answering: normally (``atexit`` handlers run), or at once with ``exit_fast``.
 
         Parameters
         ----------
@@ -283,7 +291,10 @@ class InterpreterPool:
         payload = pickle.dumps((fn, args, kwargs))
         t_asked, t0 = time.time(), time.perf_counter()
         try:
-            send(interp.proc.stdin.fileno(), ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload))
+            send(
+                interp.proc.stdin.fileno(),
+                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast),
+            )
             interp.proc.stdin.close()
             status, t_started, value = receive(interp.answers, timeout)
         except TimeoutError:

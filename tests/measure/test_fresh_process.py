@@ -36,6 +36,14 @@ def _sleep(seconds):
     time.sleep(seconds)
 
 
+def _slow_exit(marker):
+    import atexit
+
+    print("printed before the answer")
+    atexit.register(lambda: (time.sleep(1.5), open(marker, "w").close()))  # a slow teardown that leaves a trace
+    return os.getpid()
+
+
 def _nested():
     return os.getpid(), fresh_process.run(os.getpid, preload=()).value
 
@@ -169,6 +177,16 @@ def test_a_pool_pins_its_interpreters_environment_from_their_start():
     with fresh_process.InterpreterPool(2, preload=(), env={"CUDA_VISIBLE_DEVICES": "1"}) as pool:
         assert pool.run(os.getenv, "CUDA_VISIBLE_DEVICES").value == "1"
         assert pool.run(os.getenv, "PATH").value == os.environ["PATH"]  # the caller's environment too
+
+
+def test_a_fast_exit_skips_the_teardown_but_keeps_the_answer_and_the_output(tmp_path, capfd):
+    done = {}
+    for fast in (False, True):
+        with InterpreterPool(1, preload=(), exit_fast=fast) as pool:
+            done[fast] = pool.run(_slow_exit, str(tmp_path / f"exited-{fast}"))
+    assert (tmp_path / "exited-False").exists() and not (tmp_path / "exited-True").exists()
+    assert done[False].seconds > 1.5 > done[True].seconds  # the caller waited for the slow exit only without it
+    assert done[True].value == done[True].pid and capfd.readouterr().out.count("printed before the answer") == 2
 
 
 # --- on the GPU (marker gpu; skipped without one) ---

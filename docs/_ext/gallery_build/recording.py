@@ -1266,7 +1266,7 @@ def _record_on_gpus(
     def lane_worker(gpu: int, lane: list[str]) -> None:
         env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else None
         t0 = time.perf_counter()
-        with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env) as pool:
+        with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env, exit_fast=True) as pool:
             try:
                 pool.wait_ready()
                 all_ready.wait()
