@@ -117,7 +117,7 @@ print(f"warm process: rebuild {statistics.median(rebuild_s) * 1e3:.1f} ms, reloa
 # cache folder through ``CUDA_CACHE_PATH``, set before CUDA starts, in three cases:
 #
 # * **cold**: a new, empty JIT cache, and a build (a first deployment on a fresh machine);
-# * **warm JIT**: a build, with a JIT cache that an earlier process filled (a restart);
+# * **warm JIT**: a build, with the JIT cache that the first cold build filled (a restart);
 # * **plan from disk**: a deserialized plan, with that warm JIT cache (a restart with a plan cache).
 #
 # Each is a new Python interpreter. They are all started at once, before the first run
@@ -133,19 +133,18 @@ CASES = ("cold", "warm JIT", "plan from disk")
 cache_dir = tempfile.mkdtemp(prefix="cudnn-guide-plans-")
 REPS = 3
 fresh = {}
-with fresh_process.InterpreterPool(len(coldstart.GRAPHS) * (1 + 3 * REPS), preload=coldstart.PRELOAD) as pool:
+RUNS = len(coldstart.GRAPHS) * len(CASES) * REPS
+with fresh_process.InterpreterPool(RUNS, preload=coldstart.PRELOAD) as pool:
     for graph in coldstart.GRAPHS:
-        warm_jit = tempfile.mkdtemp(prefix="cudnn-guide-jit-")
-        coldstart.run_fresh(graph, "build", cache_dir, jit_cache=warm_jit, pool=pool)  # fills both caches
-        fresh[(graph, "cold")] = [coldstart.run_fresh(graph, "build", cache_dir, pool=pool,
-                                                      jit_cache=tempfile.mkdtemp(prefix="cudnn-guide-jit-"))
-                                  for _ in range(REPS)]
+        warm_jit = tempfile.mkdtemp(prefix="cudnn-guide-jit-")  # empty: the first cold build fills it
+        cold_jits = [warm_jit] + [tempfile.mkdtemp(prefix="cudnn-guide-jit-") for _ in range(REPS - 1)]
+        fresh[(graph, "cold")] = [coldstart.run_fresh(graph, "build", cache_dir, jit_cache=jit, pool=pool)
+                                  for jit in cold_jits]  # each stores its plan in the plan cache too
         fresh[(graph, "warm JIT")] = [coldstart.run_fresh(graph, "build", cache_dir, jit_cache=warm_jit, pool=pool)
                                       for _ in range(REPS)]
         fresh[(graph, "plan from disk")] = [coldstart.run_fresh(graph, "cache", cache_dir, jit_cache=warm_jit, pool=pool)
                                             for _ in range(REPS)]
-    print(f"{len(coldstart.GRAPHS) * (1 + 3 * REPS)} interpreters, started together, were ready in "
-          f"{pool.start_seconds:.1f} s")
+    print(f"{RUNS} interpreters, started together, were ready in {pool.start_seconds:.1f} s")
 for graph in coldstart.GRAPHS:
     for case in CASES:
         runs = fresh[(graph, case)]
