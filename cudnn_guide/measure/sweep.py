@@ -35,6 +35,37 @@ class SweepResult:
     comparisons: dict[Any, Any] = dataclasses.field(default_factory=dict)
     """Size → :class:`~cudnn_guide.measure.compare.Comparison`, when the sweep named a ``candidate``."""
 
+    @classmethod
+    def from_comparisons(cls, x: str, comparisons: Mapping[Any, Any]) -> SweepResult:
+        """A sweep made of comparisons run by hand, one per size (``{size: compare(...)}``).
+
+        Each pooled measurement is copied with ``params[x]`` set to its size, so the table, the plot
+        and :meth:`verdicts` work as for :func:`sweep` with a ``candidate``.
+
+        Parameters
+        ----------
+        x
+            Name of the size parameter.
+        comparisons
+            Size → :class:`~cudnn_guide.measure.compare.Comparison`.
+
+        Returns
+        -------
+        SweepResult
+            The sweep.
+
+        Example
+        -------
+        >>> by_window = {w: compare({...}, candidate="cuDNN", l2="cold") for w in (128, 1024)}
+        >>> SweepResult.from_comparisons("window", by_window).plot("median_us")
+        """
+        out = [
+            dataclasses.replace(m, params={**m.params, x: value})
+            for value, c in comparisons.items()
+            for m in c.measurements.values()
+        ]
+        return cls(x, out, dict(comparisons))
+
     def verdicts(self) -> list[dict[str, Any]]:
         """One row per size and baseline: the candidate's speed-up with its interval and verdict."""
         return [

@@ -308,3 +308,30 @@ def test_a_sweeps_verdicts_are_summarised_per_baseline():
         "against math: speed-up 2.00× to 2.00× (faster at 1 of 2 sizes)",
         "against gone: unavailable at every size",
     ]
+
+
+def test_a_sweep_from_hand_made_comparisons_tables_plots_and_judges_them(monkeypatch):
+    import matplotlib
+
+    from cudnn_guide.measure import compare
+
+    matplotlib.use("Agg")
+
+    def fake(fn, *, label, params, **kw):
+        base = {"cudnn": 0.08, "flex": 0.10}[params["impl"].removesuffix(" (repeat)")] * (1 + 0.5 * params["w"] / 1024)
+        return measurement.Measurement(label, [base] * 5, "fake", params=dict(params))
+
+    monkeypatch.setattr(compare, "benchmark", fake)
+    by_w = {w: compare.compare({"cudnn": None, "flex": None}, candidate="cudnn", l2="cold", rounds=5, params={"w": w})
+            for w in (128, 1024)}
+    res = sweep.SweepResult.from_comparisons("window", by_w)
+    assert {(m.params["impl"], m.params["window"]) for m in res.measurements} == {
+        (i, w) for i in ("cudnn", "flex") for w in (128, 1024)
+    }
+    assert all("window" not in m.params for c in by_w.values() for m in c.measurements.values())  # copies, not edits
+    assert [(r["window"], r["baseline"], r["verdict"]) for r in res.verdicts()] == [
+        (128, "flex", "faster"), (1024, "flex", "faster")
+    ]
+    assert res.get("flex", 1024).median_ms == pytest.approx(0.15)
+    ax = res.plot("median_us", logx=True)
+    assert sorted(line.get_label() for line in ax.lines if not line.get_label().startswith("_")) == ["cudnn", "flex"]
