@@ -173,41 +173,32 @@ for phase, (batch, s_q, s_kv) in {"prefill": (B, S, S), "decode": (32, 1, 8192)}
         del g, pack, q, k, v, o
 
 # %%
-rows = []
-for (phase, hkv), c in results.items():
-    row = {"phase": phase, "K/V heads": hkv, "cuDNN (µs)": c.estimate(CAND)["value"]}
-    if phase == "decode":
-        row["cuDNN K/V read (GB/s)"] = kv_bytes[(phase, hkv)] / (row["cuDNN (µs)"] * 1e3)
-    for name in BACKENDS:
-        s = c.versus.get(name)
-        row[f"vs {name}"] = f"{s['value']:.2f}× ({s['low']:.2f}–{s['high']:.2f}) {s['verdict']}" if s else "unavailable"
-    rows.append(row)
-table = pd.DataFrame(rows)
-html_table(table, {"cuDNN (µs)": "{:.1f}", "cuDNN K/V read (GB/s)": "{:.0f}"})
+# Each phase's three comparisons read as one sweep over the K/V heads
+# (``SweepResult.from_comparisons``): the time per call, the bytes read per second (the K/V cache
+# and Q, which bound decode), and the cuDNN graph's speed-up over each backend that ran.
+from cudnn_guide.measure import sweep
+
+by_phase = {phase: sweep.SweepResult.from_comparisons("K/V heads", {hkv: results[(phase, hkv)] for hkv in (32, 8, 1)})
+            for phase in ("prefill", "decode")}
+by_phase["prefill"].table("median_us", title="prefill: µs per call (median)")
+
+# %%
+by_phase["decode"].table("gbps", title="decode: GB/s of K/V and Q read and O written (higher is better)")
+
+# %%
+html_table(pd.DataFrame([{"phase": phase, **row} for phase, res in by_phase.items() for row in res.verdicts()]),
+           {"speed-up": "{:.2f}×"})
 
 # %%
 # Plot
 # ----
 import matplotlib.pyplot as plt
 
+from cudnn_guide.report import plot_bars
+
 fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
-for ax, phase in zip(axes, ("prefill", "decode")):
-    names = [CAND, *BACKENDS]
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        xs, ys, err = [], [], []
-        for j, hkv in enumerate((32, 8, 1)):
-            c = results[(phase, hkv)]
-            if name in c.measurements:
-                e = c.estimate(name)
-                xs.append(j + i * width)
-                ys.append(e["value"])
-                err.append((e["value"] - e["low"], e["high"] - e["value"]))
-        ax.bar(xs, ys, width, label=name, yerr=list(zip(*err)) if err else None, capsize=3)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(3)], ["MHA (32)", "GQA (8)", "MQA (1)"])
-    ax.set_ylabel("µs per call (median, 95% CI)")
-    ax.set_title(f"{phase}: 32 query heads, K/V heads in brackets")
-    ax.legend(fontsize=8)
+for ax, (phase, res) in zip(axes, by_phase.items()):
+    plot_bars(res.measurements, x="K/V heads", metric="median_us", ax=ax, title=f"{phase}: 32 query heads")
 plt.show()
 
 # %%

@@ -125,34 +125,23 @@ for w in windows:
         candidate=CAND, l2="cold", rounds=7, flops=4 * B * H * D * pairs, tag=f"W={w}")
 
 # %%
+# One comparison per window, read as one sweep (``SweepResult.from_comparisons``): the time per
+# call of each implementation, then the cuDNN graph's speed-up over each other one.
 import pandas as pd
 
+from cudnn_guide.measure import sweep
 from cudnn_guide.report import html_table
 
-rows = []
-for w, c in by_window.items():
-    s = c.versus["FlexAttention (compiled)"]
-    rows.append({"window W": w, "cuDNN window (µs)": c.estimate(CAND)["value"],
-                 "cuDNN causal (µs)": c.estimate(CONTROL)["value"],
-                 "FlexAttention (µs)": c.estimate("FlexAttention (compiled)")["value"],
-                 "speed-up over FlexAttention": s["value"], "95% CI": f"{s['low']:.2f}–{s['high']:.2f}",
-                 "verdict": s["verdict"]})
-html_table(pd.DataFrame(rows), {c: "{:.1f}" for c in ("cuDNN window (µs)", "cuDNN causal (µs)", "FlexAttention (µs)")}
-           | {"speed-up over FlexAttention": "{:.2f}×"})
+windows_result = sweep.SweepResult.from_comparisons("window W", by_window)
+windows_result.table("median_us", title="µs per call (median)")
+
+# %%
+html_table(pd.DataFrame(windows_result.verdicts()), {"speed-up": "{:.2f}×"})
 
 # %%
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
-for name in (CAND, "FlexAttention (compiled)", CONTROL):
-    ests = [by_window[w].estimate(name) for w in windows]
-    ax.errorbar(windows, [e["value"] for e in ests], yerr=[[e["value"] - e["low"] for e in ests],
-                [e["high"] - e["value"] for e in ests]], marker="o", capsize=3, label=name)
-ax.set_xscale("log", base=2)
-ax.set_xlabel("window W (keys)")
-ax.set_ylabel("µs per call (median, 95% CI)")
-ax.set_title(f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}")
-ax.legend()
+windows_result.plot("median_us", logx=True, title=f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 
 # %%

@@ -55,6 +55,15 @@ def test_manifest_round_trip(tmp_path):
     assert recording.describe_recording(tmp_path) == "no GPU recording has been committed yet"
 
 
+def test_the_stamp_counts_each_commits_pages(tmp_path):
+    ex, gal = _gallery(tmp_path)
+    recording.write_manifest(gal, ex, {"gpu": "NVIDIA H200", "commit": "abc"}, build_seconds=1.0)
+    man = recording.read_manifest(gal)
+    man["pages"] = {"a.py": {"commit": "abc"}, "b.py": {"commit": "abc"}, "c.py": {"commit": "def"}}
+    (gal / "recording.json").write_text(json.dumps(man))
+    assert "commits abc (2 pages), def (1 page)" in recording.describe_recording(gal)
+
+
 def test_manifest_keeps_the_full_recording_time_across_partial_recordings(tmp_path):
     """Recording one page later updates its time but never passes it off as the gallery's."""
     ex, gal = _gallery(tmp_path)

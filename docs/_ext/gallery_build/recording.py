@@ -399,7 +399,7 @@ def describe_recording(gallery_dir: Path) -> str:
     # pages merged from shards name their own commit
     commits = Counter(p["commit"] for p in manifest.get("pages", {}).values() if p.get("commit"))
     if len(commits) > 1:
-        commit = "commits " + ", ".join(f"{c} ({n} pages)" for c, n in commits.most_common())
+        commit = "commits " + ", ".join(f"{c} ({n} page{'s' if n > 1 else ''})" for c, n in commits.most_common())
     else:
         commit = f"commit {next(iter(commits), env.get('commit', '?'))}"
     return (
