@@ -322,15 +322,18 @@ def test_a_sweep_from_hand_made_comparisons_tables_plots_and_judges_them(monkeyp
         return measurement.Measurement(label, [base] * 5, "fake", params=dict(params))
 
     monkeypatch.setattr(compare, "benchmark", fake)
-    by_w = {w: compare.compare({"cudnn": None, "flex": None}, candidate="cudnn", l2="cold", rounds=5, params={"w": w})
-            for w in (128, 1024)}
+    by_w = {
+        w: compare.compare({"cudnn": None, "flex": None}, candidate="cudnn", l2="cold", rounds=5, params={"w": w})
+        for w in (128, 1024)
+    }
     res = sweep.SweepResult.from_comparisons("window", by_w)
     assert {(m.params["impl"], m.params["window"]) for m in res.measurements} == {
         (i, w) for i in ("cudnn", "flex") for w in (128, 1024)
     }
     assert all("window" not in m.params for c in by_w.values() for m in c.measurements.values())  # copies, not edits
     assert [(r["window"], r["baseline"], r["verdict"]) for r in res.verdicts()] == [
-        (128, "flex", "faster"), (1024, "flex", "faster")
+        (128, "flex", "faster"),
+        (1024, "flex", "faster"),
     ]
     assert res.get("flex", 1024).median_ms == pytest.approx(0.15)
     ax = res.plot("median_us", logx=True)
