@@ -1,8 +1,8 @@
-"""Host-bound numbers measured in several fresh processes: the host's speed belongs to the process.
+"""Host-bound numbers measured in several fresh processes, and reported as their range.
 
 On the GPU builder the same host-bound loop runs at one of two speeds: twenty fresh interpreters
 timing the same launches fell at 6.1–6.5 µs or at 8.4–9.4 µs per call, 1.5× apart, while within
-one process the spread was 2% (``tools/process_spread_probe.py``); yet one recording's process
+one process the spread was 2% (``tools/process_spread_probe.py``); yet recordings' processes
 switched levels between two loops seconds apart (the methodology page). A host-bound number
 measured in one process is one draw, and a re-recording can move it by 1.5× with nothing changed.
 So a page measures such numbers in several fresh interpreters, one after another, and reports
