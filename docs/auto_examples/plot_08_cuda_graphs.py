@@ -199,11 +199,11 @@ ComparisonTable(rows, row="impl", column="s", metric="median_us", title="per-cal
 # %%
 # A host-bound number is one process's draw
 # -----------------------------------------
-# Everything host-bound above was measured in this one process. On the GPU builder the same
-# launches run at one of two host speeds, 1.5× apart: fresh processes land on either, and a
-# process can switch (the methodology page traces it), so a re-recording can move an eager loop
-# by 1.5× with nothing changed. The s=64 loop and replay once more, in five fresh interpreters
-# one after another (each builds and checks the graph first); the record keeps their range:
+# Everything host-bound above ran in this one process. On the GPU builder the same launches run
+# at one of two host speeds: fresh processes land on either, and a process can switch (the
+# methodology page measures both), so a re-recording can move an eager loop far beyond its noise
+# with nothing changed. The s=64 loop and replay once more, in five fresh interpreters one after
+# another (each builds and checks the graph first); the record keeps their range:
 from cudnn_guide.measure import host_levels
 
 per_process = host_levels.in_fresh_processes(host_levels.loop_and_replay, sizes[0], processes=5)
