@@ -218,12 +218,11 @@ def compare(
     bench_kwargs.setdefault("warmup_ms", 5.0)
     bench_kwargs.setdefault("min_reps", 5)
 
+    host_reps = bench_kwargs.pop("host_reps", None)  # a caller's count applies to the first round
     hosted: set[str] = set()
 
     def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
-        # host time (one call at a time, each waiting for the GPU) in a contender's first round only:
-        # it does not change between rounds, and for long kernels it cost as much as the timed calls
-        first = name not in hosted and not name.endswith(_REPEAT)
+        first = name not in hosted and not name.endswith(_REPEAT)  # host time: first round only
         hosted.add(name)
         return benchmark(
             fn,
@@ -234,7 +233,7 @@ def compare(
             budget_ms=round_budget_ms,
             precision=None,
             params={**(params or {}), "impl": name},
-            **({} if first else {"host_reps": 0}),
+            host_reps=host_reps if first else 0,
             **bench_kwargs,
         )
 

@@ -166,8 +166,8 @@ class InterpreterPool:
         (``{"CUDA_VISIBLE_DEVICES": "1"}`` pins them to one GPU).
     exit_fast
         Each interpreter ends with ``os._exit`` right after answering, instead of a normal exit
-        (``atexit`` handlers, Inductor's compile workers, CUDA teardown: up to 10 s after a
-        ``torch.compile`` on the GPU builder, ``tools/exit_cost_probe.py``). For work whose results
+        (``atexit`` handlers, Inductor's compile workers, CUDA teardown: seconds after a
+        ``torch.compile``, as ``tools/exit_cost_probe.py`` measures). For work whose results
         are all in the answer or on disk already, such as a recorded page; not for a call whose
         process must leave its caches behind as a normal exit does.
 

@@ -1,12 +1,11 @@
 """Host-bound numbers measured in several fresh processes, and reported as their range.
 
-On the GPU builder the same host-bound loop runs at one of two speeds: twenty fresh interpreters
-timing the same launches fell at 6.1–6.5 µs or at 8.4–9.4 µs per call, 1.5× apart, while within
-one process the spread was 2% (``tools/process_spread_probe.py``); yet recordings' processes
-switched levels between two loops seconds apart (the methodology page). A host-bound number
-measured in one process is one draw, and a re-recording can move it by 1.5× with nothing changed.
-So a page measures such numbers in several fresh interpreters, one after another, and reports
-their range.
+On the GPU builder the same host-bound loop runs at one of two speeds: fresh interpreters timing
+the same launches fall on one level or the other, and a process can switch between them
+(``tools/process_spread_probe.py`` and the methodology page measure both). A host-bound number
+measured in one process is one draw, and a re-recording can move it far beyond its noise with
+nothing changed. So a page measures such numbers in several fresh interpreters, one after
+another, and reports their range.
 """
 
 from __future__ import annotations

@@ -155,6 +155,7 @@ def plot_bars(
         err = [[v - lo for v, (lo, _) in zip(vals, ends)], [hi - v for v, (_, hi) in zip(vals, ends)]]
         ax.bar(pos, vals, width, label=str(name), yerr=err, capsize=2)
     ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(xs))], [str(v) for v in xs])
+    ax.set_xlabel(x)
     ax.set_ylabel(f"{unit} (error bars: inter-quartile range)")
     if title:
         ax.set_title(title)

@@ -90,6 +90,9 @@ def test_host_times_are_taken_in_each_contenders_first_round_only(monkeypatch):
     assert sorted(label for _, label in measured) == ["cudnn", "torch"]  # once each; the candidate's repeat never
     assert sum(reps == 0 for _, reps in asked) == 15 - 2  # every other timing skips it
     assert all(i == [label for label, _ in asked].index(label) for i, label in measured)  # in its first round
+    asked.clear()
+    compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=5, host_reps=7)
+    assert sorted(reps for _, reps in asked if reps) == [7, 7]  # a caller's count, in the first rounds only
 
 
 def test_a_baseline_within_the_noise_is_a_tie(monkeypatch):

@@ -81,7 +81,7 @@ def test_plot_bars_groups_by_x_with_one_colour_per_impl_and_iqr_error_bars():
     ax = report.plot_bars(ms, x="size", metric="tflops", title="t")
     heights = [p.get_height() for p in ax.patches]
     assert heights == pytest.approx([1.0, 0.25, 0.5])  # cudnn fwd, cudnn bwd, then torch fwd
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["fwd", "bwd"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["fwd", "bwd"] and ax.get_xlabel() == "size"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["cudnn", "torch"]
     lows = [seg[0][1] for c in ax.collections for seg in c.get_segments()]  # error bars: the IQR, below and above
     assert all(low < h for low, h in zip(lows, heights)) and ax.get_title() == "t"
