@@ -9,7 +9,7 @@ process measures.
 An :class:`InterpreterPool` starts the interpreters it will need **all at once, before the first
 call**: they import the ``preload`` modules concurrently (a few seconds in all, on a multi-core
 host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` hands the next
-one a function to call; it runs it, answers, and exits. Every call thus gets a genuine new
+one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
 interpreter, with its imports done but nothing else; and no interpreter imports while another
 one measures.
 
@@ -165,11 +165,12 @@ class InterpreterPool:
         Environment variables set in its interpreters on top of the caller's, from their start
         (``{"CUDA_VISIBLE_DEVICES": "1"}`` pins them to one GPU).
     exit_fast
-        Each interpreter ends with ``os._exit`` right after answering, instead of a normal exit
-        (``atexit`` handlers, Inductor's compile workers, CUDA teardown: seconds after a
-        ``torch.compile``, as ``tools/exit_cost_probe.py`` measures). For work whose results
-        are all in the answer or on disk already, such as a recorded page; not for a call whose
-        process must leave its caches behind as a normal exit does.
+        Each interpreter ends with ``os._exit`` right after answering (the default), instead of
+        a normal exit (``atexit`` handlers, Inductor's compile workers, CUDA teardown: seconds
+        after a ``torch.compile``, as ``tools/exit_cost_probe.py`` measures) that the caller
+        would wait for. What a call writes to disk stays: a cold build's CUDA JIT cache served
+        the next process as well after either ending (``tools/jit_exit_probe.py``,
+        ``docs/data/jit_exit.json``). ``False`` for a call that needs its ``atexit`` handlers.
 
     Raises
     ------
@@ -188,7 +189,7 @@ class InterpreterPool:
         preload: Sequence[str] = PRELOAD,
         ready_timeout: float = 300.0,
         env: Mapping[str, str] | None = None,
-        exit_fast: bool = False,
+        exit_fast: bool = True,
     ) -> None:
         if size < 1:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")

@@ -189,6 +189,21 @@ def test_a_fast_exit_skips_the_teardown_but_keeps_the_answer_and_the_output(tmp_
     assert done[True].value == done[True].pid and capfd.readouterr().out.count("printed before the answer") == 2
 
 
+def _write_then_answer(path):
+    with open(path, "w") as f:  # as a CUDA JIT cache or a plan cache is written during the call
+        f.write("kept")
+    return os.getpid()
+
+
+def test_the_default_exit_is_fast_and_keeps_what_the_call_wrote(tmp_path):
+    with InterpreterPool(2, preload=(_slow_exit.__module__,)) as pool:
+        assert pool.exit_fast
+        slow = pool.run(_slow_exit, str(tmp_path / "exited"))
+        wrote = pool.run(_write_then_answer, str(tmp_path / "written"))
+    assert slow.seconds < 1.5 and not (tmp_path / "exited").exists()  # its atexit teardown never ran
+    assert (tmp_path / "written").read_text() == "kept" and wrote.value == wrote.pid
+
+
 # --- on the GPU (marker gpu; skipped without one) ---
 
 
