@@ -83,7 +83,7 @@ def sdpa_backward(q, k, v, o, d_o, stats, dq, dk, dv):
 
 
 def training_pair(ins):
-    """Both graphs for the tensors of ``attention.make_training_inputs``, adopted for checked execution."""
+    """Both graphs for the tensors of ``attention.make_training_inputs``, adopted for the sweep's timing."""
     gf, fwd_pack = sdpa_training_forward(*(ins[n] for n in ("q", "k", "v", "o", "stats")))
     gb, bwd_pack = sdpa_backward(*(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")))
     return graphs.adopt(gf, handle, name="forward"), fwd_pack, graphs.adopt(gb, handle, name="backward"), bwd_pack
@@ -91,14 +91,19 @@ def training_pair(ins):
 
 problem = attention.SdpaProblem(batch=2, heads=16, seq=4096, head_dim=128, causal=True)
 ins = attention.make_training_inputs(problem, seed=0)
-forward, fwd_pack, backward, bwd_pack = training_pair(ins)
+gf, fwd_pack = sdpa_training_forward(*(ins[n] for n in ("q", "k", "v", "o", "stats")))
+gb, bwd_pack = sdpa_backward(*(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")))
 print(problem)
-print(f"forward plan {forward.report.plan_name}, workspace {forward.report.workspace_bytes} B; "
-      f"backward plan {backward.report.plan_name}, workspace {backward.report.workspace_bytes} B")
+print(f"forward plan {gf.get_plan_name_at_index(0)}, workspace {gf.get_workspace_size()} B; "
+      f"backward plan {gb.get_plan_name_at_index(0)}, workspace {gb.get_workspace_size()} B")
 
+# One workspace serves both graphs (they run one after the other on one stream); the handle runs
+# on torch's current stream, so the backward sees the forward's O and statistics.
 check.poison(ins["o"], ins["stats"], ins["dq"], ins["dk"], ins["dv"])
-forward.execute(fwd_pack)
-backward.execute(bwd_pack)
+workspace = torch.empty(max(gf.get_workspace_size(), gb.get_workspace_size()), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+gf.execute(fwd_pack, workspace, handle=handle)
+gb.execute(bwd_pack, workspace, handle=handle)
 
 # %%
 # Check against autograd
@@ -150,8 +155,8 @@ torch.cuda.empty_cache()
 # the forward's matrix work (five GEMMs to two); how much longer it takes is measured below.
 from cudnn_guide.measure import bench
 
-fwd_launch = forward.bind(fwd_pack)
-bwd_launch = backward.bind(bwd_pack)
+fwd_launch = graphs.adopt(gf, handle, name="forward").bind(fwd_pack)  # checks the pack, launches on the current stream
+bwd_launch = graphs.adopt(gb, handle, name="backward").bind(bwd_pack)
 split = [
     bench.benchmark(fwd_launch, label="cuDNN forward (with stats)", l2="cold", flops=problem.flops,
                     params={"impl": "cuDNN forward (with stats)", "size": str(problem)}),

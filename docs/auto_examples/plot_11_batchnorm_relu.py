@@ -88,7 +88,9 @@ print(train.report)
 
 rm_before, rv_before = data["running_mean"].clone(), data["running_var"].clone()
 check.poison(data["y"], data["mean"], data["inv_var"])
-train.execute(train_pack)
+workspace = torch.empty(g_train.get_workspace_size(), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # run on torch's stream
+g_train.execute(train_pack, workspace, handle=handle)
 
 ref_rm, ref_rv = rm_before.clone(), rv_before.clone()
 ref_y = check.reference(lambda x, s, b: problem.torch_forward(x, s, b, ref_rm, ref_rv, training=True),

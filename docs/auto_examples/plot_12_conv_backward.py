@@ -86,8 +86,9 @@ for name, built in passes.items():
     print(f"{name}: plan {built.report.plan_name}, workspace {built.report.workspace_bytes} B")
 
 check.poison(y, dx, dw)
-for name, built in passes.items():
-    built.execute(packs[name])
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # run on torch's stream
+for name, g in (("forward", gf), ("dgrad", gd), ("wgrad", gw)):
+    g.execute(packs[name], torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
 ref_y, ref_grads = check.reference_grads(
     lambda x, w: F.conv2d(x, w, stride=problem.stride, padding=problem.padding),
     {"x": data["x"], "w": data["w"]}, data["dy"])

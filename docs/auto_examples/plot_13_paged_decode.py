@@ -75,7 +75,9 @@ print(f"lengths: min {int(data['lengths'].min())}, median {int(data['lengths'].m
 print(decode.report)
 
 check.poison(data["o"])
-decode.execute(pack)
+workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # run on torch's stream
+g.execute(pack, workspace, handle=handle)
 
 # %%
 # Check

@@ -76,7 +76,9 @@ mm = graphs.adopt(g_mm, handle, name="fp8 matmul")
 print(problem)
 print(mm.report)
 check.poison(data["c"])
-mm.execute(mm_pack)
+workspace = torch.empty(g_mm.get_workspace_size(), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # run on torch's stream
+g_mm.execute(mm_pack, workspace, handle=handle)
 
 reference = check.reference(torch.matmul, data["a"], data["b"])
 a2, b2 = data["a8"][0], data["b8"][0]
@@ -170,7 +172,7 @@ att8 = graphs.adopt(g8, handle, name="fp8 attention")
 att16 = attention.sdpa_graph(att, att_in)  # the bf16 graph of the attention page
 att16_pack = att16.pack(**att_in)
 print(att8.report)
-att8.execute(att8_pack)
+g8.execute(att8_pack, torch.empty(g8.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
 att16.built.execute(att16_pack)
 att_ref = check.reference(att.torch_forward, att_in["q"], att_in["k"], att_in["v"])
 o_fp8 = fp8.dequantize(f8["o8"], f8["descale_o"])
