@@ -55,8 +55,10 @@ g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
 g.check_support()
 g.build_plans()
 pack = {Q: q, K: k, V: v, O: o, STATS: stats, SEED: seed, OFFSET: offset}
-dropout = graphs.adopt(g, handle, name="sdpa_dropout")
-dropout.execute(pack)
+workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # run on torch's stream
+g.execute(pack, workspace, handle=handle)
+dropout = graphs.adopt(g, handle, name="sdpa_dropout")  # a checked launcher, for the timing below
 print(dropout.report)
 
 # %%
@@ -71,7 +73,7 @@ reference = attention_inputs.reference(q, k, v)
 outputs = []
 for i in range(64):
     seed.fill_(i)
-    dropout.execute(pack)
+    g.execute(pack, workspace, handle=handle)
     outputs.append(o.float().clone())
 seed.fill_(1234)
 errors = {}
@@ -87,12 +89,12 @@ assert 5 < falls < 11, f"the dropout average does not converge like 1/√N: erro
 # Bit-identical under a fixed seed and offset
 # -------------------------------------------
 offset.fill_(7)
-dropout.execute(pack)
+g.execute(pack, workspace, handle=handle)
 first = o.clone()
-dropout.execute(pack)
+g.execute(pack, workspace, handle=handle)
 same = torch.equal(first, o)
 offset.fill_(8)
-dropout.execute(pack)
+g.execute(pack, workspace, handle=handle)
 differs = not torch.equal(first, o)
 print(f"same seed and offset: bit-identical output: {same}; next offset: a different output: {differs}")
 assert same and differs

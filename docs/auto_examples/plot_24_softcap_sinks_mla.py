@@ -83,7 +83,8 @@ g.build_plans()
 softcap = graphs.adopt(g, handle, name="softcap")
 softcap_pack = {Q: q, K: k, V: v, O: o_cap, CAP_T: cap_cpu, NEG_INF: neg_inf_cpu}
 check.poison(o_cap)
-softcap.execute(softcap_pack)
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)  # run on torch's stream
+g.execute(softcap_pack, torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
 
 
 def softcap_reference(q, k, v):
@@ -171,7 +172,7 @@ gs.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
 sink_graph = graphs.adopt(gs, handle, name="sink")
 sink_pack = {QS: q, KS: k, VS: v, SINK: sinks, OS: o_sink}
 check.poison(o_sink)
-sink_graph.execute(sink_pack)
+gs.execute(sink_pack, torch.empty(gs.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
 
 with check.full_precision():
     s = ((q.float() @ k.float().transpose(-1, -2)) * D ** -0.5).masked_fill(~causal_visible, float("-inf"))
