@@ -81,7 +81,7 @@ def docs(session: nox.Session) -> None:
         session.run(
             python,
             "-c",
-            "from gallery_build.recording import docs_mode; print(docs_mode())",
+            "from gallery_build.staleness import docs_mode; print(docs_mode())",
             silent=True,
             external=True,
         )

@@ -23,26 +23,27 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS / "_ext"))  # the docs build's own machinery (gallery_build), outside the library
 
-from gallery_build import hooks, recording
+from gallery_build import cell_times, hooks, recording, staleness
+from gallery_build.manifest import describe_recording, package_changed_since_recording, recording_commit
 
 from cudnn_guide import __version__
 
 EXAMPLES = ROOT / "examples"
 GALLERY = DOCS / "auto_examples"
-MODE = recording.docs_mode()
+MODE = staleness.docs_mode()
 RECORD_ONLY = os.environ.get(recording.ONLY_ENV, "")  # one example, in this fresh process
 _BUILD_START = time.perf_counter()
 
 if MODE == "render":
-    recording.require_fresh_recording(EXAMPLES, GALLERY)
-    RECORDED_ON = recording.describe_recording(GALLERY)
+    staleness.require_fresh_recording(EXAMPLES, GALLERY)
+    RECORDED_ON = describe_recording(GALLERY)
     print(
         f"cudnn-guide: render mode: nothing is executed; pages show the committed recording measured on {RECORDED_ON}.",
         flush=True,
     )
     for note in hooks.recorded_output_notes(GALLERY):
         print(f"cudnn-guide: note: {note} (fix the example; the next recording shows it clean)", flush=True)
-    if recording.package_changed_since_recording(GALLERY):
+    if package_changed_since_recording(GALLERY):
         print(
             "cudnn-guide: note: cudnn_guide has changed since this recording was made; the pages show the "
             "numbers of the recorded run. Re-record on a GPU to refresh them.",
@@ -52,7 +53,7 @@ else:
     from cudnn_guide import environment
 
     os.environ["CUDNN_GUIDE_RECORD_DIR"] = str(GALLERY)
-    recording.time_cells(GALLERY)  # seconds per cell, beside each page: where the build time goes
+    cell_times.time_cells(GALLERY)  # seconds per cell, beside each page: where the build time goes
     _ENV = environment.collect()
     RECORDED_ON = (
         f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
@@ -167,7 +168,7 @@ html_show_sourcelink = True
 templates_path = ["_templates"]
 # The footer of every page: the commit the site was built from and the one its recording ran at
 # (each gallery page adds its own, from its record: see gallery_build.hooks).
-html_context = {"site_commit": hooks.site_commit(ROOT), "recording_commit": recording.recording_commit(GALLERY)}
+html_context = {"site_commit": hooks.site_commit(ROOT), "recording_commit": recording_commit(GALLERY)}
 
 if RECORD_ONLY:  # one example's recording build reads the gallery alone (seconds saved per example)
     _over = hooks.record_only_overrides(GALLERY.name)

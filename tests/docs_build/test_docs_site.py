@@ -64,12 +64,12 @@ def test_stale_example_stops_the_cpu_build_naming_the_file(tmp_path):
 
 
 def test_a_page_skipped_for_lack_of_hardware_renders_a_clear_note(tmp_path):
-    from gallery_build import recording
+    from gallery_build import skip_pages
 
     copy_project(tmp_path)
     gal = tmp_path / "docs" / "auto_examples"
     remove_recording(gal, "plot_05_sdpa_causal")
-    recording.write_skip_page(
+    skip_pages.write_skip_page(
         tmp_path / "examples" / "plot_05_sdpa_causal.py",
         gal,
         ["SM 8.0 or newer (cuDNN fused attention)"],
@@ -124,9 +124,9 @@ def test_an_error_inside_a_data_notebook_reaches_the_console_with_its_cause(tmp_
 
 
 def test_every_footer_names_the_site_commit_and_the_recording_commit(site, root):
-    from gallery_build import recording
+    from gallery_build.manifest import recording_commit
 
-    rec_commit = recording.recording_commit(root / "docs" / "auto_examples")
+    rec_commit = recording_commit(root / "docs" / "auto_examples")
     index = (site / "index.html").read_text()
     footer = re.search(r'class="cg-commits">(.*?)</div>', index, re.S).group(1)
     assert "Site built from commit" in footer and f"<code>{rec_commit}</code>" in footer

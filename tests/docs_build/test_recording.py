@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from conftest import HAS_GPU, remove_recording
+from gallery_build import cell_times, recording, skip_pages, staging, staleness
 from gallery_build import hooks as docs_build
-from gallery_build import recording
+from gallery_build.manifest import describe_recording, package_md5, read_manifest, write_manifest
 
 
 def _gallery(tmp_path, text="print(1)\n"):
@@ -22,14 +23,14 @@ def _gallery(tmp_path, text="print(1)\n"):
 
 def test_fresh_stale_and_missing(tmp_path):
     ex, gal = _gallery(tmp_path)
-    assert [s.state for s in recording.example_states(ex, gal)] == ["fresh"]
-    recording.require_fresh_recording(ex, gal)  # no error
+    assert [s.state for s in staleness.example_states(ex, gal)] == ["fresh"]
+    staleness.require_fresh_recording(ex, gal)  # no error
     (ex / "plot_a.py").write_text("print(2)\n")
     (ex / "plot_b.py").write_text("print(3)\n")
-    states = {s.source.name: s.state for s in recording.example_states(ex, gal)}
+    states = {s.source.name: s.state for s in staleness.example_states(ex, gal)}
     assert states == {"plot_a.py": "stale", "plot_b.py": "missing"}
-    with pytest.raises(recording.StaleRecordingError) as info:
-        recording.require_fresh_recording(ex, gal)
+    with pytest.raises(staleness.StaleRecordingError) as info:
+        staleness.require_fresh_recording(ex, gal)
     msg = str(info.value)
     assert "plot_a.py: changed since it was recorded" in msg
     assert "plot_b.py: has never been recorded" in msg
@@ -37,44 +38,44 @@ def test_fresh_stale_and_missing(tmp_path):
 
 
 def test_docs_mode(monkeypatch):
-    monkeypatch.setenv(recording.MODE_ENV, "record")
-    assert recording.docs_mode() == "record"
-    monkeypatch.setenv(recording.MODE_ENV, "render")
-    assert recording.docs_mode() == "render"
-    monkeypatch.setenv(recording.MODE_ENV, "sometimes")
+    monkeypatch.setenv(staleness.MODE_ENV, "record")
+    assert staleness.docs_mode() == "record"
+    monkeypatch.setenv(staleness.MODE_ENV, "render")
+    assert staleness.docs_mode() == "render"
+    monkeypatch.setenv(staleness.MODE_ENV, "sometimes")
     with pytest.raises(ValueError, match="expected 'record', 'render' or 'auto'"):
-        recording.docs_mode()
+        staleness.docs_mode()
 
 
 def test_manifest_round_trip(tmp_path):
     ex, gal = _gallery(tmp_path)
-    recording.write_manifest(gal, ex, {"gpu": "NVIDIA H200", "commit": "abc"}, build_seconds=12.5)
-    man = recording.read_manifest(gal)
+    write_manifest(gal, ex, {"gpu": "NVIDIA H200", "commit": "abc"}, build_seconds=12.5)
+    man = read_manifest(gal)
     assert man["examples"] == {"plot_a.py": hashlib.md5(b"print(1)\n").hexdigest()}
-    assert "NVIDIA H200" in recording.describe_recording(gal)
-    assert recording.describe_recording(tmp_path) == "no GPU recording has been committed yet"
+    assert "NVIDIA H200" in describe_recording(gal)
+    assert describe_recording(tmp_path) == "no GPU recording has been committed yet"
 
 
 def test_the_stamp_counts_each_commits_pages(tmp_path):
     ex, gal = _gallery(tmp_path)
-    recording.write_manifest(gal, ex, {"gpu": "NVIDIA H200", "commit": "abc"}, build_seconds=1.0)
-    man = recording.read_manifest(gal)
+    write_manifest(gal, ex, {"gpu": "NVIDIA H200", "commit": "abc"}, build_seconds=1.0)
+    man = read_manifest(gal)
     man["pages"] = {"a.py": {"commit": "abc"}, "b.py": {"commit": "abc"}, "c.py": {"commit": "def"}}
     (gal / "recording.json").write_text(json.dumps(man))
-    assert "commits abc (2 pages), def (1 page)" in recording.describe_recording(gal)
+    assert "commits abc (2 pages), def (1 page)" in describe_recording(gal)
 
 
 def test_manifest_keeps_the_full_recording_time_across_partial_recordings(tmp_path):
     """Recording one page later updates its time but never passes it off as the gallery's."""
     ex, gal = _gallery(tmp_path)
     env = {"gpu": "NVIDIA H200", "commit": "full1"}
-    recording.write_manifest(
+    write_manifest(
         gal, ex, env, build_seconds=300.0, example_seconds={"plot_a.py": 200.0, "plot_b.py": 100.0}, full_run=True
     )
-    recording.write_manifest(
+    write_manifest(
         gal, ex, dict(env, commit="part2"), build_seconds=20.0, example_seconds={"plot_b.py": 20.0}, full_run=False
     )
-    man = recording.read_manifest(gal)
+    man = read_manifest(gal)
     assert man["build_seconds"] == 20.0
     assert man["example_seconds"] == {"plot_a.py": 200.0, "plot_b.py": 20.0}
     assert man["full_recording"]["seconds"] == 300.0 and man["full_recording"]["commit"] == "full1"
@@ -84,7 +85,7 @@ def test_manifest_keeps_the_full_recording_time_across_partial_recordings(tmp_pa
 
 
 def test_every_example_has_a_fresh_recording(root):
-    bad = recording.stale_examples(root / "examples", root / "docs" / "auto_examples")
+    bad = staleness.stale_examples(root / "examples", root / "docs" / "auto_examples")
     assert not bad, f"re-record on a GPU: {bad}"
 
 
@@ -129,10 +130,10 @@ def test_stamp_goes_under_the_title():
 
 def test_requirements_are_read_from_the_page_without_running_it(root):
     sdpa = root / "examples" / "plot_05_sdpa_causal.py"
-    assert recording.declared_requirements(sdpa) == [((8, 0), "cuDNN fused attention")]
-    assert recording.unmet_requirements(sdpa, (7, 5)) == ["SM 8.0 or newer (cuDNN fused attention)"]
-    assert recording.unmet_requirements(sdpa, (9, 0)) == []
-    assert recording.declared_requirements(root / "examples" / "plot_02_conv_bias_relu.py") == []
+    assert skip_pages.declared_requirements(sdpa) == [((8, 0), "cuDNN fused attention")]
+    assert skip_pages.unmet_requirements(sdpa, (7, 5)) == ["SM 8.0 or newer (cuDNN fused attention)"]
+    assert skip_pages.unmet_requirements(sdpa, (9, 0)) == []
+    assert skip_pages.declared_requirements(root / "examples" / "plot_02_conv_bias_relu.py") == []
 
 
 def test_skip_page_is_healthy_and_says_why(tmp_path, root):
@@ -141,7 +142,7 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     src = root / "examples" / "plot_05_sdpa_causal.py"
     remove_recording(gal, "plot_05_sdpa_causal")
     env = {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "d", "commit": "c"}
-    recording.write_skip_page(src, gal, ["SM 8.0 or newer (cuDNN fused attention)"], env)
+    skip_pages.write_skip_page(src, gal, ["SM 8.0 or newer (cuDNN fused attention)"], env)
     text = (gal / "plot_05_sdpa_causal.rst").read_text()
     assert "skipped: needs SM 8.0 or newer (cuDNN fused attention)" in text
     assert "Tesla T4 (SM 7.5)" in text
@@ -149,7 +150,7 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     assert (gal / "images" / "thumb" / "sphx_glr_plot_05_sdpa_causal_thumb.png").stat().st_size > 1000
     with zipfile.ZipFile(gal / "plot_05_sdpa_causal.zip") as z:  # the zipped download holds today's script
         assert z.read("plot_05_sdpa_causal.py") == src.read_bytes() and "plot_05_sdpa_causal.ipynb" in z.namelist()
-    assert recording.example_states(root / "examples", gal)[4].state == "fresh"
+    assert staleness.example_states(root / "examples", gal)[4].state == "fresh"
     assert docs_build.recorded_page_problems(gal, root / "examples") == []
     stamp = docs_build.stamp_rst(
         json.loads((gal / "plot_05_sdpa_causal.record.json").read_text()), "plot_05_sdpa_causal"
@@ -176,7 +177,7 @@ def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkey
     )
     assert seconds == {"plot_05_sdpa_causal.py": 0.0}  # skipped: nothing was executed
     assert "skipped: needs SM 8.0" in (docs / "auto_examples" / "plot_05_sdpa_causal.rst").read_text()
-    assert recording.read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
+    assert read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
     entries = history.load(docs / "data" / "history.jsonl")
     assert [e["example"] for e in entries] == ["plot_05_sdpa_causal"] and entries[0]["measurements"] == {}
 
@@ -226,10 +227,10 @@ def test_cell_timer_writes_seconds_per_code_cell(tmp_path, monkeypatch):
         return "out"
 
     monkeypatch.setattr(gen_rst, "execute_code_block", fake_execute)
-    recording.time_cells(tmp_path)
+    cell_times.time_cells(tmp_path)
     timed = gen_rst.execute_code_block
     assert timed is not fake_execute
-    recording.time_cells(tmp_path)  # a second install does not wrap twice
+    cell_times.time_cells(tmp_path)  # a second install does not wrap twice
     assert gen_rst.execute_code_block is timed
     script_vars = {"src_file": "/x/examples/plot_99_demo.py", "execute_script": True}
     for lineno, kind, content in (
@@ -239,7 +240,7 @@ def test_cell_timer_writes_seconds_per_code_cell(tmp_path, monkeypatch):
     ):
         block = types.SimpleNamespace(type=kind, lineno=lineno, content=content)
         assert gen_rst.execute_code_block(None, block, {}, script_vars, {}, {}) == "out"
-    cells = recording.read_cell_times(tmp_path)["plot_99_demo.py"]
+    cells = cell_times.read_cell_times(tmp_path)["plot_99_demo.py"]
     assert [c["line"] for c in cells] == [10, 20]  # text blocks are not cells
     assert cells[0]["code"] == "x = slow()" and cells[1]["code"] == "y = 1"
     assert cells[0]["seconds"] >= 0.02 > cells[1]["seconds"]
@@ -297,31 +298,31 @@ def test_the_build_machinery_finds_the_repository_and_hashes_the_library(root, t
     import cudnn_guide
 
     assert recording.REPO_ROOT == root and (recording.REPO_ROOT / "examples").is_dir()
-    before = recording.package_md5()
+    before = package_md5()
     copy = tmp_path / "cudnn_guide"
     shutil.copytree(Path(cudnn_guide.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(cudnn_guide, "__file__", str(copy / "__init__.py"))
-    assert recording.package_md5() == before  # the same sources hash the same, wherever they are
+    assert package_md5() == before  # the same sources hash the same, wherever they are
     # an edit in a subpackage's module changes it (the pages ran other code) ...
     conv = copy / "graphs" / "conv.py"
     conv.write_text(conv.read_text() + "\n# edited\n")
-    edited = recording.package_md5()
+    edited = package_md5()
     assert edited != before
     # ... and so does moving a module, even with the same bytes
     (copy / "graphs" / "conv.py").rename(copy / "measure" / "conv.py")
-    assert recording.package_md5() not in (before, edited)
+    assert package_md5() not in (before, edited)
 
 
 def test_each_page_starts_with_empty_compile_caches_unless_one_is_chosen(tmp_path, monkeypatch):
-    for var in recording.COLD_CACHES:
+    for var in staging.COLD_CACHES:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "warm"))  # chosen on purpose: kept
-    chosen = recording.cold_caches(tmp_path / "page")
+    chosen = staging.cold_caches(tmp_path / "page")
     assert chosen["TRITON_CACHE_DIR"] == str(tmp_path / "warm")
     for var in ("TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
         path = Path(chosen[var])
         assert path.is_dir() and not any(path.iterdir()) and path.is_relative_to(tmp_path / "page")
-    other = recording.cold_caches(tmp_path / "next page")  # the same process keeps what it was given
+    other = staging.cold_caches(tmp_path / "next page")  # the same process keeps what it was given
     assert other == chosen
 
 

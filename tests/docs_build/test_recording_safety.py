@@ -17,8 +17,9 @@ import time
 
 import pytest
 from conftest import HAS_GPU
-from gallery_build import history, recording
+from gallery_build import history, recording, scheduling, staging, staleness
 from gallery_build import hooks as docs_build
+from gallery_build.manifest import read_manifest
 
 from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError
@@ -93,7 +94,7 @@ def test_a_failed_page_leaves_its_recording_byte_identical_and_earlier_pages_are
     (examples / "plot_02_b.py").write_text(OK_PAGE.format(n=2, v=1, stem="plot_02_b"))
     seconds = recording.record_examples(docs, examples, gallery)
     assert set(seconds) == {"plot_01_a.py", "plot_02_b.py"}
-    assert recording.stale_examples(examples, gallery) == []
+    assert staleness.stale_examples(examples, gallery) == []
     before_b = _snapshot(gallery, "plot_02_b")
     assert any(k.endswith(".png") for k in before_b) and "plot_02_b.py.md5" in before_b
 
@@ -108,11 +109,11 @@ def test_a_failed_page_leaves_its_recording_byte_identical_and_earlier_pages_are
 
     assert _snapshot(gallery, "plot_02_b") == before_b  # every file of the failed page, byte for byte
     assert "page 1 version 2" in (gallery / "plot_01_a.rst").read_text()  # the page before it was kept
-    states = {s.source.name: s.state for s in recording.example_states(examples, gallery)}
+    states = {s.source.name: s.state for s in staleness.example_states(examples, gallery)}
     assert states == {"plot_01_a.py": "fresh", "plot_02_b.py": "stale"}
     lines = history.load(docs / "data" / "history.jsonl")
     assert [e["example"] for e in lines] == ["plot_01_a", "plot_02_b", "plot_01_a"]  # run 2 wrote page 1's line
-    manifest = recording.read_manifest(gallery)
+    manifest = read_manifest(gallery)
     assert manifest["full_recording"]["seconds"] > 0 and set(manifest["example_seconds"]) == set(seconds)
     assert not list(gallery.rglob("*.tmp"))
 
@@ -127,9 +128,9 @@ def test_promotion_replaces_changed_files_and_writes_the_md5_last(tmp_path):
     (staged / "plot_a.rst").write_text("new")
     (staged / "plot_a.py.md5").write_text("new")
     with pytest.raises(RuntimeError, match="without writing plot_b.py.md5"):
-        recording.promote_page(staged, gallery, "plot_b.py")
+        staging.promote_page(staged, gallery, "plot_b.py")
     assert (gallery / "plot_a.rst").read_text() == "old"  # refused before touching anything
-    changed = recording.promote_page(staged, gallery, "plot_a.py")
+    changed = staging.promote_page(staged, gallery, "plot_a.py")
     assert changed == ["plot_a.rst", "plot_a.py.md5"]
     assert (gallery / "plot_a.rst").read_text() == "new" and (gallery / "plot_a.py.md5").read_text() == "new"
     assert not (gallery / "images" / "sphx_glr_plot_a_002.png").exists()  # the page no longer draws it
@@ -355,18 +356,18 @@ def test_recording_into_a_shard_leaves_the_gallery_alone_and_merges_back(tmp_pat
     assert "page 1 version 7" in (shard_dir / "auto_examples" / "plot_01_a.rst").read_text()
     assert shards.merge([shard_dir], docs, examples) == {"plot_01_a.py": "NVIDIA H200"}
     assert "page 1 version 7" in (gallery / "plot_01_a.rst").read_text()
-    assert recording.stale_examples(examples, gallery) == []
+    assert staleness.stale_examples(examples, gallery) == []
     assert [e["example"] for e in history.load(docs / "data" / "history.jsonl")] == ["plot_01_a", "plot_01_a"]
 
 
 def test_pages_are_spread_over_gpus_longest_first():
-    lanes = recording.schedule(
+    lanes = scheduling.schedule(
         ["a.py", "b.py", "c.py", "d.py", "new.py"], {"a.py": 60, "b.py": 45, "c.py": 30, "d.py": 10}, 2
     )
     # a new page counts as the longest known (60 s); each next page goes to the least-loaded GPU
     assert lanes == [["a.py", "b.py"], ["new.py", "c.py", "d.py"]]
-    assert recording.schedule(["a.py", "b.py"], {}, 4) == [["a.py"], ["b.py"]]
-    assert recording.schedule(["b.py", "a.py"], {"a.py": 5}, 1) == [["b.py", "a.py"]]  # one GPU: given order
+    assert scheduling.schedule(["a.py", "b.py"], {}, 4) == [["a.py"], ["b.py"]]
+    assert scheduling.schedule(["b.py", "a.py"], {"a.py": 5}, 1) == [["b.py", "a.py"]]  # one GPU: given order
 
 
 @pytest.mark.skipif(HAS_GPU, reason="simulates the GPUs on a CPU machine")
@@ -379,22 +380,22 @@ def test_each_page_runs_pinned_to_one_gpu_and_all_are_kept(tmp_path, root, monke
     assert sorted(seconds) == ["plot_01_p.py", "plot_02_p.py", "plot_03_p.py"]
     seen = {n: re.search(r"on GPU (\d)", (gallery / f"plot_0{n}_p.rst").read_text()).group(1) for n in (1, 2, 3)}
     assert set(seen.values()) == {"0", "1"}  # both GPUs were used, one page at a time each
-    assert recording.stale_examples(examples, gallery) == []
+    assert staleness.stale_examples(examples, gallery) == []
     assert sorted(e["example"] for e in history.load(docs / "data" / "history.jsonl")) == [
         "plot_01_p",
         "plot_02_p",
         "plot_03_p",
     ]
-    full = recording.read_manifest(gallery)["full_recording"]
+    full = read_manifest(gallery)["full_recording"]
     assert full["seconds"] > 0 and full["gpus"] == 2  # the site says how many GPUs its time was made on
 
 
 def test_host_bound_pages_go_first_on_gpu_0_and_only_with_more_than_one_gpu():
     pages = ["a.py", "plot_21_call_overhead.py", "b.py", "plot_08_cuda_graphs.py"]
-    alone, lanes = recording.plan_lanes(pages, {"a.py": 60, "b.py": 45}, 2)
+    alone, lanes = scheduling.plan_lanes(pages, {"a.py": 60, "b.py": 45}, 2)
     assert alone == ["plot_21_call_overhead.py", "plot_08_cuda_graphs.py"]
     assert lanes == [alone + ["a.py"], ["b.py"]]
-    assert recording.plan_lanes(pages, {}, 1) == ([], [pages])  # one GPU: nothing runs beside them anyway
+    assert scheduling.plan_lanes(pages, {}, 1) == ([], [pages])  # one GPU: nothing runs beside them anyway
 
 
 @pytest.mark.skipif(HAS_GPU, reason="simulates the GPUs on a CPU machine")
@@ -408,7 +409,7 @@ def test_a_page_that_runs_alone_overlaps_no_other_page(tmp_path, root, monkeypat
     )
     for n in (1, 2, 3):
         (examples / f"plot_0{n}_p.py").write_text(timed.format(n=n, v=1, stem=f"plot_0{n}_p"))
-    monkeypatch.setattr(recording, "RECORD_ALONE", {"plot_03_p.py"})
+    monkeypatch.setattr(scheduling, "RECORD_ALONE", {"plot_03_p.py"})
     recording.record_examples(docs, examples, gallery, gpus=2)
     span = {p.name: tuple(map(float, p.read_text().split())) for p in spans.iterdir()}
     assert sorted(span) == ["plot_01_p", "plot_02_p", "plot_03_p"]

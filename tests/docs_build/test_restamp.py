@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gallery_build import recording
+from gallery_build import restamp, staleness
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = "plot_21_call_overhead"
@@ -25,7 +25,7 @@ def copy(tmp_path):
 
 
 def _state(example, gallery):
-    return {s.source.name: s.state for s in recording.example_states(example.parent, gallery)}[example.name]
+    return {s.source.name: s.state for s in staleness.example_states(example.parent, gallery)}[example.name]
 
 
 def test_a_comment_edit_is_carried_into_the_page_and_the_stamp(copy):
@@ -34,7 +34,7 @@ def test_a_comment_edit_is_carried_into_the_page_and_the_stamp(copy):
     new = "# One query token per sequence, 8 sequences of 512 cached tokens, 8 heads of 128: a GPU kernel of a"
     example.write_text(example.read_text().replace(old, new))
     assert _state(example, gallery) == "stale"
-    changes = recording.restamp_text_edit(example, gallery)
+    changes = restamp.restamp_text_edit(example, gallery)
     assert changes == [(old, new)]
     assert _state(example, gallery) == "fresh"
     rst = (gallery / f"{PAGE}.rst").read_text()
@@ -55,7 +55,7 @@ def test_any_other_edit_still_needs_a_gpu_and_changes_nothing(copy, edit, why):
     example, gallery = copy
     before = {p.name: p.read_bytes() for p in gallery.iterdir()}
     example.write_text(edit(example.read_text()))
-    with pytest.raises(recording.StaleRecordingError, match=why):
-        recording.restamp_text_edit(example, gallery)
+    with pytest.raises(staleness.StaleRecordingError, match=why):
+        restamp.restamp_text_edit(example, gallery)
     assert {p.name: p.read_bytes() for p in gallery.iterdir()} == before
     assert _state(example, gallery) == "stale"

@@ -7,7 +7,8 @@ import json
 import shutil
 
 import pytest
-from gallery_build import history, recording, shards
+from gallery_build import history, recording, shards, staleness
+from gallery_build.manifest import describe_recording, package_md5, read_manifest
 from gallery_build.shards import ShardError
 
 PAGES = ["plot_01_environment.py", "plot_02_conv_bias_relu.py", "plot_03_autotuning.py"]
@@ -75,11 +76,11 @@ def test_merge_is_the_same_whatever_the_order_and_keeps_every_gpu(tmp_path, root
     assert shown == {PAGES[0]: "NVIDIA H200", PAGES[1]: "NVIDIA B200", PAGES[2]: "NVIDIA B200"}
     by_gpu = one / "data" / shards.BY_GPU
     assert sorted(p.name for p in by_gpu.iterdir()) == ["nvidia-b200", "nvidia-h200"]  # the page both recorded
-    manifest = recording.read_manifest(one / "auto_examples")
+    manifest = read_manifest(one / "auto_examples")
     assert (
         manifest["pages"][PAGES[1]]["gpu"] == "NVIDIA B200" and manifest["pages"][PAGES[0]]["commit"] == "commit-H200"
     )
-    assert recording.stale_examples(root / "examples", one / "auto_examples") == []
+    assert staleness.stale_examples(root / "examples", one / "auto_examples") == []
 
 
 def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
@@ -88,16 +89,16 @@ def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
     b = _shard(tmp_path, root, "second", "NVIDIA H200", PAGES[2:])
     manifest = json.loads((b / "shard.json").read_text())
     manifest["pages"][PAGES[2]]["seconds"] = 33.0
-    assert manifest["package_md5"] == recording.package_md5()  # the package that recorded it
+    assert manifest["package_md5"] == package_md5()  # the package that recorded it
     manifest["package_md5"] = "md5-of-the-recording-package"  # as if recorded by another version
     (b / "shard.json").write_text(json.dumps(manifest))
     docs = _docs(tmp_path, root, "d")
     assert shards.merge([a, b], docs, root / "examples") == dict.fromkeys(PAGES, "NVIDIA H200")
-    merged = recording.read_manifest(docs / "auto_examples")
+    merged = read_manifest(docs / "auto_examples")
     assert [merged["example_seconds"][p] for p in PAGES] == [10.0, 10.0, 33.0]  # each page's own shard
     assert merged["environment"]["commit"] == "commit-H200"  # the site says where its pages were recorded
     assert merged["package_md5"] == "md5-of-the-recording-package"  # the shard's, not this checkout's
-    assert "commit-H200 (3 pages)" in recording.describe_recording(docs / "auto_examples")  # beside the others
+    assert "commit-H200 (3 pages)" in describe_recording(docs / "auto_examples")  # beside the others
 
 
 def test_shards_holding_every_page_write_the_reproducibility_report(tmp_path, root):

@@ -19,7 +19,8 @@ from typing import Any
 from cudnn_guide import datafiles
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import recording
+from . import skip_pages
+from .manifest import write_manifest
 
 __all__ = [
     "site_commit",
@@ -401,7 +402,7 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     from cudnn_guide.report import records
 
     if when == "after":
-        records.finish(Path(fname).stem, recording.example_title(_example_path(gallery_conf, fname)))
+        records.finish(Path(fname).stem, skip_pages.example_title(_example_path(gallery_conf, fname)))
     cudnn_guide.reset_caches()
     if when == "before":
         records.begin()
@@ -557,7 +558,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         if exc is None and mode == "record" and not partial:
             from cudnn_guide import environment
 
-            path = recording.write_manifest(
+            path = write_manifest(
                 gallery, examples, environment.collect().to_dict(), build_seconds=time.perf_counter() - started
             )
             print(f"cudnn-guide: recording manifest written to {path}; commit docs/auto_examples.")

@@ -35,7 +35,8 @@ from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError, GuideError
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import history, recording
+from . import history, recording, staging
+from .manifest import MANIFEST, package_md5, read_manifest
 
 __all__ = [
     "SHARD_MANIFEST",
@@ -110,7 +111,7 @@ class Shard:
 
     def page_files(self, example: str) -> list[Path]:
         """The shard's files of page ``example`` (a file name), relative to its ``auto_examples``."""
-        return sorted(recording.page_files(self.path / recording.GALLERY_NAME, Path(example).stem))
+        return sorted(staging.page_files(self.path / recording.GALLERY_NAME, Path(example).stem))
 
 
 def _md5(path: Path) -> str:
@@ -161,7 +162,7 @@ def write_shard(
     pages = {}
     for name in sorted(names):
         stem = Path(name).stem
-        for rel, src in recording.page_files(gallery_dir, stem).items():
+        for rel, src in staging.page_files(gallery_dir, stem).items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             datafiles.write_bytes(target / rel, src.read_bytes())
         record = datafiles.read_json(Path(gallery_dir) / f"{stem}{RECORD_SUFFIX}")
@@ -177,7 +178,7 @@ def write_shard(
         shard_dir / "history.jsonl",
         "".join(json.dumps(latest[k], separators=(",", ":")) + "\n" for k in sorted(latest)),
     )
-    manifest = {"environment": environment, "package_md5": recording.package_md5(), "pages": pages}
+    manifest = {"environment": environment, "package_md5": package_md5(), "pages": pages}
     return datafiles.write_json(shard_dir / SHARD_MANIFEST, manifest, indent=1)
 
 
@@ -291,7 +292,7 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
     for name in sorted(claims):
         primary = sources[name] = _primary(claims[name], name)
         stem = Path(name).stem
-        for stale in recording.page_files(gallery, stem).values():
+        for stale in staging.page_files(gallery, stem).values():
             stale.unlink()
         # the page's md5 last: a merge cut short leaves the page stale, which the build refuses by name
         for rel in sorted(primary.page_files(name), key=lambda r: r.name.endswith(".md5")):
@@ -329,7 +330,7 @@ def _every_example(pages: Any, examples_dir: Path) -> bool:
 def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sources: dict[str, Shard]) -> None:
     """Update ``recording.json``: each merged page's GPU, commit and seconds (from the shard it is shown
     from: several shards may share a GPU model); md5s of the examples."""
-    previous = recording.read_manifest(gallery) or {}
+    previous = read_manifest(gallery) or {}
     pages = dict(previous.get("pages", {}))
     seconds = dict(previous.get("example_seconds", {}))
     for name, shard in sorted(sources.items()):
@@ -348,13 +349,13 @@ def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sour
             "example_seconds": seconds,
             "pages": pages,
             "examples": {s.name: _md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
-            "package_md5": newest.package_md5 or recording.package_md5(),  # the package that recorded it
+            "package_md5": newest.package_md5 or package_md5(),  # the package that recorded it
             "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}),
         }
     )
     data.pop("recorded_utc", None)
     data["recorded_utc"] = max(str(s.environment.get("date_utc", "")) for s in shards)
-    datafiles.write_json(gallery / recording.MANIFEST, data, indent=1)
+    datafiles.write_json(gallery / MANIFEST, data, indent=1)
 
 
 def across_gpus(data_dir: Path) -> list[dict[str, Any]]:

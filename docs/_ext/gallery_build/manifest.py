@@ -1,0 +1,215 @@
+"""The recording's manifest (``recording.json``): where, when and with which code the pages were recorded."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from cudnn_guide import datafiles
+
+from .staleness import source_md5
+
+__all__ = [
+    "MANIFEST",
+    "package_md5",
+    "package_changed_since_recording",
+    "read_manifest",
+    "write_manifest",
+    "recording_commit",
+    "describe_recording",
+]
+
+MANIFEST = "recording.json"
+
+
+def package_md5() -> str:
+    """One md5 over the source of every :mod:`cudnn_guide` module (what the examples ran with).
+
+    Returns
+    -------
+    str
+        A hex digest.
+
+    Example
+    -------
+    >>> print(package_md5())
+    """
+    h = hashlib.md5()
+    import cudnn_guide
+
+    top = Path(cudnn_guide.__file__).resolve().parent
+    for path in sorted(top.rglob("*.py")):
+        h.update(path.relative_to(top).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def package_changed_since_recording(gallery_dir: Path) -> bool:
+    """True when ``cudnn_guide`` differs from the code the committed recording ran with.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    bool
+        Whether the package differs from the recorded one.
+
+    Example
+    -------
+    >>> if package_changed_since_recording(gallery): print('re-record to refresh')
+    """
+    manifest = read_manifest(gallery_dir)
+    return bool(manifest and manifest.get("package_md5") and manifest["package_md5"] != package_md5())
+
+
+def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
+    """The recording's ``recording.json`` (environment, md5s, build time), or ``None``.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    dict[str, Any] | None
+        The manifest, or ``None``.
+
+    Example
+    -------
+    >>> print(read_manifest(Path('docs/auto_examples'))['recorded_utc'])
+    """
+    path = Path(gallery_dir) / MANIFEST
+    if not path.exists():
+        return None
+    return datafiles.read_json(path)
+
+
+def write_manifest(
+    gallery_dir: Path,
+    examples_dir: Path,
+    environment: dict[str, Any] | None,
+    build_seconds: float | None = None,
+    example_seconds: dict[str, float] | None = None,
+    interpreters_seconds: float | None = None,
+    full_run: bool = False,
+    gpus: int | None = None,
+) -> Path:
+    """Write ``recording.json``: the environment, each example's md5, the date and the build time.
+
+    Seconds per example accumulate across partial recordings (an example recorded now replaces
+    its previous time); ``full_recording`` keeps the wall time of the last run that recorded
+    every example, so recording one page later does not pass its time off as the gallery's.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+    examples_dir
+        The example sources.
+    environment
+        The recording environment (``EnvironmentRecord.to_dict()``).
+    build_seconds
+        Wall time of this recording run.
+    example_seconds
+        Wall time of each example recorded in this run (its own process, start-up included).
+    interpreters_seconds
+        How long this run waited for the pages' interpreters to start (kept from the last run
+        that recorded every example, with ``full_recording``).
+    full_run
+        This run recorded every example.
+    gpus
+        How many GPUs recorded at once (kept with ``full_recording``).
+
+    Returns
+    -------
+    Path
+        The manifest's path.
+
+    Example
+    -------
+    >>> write_manifest(gallery, examples, environment.collect().to_dict(), build_seconds=230.0)
+    """
+    previous = read_manifest(gallery_dir) or {}
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
+    full = previous.get("full_recording")
+    if full_run and build_seconds is not None:
+        full = {
+            "seconds": build_seconds,
+            "utc": now,
+            "commit": (environment or {}).get("commit"),
+            "interpreters_start_seconds": interpreters_seconds,
+            "gpus": gpus,
+        }
+    data = {
+        "last_run_seconds": dict(example_seconds or {}),
+        "recorded_utc": now,
+        "environment": environment,
+        "build_seconds": build_seconds,
+        "example_seconds": seconds,
+        "full_recording": full,
+        "examples": {s.name: source_md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
+        "package_md5": package_md5(),
+    }
+    return datafiles.write_json(Path(gallery_dir) / MANIFEST, data, indent=1)
+
+
+def recording_commit(gallery_dir: Path) -> str:
+    """The commit the committed recording ran at (``"none"`` before the first recording).
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    str
+        The commit from ``recording.json``.
+
+    Example
+    -------
+    >>> recording_commit(Path('docs/auto_examples'))
+    """
+    manifest = read_manifest(gallery_dir) or {}
+    return str((manifest.get("environment") or {}).get("commit") or "none")
+
+
+def describe_recording(gallery_dir: Path) -> str:
+    """One line for the console and the home page: where and when the recording was measured.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    str
+        GPU, versions, date and commit in one line.
+
+    Example
+    -------
+    >>> print(describe_recording(Path('docs/auto_examples')))
+    """
+    manifest = read_manifest(gallery_dir)
+    if not manifest or not manifest.get("environment"):
+        return "no GPU recording has been committed yet"
+    env = manifest["environment"]
+    # pages merged from shards name their own commit
+    commits = Counter(p["commit"] for p in manifest.get("pages", {}).values() if p.get("commit"))
+    if len(commits) > 1:
+        commit = "commits " + ", ".join(f"{c} ({n} page{'s' if n > 1 else ''})" for c, n in commits.most_common())
+    else:
+        commit = f"commit {next(iter(commits), env.get('commit', '?'))}"
+    return (
+        f"{env.get('gpu', '?')} (driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
+        f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
+        f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, {commit}"
+    )

@@ -1,0 +1,80 @@
+"""Which GPU records which pages, in which order: longest first, host-bound pages alone."""
+
+from __future__ import annotations
+
+__all__ = ["schedule", "RECORD_ALONE", "plan_lanes"]
+
+
+def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int) -> list[list[str]]:
+    """Spread pages over ``workers`` GPUs, longest first, each onto the least-loaded GPU (LPT).
+
+    A page without a previous time counts as the longest known one, so it starts early.
+
+    Parameters
+    ----------
+    pages
+        Example file names.
+    previous_seconds
+        Each page's seconds in the last recording (``recording.json``).
+    workers
+        How many GPUs.
+
+    Returns
+    -------
+    list[list[str]]
+        One list of pages per GPU, in the order each runs them.
+
+    Example
+    -------
+    >>> schedule(["a.py", "b.py", "c.py"], {"a.py": 60, "b.py": 40, "c.py": 30}, 2)
+    [['a.py'], ['b.py', 'c.py']]
+    """
+    if workers <= 1:
+        return [list(pages)] if pages else []  # one GPU: the pages' own order (a failure stops the rest)
+    default = max(previous_seconds.values(), default=1.0)
+    cost = {p: previous_seconds.get(p, default) or default for p in pages}
+    lanes: list[list[str]] = [[] for _ in range(max(1, workers))]
+    load = [0.0] * len(lanes)
+    for page in sorted(pages, key=lambda p: (-cost[p], p)):
+        i = min(range(len(lanes)), key=lambda k: (load[k], k))
+        lanes[i].append(page)
+        load[i] += cost[page]
+    return [lane for lane in lanes if lane]
+
+
+RECORD_ALONE = {
+    # pages whose results are host times: no other page's CPU work runs beside them. Their host times
+    # still jump between recordings, on one GPU as on two: the methodology page's "Host-bound pages
+    # beside other GPUs" traces that to the process (two levels between fresh processes), not to neighbours
+    "plot_08_cuda_graphs.py",
+    "plot_21_call_overhead.py",
+}
+
+
+def plan_lanes(pages: list[str], previous_seconds: dict[str, float], workers: int) -> tuple[list[str], list[list[str]]]:
+    """:func:`schedule`, with the :data:`RECORD_ALONE` pages first on GPU 0 while the other GPUs wait.
+
+    Parameters
+    ----------
+    pages
+        Example file names.
+    previous_seconds
+        Each page's seconds in the last recording (``recording.json``).
+    workers
+        How many GPUs.
+
+    Returns
+    -------
+    tuple[list[str], list[list[str]]]
+        The pages that run alone, and the lanes (GPU 0's starts with them).
+
+    Example
+    -------
+    >>> plan_lanes(["plot_08_cuda_graphs.py", "a.py", "b.py"], {"a.py": 60, "b.py": 40}, 2)
+    (['plot_08_cuda_graphs.py'], [['plot_08_cuda_graphs.py', 'a.py'], ['b.py']])
+    """
+    alone = [p for p in pages if p in RECORD_ALONE] if workers > 1 else []
+    lanes = schedule([p for p in pages if p not in alone], previous_seconds, workers)
+    if alone:
+        lanes = [alone + (lanes[0] if lanes else [])] + lanes[1:]
+    return alone, lanes
