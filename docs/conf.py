@@ -23,7 +23,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS / "_ext"))  # the docs build's own machinery (gallery_build), outside the library
 
-from gallery_build import cell_times, hooks, recording, staleness
+from gallery_build import cell_times, hooks, page_checks, recording, staleness
 from gallery_build.manifest import describe_recording, package_changed_since_recording, recording_commit
 
 from cudnn_guide import __version__
@@ -41,7 +41,7 @@ if MODE == "render":
         f"cudnn-guide: render mode: nothing is executed; pages show the committed recording measured on {RECORDED_ON}.",
         flush=True,
     )
-    for note in hooks.recorded_output_notes(GALLERY):
+    for note in page_checks.recorded_output_notes(GALLERY):
         print(f"cudnn-guide: note: {note} (fix the example; the next recording shows it clean)", flush=True)
     if package_changed_since_recording(GALLERY):
         print(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HAS_GPU, remove_recording
-from gallery_build import cell_times, recording, skip_pages, staging, staleness
+from gallery_build import cell_times, page_checks, recording, skip_pages, staging, staleness
 from gallery_build import hooks as docs_build
 from gallery_build.manifest import describe_recording, package_md5, read_manifest, write_manifest
 
@@ -90,7 +90,7 @@ def test_every_example_has_a_fresh_recording(root):
 
 
 def test_committed_pages_are_healthy(root):
-    assert docs_build.recorded_page_problems(root / "docs" / "auto_examples", root / "examples") == []
+    assert page_checks.recorded_page_problems(root / "docs" / "auto_examples", root / "examples") == []
 
 
 def test_health_check_catches_missing_figure_output_and_failed_check(tmp_path, root):
@@ -105,14 +105,14 @@ def test_health_check_catches_missing_figure_output_and_failed_check(tmp_path, r
     data = json.loads(rec.read_text())
     data["all_checks_passed"] = False
     rec.write_text(json.dumps(data))
-    problems = docs_build.recorded_page_problems(gal, root / "examples")
+    problems = page_checks.recorded_page_problems(gal, root / "examples")
     joined = "\n".join(problems)
     assert f"{stem}: the recorded page has no figure" in joined
     assert f"{stem}: the recorded page has no captured output" in joined
     assert f"{stem}: its record reports a failed or missing correctness check" in joined
     others = [p for p in problems if not p.startswith(f"{stem}:")]
     assert others == []  # the other pages are untouched and healthy
-    assert docs_build.recorded_page_problems(gal, root / "examples", exceptions={stem: "demo"}) == []
+    assert page_checks.recorded_page_problems(gal, root / "examples", exceptions={stem: "demo"}) == []
 
 
 def test_stamp_goes_under_the_title():
@@ -151,7 +151,7 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     with zipfile.ZipFile(gal / "plot_05_sdpa_causal.zip") as z:  # the zipped download holds today's script
         assert z.read("plot_05_sdpa_causal.py") == src.read_bytes() and "plot_05_sdpa_causal.ipynb" in z.namelist()
     assert staleness.example_states(root / "examples", gal)[4].state == "fresh"
-    assert docs_build.recorded_page_problems(gal, root / "examples") == []
+    assert page_checks.recorded_page_problems(gal, root / "examples") == []
     stamp = docs_build.stamp_rst(
         json.loads((gal / "plot_05_sdpa_causal.record.json").read_text()), "plot_05_sdpa_causal"
     )
@@ -336,7 +336,7 @@ def test_output_a_reader_should_not_see_is_noted_per_page(tmp_path):
         '    <td id="T_1_row0_col6" class="data row0 col6" >nan</td>\n\n'
         "    * It is 1.30x faster.\n\n    1.0011987761040242\n" + timing
     )
-    notes = docs_build.recorded_output_notes(tmp_path)
+    notes = page_checks.recorded_output_notes(tmp_path)
     assert notes == [
         "plot_02_noisy: 1 captured Python warning(s), first UserWarning: Overriding a previously registered kernel",
         "plot_02_noisy: a table shows 'nan' where a value is missing",

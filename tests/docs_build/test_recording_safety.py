@@ -17,8 +17,7 @@ import time
 
 import pytest
 from conftest import HAS_GPU
-from gallery_build import history, recording, scheduling, staging, staleness
-from gallery_build import hooks as docs_build
+from gallery_build import history, page_checks, recording, scheduling, staging, staleness
 from gallery_build.manifest import read_manifest
 
 from cudnn_guide import datafiles
@@ -251,7 +250,7 @@ def test_swapped_records_are_refused(gallery_copy, root):
     ta, tb = a.read_bytes(), b.read_bytes()
     a.write_bytes(tb)
     b.write_bytes(ta)
-    problems = docs_build.recorded_page_problems(gallery_copy, root / "examples")
+    problems = page_checks.recorded_page_problems(gallery_copy, root / "examples")
     assert (
         "plot_02_conv_bias_relu: plot_02_conv_bias_relu.record.json is the record of "
         "'plot_04_matmul_epilogue', not of this page"
@@ -261,7 +260,7 @@ def test_swapped_records_are_refused(gallery_copy, root):
 def test_a_truncated_figure_is_refused(gallery_copy, root):
     png = gallery_copy / "images" / "sphx_glr_plot_02_conv_bias_relu_001.png"
     png.write_bytes(png.read_bytes()[:100])
-    problems = docs_build.recorded_page_problems(gallery_copy, root / "examples")
+    problems = page_checks.recorded_page_problems(gallery_copy, root / "examples")
     assert any(
         p.startswith("plot_02_conv_bias_relu: figure images/sphx_glr_plot_02_conv_bias_relu_001.png does not decode")
         for p in problems
@@ -270,7 +269,7 @@ def test_a_truncated_figure_is_refused(gallery_copy, root):
 
 def test_a_missing_run_time_file_is_refused(gallery_copy, root):
     (gallery_copy / "plot_03_autotuning.cost.json").unlink()
-    assert docs_build.recorded_page_problems(gallery_copy, root / "examples") == [
+    assert page_checks.recorded_page_problems(gallery_copy, root / "examples") == [
         "plot_03_autotuning: its run-time file plot_03_autotuning.cost.json is missing"
     ]
 
@@ -288,7 +287,7 @@ def test_every_data_file_must_parse(gallery_copy, name):
     path = (gallery_copy / name).resolve()
     path.write_text(path.read_text()[: len(path.read_text()) // 2])
     with pytest.raises(CorruptDataError, match="not valid JSON") as info:
-        docs_build.validate_data(gallery_copy, gallery_copy.parent / "data")
+        page_checks.validate_data(gallery_copy, gallery_copy.parent / "data")
     assert info.value.path == str(path.resolve())
 
 
@@ -298,7 +297,7 @@ def test_a_broken_history_line_is_refused_with_its_number(gallery_copy):
     lines[3] = lines[3][:40]
     hist.write_text("\n".join(lines) + "\n")
     with pytest.raises(CorruptDataError, match=r"history.jsonl:4: line is not valid JSON"):
-        docs_build.validate_data(gallery_copy, gallery_copy.parent / "data")
+        page_checks.validate_data(gallery_copy, gallery_copy.parent / "data")
 
 
 def test_titles_and_labels_from_data_are_escaped():
@@ -327,10 +326,10 @@ def test_data_pages_build_their_tables_through_the_escaping_helper(root):
 
 
 def test_the_data_digest_changes_with_any_data_file(gallery_copy):
-    before = docs_build.data_digest(gallery_copy, gallery_copy.parent / "data")
+    before = page_checks.data_digest(gallery_copy, gallery_copy.parent / "data")
     rec = gallery_copy / "plot_02_conv_bias_relu.record.json"
     rec.write_text(rec.read_text().replace('"value":', '"value": ', 1))
-    assert docs_build.data_digest(gallery_copy, gallery_copy.parent / "data") != before
+    assert page_checks.data_digest(gallery_copy, gallery_copy.parent / "data") != before
 
 
 def test_datafiles_docstring_examples_run():
@@ -441,6 +440,6 @@ def test_the_data_pages_rerun_when_a_source_they_read_changes(tmp_path, root):
     src = tmp_path / "src"
     shutil.copytree(root / "examples", src)
     gal, data = root / "docs" / "auto_examples", root / "docs" / "data"
-    before = docs_build.data_digest(gal, data, (src,))
+    before = page_checks.data_digest(gal, data, (src,))
     (src / "plot_01_environment.py").write_text((src / "plot_01_environment.py").read_text() + "\n")
-    assert docs_build.data_digest(gal, data, (src,)) != before
+    assert page_checks.data_digest(gal, data, (src,)) != before

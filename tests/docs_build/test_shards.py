@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from gallery_build import history, recording, shards, staleness
+from gallery_build import drift_bands, history, recording, shards, staleness
 from gallery_build.manifest import describe_recording, package_md5, read_manifest
 from gallery_build.shards import ShardError
 
@@ -114,7 +114,7 @@ def test_shards_holding_every_page_write_the_reproducibility_report(tmp_path, ro
     shards.merge([_shard(tmp_path, root, "all", "NVIDIA H200", PAGES)], docs, examples)
     lines = history.load(docs / "data" / "history.jsonl")  # the merge appended the shard's lines
     assert json.loads(report.read_text()) == json.loads(json.dumps(history.reproducibility(lines)))
-    assert json.loads((docs / "data" / "drift.json").read_text()) == json.loads(json.dumps(history.drift(lines)))
+    assert json.loads((docs / "data" / "drift.json").read_text()) == json.loads(json.dumps(drift_bands.drift(lines)))
 
 
 def test_merging_a_shard_twice_adds_its_history_lines_once(tmp_path, root):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from gallery_build import history
+from gallery_build import drift_bands, history
 
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure import compare, measurement, verdicts
@@ -195,7 +195,7 @@ def test_drift_keeps_each_labels_largest_change_and_the_pages_p95():
         _recording("plot_a", "3", {"fast": 1.0, "wobbly": 1.0}),
         _recording("plot_a", "4", {"fast": 2.0, "wobbly": 2.0}, gpu="NVIDIA B200"),  # not comparable: ignored
     ]
-    d = history.drift(lines)
+    d = drift_bands.drift(lines)
     page = d["examples"]["plot_a"]
     assert d["pairs"] == 2
     assert page["labels"]["wobbly"] == pytest.approx(math.log(1.5))
@@ -292,7 +292,7 @@ def test_the_drift_backtest_scores_both_models_on_the_recordings_before_the_last
 
     # a and b move together by up to 20% per recording: independent drifts over-widen their ratio
     lines = [rec("1", 1.0, 2.0), rec("2", 1.2, 2.45), rec("3", 1.0, 2.0), rec("4", 0.85, 1.7), rec("5", 1.0, 2.02)]
-    report = history.drift_backtest(lines)
+    report = drift_bands.drift_backtest(lines)
     assert report["pages"] == 1 and report["ratios"] == 1
     ratio, independent = report["models"]["ratio"], report["models"]["independent"]
     assert ratio["coverage"] == 1.0 and independent["coverage"] == 1.0

@@ -10,8 +10,10 @@ keeps its doc-build helpers in ``doc/sphinxext``).
 * :mod:`gallery_build.cell_times` — each cell's seconds, kept beside its page.
 * :mod:`gallery_build.restamp` — carry a text-only edit into a recorded page.
 * :mod:`gallery_build.shards` — recordings made anywhere, merged.
-* :mod:`gallery_build.hooks` — the Sphinx hooks: stamps, build health, data validation.
+* :mod:`gallery_build.hooks` — the Sphinx hooks: stamps, the environment table folded, the manifest.
+* :mod:`gallery_build.page_checks` — build health and data validation, before the site is built.
 * :mod:`gallery_build.history` — the history of recordings and the reproducibility report.
+* :mod:`gallery_build.drift_bands` — how far headlines drift between recordings (``drift.json``).
 * :mod:`gallery_build.frontend_index` — the "cuDNN Frontend API" index.
 
 Run it with ``docs/_ext`` on ``PYTHONPATH`` (``nox`` sessions set it)::

@@ -2,9 +2,7 @@
 
 * Under each gallery page title: "Measured on <GPU> · <date> · <commit>", read from the
   example's JSON record, with a link to download that record.
-* Build health (:func:`recorded_page_problems`): a recorded page with no output, no figure, a
-  zero run time, no record, or a failed check fails the build, unless listed in
-  :data:`HEALTH_EXCEPTIONS` with its reason.
+* Before the build: :mod:`gallery_build.page_checks` (build health, data validation).
 * In record mode, ``recording.json`` is written when the build finishes.
 * Each API entry gets a mini-gallery of the examples that use it.
 """
@@ -16,229 +14,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudnn_guide import datafiles
 from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import skip_pages
 from .manifest import write_manifest
+from .page_checks import DATA_PAGES, data_digest, read_record, recorded_page_problems, validate_data
 
 __all__ = [
     "site_commit",
     "fold_environment_table",
-    "recorded_output_notes",
     "ENVIRONMENT_PAGE",
-    "HEALTH_EXCEPTIONS",
-    "recorded_page_problems",
-    "validate_data",
-    "data_digest",
-    "DATA_PAGES",
     "stamp_rst",
     "warnings_rst",
     "reset_between_examples",
     "connect",
     "record_only_overrides",
 ]
-
-HEALTH_EXCEPTIONS: dict[str, str] = {
-    # "plot_name": "why this page may lack a figure/output/record",
-}
-"""Example stems exempt from the build-health rules, each with its reason."""
-
-_RUNTIME = re.compile(r"\*\*Total running time of the script:\*\*\s*\(\s*(\d+)\s*minutes\s*([\d.]+)\s*seconds\)")
-
-
-def _record(gallery: Path, stem: str) -> dict[str, Any] | None:
-    path = gallery / f"{stem}{RECORD_SUFFIX}"
-    if not path.exists():
-        return None
-    return datafiles.read_json(path)
-
-
-def _figure_problem(path: Path) -> str | None:
-    """Why a recorded PNG does not decode, or ``None`` when it does."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            img.load()
-    except Exception as exc:  # PIL raises many kinds for truncated or foreign files
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, str] | None = None) -> list[str]:
-    """Every way a recorded example page falls short; empty when all are healthy.
-
-    Checked per page: the page, its captured output, at least one figure (and that every figure
-    and thumbnail decodes), a non-zero run time, its run-time file (``.cost.json``), its JSON
-    record, that the record names this page (not another), and that its checks passed.
-
-    Parameters
-    ----------
-    gallery
-        The recorded gallery (``docs/auto_examples``).
-    examples
-        The example sources.
-    exceptions
-        Stems exempt, with reasons; default :data:`HEALTH_EXCEPTIONS`.
-
-    Returns
-    -------
-    list[str]
-        One message per problem, each naming the file; empty when healthy.
-
-    Example
-    -------
-    >>> problems = recorded_page_problems(Path('docs/auto_examples'), Path('examples'))
-    >>> assert not problems, problems
-    """
-    exceptions = HEALTH_EXCEPTIONS if exceptions is None else exceptions
-    gallery = Path(gallery)
-    problems = []
-    for src in sorted(Path(examples).glob("plot_*.py")):
-        stem = src.stem
-        if stem in exceptions:
-            continue
-        rst = gallery / f"{stem}.rst"
-        if not rst.exists():
-            problems.append(f"{stem}: no recorded page ({rst.name} missing)")
-            continue
-        text = rst.read_text(encoding="utf-8")
-        rec = _record(gallery, stem)
-        if rec is not None and rec.get("example") != stem:
-            problems.append(f"{stem}: {stem}{RECORD_SUFFIX} is the record of {rec.get('example')!r}, not of this page")
-            continue
-        figures = sorted((gallery / "images").glob(f"sphx_glr_{stem}_*.png"))
-        figures += sorted((gallery / "images" / "thumb").glob(f"sphx_glr_{stem}_thumb.png"))
-        for fig in figures:
-            why = _figure_problem(fig)
-            if why:
-                problems.append(f"{stem}: figure {fig.relative_to(gallery)} does not decode ({why})")
-        if rec is not None and rec.get("extra", {}).get("skipped"):
-            if "skipped: needs" not in text:
-                problems.append(f"{stem}: skipped on the recording GPU, but its page does not say why")
-            continue  # a skipped page has no output, figure or checks by design
-        if "sphx-glr-script-out" not in text:
-            problems.append(f"{stem}: the recorded page has no captured output")
-        if not [f for f in figures if "thumb" not in f.parts]:
-            problems.append(f"{stem}: the recorded page has no figure")
-        m = _RUNTIME.search(text)
-        if not m or (int(m.group(1)) == 0 and float(m.group(2)) == 0.0):
-            problems.append(f"{stem}: the recorded run time is zero or missing")
-        if not (gallery / f"{stem}.cost.json").exists():
-            problems.append(f"{stem}: its run-time file {stem}.cost.json is missing")
-        if rec is None:
-            problems.append(f"{stem}: no JSON record ({stem}{RECORD_SUFFIX})")
-        elif not rec.get("all_checks_passed"):
-            problems.append(f"{stem}: its record reports a failed or missing correctness check")
-    return problems
-
-
-_CAPTURED_WARNING = re.compile(r"^\s+\S+\.py:\d+: (\w*Warning): (.{0,80})", re.MULTILINE)
-_NAN_CELL = re.compile(r"<td[^>]*>\s*nan\s*</td>", re.IGNORECASE)
-_BARE_NUMBER_END = re.compile(r"\n\n    (-?\d+\.\d+(?:e-?\d+)?)\n\n+\.\. rst-class:: sphx-glr-timing")
-
-
-def recorded_output_notes(gallery: Path) -> list[str]:
-    """What a reader should not see in a recorded page's output, one note per page and kind.
-
-    Not failures (the numbers stand): a Python warning captured into the output, a table cell
-    that reads ``nan``, and a bare number printed after the takeaways (the value of a cell's last
-    expression). The render prints them so that the next recording fixes them.
-
-    Parameters
-    ----------
-    gallery
-        The recorded gallery (``docs/auto_examples``).
-
-    Returns
-    -------
-    list[str]
-        One line per page and kind, naming the page; empty when the output is clean.
-
-    Example
-    -------
-    >>> for note in recorded_output_notes(Path("docs/auto_examples")):
-    ...     print(note)
-    """
-    notes = []
-    for rst in sorted(Path(gallery).glob("plot_*.rst")):
-        text = rst.read_text(encoding="utf-8")
-        warned = _CAPTURED_WARNING.findall(text)
-        if warned:
-            kind, message = warned[0]
-            notes.append(f"{rst.stem}: {len(warned)} captured Python warning(s), first {kind}: {message.strip()}")
-        if _NAN_CELL.search(text):
-            notes.append(f"{rst.stem}: a table shows 'nan' where a value is missing")
-        bare = _BARE_NUMBER_END.search(text)
-        if bare:
-            notes.append(f"{rst.stem}: a bare number ({bare.group(1)}) is printed at the end of the page")
-    return notes
-
-
-DATA_PAGES: tuple[str, ...] = ("results", "methodology", "frontend_api")
-"""The notebooks that read the recording's data files (and measure nothing)."""
-
-
-def data_digest(gallery: Path, data_dir: Path, sources: tuple[Path, ...] = ()) -> str:
-    """One digest over the names and bytes of every data file the data pages read.
-
-    Parameters
-    ----------
-    gallery
-        The recorded gallery.
-    data_dir
-        ``docs/data``.
-    sources
-        Folders of Python sources the data pages also read (the examples and the package,
-        for the frontend API index).
-
-    Returns
-    -------
-    str
-        A hex digest; the build re-executes :data:`DATA_PAGES` whenever it changes.
-
-    Example
-    -------
-    >>> print(data_digest(Path('docs/auto_examples'), Path('docs/data'))[:12])
-    """
-    import hashlib
-
-    h = hashlib.sha256()
-    files = [*Path(gallery).glob("*.json"), *Path(data_dir).glob("*.json*")]
-    files += [p for folder in sources for p in Path(folder).glob("*.py")]
-    for path in sorted(files):
-        h.update(str(path.name).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def validate_data(gallery: Path, data_dir: Path) -> None:
-    """Parse every JSON and JSON-lines file the site is built from, before any page reads them.
-
-    The gallery's records, costs, cell times and manifest, and ``docs/data`` (probes and the
-    history), so that a corrupt file stops the build with its name and line instead of surfacing
-    later inside an executed notebook.
-
-    Parameters
-    ----------
-    gallery
-        The recorded gallery.
-    data_dir
-        ``docs/data``.
-
-    Raises
-    ------
-    CorruptDataError
-        The first file that does not parse, with its line.
-
-    Example
-    -------
-    >>> validate_data(Path('docs/auto_examples'), Path('docs/data'))
-    """
-    for path in sorted(Path(gallery).glob("*.json")) + sorted(Path(data_dir).glob("*.json")):
-        datafiles.read_json(path)
-    for path in sorted(Path(data_dir).glob("*.jsonl")):
-        datafiles.read_jsonl(path)
 
 
 def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
@@ -519,7 +310,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         prefix = f"{gallery_doc}/plot_"
         if docname.startswith(prefix):
             stem = docname.split("/", 1)[1]
-            source[0] = _insert_stamp(source[0], stamp_rst(_record(gallery, stem), stem))
+            source[0] = _insert_stamp(source[0], stamp_rst(read_record(gallery, stem), stem))
             if stem != ENVIRONMENT_PAGE:
                 source[0] = fold_environment_table(source[0])
             record_path = gallery / f"{stem}{RECORD_SUFFIX}"
@@ -574,7 +365,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     def on_page_context(app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
         prefix = f"{gallery_doc}/plot_"
         if pagename.startswith(prefix):
-            env = (_record(gallery, pagename.split("/", 1)[1]) or {}).get("environment") or {}
+            env = (read_record(gallery, pagename.split("/", 1)[1]) or {}).get("environment") or {}
             context["page_recording_commit"] = env.get("commit")
             context["page_recording_gpu"] = env.get("gpu")
 

@@ -81,10 +81,10 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
 
     from cudnn_guide.measure import drift
 
-    from . import history
+    from . import drift_bands
 
     os.environ.update({MODE_ENV: "record", ONLY_ENV: example, drift.PAGE_ENV: Path(example).stem})
-    os.environ.setdefault(drift.DRIFT_ENV, str(REPO_ROOT / "docs" / "data" / history.DRIFT))
+    os.environ.setdefault(drift.DRIFT_ENV, str(REPO_ROOT / "docs" / "data" / drift_bands.DRIFT))
     cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
     return build_main(["-b", "dummy", "-q", docs_dir, out_dir])
 
@@ -210,7 +210,7 @@ def record_examples(
             pool_seconds, failure = _record_on_gpus(
                 runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus, keep_going
             )
-    from . import history
+    from . import drift_bands, history
 
     if seconds:
         write_manifest(
@@ -230,7 +230,7 @@ def record_examples(
             lines = history.load(Path(docs_dir) / "data" / "history.jsonl")
             report = history.reproducibility(lines)
             datafiles.write_json(Path(docs_dir) / "data" / REPRODUCIBILITY, report, indent=1)
-            datafiles.write_json(Path(docs_dir) / "data" / history.DRIFT, history.drift(lines), indent=1)
+            datafiles.write_json(Path(docs_dir) / "data" / drift_bands.DRIFT, drift_bands.drift(lines), indent=1)
             print(f"cudnn-guide: {history.format_reproducibility(report)}", flush=True)
     if failure:
         kept = ", ".join(seconds) or "none"

@@ -35,7 +35,7 @@ from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError, GuideError
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import history, recording, staging
+from . import drift_bands, history, recording, staging
 from .manifest import MANIFEST, package_md5, read_manifest
 
 __all__ = [
@@ -318,7 +318,7 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
         # every page: a full recording, assembled from shards; does it reproduce the one before?
         lines = history.load(data / "history.jsonl")
         datafiles.write_json(data / recording.REPRODUCIBILITY, history.reproducibility(lines), indent=1)
-        datafiles.write_json(data / history.DRIFT, history.drift(lines), indent=1)
+        datafiles.write_json(data / drift_bands.DRIFT, drift_bands.drift(lines), indent=1)
     return shown
 
 

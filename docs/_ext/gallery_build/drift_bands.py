@@ -1,0 +1,197 @@
+"""How far each page's headlines drift between recordings: the bands the next recording widens its intervals by.
+
+After every full recording, :func:`drift` reads ``docs/data/history.jsonl`` and writes
+``docs/data/drift.json`` (:data:`DRIFT`); :mod:`cudnn_guide.measure.drift` reads it on the GPU.
+:func:`drift_backtest` checks, on the history itself, how often such a band would have held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .history import by_example, comparable, compare
+
+__all__ = ["DRIFT", "DRIFT_PAIRS", "DRIFT_UNITS", "RATIO_QUANTILE", "drift", "drift_backtest"]
+
+DRIFT_PAIRS = 4
+"""How many of an example's latest consecutive recording pairs :func:`drift` looks at."""
+DRIFT_UNITS = frozenset({"µs", "us", "ms", "s", "GB/s", "TB/s", "TFLOP/s", "x"})
+"""Headline units whose re-recording changes :func:`drift` keeps (times, rates, ratios)."""
+DRIFT = "drift.json"
+"""In ``docs/data``: :func:`drift` of the history, which the next recording widens its intervals by."""
+
+
+def _p95(values: list[float]) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(0.95 * len(values)))] if values else 0.0
+
+
+def _quantile_of(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[int(q * (len(values) - 1))] if values else 0.0
+
+
+def _signed_changes(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per consecutive comparable pair of an example's entries: label → signed log change of its median."""
+    import math
+
+    return [
+        {
+            r["measurement"]: math.log(r["latest_ms"] / r["previous_ms"])
+            for r in compare(prev, cur)
+            if r["same_method"] and r["latest_ms"] > 0
+        }
+        for prev, cur in _comparable_pairs(entries)
+    ]
+
+
+def _comparable_pairs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Consecutive entries of one example that :func:`comparable` allows to compare."""
+    return [(prev, cur) for prev, cur in zip(entries, entries[1:]) if not comparable(prev, cur)]
+
+
+def _ratio_changes(steps: list[dict[str, float]]) -> list[float]:
+    """How far the ratio of every two measurements of one recording moved: ``|Δlog a − Δlog b|``."""
+    out = []
+    for step in steps:
+        values = sorted(step.values())
+        out += [abs(x - y) for i, x in enumerate(values) for y in values[i + 1 :]]
+    return out
+
+
+RATIO_QUANTILE = 0.9
+"""A ratio's re-recording noise is at least this quantile of its page's ratio changes (see :func:`drift`)."""
+
+
+def drift_backtest(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well each drift model predicted each page's latest re-recording, from the recordings before it.
+
+    For every page with at least two earlier comparable pairs, and every two measurements of its
+    latest pair, the change of their ratio is checked against two predictions made from the
+    earlier pairs only: **independent** drifts (``√(r_a² + r_b²)``, each ``r`` the label's
+    largest change, at least the page's 95th percentile) and the **ratio**'s own largest
+    change (at least the page's :data:`RATIO_QUANTILE` quantile of ratio changes).
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"ratios", "pages", "models": {name: {"coverage", "median_width", "p90_width"}}}``,
+        widths as fractions (0.05 = ±5%).
+
+    Example
+    -------
+    >>> drift_backtest(load(Path("docs/data/history.jsonl")))["models"]["ratio"]["coverage"]
+    """
+    import math
+
+    widths: dict[str, list[float]] = {"independent": [], "ratio": []}
+    inside = {"independent": 0, "ratio": 0}
+    pages = 0
+    for entries in by_example(history).values():
+        steps = _signed_changes(entries)
+        if len(steps) < 3:
+            continue
+        earlier, last = steps[:-1][-DRIFT_PAIRS:], steps[-1]
+        pages += 1
+        flat = [abs(v) for s in earlier for v in s.values()]
+        page_p95, ratio_floor = _p95(flat), _quantile_of(_ratio_changes(earlier), RATIO_QUANTILE)
+        own = {lab: max([abs(s[lab]) for s in earlier if lab in s] + [0.0]) for lab in last}
+        labels = sorted(last)
+        for i, a in enumerate(labels):
+            for b in labels[i + 1 :]:
+                seen = [abs(s[a] - s[b]) for s in earlier if a in s and b in s]
+                if not seen:
+                    continue
+                actual = abs(last[a] - last[b])
+                for model, w in (
+                    ("independent", math.hypot(max(page_p95, own[a]), max(page_p95, own[b]))),
+                    ("ratio", max(max(seen), ratio_floor)),
+                ):
+                    widths[model].append(w)
+                    inside[model] += actual <= w
+    out: dict[str, Any] = {"ratios": len(widths["ratio"]), "pages": pages, "models": {}}
+    for model, ws in widths.items():
+        ws = sorted(ws)
+        if ws:
+            out["models"][model] = {
+                "coverage": inside[model] / len(ws),
+                "median_width": math.exp(ws[len(ws) // 2]) - 1,
+                "p90_width": math.exp(ws[int(0.9 * (len(ws) - 1))]) - 1,
+            }
+    return out
+
+
+def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far each measurement moved between consecutive comparable recordings: the re-recording noise.
+
+    Within one run, a bootstrap interval over rounds says how precisely that run measured; it
+    does not say where the next recording, on another machine or day, will land. This does:
+    for every pair of consecutive recordings of an example that :func:`comparable` allows, the
+    absolute log change of each measurement's median timed the same way. Per example it keeps
+    each label's largest change and the 95th percentile over all its changes, over its last few
+    pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
+    percentile over every example (the fallback for a page with no history). The same is kept
+    for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes, which
+    :meth:`cudnn_guide.report.records.Record.headline` widens by it.
+
+    Parameters
+    ----------
+    history
+        All entries (from :func:`load`).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"global_p95", "global_headline_p95", "pairs", "examples": {example: {"p95", "labels":
+        {label: max}, "headline_p95", "headlines": {name: max}}}}``, all as absolute natural-log
+        changes (0.03 ≈ 3%).
+
+    Example
+    -------
+    >>> drift(load(Path("docs/data/history.jsonl")))["global_p95"]
+    """
+    import math
+
+    out: dict[str, Any] = {"global_p95": 0.0, "global_headline_p95": 0.0, "pairs": 0, "examples": {}}
+    every: list[float] = []
+    every_headline: list[float] = []
+    for example, entries in by_example(history).items():
+        changes_: list[float] = []
+        labels: dict[str, float] = {}
+        heads: dict[str, float] = {}
+        head_changes: list[float] = []
+        signed = _signed_changes(entries)[-DRIFT_PAIRS:]
+        for step in signed:
+            out["pairs"] += 1
+            for label, change in step.items():
+                changes_.append(abs(change))
+                labels[label] = max(labels.get(label, 0.0), abs(change))
+        for prev, cur in _comparable_pairs(entries)[-DRIFT_PAIRS:]:
+            old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
+            for h in cur.get("headlines", []):
+                before, now = old.get(h["name"]), h.get("value")
+                if h.get("unit") not in DRIFT_UNITS:
+                    continue  # counts, ranks, percentages and signed values are not re-measured quantities
+                if isinstance(before, (int, float)) and isinstance(now, (int, float)) and before > 0 and now > 0:
+                    change = abs(math.log(now / before))
+                    head_changes.append(change)
+                    heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
+        if changes_ or head_changes:
+            out["examples"][example] = {
+                "p95": _p95(changes_),
+                "labels": labels,
+                "headline_p95": _p95(head_changes),
+                "headlines": heads,
+                "changes": signed,
+                "ratio_p90": _quantile_of(_ratio_changes(signed), RATIO_QUANTILE),
+            }
+            every += changes_
+            every_headline += head_changes
+    out["global_p95"] = _p95(every)
+    out["global_headline_p95"] = _p95(every_headline)
+    return out
