@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -101,3 +102,14 @@ def remove_recording(gallery: Path, stem: str) -> None:
     """Delete every file the recording holds for one example (page, record, images, downloads)."""
     for old in list(gallery.glob(f"*{stem}*")) + list((gallery / "images").rglob(f"*{stem}*")):
         old.unlink()
+
+
+def tiny_gallery(tmp_path, text="print(1)\n"):
+    """One example ``plot_a.py`` and a gallery that recorded it (its md5 and a page)."""
+    ex, gal = tmp_path / "examples", tmp_path / "gallery"
+    ex.mkdir()
+    gal.mkdir()
+    (ex / "plot_a.py").write_text(text)
+    (gal / "plot_a.py.md5").write_text(hashlib.md5(text.encode()).hexdigest())
+    (gal / "plot_a.rst").write_text("page")
+    return ex, gal

@@ -1,0 +1,46 @@
+"""The Sphinx hooks: the stamp and the warnings summary under each page title (gallery_build.hooks)."""
+
+from gallery_build import hooks as docs_build
+
+
+def test_stamp_goes_under_the_title():
+    text = ".. _label:\n\n\nFused conv\n==========\n\nBody\n"
+    stamp = docs_build.stamp_rst({"environment": {"gpu": "NVIDIA H200", "date_utc": "d", "commit": "c"}}, "plot_x")
+    out = docs_build._insert_stamp(text, stamp)
+    assert out.index("Measured on **NVIDIA H200**") > out.index("==========")
+    assert out.index("Measured on") < out.index("Body")
+    assert ":download:`JSON record <plot_x.record.json>`" in out
+    assert docs_build._insert_stamp(text, "") == text
+
+
+def test_page_warnings_are_summarized_under_the_title():
+    clock_warning = (
+        "software power cap held the clock down (SM clock 1485 of 1980 MHz at the end); timings may be slower"
+    )
+    record = {
+        "environment": {"gpu": "NVIDIA H200"},
+        "measurements": [
+            {"warnings": [clock_warning], "clocks": {"sm_mhz_end": 1485, "max_sm_mhz": 1980}},
+            {
+                "warnings": [
+                    "software power cap held the clock down (SM clock 1335 ...)",
+                    "large spread: IQR is 17% of the median",
+                ],
+                "clocks": {"sm_mhz_end": 1335, "max_sm_mhz": 1980},
+            },
+            {"warnings": [], "clocks": {}},
+        ],
+    }
+    note = docs_build.warnings_rst(record)
+    assert "2 of 3 measurements on this page carry a harness warning" in note
+    assert "2 × the GPU's power cap held the SM clock below 97% of its maximum (lowest: 1335 of 1980 MHz)" in note
+    assert "1 × a large spread" in note
+    assert note in docs_build.stamp_rst(record, "plot_x")
+    assert docs_build.warnings_rst({"measurements": [{"warnings": []}]}) == ""
+    drift = "timings drifted -15% from the first to the last third of the run " + (
+        "(clock or thermal throttling, or interference)"
+    )
+    note = docs_build.warnings_rst({"measurements": [{"warnings": [drift]}]})
+    assert "1 × timings drifting" in note and "× thermal throttling" not in note  # a possible cause is not a finding
+    thermal = "thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)"
+    assert "1 × thermal throttling" in docs_build.warnings_rst({"measurements": [{"warnings": [thermal]}]})
