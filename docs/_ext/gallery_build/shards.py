@@ -25,7 +25,6 @@ A *shard* is what one machine recorded, self-contained, in a folder:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -37,6 +36,7 @@ from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import drift_bands, history, recording, staging
 from .manifest import MANIFEST, package_md5, read_manifest
+from .staleness import source_md5
 
 __all__ = [
     "SHARD_MANIFEST",
@@ -114,10 +114,6 @@ class Shard:
         return sorted(staging.page_files(self.path / recording.GALLERY_NAME, Path(example).stem))
 
 
-def _md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
 def write_shard(
     shard_dir: Path,
     gallery_dir: Path,
@@ -167,7 +163,7 @@ def write_shard(
             datafiles.write_bytes(target / rel, src.read_bytes())
         record = datafiles.read_json(Path(gallery_dir) / f"{stem}{RECORD_SUFFIX}")
         pages[name] = {
-            "md5": _md5(Path(examples_dir) / name),
+            "md5": source_md5(Path(examples_dir) / name),
             "seconds": seconds.get(name),
             "skipped": bool(record.get("extra", {}).get("skipped")),
         }
@@ -275,10 +271,10 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
             source = Path(examples_dir) / name
             if not source.exists():
                 raise ShardError(f"shard {shard.path}: {name} is not an example here ({examples_dir})")
-            if page.get("md5") != _md5(source):
+            if page.get("md5") != source_md5(source):
                 raise ShardError(
                     f"shard {shard.path}: {name} was recorded from another version of the example "
-                    f"(md5 {page.get('md5')} in {SHARD_MANIFEST}, {_md5(source)} here); re-record it"
+                    f"(md5 {page.get('md5')} in {SHARD_MANIFEST}, {source_md5(source)} here); re-record it"
                 )
             for other in claims.get(name, []):
                 if other.gpu == shard.gpu:
@@ -348,7 +344,7 @@ def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sour
             "environment": newest.environment,  # the machine of the latest recording merged
             "example_seconds": seconds,
             "pages": pages,
-            "examples": {s.name: _md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
+            "examples": {s.name: source_md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
             "package_md5": newest.package_md5 or package_md5(),  # the package that recorded it
             "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}),
         }
