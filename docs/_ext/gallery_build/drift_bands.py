@@ -46,7 +46,7 @@ def _signed_changes(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
 
 
 def _comparable_pairs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Consecutive entries of one example that :func:`comparable` allows to compare."""
+    """Consecutive entries of one example that :func:`~gallery_build.history.comparable` allows to compare."""
     return [(prev, cur) for prev, cur in zip(entries, entries[1:]) if not comparable(prev, cur)]
 
 
@@ -75,7 +75,7 @@ def drift_backtest(history: list[dict[str, Any]]) -> dict[str, Any]:
     Parameters
     ----------
     history
-        All entries (from :func:`load`).
+        All entries (from :func:`~gallery_build.history.load`).
 
     Returns
     -------
@@ -131,7 +131,7 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
 
     Within one run, a bootstrap interval over rounds says how precisely that run measured; it
     does not say where the next recording, on another machine or day, will land. This does:
-    for every pair of consecutive recordings of an example that :func:`comparable` allows, the
+    for every pair of consecutive recordings of an example that :func:`~gallery_build.history.comparable` allows, the
     absolute log change of each measurement's median timed the same way. Per example it keeps
     each label's largest change and the 95th percentile over all its changes, over its last few
     pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
@@ -142,7 +142,7 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     Parameters
     ----------
     history
-        All entries (from :func:`load`).
+        All entries (from :func:`~gallery_build.history.load`).
 
     Returns
     -------
