@@ -7,18 +7,27 @@ gathered afterwards. :func:`cudnn_guide.check.check` and
 training loop) they keep nothing. Helpers that time many trial runs and report a summary (a
 comparison's rounds, an autotuner's candidates) time them :func:`paused` and register the
 summary.
+
+The collector also keeps where the example's time went: :func:`spending` counts the wall time of
+the measuring helpers (timing loops, fresh processes), and the build writes it with the record,
+so a slow page can be told apart from a slow measurement.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
+# add_environment, spending, seconds_spent and compile_seconds serve the package's own modules
 
 _TARGET: Any = None
 _PAUSED = 0
+_SPENT: dict[str, float] = {}
+_SPENDING: list[str] = []
 
 
 def start(target: Any) -> None:
@@ -40,6 +49,7 @@ def start(target: Any) -> None:
     """
     global _TARGET
     _TARGET = target
+    _SPENT.clear()
 
 
 def stop() -> Any:
@@ -128,3 +138,99 @@ def paused() -> Iterator[None]:
         yield
     finally:
         _PAUSED -= 1
+
+
+def add_environment(environment: Any) -> None:
+    """Give the running collector's target the example's environment, if a collector is running.
+
+    :func:`cudnn_guide.environment.collect` calls it, so a page need not pass its environment on.
+
+    Parameters
+    ----------
+    environment
+        An :class:`~cudnn_guide.environment.EnvironmentRecord`.
+
+    Example
+    -------
+    >>> add_environment(object())  # nothing is running: nothing kept
+    """
+    if _TARGET is not None and hasattr(_TARGET, "environment"):
+        _TARGET.environment = environment
+
+
+@contextlib.contextmanager
+def spending(what: str) -> Iterator[None]:
+    """Count the wall time inside as spent on ``what`` (``"timing"``, ``"fresh processes"``).
+
+    Only the outermost of nested blocks counts, so a comparison's rounds are not counted again
+    by the benchmarks inside them; time ``torch.compile`` spends compiling inside is left out
+    (:func:`compile_seconds` counts it). Works as a decorator too.
+
+    Parameters
+    ----------
+    what
+        The kind of work.
+
+    Returns
+    -------
+    Iterator[None]
+        A context manager.
+
+    Example
+    -------
+    >>> _ = stop(); start(object())
+    >>> with spending("timing"):
+    ...     with spending("fresh processes"):  # inside another: not counted again
+    ...         pass
+    >>> sorted(seconds_spent())
+    ['timing']
+    >>> _ = stop()
+    """
+    if _SPENDING:
+        yield
+        return
+    _SPENDING.append(what)
+    t0, c0 = time.perf_counter(), compile_seconds()
+    try:
+        yield
+    finally:
+        _SPENDING.pop()
+        compiling = compile_seconds() - c0  # torch.compile's first calls inside: compiling, not timing
+        _SPENT[what] = _SPENT.get(what, 0.0) + time.perf_counter() - t0 - compiling
+
+
+def seconds_spent() -> dict[str, float]:
+    """Wall seconds counted by :func:`spending` since the collector started, by kind.
+
+    Returns
+    -------
+    dict[str, float]
+        Kind → seconds.
+
+    Example
+    -------
+    >>> isinstance(seconds_spent(), dict)
+    True
+    """
+    return dict(_SPENT)
+
+
+def compile_seconds() -> float:
+    """Seconds ``torch.compile`` has spent compiling in this process, forward and lazy backward.
+
+    Read from Dynamo's own clock (``compilation_time_metrics``); 0 while ``torch._dynamo`` is not
+    imported, and nothing is imported to find out.
+
+    Returns
+    -------
+    float
+        Seconds since the process started.
+
+    Example
+    -------
+    >>> compile_seconds() >= 0
+    True
+    """
+    utils = sys.modules.get("torch._dynamo.utils")
+    metrics = getattr(utils, "compilation_time_metrics", None) or {}
+    return float(sum(sum(metrics.get(key, ())) for key in ("_compile.compile_inner", "backward._backward_impl")))

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.errors import CapabilityError, NoGPUError
 from cudnn_guide.libcudnn import find_libcudnn, loaded_libcudnn, require_cudnn
 
@@ -235,6 +236,8 @@ def _version_string(v: int) -> str:
 def collect() -> EnvironmentRecord:
     """Measure the environment of this process: GPU, driver, CUDA, cuDNN, versions, commit, date.
 
+    The running example's record (:mod:`cudnn_guide.report.records`) keeps it.
+
     Returns
     -------
     EnvironmentRecord
@@ -259,7 +262,7 @@ def collect() -> EnvironmentRecord:
     backend = require_cudnn()
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     l2 = getattr(props, "L2_cache_size", 0)
-    return EnvironmentRecord(
+    env = EnvironmentRecord(
         gpu=props.name,
         sm=f"{props.major}.{props.minor}",
         sm_count=int(props.multi_processor_count),
@@ -276,6 +279,8 @@ def collect() -> EnvironmentRecord:
         commit=git_commit(),
         date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
+    collector.add_environment(env)  # the running example's record stores it
+    return env
 
 
 def _main() -> None:  # pragma: no cover - thin CLI

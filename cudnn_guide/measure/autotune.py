@@ -250,6 +250,7 @@ def _screen(
 
 
 @collector.paused()  # trial timings; the caller keeps the summary it wants
+@collector.spending("timing")
 def tune(
     built: BuiltGraph,
     pack: Mapping[Any, Any],

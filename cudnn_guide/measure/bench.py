@@ -97,6 +97,7 @@ def spread_warnings(samples: list[float]) -> list[str]:
     return warnings
 
 
+@collector.spending("timing")
 def benchmark(
     fn: Callable[[], Any],
     *,

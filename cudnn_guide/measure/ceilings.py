@@ -106,6 +106,7 @@ def datasheet_peaks(gpu_name: str) -> tuple[float | None, float | None]:
 
 
 @collector.paused()  # trial timings; the caller keeps the summary it wants
+@collector.spending("timing")
 def measure_ceilings(
     copy_mib: int = 2048, matmul_sizes: tuple[int, ...] = (4096, 6144, 8192), refresh: bool = False
 ) -> Ceilings:
@@ -173,6 +174,7 @@ def measure_ceilings(
 
 
 @collector.paused()  # trial timings; the caller keeps the summary it wants
+@collector.spending("timing")
 def measure_read_bandwidth(mib: int = 2048) -> Measurement:
     """Read-only bandwidth: a sum over a ``mib`` buffer (cold L2), counting the bytes read.
 

@@ -156,6 +156,7 @@ def _pooled(label: str, parts: list[Measurement]) -> Measurement:
     )
 
 
+@collector.spending("timing")
 def compare(
     contenders: Mapping[str, Callable[[], Any]],
     *,
@@ -316,6 +317,7 @@ def _judged(
     )
 
 
+@collector.spending("timing")
 def compare_host(
     contenders: Mapping[str, Callable[[], Any]],
     *,

@@ -107,6 +107,7 @@ def _wall_clock_per_call(run: Callable[[], Any], calls: int, reps: int) -> list[
     return samples
 
 
+@collector.spending("timing")
 def time_loop(
     fn: Callable[[], Any],
     *,
@@ -167,6 +168,7 @@ def time_loop(
     return m
 
 
+@collector.spending("timing")
 def time_replay(
     graph: CapturedGraph,
     *,

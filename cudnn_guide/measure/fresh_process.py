@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.errors import GuideError
 from cudnn_guide.measure.interpreter import receive, send
 
@@ -241,6 +242,7 @@ class InterpreterPool:
         if self.start_seconds is None:
             self.start_seconds = time.perf_counter() - self._t0
 
+    @collector.spending("fresh processes")
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
         """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.
 

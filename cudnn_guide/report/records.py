@@ -9,8 +9,13 @@ The record is collected while the example runs, the way pytest-benchmark's sessi
 ``benchmark`` fixtures: every passing :func:`cudnn_guide.check.check`, every
 :func:`~cudnn_guide.measure.bench.benchmark` and every comparison registers with :func:`page`
 (through :mod:`cudnn_guide.collector`), and the docs build writes the file after the example
-(:func:`begin`, :func:`finish`), named and titled from the example file. A page declares only
-its headlines: ``records.page(env).comparison(...)``.
+(:func:`begin`, :func:`finish`), named and titled from the example file, with the environment
+that :func:`cudnn_guide.environment.collect` registered. A page declares only its headlines, in a
+hidden block of a few lines::
+
+    from cudnn_guide.report.records import comparison, headline
+    headline("fused median", unit="µs", **result.estimate("cuDNN graph (fused)", "µs"))
+    comparison("speed-up over best baseline", result)
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure import drift
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["Record", "load", "RECORD_SUFFIX", "page", "begin", "finish"]
+__all__ = ["Record", "load", "RECORD_SUFFIX", "headline", "comparison", "keep", "begin", "finish"]
 
 SCHEMA = "cudnn-guide/record"
 SCHEMA_VERSION = 1
@@ -72,6 +77,8 @@ class Record:
         self.checks: list[CheckResult] = []
         self.headlines: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
+        self.seconds: dict[str, float] = {}
+        """Where the example's time went (:func:`finish` fills it): kind of work → wall seconds."""
 
     def add(self, *measurements: Measurement | Iterable[Measurement]) -> None:
         """Add measurements (each once). A label names a measurement in the history across
@@ -178,6 +185,7 @@ class Record:
             "headlines": self.headlines,
             "measurements": [m.to_dict() for m in self.measurements],
             "extra": self.extra,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
     def write(self, directory: str | os.PathLike[str] | None = None) -> Path:
@@ -207,8 +215,7 @@ def page(environment: Any = None) -> Record:
 
     Example
     -------
-    >>> rec = page(env)
-    >>> rec.comparison("speed-up over best baseline", result)
+    >>> page().comparison("speed-up over best baseline", result)
     """
     if collector.current() is None:
         collector.start(Record(os.environ.get("CUDNN_GUIDE_PAGE", "example")))
@@ -218,6 +225,70 @@ def page(environment: Any = None) -> Record:
     return rec
 
 
+def headline(name: str, value: float | None = None, unit: str = "", **details: Any) -> None:
+    """:meth:`Record.headline` on the running example's record.
+
+    Parameters
+    ----------
+    name
+        The headline's name; the history compares recordings by it.
+    value
+        The number (or pass ``value`` inside ``details``, as an estimate's dict does).
+    unit
+        Its unit.
+    details
+        ``low``, ``high``, ``baseline``, ``verdict`` and any other detail to keep.
+
+    Example
+    -------
+    >>> headline("fused median", unit="µs", **result.estimate("cuDNN graph (fused)", "µs"))
+    """
+    if value is not None:
+        details["value"] = value
+    page().headline(name, unit=unit, **details)
+
+
+def comparison(name: str, result: Any, baseline: str | None = None) -> None:
+    """:meth:`Record.comparison` on the running example's record.
+
+    Parameters
+    ----------
+    name
+        The headline's name.
+    result
+        A :class:`~cudnn_guide.measure.compare.Comparison`.
+    baseline
+        The contender to compare with; default the best.
+
+    Example
+    -------
+    >>> comparison("speed-up over best baseline", result)
+    """
+    page().comparison(name, result, baseline)
+
+
+def keep(*measurements: Measurement | Iterable[Measurement], **extra: Any) -> None:
+    """Keep measurements that were timed uncollected, and ``extra`` values, in the running example's record.
+
+    Parameters
+    ----------
+    measurements
+        :class:`~cudnn_guide.measure.measurement.Measurement` objects, or iterables of them.
+    extra
+        Values stored under the record's ``extra``.
+
+    Example
+    -------
+    >>> keep(ceilings.copy, fresh_runs=runs)
+    """
+    rec = page()
+    rec.add(*measurements)
+    rec.extra.update(extra)
+
+
+_COMPILED_BEFORE = 0.0
+
+
 def begin() -> None:
     """Start collecting a new example's record (the docs build calls it before each example).
 
@@ -225,6 +296,8 @@ def begin() -> None:
     -------
     >>> begin()
     """
+    global _COMPILED_BEFORE
+    _COMPILED_BEFORE = collector.compile_seconds()
     collector.start(Record(os.environ.get("CUDNN_GUIDE_PAGE", "example")))
 
 
@@ -253,6 +326,8 @@ def finish(example: str, title: str, directory: str | os.PathLike[str] | None = 
     if rec is None or not (rec.checks or rec.measurements or rec.headlines or rec.extra):
         return None
     rec.example, rec.title = example, title
+    compiling = collector.compile_seconds() - _COMPILED_BEFORE
+    rec.seconds = {**collector.seconds_spent(), **({"compile": compiling} if compiling > 0 else {})}
     return rec.write(directory)
 
 

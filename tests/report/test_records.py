@@ -104,3 +104,43 @@ def test_two_measurements_or_headlines_under_one_name_are_refused_naming_the_pag
     rec.headline("speed-up", 1.5, "x")
     with pytest.raises(BenchmarkError, match="plot_demo: two headlines are named 'speed-up'"):
         rec.headline("speed-up", 1.6, "x")
+
+
+def test_a_pages_hidden_block_declares_headlines_with_module_functions(tmp_path):
+    """``headline``, ``comparison`` and ``keep`` write to the running example's record, and the
+    environment that ``environment.collect`` registers is stored without the page passing it."""
+    from types import SimpleNamespace
+
+    from cudnn_guide import collector
+
+    records.begin()
+    env = SimpleNamespace(to_dict=lambda: {"gpu": "NVIDIA H200"})
+    collector.add_environment(env)  # what environment.collect() does at its end
+    m = measurement.Measurement("kept", [1.0, 2.0], "hot-L2 events")
+    result = SimpleNamespace(
+        best_baseline="eager",
+        versus={"eager": {"value": 1.4, "low": 1.3, "high": 1.5, "verdict": "faster", "drift": 0.0}},
+        measurements={"cudnn": measurement.Measurement("cudnn", [1.0], "hot-L2 events")},
+        tie_band=0.02,
+        rounds=7,
+    )
+    records.headline("median", unit="µs", value=12.0, low=11.0, high=13.0)
+    records.headline("count", 3, "count")
+    records.comparison("speed-up over best baseline", result)
+    records.keep([m], fresh_runs=[1, 2])
+    data = records.load(records.finish("plot_demo", "Demo", tmp_path))
+    assert data["environment"] == {"gpu": "NVIDIA H200"}
+    assert [(h["name"], h["value"], h["unit"]) for h in data["headlines"]] == [
+        ("median", 12.0, "µs"),
+        ("count", 3.0, "count"),
+        ("speed-up over best baseline", 1.4, "x"),
+    ]
+    assert data["headlines"][2]["baseline"] == "eager" and data["headlines"][2]["verdict"] == "faster"
+    assert {x["label"] for x in data["measurements"]} == {"kept", "cudnn"}
+    assert data["extra"] == {"fresh_runs": [1, 2]}
+
+
+def test_a_headline_without_a_value_is_refused():
+    records.begin()
+    with pytest.raises(TypeError):
+        records.headline("median", unit="µs")

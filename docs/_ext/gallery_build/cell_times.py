@@ -1,4 +1,5 @@
-"""The seconds of each code cell of a recorded page, kept beside it (``<page>.cells.json``)."""
+"""Where a recorded page's time went: each code cell's seconds, kept beside the page
+(``<page>.cells.json``), and the kinds of work its record counted (:func:`time_spent`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import Any
 
 from cudnn_guide import datafiles
 
-__all__ = ["CELLS_SUFFIX", "time_cells", "read_cell_times"]
+__all__ = ["CELLS_SUFFIX", "SPENT_KINDS", "time_cells", "read_cell_times", "time_spent"]
 
 CELLS_SUFFIX = ".cells.json"
+SPENT_KINDS = ("timing", "fresh processes", "compile")
+"""The kinds of work a record counts (:func:`cudnn_guide.collector.spending`, ``compile_seconds``)."""
 
 
 def _first_code_line(code: str) -> str:
@@ -93,3 +96,41 @@ def read_cell_times(gallery_dir: Path) -> dict[str, list[dict[str, Any]]]:
         data = datafiles.read_json(path)
         out[data["example"]] = data["cells"]
     return out
+
+
+def time_spent(gallery_dir: Path) -> list[dict[str, Any]]:
+    """Each recorded page's run split by kind of work, from its record and sphinx-gallery's cost file.
+
+    ``timing`` is the measuring helpers' own time (benchmarks, comparisons, CUDA-graph loops,
+    the autotuner), ``fresh processes`` the child interpreters of the start-up studies,
+    ``compile`` what ``torch.compile`` spent compiling; ``rest`` is everything else the example did
+    (building graphs, checks, references, plots). The kinds do not overlap.
+
+    Parameters
+    ----------
+    gallery_dir
+        The recorded gallery.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One row per page whose record counts its time (recorded since records did): ``example``,
+        ``total`` and the seconds of each kind, in page order.
+
+    Example
+    -------
+    >>> rows = time_spent(Path('docs/auto_examples'))
+    >>> sum(r['compile'] for r in rows)
+    """
+    rows = []
+    for path in sorted(Path(gallery_dir).glob("*.record.json")):
+        spent = datafiles.read_json(path).get("seconds")
+        cost = path.with_name(path.name.replace(".record.json", ".cost.json"))
+        if spent is None or not cost.exists():
+            continue
+        total = float(datafiles.read_json(cost)["time"])
+        row = {"example": path.name.replace(".record.json", ""), "total": total}
+        row.update({kind: float(spent.get(kind, 0.0)) for kind in SPENT_KINDS})
+        row["rest"] = total - sum(row[kind] for kind in SPENT_KINDS)
+        rows.append(row)
+    return rows
