@@ -198,14 +198,12 @@ if too_short:
           "(their GB/s a lower bound).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.add(ceilings.copy, ceilings.matmul)  # the ceilings are this page's results (their trials are not kept)
-rec.headline("copy bandwidth ceiling", unit="GB/s", **ceilings.copy.estimate("GB/s"))
-rec.headline("bf16 matmul ceiling", unit="TFLOP/s", sm_mhz_end=ceilings.matmul.clocks.get("sm_mhz_end"),
-             **ceilings.matmul.estimate("TFLOP/s"))
-rec.headline("launch cost per timed call", launch_cost["overhead_us"], "µs",
-             low=min(repeats + [launch_cost["overhead_us"]]), high=max(repeats + [launch_cost["overhead_us"]]),
-             interval="min–max of six calibrations")
+from cudnn_guide.report.records import headline, keep
+keep(ceilings.copy, ceilings.matmul)  # the ceilings are this page's results (their trials are not kept)
+headline("copy bandwidth ceiling", unit="GB/s", **ceilings.copy.estimate("GB/s"))
+headline("bf16 matmul ceiling", unit="TFLOP/s", sm_mhz_end=ceilings.matmul.clocks.get("sm_mhz_end"),
+         **ceilings.matmul.estimate("TFLOP/s"))
+headline("launch cost per timed call", launch_cost["overhead_us"], "µs",
+         low=min(repeats + [launch_cost["overhead_us"]]), high=max(repeats + [launch_cost["overhead_us"]]),
+         interval="min–max of six calibrations")
 # sphinx_gallery_end_ignore

@@ -225,8 +225,6 @@ plt.show()
 # Takeaways
 # ---------
 # The numbers in this paragraph are computed from the measurements above.
-from cudnn_guide.report import records
-
 fused_m = result_cmp.measurements["cuDNN graph (fused)"]
 best = result_cmp.best_baseline
 fused_est = result_cmp.estimate("cuDNN graph (fused)", "µs")
@@ -246,8 +244,8 @@ for name, why in unavailable.items():
     print(f"* {name} could not run here ({why}), so it is not compared.")
 
 # sphinx_gallery_start_ignore
-rec = records.page(env)
-rec.headline("fused conv+bias+relu median", unit="µs", **fused_est)
-rec.headline("fused TFLOP/s", unit="TFLOP/s", **result_cmp.estimate("cuDNN graph (fused)", "TFLOP/s"))
-rec.comparison("speed-up over best baseline", result_cmp)
+from cudnn_guide.report.records import comparison, headline
+headline("fused conv+bias+relu median", unit="µs", **fused_est)
+headline("fused TFLOP/s", unit="TFLOP/s", **result_cmp.estimate("cuDNN graph (fused)", "TFLOP/s"))
+comparison("speed-up over best baseline", result_cmp)
 # sphinx_gallery_end_ignore

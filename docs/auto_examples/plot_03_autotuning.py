@@ -231,15 +231,13 @@ print(f"* Successive halving found a plan {100 * gap:.2f}% from the best in {100
       f"exhaustive time ({halving.seconds:.2f} s against {(pass1.seconds + pass2.seconds) / 2:.2f} s).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.add(t.measurement for t in pass1.ranked)  # the autotuner times its trials uncollected
-rec.headline("winner median", unit="µs", **winner.measurement.estimate("µs"))
-rec.headline("heuristic choice rank", heur_rank, "rank", of=len(ranked))
+from cudnn_guide.report.records import comparison, headline, keep
+keep(t.measurement for t in pass1.ranked)  # the autotuner times its trials uncollected
+headline("winner median", unit="µs", **winner.measurement.estimate("µs"))
+headline("heuristic choice rank", heur_rank, "rank", of=len(ranked))
 if plan_cmp:
-    rec.comparison("winner's speed-up over the heuristic's choice", plan_cmp)
-rec.headline("ranking rank correlation between passes", rho, "")
-rec.headline("halving gap to exhaustive best", 100 * gap, "%")
-rec.headline("halving cost / exhaustive cost", 100 * cost_ratio, "%")
+    comparison("winner's speed-up over the heuristic's choice", plan_cmp)
+headline("ranking rank correlation between passes", rho, "")
+headline("halving gap to exhaustive best", 100 * gap, "%")
+headline("halving cost / exhaustive cost", 100 * cost_ratio, "%")
 # sphinx_gallery_end_ignore

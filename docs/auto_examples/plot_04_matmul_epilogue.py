@@ -196,10 +196,8 @@ print(f"* The fused graph runs at {fused[ks[0]]:.2f}× the bare matmul's time at
       f"{fused[ks[-1]]:.2f}× at K={ks[-1]}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("fused median (base size)", unit="µs", **f_est)
-rec.comparison("speed-up over best baseline", base_cmp)
-rec.comparison("speed-up over torch.compile (max-autotune-no-cudagraphs)", base_cmp, COMPILED)
+from cudnn_guide.report.records import comparison, headline
+headline("fused median (base size)", unit="µs", **f_est)
+comparison("speed-up over best baseline", base_cmp)
+comparison("speed-up over torch.compile (max-autotune-no-cudagraphs)", base_cmp, COMPILED)
 # sphinx_gallery_end_ignore

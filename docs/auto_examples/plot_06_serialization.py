@@ -231,11 +231,9 @@ print("* A new interpreter also pays Python's and torch's imports (seconds; see 
       "which no plan cache removes.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
+from cudnn_guide.report.records import headline, keep
 for (g, case), (ratio, low, high) in speedups.items():
-    rec.headline(f"{g}: first-result speed-up from a cached plan, against a {case} build", ratio, "x", low=low, high=high,
-                 baseline=f"{case} build in a fresh process", kind="cache", interval="min–max of the runs")
-rec.extra["fresh_runs"] = {f"{g}/{c}": runs for (g, c), runs in fresh.items()}
+    headline(f"{g}: first-result speed-up from a cached plan, against a {case} build", ratio, "x", low=low, high=high,
+             baseline=f"{case} build in a fresh process", kind="cache", interval="min–max of the runs")
+keep(fresh_runs={f"{g}/{c}": runs for (g, c), runs in fresh.items()})
 # sphinx_gallery_end_ignore

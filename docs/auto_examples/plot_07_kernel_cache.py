@@ -172,14 +172,12 @@ print(f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time
       f"(median over batch sizes; {min(exec_ratios):.2f}× to {max(exec_ratios):.2f}×).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
+from cudnn_guide.report.records import headline
 for order in ("ascending", "descending"):
     r = later_ratios(order)
-    rec.headline(f"later-build speed-up from the kernel cache, {order}", statistics.median(r), "x", low=min(r),
-                 high=max(r), kind="cache", interval="min–max across batch sizes")
-rec.headline("build-order effect on one graph's build time, no cache", ratio_o, "x", batch=worst, kind="cache")
-rec.headline("dynamic / static execution time", exec_ratio, "x", low=min(exec_ratios), high=max(exec_ratios),
-             interval="min–max across batch sizes")
+    headline(f"later-build speed-up from the kernel cache, {order}", statistics.median(r), "x", low=min(r),
+             high=max(r), kind="cache", interval="min–max across batch sizes")
+headline("build-order effect on one graph's build time, no cache", ratio_o, "x", batch=worst, kind="cache")
+headline("dynamic / static execution time", exec_ratio, "x", low=min(exec_ratios), high=max(exec_ratios),
+         interval="min–max across batch sizes")
 # sphinx_gallery_end_ignore

@@ -238,13 +238,11 @@ print(f"* In {len(per_process)} fresh processes the s={small} eager loop took {e
       "draw, so its range across processes is the interval the record keeps.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("host cost of one launch (100-call loop, s=64)", statistics.median(eager_levels), "µs", low=eager_levels[0],
-             high=eager_levels[-1], interval=f"min–max of {len(per_process)} fresh processes")
-rec.headline("launcher overhead over raw graph.execute", unit="µs/call (signed)", **overhead,
-             interval="bootstrap 95% CI of the median paired difference")
-rec.headline(f"replay speed-up at s={small}", statistics.median(speedups), "x", low=speedups[0], high=speedups[-1],
-             kind="replay", interval=f"min–max of {len(per_process)} fresh processes")
+from cudnn_guide.report.records import headline
+headline("host cost of one launch (100-call loop, s=64)", statistics.median(eager_levels), "µs", low=eager_levels[0],
+         high=eager_levels[-1], interval=f"min–max of {len(per_process)} fresh processes")
+headline("launcher overhead over raw graph.execute", unit="µs/call (signed)", **overhead,
+         interval="bootstrap 95% CI of the median paired difference")
+headline(f"replay speed-up at s={small}", statistics.median(speedups), "x", low=speedups[0], high=speedups[-1],
+         kind="replay", interval=f"min–max of {len(per_process)} fresh processes")
 # sphinx_gallery_end_ignore

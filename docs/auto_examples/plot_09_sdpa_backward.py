@@ -257,9 +257,7 @@ print("* Across the lengths, the cuDNN step " + result.describe_verdicts().repla
 print(f"* At S={seqs[-1]}: {result.comparisons[seqs[-1]]}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
-rec.comparison("speed-up over PyTorch's fastest backend at that length", peak)
+from cudnn_guide.report.records import comparison, headline
+headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
+comparison("speed-up over PyTorch's fastest backend at that length", peak)
 # sphinx_gallery_end_ignore

@@ -335,12 +335,10 @@ for label in ("LayerNorm", "RMSNorm"):
           f"{eager_moves / fused_moves:.2f}× the bytes), and {res.describe('torch.compile (default)')}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
+from cudnn_guide.report.records import comparison, headline
 for label in ("LayerNorm", "RMSNorm"):
     res = results[(label, "forward + backward")]
-    rec.headline(f"{label} training step, % of copy bandwidth", unit="%",
-                 **res.estimate("cuDNN graphs", "GB/s", scale=100 / ceil.copy_gbps))
-    rec.comparison(f"{label} training step, speed-up over best PyTorch", res)
+    headline(f"{label} training step, % of copy bandwidth", unit="%",
+             **res.estimate("cuDNN graphs", "GB/s", scale=100 / ceil.copy_gbps))
+    comparison(f"{label} training step, speed-up over best PyTorch", res)
 # sphinx_gallery_end_ignore

@@ -264,13 +264,11 @@ for mode, res in results.items():
 print(f"* Inference graph used: {form}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
+from cudnn_guide.report.records import comparison, headline
 first = next(iter(STAGES))
 for mode, res in results.items():
     cmp = res.comparisons[first]
-    rec.headline(f"BN→ReLU {mode} at {first}, % of copy bandwidth", unit="%",
-                 **cmp.estimate(f"cuDNN {mode}", "GB/s", scale=100 / ceil.copy_gbps))
-    rec.comparison(f"BN→ReLU {mode} at {first}, speed-up over best PyTorch", cmp)
+    headline(f"BN→ReLU {mode} at {first}, % of copy bandwidth", unit="%",
+             **cmp.estimate(f"cuDNN {mode}", "GB/s", scale=100 / ceil.copy_gbps))
+    comparison(f"BN→ReLU {mode} at {first}, speed-up over best PyTorch", cmp)
 # sphinx_gallery_end_ignore

@@ -184,9 +184,7 @@ print(f"* The backward passes together take {(ms['dgrad'] + ms['wgrad']) / ms['f
       f"the whole step runs at {step.measurements['cuDNN graphs'].tflops:.0f} TFLOP/s.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("conv training step TFLOP/s", unit="TFLOP/s", **step.estimate("cuDNN graphs", "TFLOP/s"))
-rec.comparison("training step, speed-up over best PyTorch", step)
+from cudnn_guide.report.records import comparison, headline
+headline("conv training step TFLOP/s", unit="TFLOP/s", **step.estimate("cuDNN graphs", "TFLOP/s"))
+comparison("training step, speed-up over best PyTorch", step)
 # sphinx_gallery_end_ignore

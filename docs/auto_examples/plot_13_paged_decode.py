@@ -200,12 +200,10 @@ for name, why in unavailable.items():
     print(f"* {name} is not in this PyTorch: {why}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.add(read, result.measurements)
+from cudnn_guide.report.records import comparison, headline, keep
+keep(read, result.measurements)
 c8 = result.comparisons[8192]
-rec.headline("paged decode at 8k context, % of read bandwidth", unit="%",
-             **c8.estimate("cuDNN paged", "GB/s", scale=100 / read.gbps))
-rec.comparison("paged decode at 8k context, speed-up over the fastest PyTorch decode", c8)
+headline("paged decode at 8k context, % of read bandwidth", unit="%",
+         **c8.estimate("cuDNN paged", "GB/s", scale=100 / read.gbps))
+comparison("paged decode at 8k context, speed-up over the fastest PyTorch decode", c8)
 # sphinx_gallery_end_ignore

@@ -284,12 +284,10 @@ print(f"* Peak attention throughput: FP8 {peak8.tflops:.0f} TFLOP/s (S={peak8.pa
       f"bf16 {peak16.tflops:.0f} TFLOP/s (S={peak16.params['seq_len']}).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("FP8 matmul 8192³ TFLOP/s", unit="TFLOP/s", **m8.estimate("cuDNN FP8 graph", "TFLOP/s"))
+from cudnn_guide.report.records import comparison, headline
+headline("FP8 matmul 8192³ TFLOP/s", unit="TFLOP/s", **m8.estimate("cuDNN FP8 graph", "TFLOP/s"))
 for n in sizes:
-    rec.comparison(f"FP8 matmul {n}³, speed-up over torch._scaled_mm", mm_result.comparisons[n], SCALED)
-rec.comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
-rec.headline("FP8 attention relative error", att_checks[0].rel_error, "")
+    comparison(f"FP8 matmul {n}³, speed-up over torch._scaled_mm", mm_result.comparisons[n], SCALED)
+comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
+headline("FP8 attention relative error", att_checks[0].rel_error, "")
 # sphinx_gallery_end_ignore

@@ -114,9 +114,7 @@ print(f"* With outliers present, MXFP8 keeps the ordinary values' relative error
 print(f"* Quantizing runs at {quant.gbps:.0f} GB/s, {100 * quant.gbps / ceil.copy_gbps:.0f}% of the copy bandwidth.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("MXFP8 quantize, % of copy bandwidth", 100 * quant.gbps / ceil.copy_gbps, "%")
-rec.headline("non-outlier error, per-tensor FP8 / MXFP8", err_pt / err_mx, "x")
+from cudnn_guide.report.records import headline
+headline("MXFP8 quantize, % of copy bandwidth", 100 * quant.gbps / ceil.copy_gbps, "%")
+headline("non-outlier error, per-tensor FP8 / MXFP8", err_pt / err_mx, "x")
 # sphinx_gallery_end_ignore

@@ -215,10 +215,8 @@ for (phase, hkv), c in results.items():
     print(f"* {phase}, {hkv} K/V heads: the cuDNN graph is {c.describe()}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
+from cudnn_guide.report.records import comparison, headline
 for (phase, hkv), c in results.items():
-    rec.comparison(f"{phase}, Hkv={hkv}: speed-up over best baseline", c)
-rec.headline("decode time, Hkv=8", unit="µs", **dec[8])
+    comparison(f"{phase}, Hkv={hkv}: speed-up over best baseline", c)
+headline("decode time, Hkv=8", unit="µs", **dec[8])
 # sphinx_gallery_end_ignore

@@ -432,11 +432,9 @@ print(f"* A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its outpu
       "the call; a one-token sequence is checked like any other.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.comparison("packed THD: speed-up over best baseline", result)
-rec.headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
-rec.comparison("packed THD backward: speed-up over best baseline", backward_result)
-rec.headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
+from cudnn_guide.report.records import comparison, headline
+comparison("packed THD: speed-up over best baseline", result)
+headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
+comparison("packed THD backward: speed-up over best baseline", backward_result)
+headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
 # sphinx_gallery_end_ignore

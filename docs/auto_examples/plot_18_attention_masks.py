@@ -30,8 +30,10 @@ print(env.stamp())
 # %%
 # One declaration for every mask
 # ------------------------------
-# ``masked_attention`` declares, builds and returns a launcher for SDPA with any of the mask
-# arguments: the page passes them straight through to ``g.sdpa``.
+# ``masked_attention`` declares and builds SDPA with any of the mask arguments (the page passes
+# them straight through to ``g.sdpa``) and returns the graph and its variant pack. ``run`` is one
+# checked execution: a workspace of the graph's size, the handle bound to torch's stream, then
+# ``execute``. For timing, ``graphs.adopt(g, handle).bind(pack)`` gives a launcher that does the same.
 import cudnn
 import torch
 
@@ -60,7 +62,17 @@ def masked_attention(q, k, v, o, **mask):
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     g.check_support()
     g.build_plans()
-    return graphs.adopt(g, handle, name="masked attention"), pack
+    return g, pack
+
+
+def run(g, pack):
+    workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+    g.execute(pack, workspace, handle=handle)
+
+
+def launcher(g, pack):
+    return graphs.adopt(g, handle, name="masked attention").bind(pack)
 
 
 gen = torch.Generator(device="cuda").manual_seed(0)
@@ -79,7 +91,7 @@ attention_inputs.check_window(W, S)
 window, window_pack = masked_attention(q, k, v, o, diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0,
                                        diagonal_band_left_bound=W)
 check.poison(o)
-window.execute(window_pack)
+run(window, window_pack)
 visible = attention_inputs.band(S, S, left=W, device="cuda")
 checks.append(check.check(o, attention_inputs.reference(q, k, v, visible=visible), name=f"sliding window W={W}"))
 print(checks[-1])
@@ -114,14 +126,14 @@ for w in windows:
     WINDOW.fill_(w)
     mask_w = create_block_mask(window_mod, None, None, S, S)
     ref = attention_inputs.reference(q, k, v, visible=attention_inputs.band(S, S, left=w, device="cuda"))
-    launch = gw.bind(pack_w)
+    launch = launcher(gw, pack_w)
     launch()
     checks.append(check.check(o_w, ref, name=f"cuDNN window W={w}"))
     checks.append(check.check(flex(q, k, v, block_mask=mask_w), ref, name=f"FlexAttention window W={w}"))
     pairs = int(attention_inputs.band(S, S, left=w, device="cuda").sum())
     by_window[w] = compare.compare(
         {CAND: launch, "FlexAttention (compiled)": lambda m=mask_w: flex(q, k, v, block_mask=m),
-         CONTROL: causal.bind(causal_pack)},
+         CONTROL: launcher(causal, causal_pack)},
         candidate=CAND, l2="cold", rounds=7, flops=4 * B * H * D * pairs, tag=f"W={w}")
 
 # %%
@@ -158,7 +170,7 @@ o_chunk = torch.empty_like(q_chunk)
 chunked, chunked_pack = masked_attention(q_chunk, k, v, o_chunk, diagonal_alignment=BOTTOM_RIGHT,
                                          diagonal_band_right_bound=0)
 check.poison(o_chunk)
-chunked.execute(chunked_pack)
+run(chunked, chunked_pack)
 ref_chunk = attention_inputs.reference(q_chunk, k, v, visible=attention_inputs.band(CHUNK, S, bottom_right=True,
                                                                                       device="cuda"))
 checks.append(check.check(o_chunk, ref_chunk, name="bottom-right causal, 512 queries over 4096 keys"))
@@ -194,7 +206,7 @@ paged, paged_pack = masked_attention(q_chunk, k_pool, v_pool, o_paged, diagonal_
                                      paged_attention_v_table=page_table,
                                      paged_attention_max_seq_len_kv=pages_per_seq * PAGE)
 check.poison(o_paged)
-paged.execute(paged_pack)
+run(paged, paged_pack)
 checks.append(check.check(o_paged, ref_chunk, name="paged chunked prefill"))
 print(checks[-1])
 
@@ -209,7 +221,7 @@ def gather_then_sdpa():
 
 checks.append(check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA"))
 prefill = compare.compare(
-    {"cuDNN paged": paged.bind(paged_pack), "cuDNN contiguous K/V (control)": chunked.bind(chunked_pack),
+    {"cuDNN paged": launcher(paged, paged_pack), "cuDNN contiguous K/V (control)": launcher(chunked, chunked_pack),
      "PyTorch gather pages + SDPA": gather_then_sdpa,
      "PyTorch SDPA, contiguous K/V (control)": lambda: torch.nn.functional.scaled_dot_product_attention(
          q_chunk, k, v, attn_mask=lower_right)},
@@ -228,7 +240,7 @@ bias = torch.randn(1, H, S, S, device="cuda", dtype=torch.bfloat16, generator=ge
 with_bias, bias_pack = masked_attention(q, k, v, o, bias=bias, diagonal_alignment=TOP_LEFT,
                                         diagonal_band_right_bound=0)
 check.poison(o)
-with_bias.execute(bias_pack)
+run(with_bias, bias_pack)
 causal_visible = attention_inputs.band(S, S, device="cuda")
 checks.append(check.check(o, attention_inputs.reference(q, k, v, visible=causal_visible, bias=bias), name="bias"))
 print(checks[-1])
@@ -236,7 +248,7 @@ print(checks[-1])
 alibi, alibi_pack = masked_attention(q, k, v, o, use_alibi_mask=True, diagonal_alignment=TOP_LEFT,
                                      diagonal_band_right_bound=0)
 check.poison(o)
-alibi.execute(alibi_pack)
+run(alibi, alibi_pack)
 slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
 positions = torch.arange(S, device="cuda")
 alibi_bias = (slopes[:, None, None] * (positions[None, :] - positions[:, None])[None]).unsqueeze(0)
@@ -254,9 +266,9 @@ checks.append(check.check(flex(q, k, v, score_mod=alibi_mod, block_mask=causal_b
                           attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
                           name="FlexAttention ALiBi"))
 bias_cmp = compare.compare(
-    {"cuDNN ALiBi": alibi.bind(alibi_pack), "FlexAttention ALiBi (compiled)":
+    {"cuDNN ALiBi": launcher(alibi, alibi_pack), "FlexAttention ALiBi (compiled)":
         lambda: flex(q, k, v, score_mod=alibi_mod, block_mask=causal_block),
-     "cuDNN bias tensor (control)": with_bias.bind(bias_pack), "cuDNN causal, no bias (control)": causal.bind(causal_pack)},
+     "cuDNN bias tensor (control)": launcher(with_bias, bias_pack), "cuDNN causal, no bias (control)": launcher(causal, causal_pack)},
     candidate="cuDNN ALiBi", l2="cold", rounds=9, tag="alibi")
 for name in bias_cmp.versus:
     print(f"cuDNN ALiBi vs {name}: {bias_cmp.describe(name)}")
@@ -276,12 +288,9 @@ print(f"* ALiBi in the kernel: {bias_cmp.describe('FlexAttention ALiBi (compiled
       f"against reading a bias tensor instead: {bias_cmp.describe('cuDNN bias tensor (control)')}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")
-rec.comparison("paged chunked prefill: speed-up over gather + SDPA", prefill, "PyTorch gather pages + SDPA")
-rec.comparison("ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)")
-for c in by_window.values():
-    rec.add(*c.measurements.values())
+from cudnn_guide.report.records import comparison, keep
+comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")
+comparison("paged chunked prefill: speed-up over gather + SDPA", prefill, "PyTorch gather pages + SDPA")
+comparison("ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)")
+keep(*[c.measurements.values() for c in by_window.values()])
 # sphinx_gallery_end_ignore

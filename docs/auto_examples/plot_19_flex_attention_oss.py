@@ -269,9 +269,7 @@ print(f"* heur_mode.OPENSOURCE alone built, ran and passed the check for: "
       f"{', '.join(served) if served else 'none of the graphs tried'} (of {len(oss_rows) // 2} tried).")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
+from cudnn_guide.report.records import comparison
 for mask, c in results.items():
-    rec.comparison(f"{mask}: flex_attention speed-up over best other", c)
+    comparison(f"{mask}: flex_attention speed-up over best other", c)
 # sphinx_gallery_end_ignore

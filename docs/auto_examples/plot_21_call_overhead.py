@@ -220,9 +220,7 @@ if "update_us_median" in native:
           f"{native['update_us_median']:.0f} µs, against a new capture.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.headline("execute, tensor-keyed pack: host time per call", unit="µs", **base)
-rec.comparison("host time: set_stream every call vs once", host, "set_stream + execute, every call")
+from cudnn_guide.report.records import comparison, headline
+headline("execute, tensor-keyed pack: host time per call", unit="µs", **base)
+comparison("host time: set_stream every call vs once", host, "set_stream + execute, every call")
 # sphinx_gallery_end_ignore

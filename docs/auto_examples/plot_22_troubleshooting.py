@@ -380,8 +380,6 @@ if version_notes:
     print(f"* The frontend's log notes: {version_notes[0][len('[cudnn_frontend] INFO: '):][:160]}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.extra["outcomes"] = outcomes
+from cudnn_guide.report.records import keep
+keep(outcomes=outcomes)
 # sphinx_gallery_end_ignore

@@ -201,9 +201,7 @@ print(f"* Its training step runs at {training.estimate(CAND, 'TFLOP/s')['value']
       f"fastest alternative it is {training.describe()}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.comparison("training step: speed-up over best alternative", training)
-rec.headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
+from cudnn_guide.report.records import comparison, headline
+comparison("training step: speed-up over best alternative", training)
+headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
 # sphinx_gallery_end_ignore

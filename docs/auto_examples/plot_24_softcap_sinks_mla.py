@@ -332,10 +332,8 @@ for name, why in {**refusals, **mla_unavailable}.items():
     print(f"* Not available here: {name}: {why}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.comparison("soft-cap: speed-up over FlexAttention", softcap_cmp, "FlexAttention soft-cap (compiled)")
-rec.comparison("sinks: speed-up over FlexAttention + lse", sink_cmp, "FlexAttention + lse rescale (compiled)")
-rec.comparison("MLA step: speed-up over best baseline", mla_cmp)
+from cudnn_guide.report.records import comparison
+comparison("soft-cap: speed-up over FlexAttention", softcap_cmp, "FlexAttention soft-cap (compiled)")
+comparison("sinks: speed-up over FlexAttention + lse", sink_cmp, "FlexAttention + lse rescale (compiled)")
+comparison("MLA step: speed-up over best baseline", mla_cmp)
 # sphinx_gallery_end_ignore

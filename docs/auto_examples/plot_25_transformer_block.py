@@ -281,12 +281,10 @@ else:
     print(f"* The cudnn.torch provider could not run here: {provider_error}")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report import records
-
-rec = records.page(env)
-rec.comparison("training step: speed-up over PyTorch eager", result, "PyTorch eager")
-rec.comparison("training step: speed-up over torch.compile", result, "PyTorch, compiled (default mode)")
-rec.headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **tokens_per_s(result.estimate(CAND)))
+from cudnn_guide.report.records import comparison, headline
+comparison("training step: speed-up over PyTorch eager", result, "PyTorch eager")
+comparison("training step: speed-up over torch.compile", result, "PyTorch, compiled (default mode)")
+headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **tokens_per_s(result.estimate(CAND)))
 if provider_cmp:
-    rec.comparison("cudnn.torch provider: speed-up over this guide's op", provider_cmp, "cuDNN op, eager")
+    comparison("cudnn.torch provider: speed-up over this guide's op", provider_cmp, "cuDNN op, eager")
 # sphinx_gallery_end_ignore
