@@ -100,3 +100,24 @@ def test_a_new_harness_version_is_a_change_of_method_when_both_sides_know_it():
     del prev["measurements"]["k"]["timing_method"]  # unknown on one side: judged by the launch cost alone
     (row,) = history.changes([prev, cur])
     assert row["same_method"] and row["moved"]
+
+
+def test_drift_counts_recordings_kept_off_the_site(tmp_path):
+    """A second lease's recording, kept off the site in its own history file, is a re-recording all
+    the same: the drift the next recording widens by includes how far it moved."""
+    import json
+    import math
+
+    from gallery_build import drift_bands
+
+    def write(name, entries):
+        (tmp_path / name).write_text("".join(json.dumps(e) + "\n" for e in entries))
+
+    write("history.jsonl", [_entry("2026-12-01T01", 1.0, 0.0), _entry("2026-12-01T02", 1.01, 0.0)])
+    site_only = drift_bands.drift(drift_bands.recordings(tmp_path))
+    assert math.isclose(site_only["examples"]["plot_x"]["labels"]["k"], math.log(1.01))
+    write("b2_second_lease.history.jsonl", [_entry("2026-12-01T03", 1.25, 0.0)])
+    lines = drift_bands.recordings(tmp_path)
+    assert [e["recorded_utc"] for e in lines] == ["2026-12-01T01", "2026-12-01T02", "2026-12-01T03"]
+    with_lease = drift_bands.drift(lines)
+    assert math.isclose(with_lease["examples"]["plot_x"]["labels"]["k"], math.log(1.25 / 1.01))

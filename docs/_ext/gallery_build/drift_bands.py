@@ -1,17 +1,19 @@
 """How far each page's headlines drift between recordings: the bands the next recording widens its intervals by.
 
-After every full recording, :func:`drift` reads ``docs/data/history.jsonl`` and writes
+After every full recording, :func:`drift` reads every recording of the same code we have
+(:func:`recordings`: ``docs/data/history.jsonl`` and the recordings kept off the site) and writes
 ``docs/data/drift.json`` (:data:`DRIFT`); :mod:`cudnn_guide.measure.drift` reads it on the GPU.
 :func:`drift_backtest` checks, on the history itself, how often such a band would have held.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from .history import by_example, comparable, compare
+from .history import by_example, comparable, compare, load
 
-__all__ = ["DRIFT", "DRIFT_PAIRS", "DRIFT_UNITS", "RATIO_QUANTILE", "drift", "drift_backtest"]
+__all__ = ["DRIFT", "DRIFT_PAIRS", "DRIFT_UNITS", "RATIO_QUANTILE", "OFF_SITE", "recordings", "drift", "drift_backtest"]
 
 DRIFT_PAIRS = 4
 """How many of an example's latest consecutive recording pairs :func:`drift` looks at."""
@@ -19,6 +21,41 @@ DRIFT_UNITS = frozenset({"µs", "us", "ms", "s", "GB/s", "TB/s", "TFLOP/s", "x"}
 """Headline units whose re-recording changes :func:`drift` keeps (times, rates, ratios)."""
 DRIFT = "drift.json"
 """In ``docs/data``: :func:`drift` of the history, which the next recording widens its intervals by."""
+
+
+OFF_SITE = "*.history.jsonl"
+"""In ``docs/data``: history files of recordings kept off the site (a second lease's, one GPU's of
+a pair), beside the site's own ``history.jsonl``."""
+
+
+def recordings(data_dir: Path) -> list[dict[str, Any]]:
+    """Every recording's history entries: the site's and those kept off it, oldest first.
+
+    A recording kept off the site is a re-recording all the same (same GPU model, same software,
+    another run or lease), so its changes are re-recording noise the drift must include: a band
+    taken from the site's recordings alone missed, for one, a second lease on which
+    ``torch.compile``'s max-autotune chose a slower kernel than in the site's recording.
+
+    Parameters
+    ----------
+    data_dir
+        ``docs/data``.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        The entries, sorted by recording time.
+
+    Example
+    -------
+    >>> drift(recordings(Path("docs/data")))["global_p95"]
+    """
+    site = Path(data_dir) / "history.jsonl"
+    lines = load(site)
+    for path in sorted(Path(data_dir).glob(OFF_SITE)):
+        if path != site:
+            lines += load(path)
+    return sorted(lines, key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e.get("example", "")))
 
 
 def _p95(values: list[float]) -> float:

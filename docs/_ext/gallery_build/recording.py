@@ -230,7 +230,8 @@ def record_examples(
             lines = history.load(Path(docs_dir) / "data" / "history.jsonl")
             report = history.reproducibility(lines)
             datafiles.write_json(Path(docs_dir) / "data" / REPRODUCIBILITY, report, indent=1)
-            datafiles.write_json(Path(docs_dir) / "data" / drift_bands.DRIFT, drift_bands.drift(lines), indent=1)
+            drift = drift_bands.drift(drift_bands.recordings(Path(docs_dir) / "data"))
+            datafiles.write_json(Path(docs_dir) / "data" / drift_bands.DRIFT, drift, indent=1)
             print(f"cudnn-guide: {history.format_reproducibility(report)}", flush=True)
     if failure:
         kept = ", ".join(seconds) or "none"

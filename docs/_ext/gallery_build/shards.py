@@ -314,7 +314,7 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
         # every page: a full recording, assembled from shards; does it reproduce the one before?
         lines = history.load(data / "history.jsonl")
         datafiles.write_json(data / recording.REPRODUCIBILITY, history.reproducibility(lines), indent=1)
-        datafiles.write_json(data / drift_bands.DRIFT, drift_bands.drift(lines), indent=1)
+        datafiles.write_json(data / drift_bands.DRIFT, drift_bands.drift(drift_bands.recordings(data)), indent=1)
     return shown
 
 
