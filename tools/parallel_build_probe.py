@@ -47,6 +47,7 @@ def build_all(threads: bool) -> dict:
     # a half-initialised module (ImportError), so both ways import them before the clock starts
     import cudnn.gemm.frost.compiler
     import cudnn.gemm.frost.heuristics
+
     inputs = {}
     for k in KS:
         gen = torch.Generator(device="cuda").manual_seed(k)
