@@ -21,6 +21,9 @@ KS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 def _declare(cudnn, handle, a, b, bias, y, amax):
+    # The ops and shapes of cudnn_guide.graphs.matmul.matmul_epilogue_graph (the page's sweep), written
+    # out so that the clock covers exactly the five build steps. docs/data/parallel_build.json came from
+    # this code; a new study would use the recipe (it takes a handle and times each step itself).
     f32 = cudnn.data_type.FLOAT
     g = cudnn.pygraph(
         handle=handle, io_data_type=cudnn.data_type.BFLOAT16, intermediate_data_type=f32, compute_data_type=f32
