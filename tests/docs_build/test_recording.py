@@ -92,3 +92,27 @@ def test_each_page_starts_with_empty_compile_caches_unless_one_is_chosen(tmp_pat
         assert path.is_dir() and not any(path.iterdir()) and path.is_relative_to(tmp_path / "page")
     other = staging.cold_caches(tmp_path / "next page")  # the same process keeps what it was given
     assert other == chosen
+
+
+def test_a_profiled_page_build_leaves_its_pstats_and_its_exit_code(tmp_path, monkeypatch):
+    import pstats
+
+    import sphinx.cmd.build
+
+    from cudnn_guide.measure import drift
+
+    for var in (*staging.COLD_CACHES, recording.MODE_ENV, recording.ONLY_ENV, drift.PAGE_ENV, drift.DRIFT_ENV):
+        monkeypatch.delenv(var, raising=False)  # restored after the test: the build sets them
+    monkeypatch.setenv(recording.PROFILE_ENV, str(tmp_path / "prof"))
+    seen = []
+
+    def fake_build(args):
+        seen.append(args)
+        sum(range(10_000))
+        return 3
+
+    monkeypatch.setattr(sphinx.cmd.build, "build_main", fake_build)
+    assert recording._build_one_example("docs", str(tmp_path / "out"), "plot_42_probe.py") == 3
+    assert seen == [["-b", "dummy", "-q", "docs", str(tmp_path / "out")]]
+    stats = pstats.Stats(str(tmp_path / "prof" / "plot_42_probe.pstats"))
+    assert any(name == "fake_build" for _, _, name in stats.stats)

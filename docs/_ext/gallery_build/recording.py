@@ -27,6 +27,10 @@ from .staleness import MODE_ENV
 __all__ = ["ONLY_ENV", "GALLERY_NAME", "REPRODUCIBILITY", "RECORDING_PRELOAD", "recording_preload", "record_examples"]
 
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
+PROFILE_ENV = "CUDNN_GUIDE_PROFILE_DIR"
+"""When set, each page's build runs under cProfile and leaves ``<dir>/<page>.pstats``
+(``tools/host_profile.py`` reads them). A developer's study: the profiler slows Python-bound
+code, so record such pages into a shard and keep it off the site."""
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The repository: ``docs/_ext/gallery_build/recording.py`` is three folders below it."""
 GALLERY_NAME = "auto_examples"
@@ -86,7 +90,16 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
     os.environ.update({MODE_ENV: "record", ONLY_ENV: example, drift.PAGE_ENV: Path(example).stem})
     os.environ.setdefault(drift.DRIFT_ENV, str(REPO_ROOT / "docs" / "data" / drift_bands.DRIFT))
     cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
-    return build_main(["-b", "dummy", "-q", docs_dir, out_dir])
+    args = ["-b", "dummy", "-q", docs_dir, out_dir]
+    if not os.environ.get(PROFILE_ENV):
+        return build_main(args)
+    import cProfile
+
+    profile = cProfile.Profile()
+    code = profile.runcall(build_main, args)
+    Path(os.environ[PROFILE_ENV]).mkdir(parents=True, exist_ok=True)
+    profile.dump_stats(Path(os.environ[PROFILE_ENV]) / f"{Path(example).stem}.pstats")
+    return code
 
 
 def record_examples(

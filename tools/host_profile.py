@@ -1,0 +1,108 @@
+"""Where does a page's host time go? Summarize the cProfile files of a profiled recording.
+
+On the GPU builder, record the pages into a shard with the profiler on (the shard stays off the
+site: the profiler slows Python-bound code), then summarize:
+
+    CUDNN_GUIDE_PROFILE_DIR=/tmp/prof python3 -m gallery_build.shards record /tmp/s plot_10_layernorm_rmsnorm.py
+    python3 tools/host_profile.py /tmp/prof docs/data/host_profile.json
+
+Each function's own time (cProfile's ``tottime``: not counting the functions it calls) falls in
+one kind (:data:`KINDS`, first match wins), so the kinds of a page add up to its profiled time. A
+native call counts in full where it is made: cuDNN's ``build_plans`` is one call, whatever it
+compiles inside. Waiting for the GPU is the host's time too: a timing loop shows up as
+``GPU wait`` and launches.
+"""
+
+from __future__ import annotations
+
+import json
+import pstats
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+BUILD_STEPS = "build_plans|build_operation_graph|create_execution_plans|check_support|validate|build"
+KINDS: tuple[tuple[str, str], ...] = (
+    ("cuDNN graph build (native)", rf"^~:0\(<(built-in )?method '?({BUILD_STEPS})'? "),
+    ("native calls through pybind11 (cuDNN's)", r"^~:0\(<built-in method \w+ of PyCapsule|cudnn\._compiled_module"),
+    ("GPU wait", r"synchroniz|elapsed_time|method 'item' of|method 'cpu' of|method 'tolist' of"),
+    ("waiting on threads and processes", r"acquire|'poll'|select\.|'recv|_wait|time\.sleep|posix\.read|waitpid"),
+    ("torch native calls", r"^~:0\(<(built-in method|method) .*(torch|Tensor|_C\.)"),
+    ("cudnn_guide (Python)", r"cudnn_guide/"),
+    ("the examples (Python)", r"examples/plot_"),
+    ("cuDNN Frontend (Python)", r"/cudnn/"),
+    ("torch, Dynamo and Inductor (Python)", r"/torch/|/triton/"),
+    ("matplotlib and image writing", r"/matplotlib/|/PIL/|zlib|png"),
+    ("Sphinx and sphinx-gallery", r"/sphinx|/docutils/|/jinja2/|/pygments/"),
+    ("imports and code loading", r"<frozen importlib|marshal\.loads|_imp\.|builtins\.compile|open_code"),
+)
+"""(kind, regular expression on ``file:line(function)``), in the order they are tried."""
+
+SPANS: dict[str, tuple[str, str]] = {
+    "imports": ("importlib._bootstrap>", "_find_and_load"),
+    "torch.compile (Dynamo's compile_inner)": ("_dynamo/convert_frame.py", "compile_inner"),
+    "cuDNN Frontend: graph build (Python entry)": ("cudnn/_pygraph.py", "build"),
+    "figures saved (savefig)": ("matplotlib/figure.py", "savefig"),
+    "the example's code blocks (sphinx-gallery)": ("sphinx_gallery/gen_rst.py", "execute_code_block"),
+}
+"""Spans that nest other work, by (file ending, function): their cumulative time (cProfile counts a
+recursive call once)."""
+
+
+def label(func: tuple[str, int, str]) -> str:
+    """cProfile's key as one string: ``file:line(function)``."""
+    file, line, name = func
+    return f"{file}:{line}({name})"
+
+
+def kind_of(where: str) -> str:
+    """The first of :data:`KINDS` whose pattern matches ``where``; ``other`` if none does."""
+    return next((kind for kind, pattern in KINDS if re.search(pattern, where)), "other")
+
+
+def summarize(stats: pstats.Stats, top: int = 12) -> dict:
+    """One profile: its seconds, the seconds of each kind, and the functions with the most own time."""
+    by_kind: dict[str, float] = defaultdict(float)
+    own = []
+    for func, (_, _, tottime, _, _) in stats.stats.items():
+        where = label(func)
+        by_kind[kind_of(where)] += tottime
+        own.append((tottime, where))
+    own.sort(reverse=True)
+    spans = {
+        span: round(sum(row[3] for (file, _, name), row in stats.stats.items() if file.endswith(f) and name == fn), 3)
+        for span, (f, fn) in SPANS.items()
+    }
+    return {
+        "seconds": round(stats.total_tt, 3),
+        "by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "spans": spans,
+        "top_own_time": [{"function": w, "seconds": round(t, 3)} for t, w in own[:top]],
+    }
+
+
+def main(profile_dir: Path, out: Path | None = None) -> dict:
+    files = sorted(profile_dir.glob("*.pstats"))
+    if not files:
+        raise SystemExit(f"host_profile: no .pstats files in {profile_dir}: record with CUDNN_GUIDE_PROFILE_DIR set")
+    pages = {f.stem: summarize(pstats.Stats(str(f))) for f in files}
+    total: dict[str, float] = defaultdict(float)
+    for page in pages.values():
+        for kind, seconds in page["by_kind"].items():
+            total[kind] += seconds
+    result = {
+        "about": __doc__.split("\n\n")[0],
+        "seconds": round(sum(p["seconds"] for p in pages.values()), 3),
+        "by_kind": {k: round(v, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])},
+        "pages": pages,
+    }
+    if out:
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    for kind, seconds in result["by_kind"].items():
+        print(f"{seconds:8.1f} s  {kind}")
+    return result
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
