@@ -116,3 +116,29 @@ def test_a_profiled_page_build_leaves_its_pstats_and_its_exit_code(tmp_path, mon
     assert seen == [["-b", "dummy", "-q", "docs", str(tmp_path / "out")]]
     stats = pstats.Stats(str(tmp_path / "prof" / "plot_42_probe.pstats"))
     assert any(name == "fake_build" for _, _, name in stats.stats)
+
+
+def test_interpreters_told_not_to_write_bytecode_share_it_in_the_recordings_folder(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    assert staging.shared_bytecode(tmp_path / "b", dont_write=False) == {}  # Python writes its own: leave it
+    env = staging.shared_bytecode(tmp_path / "bytecode", dont_write=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "probe_module.py").write_text("VALUE = 42\n")
+    base = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path / "src")}
+    base.pop("PYTHONPYCACHEPREFIX", None)
+    code = "import sys, probe_module; print(probe_module.VALUE, sys.flags.dont_write_bytecode)"
+    told_not_to = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True, check=True)
+    assert told_not_to.stdout.split() == ["42", "1"]
+    assert not list(tmp_path.rglob("*.pyc"))  # the builder's setting: every process compiles from source
+    stamps = []
+    for _ in range(2):  # the first page writes it, the next reads it
+        shared = {**base, **env}
+        run = subprocess.run([sys.executable, "-c", code], env=shared, capture_output=True, text=True, check=True)
+        assert run.stdout.split() == ["42", "0"]
+        written = list((tmp_path / "bytecode").rglob("probe_module*.pyc"))
+        assert len(written) == 1 and not (tmp_path / "src" / "__pycache__").exists()  # nothing beside the sources
+        stamps.append(written[0].stat().st_mtime_ns)
+    assert stamps[0] == stamps[1]  # read, not rewritten

@@ -21,7 +21,7 @@ from .manifest import read_manifest, write_manifest
 from .restamp import restamp_text_edit
 from .scheduling import plan_lanes
 from .skip_pages import unmet_requirements, write_skip_page
-from .staging import cold_caches, promote_page, stage_docs
+from .staging import cold_caches, promote_page, shared_bytecode, stage_docs
 from .staleness import MODE_ENV
 
 __all__ = ["ONLY_ENV", "GALLERY_NAME", "REPRODUCIBILITY", "RECORDING_PRELOAD", "recording_preload", "record_examples"]
@@ -281,6 +281,9 @@ def _record_on_gpus(
     previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
     alone, lanes = plan_lanes([s.name for s in runnable], previous, workers)
     by_name = {s.name: s for s in runnable}
+    bytecode = shared_bytecode(stage_dir / "bytecode")
+    if bytecode:
+        print(f"cudnn-guide: Python may not write bytecode here; the pages share it in {stage_dir / 'bytecode'}")
     lock, failures, starts = threading.Lock(), [], []
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
     all_ready = threading.Barrier(max(1, len(lanes)))  # no page starts while another GPU's interpreters still import
@@ -293,7 +296,7 @@ def _record_on_gpus(
     )
 
     def lane_worker(gpu: int, lane: list[str]) -> None:
-        env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else None
+        env = bytecode | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else {})
         t0 = time.perf_counter()
         with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env, exit_fast=True) as pool:
             try:

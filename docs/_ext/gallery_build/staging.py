@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from cudnn_guide import datafiles
 
-__all__ = ["COLD_CACHES", "cold_caches", "stage_docs", "page_files", "promote_page"]
+__all__ = ["COLD_CACHES", "cold_caches", "shared_bytecode", "stage_docs", "page_files", "promote_page"]
 
 COLD_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda-jit"}
 """The compile caches each page starts empty: Inductor's (autotuning too), Triton's, the CUDA JIT's."""
@@ -43,6 +44,40 @@ def cold_caches(folder: Path) -> dict[str, str]:
             os.environ[var] = str(folder / sub)
         chosen[var] = os.environ[var]
     return chosen
+
+
+def shared_bytecode(folder: Path, dont_write: bool | None = None) -> dict[str, str]:
+    """Environment for the page interpreters: Python bytecode compiled once per recording, in ``folder``.
+
+    An interpreter told not to write bytecode (``PYTHONDONTWRITEBYTECODE``, as on the GPU builder,
+    whose site-packages hold none) compiles every module it imports from source, in every
+    process: on the builder, the lazy imports of a ``torch.compile`` and the frontend took 6.0-8.2 s
+    in each fresh process (``tools/host_profile.py``, ``docs/data/host_profile.json``). The page
+    interpreters, and the fresh processes they start, then write it under ``folder`` instead
+    (``PYTHONPYCACHEPREFIX``), so each module compiles once per recording and nothing is written
+    into site-packages. Bytecode is no compile cache a page measures: a normal install writes it
+    when it installs, and the start-up studies import before their clocks start.
+
+    Parameters
+    ----------
+    folder
+        The recording's bytecode folder (its staging folder's, gone with it).
+    dont_write
+        Whether this interpreter was told not to write bytecode (default: ``sys.flags``).
+
+    Returns
+    -------
+    dict[str, str]
+        Variables to set in the page interpreters; empty when Python writes bytecode already.
+
+    Example
+    -------
+    >>> InterpreterPool(3, env=shared_bytecode(stage / "bytecode"))
+    """
+    if not (sys.flags.dont_write_bytecode if dont_write is None else dont_write):
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(folder)}
 
 
 def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root: Path) -> Path:
