@@ -15,7 +15,18 @@ from typing import Any
 
 from cudnn_guide.errors import CheckFailedError
 
-__all__ = ["admit", "compile_quietly", "forced_sdpa", "sdpa_backends", "training_step", "with_cudnn_benchmark"]
+__all__ = [
+    "RECOMPILE_LIMIT",
+    "admit",
+    "compile_quietly",
+    "forced_sdpa",
+    "sdpa_backends",
+    "training_step",
+    "with_cudnn_benchmark",
+]
+
+RECOMPILE_LIMIT = 32
+"""Compiled versions of one function :func:`compile_quietly` lets Dynamo keep (its default is 8)."""
 
 
 def compile_quietly(
@@ -26,6 +37,12 @@ def compile_quietly(
     Inductor prints a table of the candidates it benchmarked, and logs each Triton candidate that
     does not fit in shared memory (those are skipped, not errors of the result). Both would
     bury the page's own output, so this turns them off; nothing about the compiled code changes.
+
+    Dynamo keeps at most ``recompile_limit`` (8) compiled versions of one function and runs any
+    further shape or mode **in eager**, with only a log line: a sweep that compiles one function
+    for each of eight sizes after a base compile timed eager PyTorch under the compiled label
+    (plot_04's largest K, until this was found). So this raises the limit to
+    :data:`RECOMPILE_LIMIT` and makes hitting it an error (``fail_on_recompile_limit_hit``).
 
     Parameters
     ----------
@@ -47,12 +64,15 @@ def compile_quietly(
     >>> y = compiled(x, w, b)
     """
     import torch
+    import torch._dynamo
     import torch._inductor.config as inductor_config
 
     for name, value in (("autotune_num_choices_displayed", 0), ("max_autotune_report_choices_stats", False)):
         if hasattr(inductor_config, name):
             setattr(inductor_config, name, value)
     logging.getLogger("torch._inductor").setLevel(logging.CRITICAL)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    torch._dynamo.config.fail_on_recompile_limit_hit = True  # never a silent eager fallback
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
     return torch.compile(fn, mode=mode, dynamic=dynamic)
 

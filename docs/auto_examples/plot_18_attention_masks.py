@@ -288,9 +288,8 @@ print(f"* ALiBi in the kernel: {bias_cmp.describe('FlexAttention ALiBi (compiled
       f"against reading a bias tensor instead: {bias_cmp.describe('cuDNN bias tensor (control)')}.")
 
 # sphinx_gallery_start_ignore
-from cudnn_guide.report.records import comparison, keep
+from cudnn_guide.report.records import comparison
 comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")
 comparison("paged chunked prefill: speed-up over gather + SDPA", prefill, "PyTorch gather pages + SDPA")
 comparison("ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)")
-keep(*[c.measurements.values() for c in by_window.values()])
 # sphinx_gallery_end_ignore

@@ -128,3 +128,30 @@ def test_a_refusal_keeps_the_forced_backends_own_reason_cut_at_a_word(capsys):
     )  # the efficient backend's header went with its forced-off reason
     reason = why[why.index("(") + 1 : -1]
     assert reason.endswith("…") and len(reason) <= 240 and reason[:-1].split()[-1] in ("and", "more")  # whole words
+
+
+def _scaled_sine(x, scale):
+    return (x * scale).sin()
+
+
+def test_a_function_compiled_at_more_shapes_than_dynamos_default_is_compiled_every_time(monkeypatch):
+    """Nine compiles of one function, as plot_04 makes (a base compile and eight sweep sizes): Dynamo's
+    default limit of 8 ran the ninth in eager. Each one now compiles; past the raised limit, it raises."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # Dynamo's default, whatever ran before
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", False)
+    torch._dynamo.reset()
+    counters.clear()
+    for n in range(1, 11):
+        x = torch.randn(n)
+        compiled = baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)
+        assert torch.allclose(compiled(x, 2.0), _scaled_sine(x, 2.0))
+    assert counters["frames"]["ok"] == 10  # all ten compiled, none run eager
+    assert torch._dynamo.config.fail_on_recompile_limit_hit
+    monkeypatch.setattr(baselines, "RECOMPILE_LIMIT", 10)
+    torch._dynamo.config.recompile_limit = 10
+    with pytest.raises(Exception, match="recompile_limit|Hard failure"):
+        baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)(torch.randn(11), 2.0)
+    torch._dynamo.reset()
