@@ -208,7 +208,9 @@ def record_examples(
     env_record = environment.collect().to_dict()
     capability = tuple(int(x) for x in env_record["sm"].split("."))
     runnable, pool_seconds, failure = [], None, None
-    with tempfile.TemporaryDirectory(prefix="cudnn-guide-stage-") as stage_dir:
+    # A page's orphaned helpers (Inductor's compile workers outlive its os._exit for a moment) may
+    # still write bytecode or cache files here while it is removed: that must not fail a recording.
+    with tempfile.TemporaryDirectory(prefix="cudnn-guide-stage-", ignore_cleanup_errors=True) as stage_dir:
         for src in sources:
             needs = unmet_requirements(src, capability)
             if needs:
