@@ -102,7 +102,8 @@ def test_a_profiled_page_build_leaves_its_pstats_and_its_exit_code(tmp_path, mon
     from cudnn_guide.measure import drift
 
     for var in (*staging.COLD_CACHES, recording.MODE_ENV, recording.ONLY_ENV, drift.PAGE_ENV, drift.DRIFT_ENV):
-        monkeypatch.delenv(var, raising=False)  # restored after the test: the build sets them
+        monkeypatch.setenv(var, "")  # remembers the variable's state, so what the build sets is undone
+        monkeypatch.delenv(var)
     monkeypatch.setenv(recording.PROFILE_ENV, str(tmp_path / "prof"))
     seen = []
 
