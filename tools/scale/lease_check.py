@@ -1,6 +1,6 @@
 """The same code recorded on two leases of one H200: which numbers and which costs move with the lease?
 
-    PYTHONPATH=docs/_ext:. python tools/scale/lease_check.py SHARD [OUT.json]
+    PYTHONPATH=docs/_ext:. python tools/scale/lease_check.py SHARD [OUT.json [FIRST_GALLERY]]
 
 (default ``docs/data/lease_check.json``). ``SHARD`` is the second lease's recording of pages 01-15
 (``tools/scale/benchmark.sh``'s shard), kept off the site; its history lines are kept in
@@ -31,7 +31,19 @@ SECOND = {
 }
 
 
-def main(shard: Path, out: Path) -> dict:
+def records_of(gallery: Path, commit: str) -> list[dict]:
+    """:func:`time_spent` of ``gallery``'s pages, refusing a page recorded at another commit than ``commit``."""
+    for path in sorted(gallery.glob("*.record.json")):
+        recorded = str(json.loads(path.read_text()).get("environment", {}).get("commit", ""))
+        if not recorded.startswith(commit):
+            raise SystemExit(
+                f"lease_check: {path} was recorded at {recorded[:7] or 'no commit'}, not {commit}: the site has "
+                "moved on since that recording. Pass the first recording's pages (its shard) instead."
+            )
+    return time_spent(gallery)
+
+
+def main(shard: Path, out: Path, first_gallery: Path = ROOT / "docs" / "auto_examples") -> dict:
     first = [
         e
         for e in history.load(DATA / "history.jsonl")
@@ -43,7 +55,7 @@ def main(shard: Path, out: Path) -> dict:
     pages = {e["example"] for e in second}
     report = history.reproducibility(sorted(first + second, key=lambda e: str(e.get("recorded_utc"))))
     split = {
-        "first": [r for r in time_spent(ROOT / "docs" / "auto_examples") if r["example"] in pages],
+        "first": [r for r in records_of(first_gallery, FIRST["commit"]) if r["example"] in pages],
         "second": time_spent(shard / "auto_examples"),
     }
     result = {
@@ -59,4 +71,8 @@ def main(shard: Path, out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else DATA / "lease_check.json")
+    main(
+        Path(sys.argv[1]),
+        Path(sys.argv[2]) if len(sys.argv) > 2 else DATA / "lease_check.json",
+        *(Path(a) for a in sys.argv[3:4]),
+    )
