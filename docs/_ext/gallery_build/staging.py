@@ -51,8 +51,9 @@ def shared_bytecode(folder: Path, dont_write: bool | None = None) -> dict[str, s
 
     An interpreter told not to write bytecode (``PYTHONDONTWRITEBYTECODE``, as on the GPU builder,
     whose site-packages hold none) compiles every module it imports from source, in every
-    process: on the builder, the lazy imports of a ``torch.compile`` and the frontend took 6.0-8.2 s
-    in each fresh process (``tools/host_profile.py``, ``docs/data/host_profile.json``). The page
+    process: on the builder, the imports a page with a ``torch.compile`` baseline makes after torch
+    took 8.9-10.9 s from source and 2.3-3.3 s with shared bytecode (``tools/bytecode_probe.py``,
+    ``docs/data/bytecode_probe.json``). The page
     interpreters, and the fresh processes they start, then write it under ``folder`` instead
     (``PYTHONPYCACHEPREFIX``), so each module compiles once per recording and nothing is written
     into site-packages. Bytecode is no compile cache a page measures: a normal install writes it
