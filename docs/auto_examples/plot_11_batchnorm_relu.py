@@ -191,10 +191,10 @@ for name, fn in (("PyTorch eager", problem.torch_forward), ("torch.compile (defa
 # Sweep the ResNet-50 stages
 # --------------------------
 # The BatchNorm → ReLU after each stage's 3×3 convolution at batch 64, channels 64 → 512 as the
-# resolution halves (the blocks' output BN, at 256 → 2048 channels, moves 4× the bytes with the
-# same shapes otherwise). Bytes: read x, write y (the training forward must read x twice if the
-# statistics and the normalization are separate passes; counted once here, so a two-pass kernel
-# shows at most half the copy bandwidth).
+# resolution halves. Bytes: read x, write y (counted once: a two-pass training forward shows at most
+# half the copy bandwidth). A limit of this recording: once the shape changed, Dynamo compiled the
+# stages below for symbolic shapes (``dynamic=None``), not once per stage's shape as a model with
+# these layers would be (:doc:`/methodology`, "Fair baselines"). Not yet re-recorded with a fix.
 from cudnn_guide.measure import sweep
 
 STAGES = {"64×56×56": (64, 56), "128×28×28": (128, 28), "256×14×14": (256, 14), "512×7×7": (512, 7)}
