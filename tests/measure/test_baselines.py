@@ -140,18 +140,19 @@ def test_a_function_compiled_at_more_shapes_than_dynamos_default_is_compiled_eve
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # Dynamo's default, whatever ran before
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", False)
-    torch._dynamo.reset()
-    counters.clear()
-    for n in range(1, 11):
-        x = torch.randn(n)
-        compiled = baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)
-        assert torch.allclose(compiled(x, 2.0), _scaled_sine(x, 2.0))
-    assert counters["frames"]["ok"] == 10  # all ten compiled, none run eager
-    assert torch._dynamo.config.fail_on_recompile_limit_hit
-    monkeypatch.setattr(baselines, "RECOMPILE_LIMIT", 10)
-    torch._dynamo.config.recompile_limit = 10
-    with pytest.raises(Exception, match="recompile_limit|Hard failure"):
-        baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)(torch.randn(11), 2.0)
+    # Dynamo's defaults, whatever ran before; its own patch restores them (pytest's monkeypatch would
+    # delete the entries of Dynamo's config module on undo).
+    with torch._dynamo.config.patch(recompile_limit=8, fail_on_recompile_limit_hit=False):
+        torch._dynamo.reset()
+        counters.clear()
+        for n in range(1, 11):
+            x = torch.randn(n)
+            compiled = baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)
+            assert torch.allclose(compiled(x, 2.0), _scaled_sine(x, 2.0))
+        assert counters["frames"]["ok"] == 10  # all ten compiled, none run eager
+        assert torch._dynamo.config.fail_on_recompile_limit_hit
+        monkeypatch.setattr(baselines, "RECOMPILE_LIMIT", 10)
+        torch._dynamo.config.recompile_limit = 10
+        with pytest.raises(Exception, match="recompile_limit|Hard failure"):
+            baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)(torch.randn(11), 2.0)
     torch._dynamo.reset()
