@@ -92,8 +92,8 @@ print(f"amax: cuDNN {inputs['amax'].item():.5f}, reference {ref_amax.item():.5f}
 # %%
 # The same chain in PyTorch, eager and compiled, must agree too. ``torch.compile`` runs in both
 # modes an engineer would ship: max-autotune benchmarks Triton and cuBLAS candidates while it
-# compiles, so what it picks can change from one cold compile to the next (the results page keeps
-# its time in every recording); the default mode does not autotune. The best of all baselines is
+# compiles, so what it picks can change from one cold compile to the next (the methodology page
+# shows its range over every recording); the default mode does not autotune. The best baseline is
 # the one the verdict below is judged against.
 from cudnn_guide.measure import baselines
 
