@@ -10,7 +10,9 @@ Each function's own time (cProfile's ``tottime``: not counting the functions it 
 one kind (:data:`KINDS`, first match wins), so the kinds of a page add up to its profiled time.
 The frontend's native calls (pybind11 methods) are not seen by cProfile: their time counts in the
 frontend's Python function that makes them (``_build_plan_at`` for a plan build). Waiting for the
-GPU is the host's time too: a timing loop shows up as ``GPU wait`` and launches.
+GPU is the host's time too: a timing loop shows up as ``GPU wait`` and launches. Own times only:
+cProfile's cumulative times of spans (imports, Dynamo's compile, the example's code blocks) came
+out far below the pages' wall times in Python 3.12 on the builder, so none is reported.
 """
 
 from __future__ import annotations
@@ -36,16 +38,6 @@ KINDS: tuple[tuple[str, str], ...] = (
 )
 """(kind, regular expression on ``file:line(function)``), in the order they are tried."""
 
-SPANS: dict[str, tuple[str, str]] = {
-    "imports": ("importlib._bootstrap>", "_find_and_load"),
-    "torch.compile (Dynamo's compile_inner)": ("_dynamo/convert_frame.py", "compile_inner"),
-    "cuDNN Frontend: graph build (Python entry)": ("cudnn/_pygraph.py", "build"),
-    "figures saved (savefig)": ("matplotlib/figure.py", "savefig"),
-    "the example's code blocks (sphinx-gallery)": ("sphinx_gallery/gen_rst.py", "execute_code_block"),
-}
-"""Spans that nest other work, by (file ending, function): their cumulative time (cProfile counts a
-recursive call once)."""
-
 
 def label(func: tuple[str, int, str]) -> str:
     """cProfile's key as one string: ``file:line(function)``."""
@@ -67,14 +59,9 @@ def summarize(stats: pstats.Stats, top: int = 12) -> dict:
         by_kind[kind_of(where)] += tottime
         own.append((tottime, where))
     own.sort(reverse=True)
-    spans = {
-        span: round(sum(row[3] for (file, _, name), row in stats.stats.items() if file.endswith(f) and name == fn), 3)
-        for span, (f, fn) in SPANS.items()
-    }
     return {
         "seconds": round(stats.total_tt, 3),
         "by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-        "spans": spans,
         "top_own_time": [{"function": w, "seconds": round(t, 3)} for t, w in own[:top]],
     }
 

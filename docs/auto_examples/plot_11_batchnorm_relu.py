@@ -192,9 +192,9 @@ for name, fn in (("PyTorch eager", problem.torch_forward), ("torch.compile (defa
 # --------------------------
 # The BatchNorm → ReLU after each stage's 3×3 convolution at batch 64, channels 64 → 512 as the
 # resolution halves. Bytes: read x, write y (counted once: a two-pass training forward shows at most
-# half the copy bandwidth). A limit of this recording: once the shape changed, Dynamo compiled the
-# stages below for symbolic shapes (``dynamic=None``), not once per stage's shape as a model with
-# these layers would be (:doc:`/methodology`, "Fair baselines"). Not yet re-recorded with a fix.
+# half the copy bandwidth). A limit of this recording: with ``dynamic=None``, Dynamo compiles these
+# stages for symbolic shapes once a shape has changed (a CPU replay of this page's compiles shows it),
+# not once per stage's shape as a model would (:doc:`/methodology`, "Fair baselines"). Not yet fixed.
 from cudnn_guide.measure import sweep
 
 STAGES = {"64×56×56": (64, 56), "128×28×28": (128, 28), "256×14×14": (256, 14), "512×7×7": (512, 7)}
