@@ -192,9 +192,9 @@ for name, fn in (("PyTorch eager", problem.torch_forward), ("torch.compile (defa
 # --------------------------
 # The BatchNorm → ReLU after each stage's 3×3 convolution at batch 64, channels 64 → 512 as the
 # resolution halves. Bytes: read x, write y (counted once: a two-pass training forward shows at most
-# half the copy bandwidth). A limit of this recording: with ``dynamic=None``, Dynamo compiles these
-# stages for symbolic shapes once a shape has changed (a CPU replay of this page's compiles shows it),
-# not once per stage's shape as a model would (:doc:`/methodology`, "Fair baselines"). Not yet fixed.
+# half the copy bandwidth). Each stage compiles its own ``torch.compile`` with ``dynamic=False``, for
+# that stage's shape as a model with these layers would; left at ``dynamic=None``, Dynamo would compile
+# the later stages once for symbolic shapes (:doc:`/methodology`, "Fair baselines").
 from cudnn_guide.measure import sweep
 
 STAGES = {"64×56×56": (64, 56), "128×28×28": (128, 28), "256×14×14": (256, 14), "512×7×7": (512, 7)}
@@ -214,7 +214,7 @@ def setup(stage):
         check.check(d["y"], check.reference(lambda x, s, b: p.torch_forward(x, s, b, rm, rv, True), d["x"], d["scale"], d["bias"]),
                     name=f"training {stage}")
         _, inf, ip = inference_graph(p, d)
-        made[stage] = (p, d, t.bind(tp), inf.bind(ip), baselines.compile_quietly(p.torch_forward, mode="default"))
+        made[stage] = (p, d, t.bind(tp), inf.bind(ip), baselines.compile_quietly(p.torch_forward, mode="default", dynamic=False))
     return made[stage]
 
 

@@ -38,6 +38,15 @@ PAIRS = [
             + history.load(DATA / "b1_one_gpu.history.jsonl")
         ),
     },
+    {
+        "commit": "f62a656",
+        "first": "R19, both GPUs (pages 01-15 of it), first work of a fresh lease after the CuTe park calls",
+        "second": "b5, GPU 0 alone, the same lease right after (pages 01-15, kept off the site)",
+        "lines": lambda main: (
+            [e for e in main if str(e.get("commit", "")).startswith("f62a656") and e["example"] < "plot_16"]
+            + history.load(DATA / "b5_one_gpu.history.jsonl")
+        ),
+    },
 ]
 
 
