@@ -16,8 +16,9 @@ def test_each_pair_compares_one_commit_on_one_gpu_and_on_two_and_matches_the_com
     fresh = concurrency_check.main(tmp_path / "c.json")
     committed = json.loads((ROOT / "docs" / "data" / "concurrency_check.json").read_text())
     assert json.loads(json.dumps(fresh)) == committed
-    full, first15 = (p["report"] for p in fresh["pairs"])
+    full, first15, r19 = (p["report"] for p in fresh["pairs"])
     assert full["pages"] == 25 and first15["pages"] == 15  # R14's pages 01-15 against the one-GPU run of them
+    assert r19["pages"] == 15  # R19's pages 01-15 against b5, the one-GPU run of them on the same lease
     for pair in fresh["pairs"]:
         r = pair["report"]
         assert len(r["moved"]) <= r["measurements"] and len(r["flipped"]) <= r["verdicts"]
