@@ -121,3 +121,50 @@ def test_drift_counts_recordings_kept_off_the_site(tmp_path):
     assert [e["recorded_utc"] for e in lines] == ["2026-12-01T01", "2026-12-01T02", "2026-12-01T03"]
     with_lease = drift_bands.drift(lines)
     assert math.isclose(with_lease["examples"]["plot_x"]["labels"]["k"], math.log(1.25 / 1.01))
+
+
+def test_the_code_digest_ignores_text_comments_and_layout_but_not_code():
+    page = '"""Title\n\nProse."""\n# %%\n# Text block.\nx = compile_quietly(f, dynamic=None)\n'
+    reworded = '"""Other title."""\n# %%\n# Other text.\nx = compile_quietly(f,  dynamic=None)\n'
+    assert history.code_digest(page) == history.code_digest(reworded)
+    assert history.code_digest(page) != history.code_digest(page.replace("dynamic=None", "dynamic=False"))
+
+
+def test_a_change_of_the_examples_code_is_not_a_move_nor_drift(tmp_path):
+    """plot_11's baseline went from symbolic to per-shape compiles: a 2.5x move that is the code's, not noise."""
+    import json
+    import math
+
+    from gallery_build import drift_bands
+
+    a, b, c = _entry("2026-12-01T01", 1.0, 0.0), _entry("2026-12-01T02", 1.02, 0.0), _entry("2026-12-01T03", 2.5, 0.0)
+    a["code_md5"], b["code_md5"], c["code_md5"] = "v1", "v1", "v2"
+    assert history.comparable(b, c) == "the example's code changed (c vs c)"
+    (row,) = history.changes([a, b, c])
+    assert not row["same_method"] and not row["moved"]
+    report = history.reproducibility([a, b, c])
+    assert report["pages"] == 0 and report["not_compared"][0]["reason"].startswith("the example's code changed")
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in (a, b, c)))
+    drift = drift_bands.drift(drift_bands.recordings(tmp_path))
+    assert math.isclose(drift["examples"]["plot_x"]["labels"]["k"], math.log(1.02))  # the 2.5x is left out
+    del b["code_md5"]  # unknown on one side: compared as before
+    assert history.comparable(b, c) is None
+
+
+def test_history_entries_carry_the_digest_of_the_example_copy_that_ran(tmp_path):
+    record = {"example": "plot_x", "measurements": [], "headlines": []}
+    (tmp_path / "plot_x.record.json").write_text(__import__("json").dumps(record))
+    (entry,) = history.entries_from_gallery(tmp_path)
+    assert "code_md5" not in entry  # no copy of the example beside the record
+    (tmp_path / "plot_x.py").write_text("x = 1\n")
+    (entry,) = history.entries_from_gallery(tmp_path)
+    assert entry["code_md5"] == history.code_digest("x = 1\n")
+
+
+def test_every_committed_history_line_carries_its_code_digest():
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "docs" / "data"
+    for path in sorted(data.glob("*history.jsonl")):
+        missing = [i + 1 for i, e in enumerate(history.load(path)) if not e.get("code_md5")]
+        assert not missing, f"{path.name}: lines {missing[:5]} lack code_md5 (run tools/history_code_digest.py)"

@@ -11,6 +11,11 @@ harness subtracted it), or that two versions of the harness timed
 (:data:`~cudnn_guide.measure.measurement.TIMING_METHOD`, when both entries carry it), is listed with
 ``same_method`` false and never flagged as moved.
 
+Two recordings of an example whose code differs (:func:`code_digest`, when both entries carry
+it) are not compared either: a changed example measures something else (another compile mode,
+another size), and counting that as a recording's change would report a method change as
+irreproducibility, and widen every later interval by it (:mod:`gallery_build.drift_bands`).
+
 The noise band of a measurement is the larger of the two recordings' inter-quartile ranges,
 times 1.5, and never less than 2% of the earlier median: a change inside it is what repeating
 the same run can produce; a change outside it needs an explanation (a new driver, a changed
@@ -19,6 +24,8 @@ example, a regression).
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +36,7 @@ from cudnn_guide.report.records import RECORD_SUFFIX
 
 __all__ = [
     "SOFTWARE_KEYS",
+    "code_digest",
     "comparable",
     "reproducibility",
     "format_reproducibility",
@@ -47,6 +55,34 @@ SOFTWARE_KEYS = ("driver", "cuda", "cudnn_backend", "cudnn_frontend", "torch")
 """What must match, besides the GPU, for two recordings to be compared."""
 BAND_IQR_FACTOR = 1.5
 BAND_MIN_FRACTION = 0.02
+
+
+def code_digest(source: str) -> str:
+    """The md5 of an example's code alone: its syntax tree without the module docstring.
+
+    Comments (a sphinx-gallery page's text blocks), the docstring and layout do not change it; any
+    change to what runs does.
+
+    Parameters
+    ----------
+    source
+        The example's Python source.
+
+    Returns
+    -------
+    str
+        Hex digest.
+
+    Example
+    -------
+    >>> code_digest("x = 1  # a comment") == code_digest("x = 1")
+    True
+    """
+    tree = ast.parse(source)
+    first = tree.body[0] if tree.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        tree.body = tree.body[1:]
+    return hashlib.md5(ast.dump(tree).encode()).hexdigest()
 
 
 def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +148,11 @@ def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) 
     for path in sorted(Path(gallery_dir).glob(f"*{RECORD_SUFFIX}")):
         record = datafiles.read_json(path)
         if wanted is None or record["example"] in wanted:
-            out.append(entry_from_record(record))
+            entry = entry_from_record(record)
+            source = Path(gallery_dir) / f"{record['example']}.py"  # the copy of the example that ran
+            if source.exists():
+                entry["code_md5"] = code_digest(source.read_text(encoding="utf-8"))
+            out.append(entry)
     return out
 
 
@@ -169,7 +209,7 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
     list[dict[str, Any]]
         One row per measurement present in both: the two medians, the change in percent, the
         noise band in percent, ``same_method`` (both subtracted a launch cost, or neither did, and
-        the harness versions match where both are known) and
+        the harness versions and the example's code match where both are known) and
         ``moved`` (the change exceeds the band, with the same method).
 
     Example
@@ -177,6 +217,7 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
     >>> rows = compare(entries[0], entries[1])
     """
     rows = []
+    same_code = not prev.get("code_md5") or not cur.get("code_md5") or prev["code_md5"] == cur["code_md5"]
     for label, c in cur["measurements"].items():
         p = prev["measurements"].get(label)
         if p is None or p["median_ms"] <= 0:
@@ -184,8 +225,14 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
         delta = c["median_ms"] - p["median_ms"]
         iqr = max(p["q3_ms"] - p["q1_ms"], c["q3_ms"] - c["q1_ms"])
         band = max(BAND_IQR_FACTOR * iqr, BAND_MIN_FRACTION * p["median_ms"])
-        same_method = bool(p.get("launch_cost_ms")) == bool(c.get("launch_cost_ms")) and (
-            p.get("timing_method") is None or c.get("timing_method") is None or p["timing_method"] == c["timing_method"]
+        same_method = (
+            bool(p.get("launch_cost_ms")) == bool(c.get("launch_cost_ms"))
+            and (
+                p.get("timing_method") is None
+                or c.get("timing_method") is None
+                or p["timing_method"] == c["timing_method"]
+            )
+            and same_code
         )
         rows.append(
             {
@@ -253,7 +300,7 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
-    """Why two entries of one example cannot be compared (another GPU or software), or ``None`` if they can.
+    """Why two entries of one example cannot be compared (another GPU, software or code), or ``None`` if they can.
 
     Parameters
     ----------
@@ -265,7 +312,8 @@ def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
     Returns
     -------
     str | None
-        The reason, naming both sides; ``None`` when GPU and software match (where both are known).
+        The reason, naming both sides; ``None`` when GPU, software and the example's code
+        (:func:`code_digest`) match, where both are known.
 
     Example
     -------
@@ -276,7 +324,12 @@ def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
         return f"recorded on different GPUs ({prev.get('gpu')} vs {cur.get('gpu')})"
     ps, cs = prev.get("software") or {}, cur.get("software") or {}
     differ = [f"{k} {ps[k]} vs {cs[k]}" for k in SOFTWARE_KEYS if ps.get(k) and cs.get(k) and ps[k] != cs[k]]
-    return f"recorded with different software ({'; '.join(differ)})" if differ else None
+    if differ:
+        return f"recorded with different software ({'; '.join(differ)})"
+    pc, cc = prev.get("code_md5"), cur.get("code_md5")
+    if pc and cc and pc != cc:
+        return f"the example's code changed ({str(prev.get('commit'))[:7]} vs {str(cur.get('commit'))[:7]})"
+    return None
 
 
 def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
