@@ -22,6 +22,15 @@ from gallery_build import history
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data"
 
+
+def _first_15_beside(commit: str, off_site: str):
+    """The site's pages 01-15 recorded at ``commit``, and a recording of them kept off the site."""
+    return lambda main: (
+        [e for e in main if str(e.get("commit", "")).startswith(commit) and e["example"] < "plot_16"]
+        + history.load(DATA / off_site)
+    )
+
+
 PAIRS = [
     {
         "commit": "f1fcb68",
@@ -33,19 +42,13 @@ PAIRS = [
         "commit": "10f39c5",
         "first": "R14, both GPUs (pages 01-15 of it)",
         "second": "b1, GPU 0 alone, the same lease right after (pages 01-15, kept off the site)",
-        "lines": lambda main: (
-            [e for e in main if str(e.get("commit", "")).startswith("10f39c5") and e["example"] < "plot_16"]
-            + history.load(DATA / "b1_one_gpu.history.jsonl")
-        ),
+        "lines": _first_15_beside("10f39c5", "b1_one_gpu.history.jsonl"),
     },
     {
         "commit": "f62a656",
         "first": "R19, both GPUs (pages 01-15 of it), first work of a fresh lease after the CuTe park calls",
         "second": "b5, GPU 0 alone, the same lease right after (pages 01-15, kept off the site)",
-        "lines": lambda main: (
-            [e for e in main if str(e.get("commit", "")).startswith("f62a656") and e["example"] < "plot_16"]
-            + history.load(DATA / "b5_one_gpu.history.jsonl")
-        ),
+        "lines": _first_15_beside("f62a656", "b5_one_gpu.history.jsonl"),
     },
 ]
 
