@@ -152,8 +152,10 @@ def test_a_change_of_the_examples_code_is_not_a_move_nor_drift(tmp_path):
 
 
 def test_history_entries_carry_the_digest_of_the_example_copy_that_ran(tmp_path):
+    import json
+
     record = {"example": "plot_x", "measurements": [], "headlines": []}
-    (tmp_path / "plot_x.record.json").write_text(__import__("json").dumps(record))
+    (tmp_path / "plot_x.record.json").write_text(json.dumps(record))
     (entry,) = history.entries_from_gallery(tmp_path)
     assert "code_md5" not in entry  # no copy of the example beside the record
     (tmp_path / "plot_x.py").write_text("x = 1\n")
