@@ -18,6 +18,8 @@ def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkey
 
     docs = tmp_path / "docs"
     shutil.copytree(root / "docs" / "auto_examples", docs / "auto_examples")
+    with open(docs / "auto_examples" / "plot_05_sdpa_causal.py", "a") as old_copy:
+        old_copy.write("\nrecorded_before = True\n")  # the gallery's copy is of older code
     (docs / "data").mkdir()
     fake = dict(
         json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"],
@@ -33,6 +35,8 @@ def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkey
     assert read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
     entries = history.load(docs / "data" / "history.jsonl")
     assert [e["example"] for e in entries] == ["plot_05_sdpa_causal"] and entries[0]["measurements"] == {}
+    # the line names the code it stands for: the example as it is now, not the copy recorded before
+    assert entries[0]["code_md5"] == history.code_digest((root / "examples" / "plot_05_sdpa_causal.py").read_text())
 
 
 def test_one_example_recording_build_reads_the_gallery_only(root, tmp_path):
