@@ -1,4 +1,4 @@
-"""tools/scale/benchmark.sh keeps each step's time when a later step fails, and says which failed."""
+"""tools/scale/benchmark.sh keeps each step's time when a later step fails or the run is stopped, and says which."""
 
 import json
 import os
@@ -18,6 +18,7 @@ if [ "$1" = "-m" ] && [ "$2" = "gallery_build.shards" ] && [ "$3" = "record" ]; 
 fi
 if [ "$1" = "-m" ] && [ "$2" = "gallery_build.shards" ]; then exit 0; fi
 if [ "$1" = "-m" ] && [ "$2" = "sphinx" ]; then
+  [ "$FAKE_SITE_RC" = kill ] && { kill -KILL "$PPID"; exit 0; }  # a time limit stops the whole run
   [ "$FAKE_SITE_RC" = 0 ] || echo "StaleRecordingError: plot_16 changed" >&2
   exit "$FAKE_SITE_RC"
 fi
@@ -57,3 +58,12 @@ def test_a_run_whose_steps_all_pass_has_a_total(tmp_path):
     assert proc.returncode == 0, proc.stderr
     steps = result["seconds"]
     assert "failed" not in result and steps["total"] >= steps["record"] + steps["merge"] + steps["site"] - 1e-6
+
+
+def test_a_run_stopped_during_the_site_keeps_the_steps_it_finished(tmp_path):
+    proc, result = run_benchmark(tmp_path, site_rc="kill")
+    assert proc.returncode == -9  # killed, as a device call's time limit kills it
+    assert result["seconds"]["record"] >= 0 and result["seconds"]["merge"] >= 0
+    assert result["seconds"]["site"] is None and "total" not in result["seconds"]
+    assert result["failed"] == {"site": "not finished: the run was stopped before this step ended"}
+    assert result["page_seconds"] == 28.7
