@@ -170,3 +170,15 @@ def test_every_committed_history_line_carries_its_code_digest():
     for path in sorted(data.glob("*history.jsonl")):
         missing = [i + 1 for i, e in enumerate(history.load(path)) if not e.get("code_md5")]
         assert not missing, f"{path.name}: lines {missing[:5]} lack code_md5 (run tools/history_code_digest.py)"
+
+
+def test_the_code_digest_is_the_same_on_every_python_that_parses_alike():
+    """The builder records with 3.12, CI and the backfill ran 3.11: ``ast.dump`` differs between them
+    (3.12 writes ``type_params=[]``), which would have made every later pair look like a code change.
+    This digest was computed on CPython 3.11.7, 3.12.1 and 3.13.0 alike."""
+    snippet = (
+        '"""A page."""\nimport torch\n# %%\n# Text.\n@torch.no_grad()\ndef f(x: int, *, y=2) -> int:\n'
+        "    return [i async for i in x] if y else {k: v for k, v in x.items()}\nclass C:\n    z: float = 1.5\n"
+        'print(f"{f(1)!r:>10}", lambda q: q ** 2, ...)\n'
+    )
+    assert history.code_digest(snippet) == "69a750cfc6db451dd5550b2746b1c246"
