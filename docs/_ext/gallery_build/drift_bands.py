@@ -1,7 +1,8 @@
 """How far each page's headlines drift between recordings: the bands the next recording widens its intervals by.
 
-After every full recording, :func:`drift` reads every recording of the same code we have
-(:func:`recordings`: ``docs/data/history.jsonl`` and the recordings kept off the site) and writes
+After every full recording, :func:`drift` reads every recording we have (:func:`recordings`:
+``docs/data/history.jsonl`` and the recordings kept off the site), pairs of the same GPU, software
+and example code (:func:`~gallery_build.history.comparable`), and writes
 ``docs/data/drift.json`` (:data:`DRIFT`); :mod:`cudnn_guide.measure.drift` reads it on the GPU.
 :func:`drift_backtest` checks, on the history itself, how often such a band would have held.
 """

@@ -97,6 +97,11 @@ def _canonical(node: Any) -> str:
     return repr(node)
 
 
+def _same_code(prev: dict[str, Any], cur: dict[str, Any]) -> bool:
+    """Whether two entries ran the same example code (:func:`code_digest`); true where either does not say."""
+    return not prev.get("code_md5") or not cur.get("code_md5") or prev["code_md5"] == cur["code_md5"]
+
+
 def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
     """The history entry of one example record: its measurements reduced to median and IQR.
 
@@ -229,7 +234,7 @@ def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
     >>> rows = compare(entries[0], entries[1])
     """
     rows = []
-    same_code = not prev.get("code_md5") or not cur.get("code_md5") or prev["code_md5"] == cur["code_md5"]
+    same_code = _same_code(prev, cur)
     for label, c in cur["measurements"].items():
         p = prev["measurements"].get(label)
         if p is None or p["median_ms"] <= 0:
@@ -338,8 +343,7 @@ def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
     differ = [f"{k} {ps[k]} vs {cs[k]}" for k in SOFTWARE_KEYS if ps.get(k) and cs.get(k) and ps[k] != cs[k]]
     if differ:
         return f"recorded with different software ({'; '.join(differ)})"
-    pc, cc = prev.get("code_md5"), cur.get("code_md5")
-    if pc and cc and pc != cc:
+    if not _same_code(prev, cur):
         return f"the example's code changed ({str(prev.get('commit'))[:7]} vs {str(cur.get('commit'))[:7]})"
     return None
 
