@@ -3,6 +3,12 @@
 ``nox -s docs`` executes every example when a CUDA GPU is present (record mode) and renders the
 committed recording otherwise (render mode); see ``docs/conf.py``.
 
+``nox -s docs -- 5 plot_07`` records only the pages named (a file name, its stem, ``plot_NN`` or
+the number), then builds the site; an unknown one lists the valid pages and stops before anything
+is installed or run. Without a GPU, naming pages records nothing: the session says so and renders
+the committed recording (exit 0, so the CPU build is unchanged). Sphinx's own arguments: one
+starting with ``-`` (``-E``), or anything after a second ``--`` (``nox -s docs -- 5 -- -D key=value``).
+
 Offline machines (GPU clusters without network): ``nox --no-venv -s docs`` runs in the current
 interpreter with the packages already installed there, installing nothing.
 
@@ -13,9 +19,11 @@ builds use PyTorch's CPU index, a few hundred MB instead of a multi-GB CUDA buil
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import nox
 
@@ -70,12 +78,52 @@ def _prepare(session: nox.Session, extras: str, modules: tuple[str, ...]) -> str
     return "python"
 
 
+def _pages_and_sphinx_args(session: nox.Session) -> tuple[list[str], list[str]]:
+    """``nox -s docs -- [PAGES] [-- SPHINX ARGS]``: the example files named, and Sphinx's arguments.
+
+    Checked before anything is installed: an unknown page stops the session, listing the valid ones."""
+    sys.path.insert(0, os.path.join(os.getcwd(), "docs", "_ext"))
+    from gallery_build import progress  # plain Python: importable before the session's packages are installed
+
+    pages, sphinx_args = progress.split_docs_args(session.posargs)
+    examples = [p.name for p in Path("examples").glob("plot_*.py")]
+    try:
+        return progress.resolve_pages(pages, examples), sphinx_args
+    except progress.UnknownPageError as exc:
+        session.error(str(exc))
+
+
+def _one_build_at_a_time(session_func):
+    """Hold the checkout's build lock (docs/_build/.lock) for the whole docs session: recording and Sphinx.
+
+    The recorder and Sphinx, started by this session, inherit it; another build of this checkout stops
+    at once, naming this one (gallery_build.build_lock)."""
+
+    @functools.wraps(session_func)
+    def locked(session: nox.Session) -> None:
+        sys.path.insert(0, os.path.join(os.getcwd(), "docs", "_ext"))
+        from gallery_build import build_lock  # standard library only: importable before anything is installed
+
+        try:
+            lock = build_lock.acquire(Path("docs"), "nox -s docs")
+        except build_lock.BuildLockError as exc:
+            session.error(str(exc))
+        with lock:
+            session.env[build_lock.HELD_ENV] = os.environ[build_lock.HELD_ENV]
+            session_func(session)
+
+    return locked
+
+
 @nox.session
+@_one_build_at_a_time
 def docs(session: nox.Session) -> None:
     """Build the HTML site into docs/_build/html (record on a GPU, render from the recording without one).
 
     With a GPU, each example is first recorded in its own fresh process (no CUDA or cuDNN state
-    shared between examples); the site is then assembled from the recording."""
+    shared between examples); the site is then assembled from the recording. ``nox -s docs -- 5``
+    records page 5 only (any page names or numbers; see the module's docstring)."""
+    pages, sphinx_args = _pages_and_sphinx_args(session)
     python = _prepare(session, "docs", DOCS_MODULES)
     mode = (
         session.run(
@@ -89,8 +137,15 @@ def docs(session: nox.Session) -> None:
         .splitlines()[-1]
     )
     if mode == "record":
-        session.log("CUDA GPU found: recording every example afresh, each in its own process")
-        session.run(python, "-m", "gallery_build.recording", "record", external=True)
+        what = ", ".join(pages) + " (the other pages keep their recording)" if pages else "every example"
+        session.log(f"CUDA GPU found: recording {what} afresh, each in its own process")
+        session.run(python, "-m", "gallery_build.recording", "record", *pages, external=True)
+    elif pages:
+        session.warn(
+            f"no CUDA GPU: nothing can be recorded without one, so {', '.join(pages)} keep the committed "
+            "recording; rendering the site from it (nothing is executed). Run this on a machine with a CUDA GPU "
+            "for fresh numbers."
+        )
     else:
         session.log("no CUDA GPU: rendering the committed recording (nothing is executed)")
     session.run(
@@ -105,7 +160,7 @@ def docs(session: nox.Session) -> None:
         "html",
         "docs",
         "docs/_build/html",
-        *session.posargs,
+        *sphinx_args,
         env={"CUDNN_GUIDE_DOCS_MODE": "render"},
         external=True,
     )

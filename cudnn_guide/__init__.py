@@ -64,12 +64,11 @@ def reset_caches() -> None:
 
     from cudnn_guide import graphs
     from cudnn_guide.graphs import torch_ops
-    from cudnn_guide.measure import ceilings, drift, events
+    from cudnn_guide.measure import ceilings, events
 
     events.reset_caches()
     ceilings.reset_caches()
     graphs.reset_caches()
-    drift.reset_caches()
     torch_ops.reset_caches()
     if "torch" in sys.modules:
         import torch

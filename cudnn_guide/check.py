@@ -217,8 +217,8 @@ def from_child(result: dict[str, Any], *, name: str | None = None) -> CheckResul
     """A check made in another process, which returned it as :meth:`CheckResult.to_dict`.
 
     Treated as :func:`check` treats its own: a failure raises, and a pass joins the running
-    example's record. The fresh-process studies (:mod:`cudnn_guide.measure.coldstart`,
-    :mod:`cudnn_guide.measure.dynamic_shapes`) report their children's checks this way.
+    example's record. The fresh-process studies (:mod:`cudnn_guide.studies.coldstart`,
+    :mod:`cudnn_guide.studies.dynamic_shapes`) report their children's checks this way.
 
     Parameters
     ----------

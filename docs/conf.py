@@ -23,8 +23,14 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS / "_ext"))  # the docs build's own machinery (gallery_build), outside the library
 
-from gallery_build import cell_times, hooks, page_checks, recording, staleness
-from gallery_build.manifest import describe_recording, package_changed_since_recording, recording_commit
+from gallery_build import cell_times, hooks, page_checks, recording, staleness, verdict_kinds
+from gallery_build.manifest import (
+    describe_recording,
+    markdown_literal,
+    package_changed_since_recording,
+    read_manifest,
+    recording_commit,
+)
 
 from cudnn_guide import __version__
 
@@ -33,6 +39,10 @@ GALLERY = DOCS / "auto_examples"
 MODE = staleness.docs_mode()
 RECORD_ONLY = os.environ.get(recording.ONLY_ENV, "")  # one example, in this fresh process
 _BUILD_START = time.perf_counter()
+if not RECORD_ONLY:
+    # its GPU name, commits and versions reach every page (footer) and the home page: a manifest of
+    # the wrong shape, or with HTML in them, stops the build here (CorruptDataError: file:line, field)
+    read_manifest(GALLERY, checked=True)
 
 if MODE == "render":
     staleness.require_fresh_recording(EXAMPLES, GALLERY)
@@ -107,7 +117,13 @@ nb_execution_show_tb = True  # a notebook error reaches the console with its tra
 nb_execution_timeout = 120
 nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
-myst_substitutions = {"recorded_on": RECORDED_ON, "docs_mode": MODE}
+# MyST reads a substitution as Markdown: recorded text goes in as literal text, never as HTML
+myst_substitutions = {"recorded_on": markdown_literal(RECORDED_ON), "docs_mode": MODE}
+# the home page's answer, computed from the records: cuDNN against other implementations, with the
+# costs of features and compiled-against-eager comparisons counted apart (gallery_build.verdict_kinds)
+myst_substitutions["site_answer"] = markdown_literal(
+    verdict_kinds.site_answer(verdict_kinds.classify(verdict_kinds.read_records(GALLERY)))
+)
 myst_heading_anchors = 3
 # ref.python: the builtin type `bytes` in type hints is ambiguous with the `bytes` attributes of
 # the problem classes; Sphinx would warn on every such hint.
@@ -177,4 +193,15 @@ if RECORD_ONLY:  # one example's recording build reads the gallery alone (second
 
 
 def setup(app):
+    from gallery_build import build_lock
+
+    if not RECORD_ONLY:  # a page's recording build runs in a private staging copy, under the recorder's lock
+        try:  # one build per checkout; a build cut short before is wiped first (see gallery_build.build_lock)
+            build_lock.guard_sphinx_build(app, DOCS)
+        except build_lock.BuildLockError as exc:
+            from sphinx.errors import ConfigError
+
+            raise ConfigError(str(exc)) from None
+    # the gallery-wide download zips: same files, same bytes, so a render leaves the committed ones untouched
+    build_lock.keep_zips_reproducible(GALLERY)
     hooks.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START, partial=bool(RECORD_ONLY))

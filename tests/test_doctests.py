@@ -11,7 +11,6 @@ CPU_MODULES = (
     "collector",
     "graphs.attention_inputs",
     "datafiles",
-    "measure.drift",
     "measure.measurement",
     "measure.verdicts",
 )

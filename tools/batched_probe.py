@@ -25,7 +25,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from cudnn_guide import environment
 from cudnn_guide.graphs import conv, matmul, tensors
-from cudnn_guide.measure import bench, cudagraphs, events, profiling
+from cudnn_guide.measure import bench, cudagraphs, events
+from cudnn_guide.studies import profiling
 
 N, REPEATS = 200, 8
 
@@ -38,12 +39,12 @@ def launchers(name):
         f = conv.conv_bias_relu_graph(p, ins[0])
         footprint = p.bytes
         k = max(2, math.ceil(3 * l2 / footprint))
-        return [f.built.bind(f.pack(**ins[i % len(ins)])) for i in range(k)], footprint
+        return [f.bind(f.pack(**ins[i % len(ins)])) for i in range(k)], footprint
     p = matmul.MatmulProblem()
     ins = [p.make_inputs(seed=i) for i in range(8)]
     f = matmul.matmul_epilogue_graph(p, ins[0])
     k = max(2, math.ceil(3 * l2 / p.bytes))
-    return [f.built.bind(f.pack(**ins[i % len(ins)], alpha=tensors.scalar_value(p.alpha))) for i in range(k)], p.bytes
+    return [f.bind(f.pack(**ins[i % len(ins)], alpha=tensors.scalar_value(p.alpha))) for i in range(k)], p.bytes
 
 
 def kernel_times(prof, skip):

@@ -4,7 +4,7 @@ For each kernel, in alternating rounds: the harness median (:func:`~cudnn_guide.
 CUDA events around one call, cold L2, minus this process's launch cost, so a kernel time); the
 per-call span the PyTorch profiler reports (CUPTI timestamps, no events) for calls made exactly
 as the harness makes them (:func:`profile_calls`); and the profiler's kernel time for calls
-back to back after the L2 flush alone (:func:`~cudnn_guide.measure.profiling.profile_kernels`). Then the
+back to back after the L2 flush alone (:func:`~cudnn_guide.studies.profiling.profile_kernels`). Then the
 per-call time of a CUDA-graph replay of 100 calls (hot L2, no launch gaps). Run as
 ``python tools/crosscheck.py OUT.json`` on a GPU; the methodology page renders the
 committed result.
@@ -56,18 +56,18 @@ def kernels() -> dict[str, tuple[Callable[[], Any], float | None]]:
     cp = conv.ConvProblem()
     ci = cp.make_inputs()
     cf = conv.conv_bias_relu_graph(cp, ci)
-    out["conv→bias→ReLU (cuDNN graph)"] = (cf.built.bind(cf.pack(**ci)), cp.flops)
+    out["conv→bias→ReLU (cuDNN graph)"] = (cf.bind(cf.pack(**ci)), cp.flops)
     mm = matmul.MatmulProblem()
     mi = mm.make_inputs()
     mf = matmul.matmul_epilogue_graph(mm, mi)
     out["matmul epilogue + AMAX (cuDNN graph)"] = (
-        mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
+        mf.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
         mm.flops,
     )
     sd = attention.SdpaProblem(batch=4, heads=16, seq=4096, head_dim=128)
     si = sd.make_inputs()
     sf = attention.sdpa_graph(sd, si)
-    out["causal SDPA S=4096 d=128 (cuDNN graph)"] = (sf.built.bind(sf.pack(**si)), sd.flops)
+    out["causal SDPA S=4096 d=128 (cuDNN graph)"] = (sf.bind(sf.pack(**si)), sd.flops)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
@@ -155,7 +155,7 @@ def split_calls(gpu_ops: list[Any], flush_names: set[str]) -> list[list[Any]]:
     gpu_ops
         The trace's GPU operations, in start order (anything with a ``name``).
     flush_names
-        Names of the flush's kernels (:func:`~cudnn_guide.measure.profiling.flush_kernel_names`).
+        Names of the flush's kernels (:func:`~cudnn_guide.studies.profiling.flush_kernel_names`).
 
     Returns
     -------
@@ -223,7 +223,8 @@ def same_run(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from cudnn_guide.measure import bench, events, profiling
+    from cudnn_guide.measure import bench, events
+    from cudnn_guide.studies import profiling
 
     flush_names = profiling.flush_kernel_names(events.l2_flush_buffer())
     with warnings.catch_warnings():
@@ -291,7 +292,8 @@ def profile_calls(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from cudnn_guide.measure import clocks, events, profiling
+    from cudnn_guide.measure import clocks, events
+    from cudnn_guide.studies import profiling
 
     flush = events.l2_flush_buffer()
     flush_names = profiling.flush_kernel_names(flush)
@@ -329,7 +331,7 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
     Each round runs, on the same kernel: the harness; the profiler on calls made as the harness
     makes them (spin, flush, call; no events: :func:`profile_calls`), the comparison that
     differs only in the clock; and the profiler on calls back to back after the flush alone
-    (:func:`~cudnn_guide.measure.profiling.profile_kernels`), which shows how much the spin before a call
+    (:func:`~cudnn_guide.studies.profiling.profile_kernels`), which shows how much the spin before a call
     changes the kernel itself. The GPU's clock drifts by a few percent over seconds (power
     capping), so each round pairs the two clocks in time, and the verdict is the median over
     rounds of the paired differences.
@@ -355,7 +357,8 @@ def crosscheck(rounds: int = 5) -> list[dict[str, Any]]:
     """
     import statistics
 
-    from cudnn_guide.measure import bench, cudagraphs, events, profiling
+    from cudnn_guide.measure import bench, cudagraphs, events
+    from cudnn_guide.studies import profiling
 
     cost = events.launch_cost()
     rows = []

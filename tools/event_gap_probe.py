@@ -20,7 +20,7 @@ from cudnn_guide.measure import events
 mm = matmul.MatmulProblem()
 mi = mm.make_inputs()
 mf = matmul.matmul_epilogue_graph(mm, mi)
-epilogue = mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha)))
+epilogue = mf.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha)))
 small = torch.randn(1 << 20, device="cuda")
 tiny = lambda: small.mul_(1.0)
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)

@@ -31,7 +31,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from cudnn_guide import environment
 from cudnn_guide.graphs import conv, matmul, tensors
-from cudnn_guide.measure import bench, events, profiling
+from cudnn_guide.measure import bench, events
+from cudnn_guide.studies import profiling
 
 ORDERS = ("flush→call", "flush→call, events", "flush→spin→call", "spin→flush→call", "spin→call", "call→call")
 CALLS = 100
@@ -47,9 +48,9 @@ def launchers() -> dict:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
     return {
-        "conv→bias→ReLU (cuDNN graph)": cf.built.bind(cf.pack(**ci)),
+        "conv→bias→ReLU (cuDNN graph)": cf.bind(cf.pack(**ci)),
         "conv→bias→ReLU (PyTorch eager)": lambda: cp.torch_forward(ci["x"], ci["w"], ci["b"]),
-        "matmul epilogue + AMAX (cuDNN graph)": mf.built.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
+        "matmul epilogue + AMAX (cuDNN graph)": mf.bind(mf.pack(**mi, alpha=tensors.scalar_value(mm.alpha))),
         "bf16 matmul 4096³ (cuBLAS)": lambda: torch.matmul(a, a, out=c),
     }
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
-from cudnn_guide.graphs.declare import Fused, Problem, causal_mask, new_graph
+from cudnn_guide.graphs.declare import Problem, causal_mask, new_graph
 
 __all__ = [
     "SdpaProblem",
@@ -83,7 +83,7 @@ class SdpaProblem(Problem):
 
 def sdpa_graph(
     problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa", **graph_kwargs: Any
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Declare and build cuDNN's fused attention for ``problem``.
 
     Causal masking uses the current API, ``diagonal_alignment=TOP_LEFT`` with
@@ -105,13 +105,13 @@ def sdpa_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         The built graph and its tensors ``q``, ``k``, ``v``, ``o``.
 
     Example
     -------
     >>> fused = sdpa_graph(p, inputs)
-    >>> fused.built.execute(fused.pack(**inputs))
+    >>> fused.execute(fused.pack(**inputs))
     """
     import cudnn
 
@@ -131,8 +131,7 @@ def sdpa_graph(
     )
     o = inputs["o"]
     O.set_output(True).set_data_type(tensors.cudnn_dtype(o.dtype)).set_dim(list(o.shape)).set_stride(list(o.stride()))
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, {"q": Q, "k": K, "v": V, "o": O})
+    return graphs.build(g, name=name, handle=handle, io={"q": Q, "k": K, "v": V, "o": O})
 
 
 def training_flops(problem: SdpaProblem) -> float:
@@ -199,7 +198,7 @@ def sdpa_forward_training_graph(
     handle: Any = None,
     name: str = "sdpa_forward_training",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the training forward: attention output *and* its softmax statistics.
 
     Parameters
@@ -217,13 +216,13 @@ def sdpa_forward_training_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``q, k, v, o, stats``.
 
     Example
     -------
     >>> fwd = sdpa_forward_training_graph(p, ins)
-    >>> fwd.built.execute(fwd.pack(**{k: ins[k] for k in fwd.io}))
+    >>> fwd.execute(fwd.pack(**{k: ins[k] for k in fwd.io}))
     """
     import cudnn
 
@@ -241,8 +240,7 @@ def sdpa_forward_training_graph(
     )
     tensors.output_like(O, inputs["o"])
     tensors.output_like(stats, inputs["stats"])
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, {"q": Q, "k": K, "v": V, "o": O, "stats": stats})
+    return graphs.build(g, name=name, handle=handle, io={"q": Q, "k": K, "v": V, "o": O, "stats": stats})
 
 
 def sdpa_backward_graph(
@@ -252,7 +250,7 @@ def sdpa_backward_graph(
     handle: Any = None,
     name: str = "sdpa_backward",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the backward: ``dq, dk, dv`` from ``q, k, v``, the forward's ``o`` and ``stats``, and ``d_o``.
 
     The mask and scale must match the forward's (both come from ``problem``).
@@ -272,13 +270,13 @@ def sdpa_backward_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
 
     Example
     -------
     >>> bwd = sdpa_backward_graph(p, ins)
-    >>> bwd.built.execute(bwd.pack(**{k: ins[k] for k in bwd.io}))
+    >>> bwd.execute(bwd.pack(**{k: ins[k] for k in bwd.io}))
     """
     import cudnn
 
@@ -298,5 +296,4 @@ def sdpa_backward_graph(
     )
     for n, t in (("dq", dQ), ("dk", dK), ("dv", dV)):
         io[n] = tensors.output_like(t, inputs[n])
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, handle=handle, io=io)

@@ -9,7 +9,7 @@ from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
-from cudnn_guide.graphs.declare import Fused, Problem, new_graph
+from cudnn_guide.graphs.declare import Problem, new_graph
 
 __all__ = ["BatchNormProblem", "fold_batchnorm"]
 
@@ -98,7 +98,7 @@ def batchnorm_relu_graph(
     handle: Any = None,
     name: str = "",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build BatchNorm → ReLU as one graph, for training or for inference.
 
     Training: inputs ``x, scale, bias, running_mean, running_var`` and the host scalars
@@ -124,7 +124,7 @@ def batchnorm_relu_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         The built graph and its tensors, named as above.
 
     Example
@@ -164,8 +164,7 @@ def batchnorm_relu_graph(
             name="batchnorm_inference", input=x, mean=io["mean"], inv_variance=io["inv_var"], scale=scale, bias=bias
         )
     io["y"] = tensors.output_like(g.relu(input=Y, name="relu"), inputs["y"])
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, handle=handle, io=io)
 
 
 def fold_batchnorm(scale: Any, bias: Any, running_mean: Any, running_var: Any, eps: float) -> tuple[Any, Any]:
@@ -209,7 +208,7 @@ def folded_batchnorm_relu_graph(
     handle: Any = None,
     name: str = "folded_batchnorm_relu",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build inference BatchNorm → ReLU as ``relu(x · a + b)`` with the folded per-channel ``a``, ``b``.
 
     Parameters
@@ -227,7 +226,7 @@ def folded_batchnorm_relu_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``x, a, b, y``.
 
     Example
@@ -239,4 +238,4 @@ def folded_batchnorm_relu_graph(
     io = {n: tensors.graph_tensor(g, inputs[n], n) for n in ("x", "a", "b")}
     affine = g.add(a=g.mul(a=io["x"], b=io["a"], name="scale"), b=io["b"], name="shift")
     io["y"] = tensors.output_like(g.relu(input=affine, name="relu"), inputs["y"])
-    return Fused(graphs.build(g, name=name, handle=handle), io)
+    return graphs.build(g, name=name, handle=handle, io=io)

@@ -7,8 +7,10 @@ The frontend builds a graph in five steps::
 :func:`build` runs them, records how long each took, and turns a failure into a
 :class:`~cudnn_guide.errors.GraphBuildError` that names the step, the graph and cuDNN's own
 message (a :class:`~cudnn_guide.errors.GraphNotSupportedError` when cuDNN simply has no engine
-for the graph). The result, a :class:`BuiltGraph`, owns its workspace and executes on PyTorch's
-*current* stream, so events, CUDA graphs and other torch work see it in order.
+for the graph). The result, a :class:`BuiltGraph`, is the one graph object of the package: the
+``cudnn.pygraph``, its handle, its workspace and its named inputs and outputs (the recipes return
+one); it executes on PyTorch's *current* stream, so events, CUDA graphs and other torch work see
+it in order.
 """
 
 from __future__ import annotations
@@ -150,26 +152,48 @@ class BuildReport:
 
 
 class BuiltGraph:
-    """A built cuDNN graph with its handle and workspace, ready to execute.
+    """A built cuDNN graph: the ``cudnn.pygraph``, its handle, its workspace and its named inputs and outputs.
 
-    Do not construct directly: use :func:`build`.
+    ``graph``, ``handle`` and ``workspace`` are what a raw ``graph.execute(pack, workspace,
+    handle=handle)`` needs; ``io`` names the graph's tensors (``{"x": X, "w": W, "y": Y}``) as the
+    recipe that declared them did, and :meth:`pack` maps torch tensors onto them by those names.
+    Do not construct directly: use :func:`build` (or :func:`adopt` for a graph built by hand).
 
     Example
     -------
-    >>> built = build(g, name='conv')
-    >>> built.execute({X: x, W: w, Y: y})
-    >>> launch = built.bind({X: x, W: w, Y: y})
+    >>> fused = build(g, name='conv', io={"x": X, "w": W, "y": Y})
+    >>> fused.execute(fused.pack(x=x, w=w, y=y))
+    >>> launch = fused.bind({X: x, W: w, Y: y})
     """
 
-    def __init__(self, graph: Any, name: str, handle: Any, report: BuildReport) -> None:
+    def __init__(
+        self, graph: Any, name: str, handle: Any, report: BuildReport, io: Mapping[str, Any] | None = None
+    ) -> None:
         import torch
 
         self.graph = graph
         self.name = name
         self.handle = handle
         self.report = report
+        self.io: dict[str, Any] = dict(io or {})
         self.workspace = torch.empty(max(report.workspace_bytes, 1), device="cuda", dtype=torch.uint8)
         self._specs = {t: _declared_layout(t) for t in _graph_io(graph)}
+
+    # -- named inputs and outputs ------------------------------------------------------------
+
+    def pack(self, **data: Any) -> dict[Any, Any]:
+        """A variant pack from torch tensors named as in :attr:`io`: ``pack(x=x, w=w, y=y)``.
+
+        Raises ``KeyError`` naming the tensors that are missing."""
+        missing = set(self.io) - set(data)
+        if missing:
+            raise KeyError(f"graph {self.name!r}: pack() needs tensors for {sorted(missing)}")
+        return {self.io[k]: v for k, v in data.items()}
+
+    @property
+    def uids(self) -> dict[str, int]:
+        """Name → UID of each named tensor: how a deserialized plan is fed (it has no tensor objects)."""
+        return {k: int(t.get_uid()) for k, t in self.io.items()}
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -281,6 +305,7 @@ def build(
     heuristics: Iterable[Any] = ("A", "FALLBACK"),
     policy: Any = None,
     handle: Any = None,
+    io: Mapping[str, Any] | None = None,
 ) -> BuiltGraph:
     """Run the five build steps on ``graph``, timing each, and return a :class:`BuiltGraph`.
 
@@ -297,11 +322,13 @@ def build(
         frontend's (the first plan that builds).
     handle:
         A ``cudnn.Handle``; default: :func:`handle_for_current_device`.
+    io:
+        Name → graph tensor of the inputs and outputs, for :meth:`BuiltGraph.pack`.
 
     Returns
     -------
     BuiltGraph
-        The graph with its handle, workspace and build report.
+        The graph with its handle, workspace, named tensors and build report.
 
     Raises
     ------
@@ -339,10 +366,12 @@ def build(
             raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
         seconds[step] = time.perf_counter() - t0
     torch.cuda.synchronize()
-    return _wrap(graph, name, handle, seconds)
+    return _wrap(graph, name, handle, seconds, io)
 
 
-def _wrap(graph: Any, name: str, handle: Any, seconds: dict[str, float]) -> BuiltGraph:
+def _wrap(
+    graph: Any, name: str, handle: Any, seconds: dict[str, float], io: Mapping[str, Any] | None = None
+) -> BuiltGraph:
     """The :class:`BuiltGraph` of a graph whose plans are built, with its report."""
     try:
         plan_count = int(graph.get_execution_plan_count())
@@ -353,11 +382,16 @@ def _wrap(graph: Any, name: str, handle: Any, seconds: dict[str, float]) -> Buil
     except Exception:
         plan_name = "unknown"
     report = BuildReport(name, seconds, plan_count, plan_name, int(graph.get_workspace_size()))
-    return BuiltGraph(graph, name, handle, report)
+    return BuiltGraph(graph, name, handle, report, io)
 
 
 def adopt(
-    graph: Any, handle: Any, *, name: str | None = None, step_seconds: Mapping[str, float] | None = None
+    graph: Any,
+    handle: Any,
+    *,
+    name: str | None = None,
+    step_seconds: Mapping[str, float] | None = None,
+    io: Mapping[str, Any] | None = None,
 ) -> BuiltGraph:
     """Wrap a graph the page built itself (its five steps written out) for checked execution and timing.
 
@@ -375,6 +409,8 @@ def adopt(
         A name for messages.
     step_seconds
         Seconds each build step took, if the page timed them; shown in the build report.
+    io
+        Name → graph tensor of the inputs and outputs, for :meth:`BuiltGraph.pack`.
 
     Returns
     -------
@@ -399,4 +435,4 @@ def adopt(
         raise InputError(
             f"graph {name!r}: run its five build steps (through build_plans) before adopting it: {exc}"
         ) from exc
-    return _wrap(graph, name, handle, dict(step_seconds or {}))
+    return _wrap(graph, name, handle, dict(step_seconds or {}), io)

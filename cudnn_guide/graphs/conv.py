@@ -7,7 +7,7 @@ from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
-from cudnn_guide.graphs.declare import Fused, Problem, new_graph
+from cudnn_guide.graphs.declare import Problem, new_graph
 
 __all__ = ["ConvProblem", "conv_bias_relu_graph", "declare_conv_bias_relu"]
 
@@ -97,7 +97,7 @@ def conv_bias_relu_graph(
     policy: Any = None,
     name: str = "conv_bias_relu",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Declare and build ``relu(conv(x, w) + b)`` as one cuDNN graph.
 
     ``inputs`` supplies tensors of the right shape, layout and dtype (from
@@ -123,19 +123,18 @@ def conv_bias_relu_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         The built graph and its tensors ``x``, ``w``, ``b``, ``y``.
 
     Example
     -------
     >>> inputs = problem.make_inputs()
     >>> fused = conv_bias_relu_graph(problem, inputs)
-    >>> fused.built.execute(fused.pack(**inputs))
+    >>> fused.execute(fused.pack(**inputs))
     """
     g, handle = new_graph(problem, name, handle, graph_kwargs)
     io = declare_conv_bias_relu(g, **inputs, padding=problem.padding, stride=problem.stride)
-    built = graphs.build(g, name=name, heuristics=heuristics, policy=policy, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, heuristics=heuristics, policy=policy, handle=handle, io=io)
 
 
 def declare_conv_bias_relu(g: Any, x: Any, w: Any, b: Any, y: Any, padding: int, stride: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.conv import ConvProblem
-from cudnn_guide.graphs.declare import Fused, new_graph
+from cudnn_guide.graphs.declare import new_graph
 
 __all__ = ["make_training_inputs", "conv_dgrad_graph", "conv_wgrad_graph", "torch_training_step"]
 
@@ -58,7 +58,7 @@ def _conv_graph(
     handle: Any,
     name: str,
     graph_kwargs: dict[str, Any],
-) -> Fused:
+) -> graphs.BuiltGraph:
     """One convolution graph: ``op`` (``conv_fprop``/``conv_dgrad``/``conv_wgrad``) with its input
     ports fed from ``inputs`` (port → input name), the result written to ``inputs[out]``."""
     import cudnn
@@ -74,12 +74,12 @@ def _conv_graph(
         dilation=[1, 1],
     )
     io[out] = tensors.output_like(result, inputs[out])
-    return Fused(graphs.build(g, name=name, handle=handle), io)
+    return graphs.build(g, name=name, handle=handle, io=io)
 
 
 def conv_fprop_graph(
     problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_fprop", **graph_kwargs: Any
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the plain forward ``y = conv(x, w)``.
 
     Parameters
@@ -97,20 +97,20 @@ def conv_fprop_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``x, w, y``.
 
     Example
     -------
     >>> f = conv_fprop_graph(p, ins)
-    >>> f.built.execute(f.pack(x=ins['x'], w=ins['w'], y=ins['y']))
+    >>> f.execute(f.pack(x=ins['x'], w=ins['w'], y=ins['y']))
     """
     return _conv_graph(problem, inputs, "conv_fprop", {"image": "x", "weight": "w"}, "y", handle, name, graph_kwargs)
 
 
 def conv_dgrad_graph(
     problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_dgrad", **graph_kwargs: Any
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the data gradient ``dx`` from ``dy`` and ``w``.
 
     Parameters
@@ -128,20 +128,20 @@ def conv_dgrad_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``dy, w, dx``.
 
     Example
     -------
     >>> f = conv_dgrad_graph(p, ins)
-    >>> f.built.execute(f.pack(dy=ins['dy'], w=ins['w'], dx=ins['dx']))
+    >>> f.execute(f.pack(dy=ins['dy'], w=ins['w'], dx=ins['dx']))
     """
     return _conv_graph(problem, inputs, "conv_dgrad", {"loss": "dy", "filter": "w"}, "dx", handle, name, graph_kwargs)
 
 
 def conv_wgrad_graph(
     problem: ConvProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "conv_wgrad", **graph_kwargs: Any
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the weight gradient ``dw`` from ``x`` and ``dy``.
 
     Parameters
@@ -159,13 +159,13 @@ def conv_wgrad_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``x, dy, dw``.
 
     Example
     -------
     >>> f = conv_wgrad_graph(p, ins)
-    >>> f.built.execute(f.pack(x=ins['x'], dy=ins['dy'], dw=ins['dw']))
+    >>> f.execute(f.pack(x=ins['x'], dy=ins['dy'], dw=ins['dw']))
     """
     return _conv_graph(problem, inputs, "conv_wgrad", {"image": "x", "loss": "dy"}, "dw", handle, name, graph_kwargs)
 

@@ -1,41 +1,16 @@
 """What every recipe declares with: a new graph on this device's handle, a problem's shared
-fields, the causal band, and :class:`Fused`, a built graph with its named tensors.
+fields, and the causal band. A recipe returns a :class:`~cudnn_guide.graphs.builder.BuiltGraph`
+whose ``io`` names its tensors.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 
-__all__ = ["Fused"]
-
-
-@dataclasses.dataclass
-class Fused:
-    """A built graph and its named I/O tensors; :meth:`pack` maps torch tensors onto them.
-
-    Example
-    -------
-    >>> fused = conv_bias_relu_graph(problem, inputs)
-    >>> fused.built.execute(fused.pack(**inputs))
-    """
-
-    built: graphs.BuiltGraph
-    io: dict[str, Any]
-
-    def pack(self, **data: Any) -> dict[Any, Any]:
-        missing = set(self.io) - set(data)
-        if missing:
-            raise KeyError(f"pack() needs tensors for {sorted(missing)}")
-        return {self.io[k]: v for k, v in data.items()}
-
-    @property
-    def uids(self) -> dict[str, int]:
-        """Name → UID of each I/O tensor: how a deserialized plan is fed (it has no tensor objects)."""
-        return {k: int(t.get_uid()) for k, t in self.io.items()}
+__all__: list[str] = []  # helpers of the recipes; a page declares with the frontend's own calls
 
 
 def new_graph(problem: Any, name: str, handle: Any, graph_kwargs: dict[str, Any]) -> tuple[Any, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.attention import SdpaProblem
-from cudnn_guide.graphs.declare import Fused, Problem, new_graph
+from cudnn_guide.graphs.declare import Problem, new_graph
 
 __all__ = ["quantize", "dequantize", "Fp8MatmulProblem", "make_sdpa_fp8_inputs"]
 
@@ -131,7 +131,7 @@ def fp8_matmul_graph(
     handle: Any = None,
     name: str = "fp8_matmul",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the FP8 matmul with both descales applied in the epilogue (fp32 accumulate).
 
     Parameters
@@ -149,13 +149,13 @@ def fp8_matmul_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``a8, b8, descale_a, descale_b, c``.
 
     Example
     -------
     >>> f = fp8_matmul_graph(p, ins)
-    >>> f.built.execute(f.pack(**{k: ins[k] for k in f.io}))
+    >>> f.execute(f.pack(**{k: ins[k] for k in f.io}))
     """
     import cudnn
 
@@ -165,7 +165,7 @@ def fp8_matmul_graph(
     mm.set_data_type(cudnn.data_type.FLOAT)
     c = g.mul(a=g.mul(a=mm, b=io["descale_a"], name="descale_a"), b=io["descale_b"], name="descale_b")
     io["c"] = tensors.output_like(c, inputs["c"])
-    return Fused(graphs.build(g, name=name, handle=handle), io)
+    return graphs.build(g, name=name, handle=handle, io=io)
 
 
 def make_sdpa_fp8_inputs(q: Any, k: Any, v: Any) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def make_sdpa_fp8_inputs(q: Any, k: Any, v: Any) -> dict[str, Any]:
 
 def sdpa_fp8_graph(
     problem: SdpaProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "sdpa_fp8", **graph_kwargs: Any
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build FP8 attention: FP8 ``q, k, v`` with their descales; the softmax probabilities are
     re-quantized inside with ``scale_s``/``descale_s``; the FP8 output takes ``scale_o``; the
     graph reports ``amax_s`` and ``amax_o``.
@@ -237,13 +237,13 @@ def sdpa_fp8_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         The tensors named as in ``inputs``.
 
     Example
     -------
     >>> f = sdpa_fp8_graph(p, ins)
-    >>> f.built.execute(f.pack(**{k: ins[k] for k in f.io}))
+    >>> f.execute(f.pack(**{k: ins[k] for k in f.io}))
     """
     import cudnn
 
@@ -271,4 +271,4 @@ def sdpa_fp8_graph(
     io["o8"] = tensors.output_like(O, inputs["o8"])
     io["amax_s"] = tensors.output_like(amax_s, inputs["amax_s"])
     io["amax_o"] = tensors.output_like(amax_o, inputs["amax_o"])
-    return Fused(graphs.build(g, name=name, handle=handle), io)
+    return graphs.build(g, name=name, handle=handle, io=io)

@@ -7,7 +7,7 @@ from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
-from cudnn_guide.graphs.declare import Fused, Problem, new_graph
+from cudnn_guide.graphs.declare import Problem, new_graph
 
 __all__ = ["MatmulProblem", "matmul_epilogue_graph"]
 
@@ -79,11 +79,11 @@ def matmul_epilogue_graph(
     name: str = "matmul_scale_bias_gelu_amax",
     amax: bool = True,
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Declare and build matmul → scale → bias → GELU with an AMAX reduction, as one graph.
 
     ``alpha`` is a pass-by-value scalar: feed it with ``tensors.scalar_value(problem.alpha)``
-    under the key ``"alpha"`` in :meth:`~cudnn_guide.graphs.declare.Fused.pack`. ``amax=False`` leaves the reduction out
+    under the key ``"alpha"`` in :meth:`~cudnn_guide.graphs.BuiltGraph.pack`. ``amax=False`` leaves the reduction out
     (and the ``amax`` tensor out of the pack).
 
     Parameters
@@ -103,13 +103,13 @@ def matmul_epilogue_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         The built graph and its tensors ``a``, ``b``, ``bias``, ``alpha``, ``y`` (and ``amax``).
 
     Example
     -------
     >>> fused = matmul_epilogue_graph(p, inputs)
-    >>> fused.built.execute(fused.pack(**inputs, alpha=tensors.scalar_value(p.alpha)))
+    >>> fused.execute(fused.pack(**inputs, alpha=tensors.scalar_value(p.alpha)))
     """
     import cudnn
 
@@ -131,5 +131,4 @@ def matmul_epilogue_graph(
         )
         AMAX.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim([1, 1, 1]).set_stride([1, 1, 1])
         io["amax"] = AMAX
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, handle=handle, io=io)

@@ -13,7 +13,7 @@ from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
-from cudnn_guide.graphs.declare import Fused, Problem, new_graph
+from cudnn_guide.graphs.declare import Problem, new_graph
 
 __all__ = ["NormProblem"]
 
@@ -130,7 +130,7 @@ def norm_forward_graph(
     handle: Any = None,
     name: str = "",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the norm's forward; in training mode it also writes the statistics the backward needs.
 
     Feed ``epsilon`` with ``tensors.scalar_value(problem.eps, rank=4)``.
@@ -152,14 +152,14 @@ def norm_forward_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``x``, ``scale``, ``epsilon``, ``y`` and, as they apply, ``bias``, ``r``, ``s``,
         ``mean``, ``inv_var``; :func:`pack_norm` maps the 2-D buffers onto them.
 
     Example
     -------
     >>> f = norm_forward_graph(p, ins)
-    >>> f.built.execute(pack_norm(f, ins, eps=p.eps))
+    >>> f.execute(pack_norm(f, ins, eps=p.eps))
     """
     import cudnn
 
@@ -195,13 +195,12 @@ def norm_forward_graph(
     if training:
         io["inv_var"] = tensors.output_like(inv_var, _as_4d(inputs["inv_var"]))
     io["y"] = tensors.output_like(Y, _as_4d(inputs["y"]))
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, handle=handle, io=io)
 
 
 def norm_backward_graph(
     problem: NormProblem, inputs: dict[str, Any], *, handle: Any = None, name: str = "", **graph_kwargs: Any
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build the norm's backward: ``dx``, ``dscale`` (and ``dbias``) from ``dy``, ``x``, the scale
     and the forward's saved statistics.
 
@@ -222,13 +221,13 @@ def norm_backward_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``dy``, ``x``, ``scale``, ``inv_var``, ``dx``, ``dscale`` (and ``mean``, ``dbias``).
 
     Example
     -------
     >>> b = norm_backward_graph(p, ins)
-    >>> b.built.execute(pack_norm(b, ins))
+    >>> b.execute(pack_norm(b, ins))
     """
     name = name or f"{problem.kind}norm_backward"
     g, handle = new_graph(problem, name, handle, graph_kwargs)
@@ -260,11 +259,10 @@ def norm_backward_graph(
         )
     io["dx"] = tensors.output_like(DX, _as_4d(inputs["dx"]))
     io["dscale"] = tensors.output_like(DScale, _param(inputs["dscale"]))
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, handle=handle, io=io)
 
 
-def pack_norm(fused: Fused, inputs: dict[str, Any], eps: float | None = None) -> dict[Any, Any]:
+def pack_norm(fused: graphs.BuiltGraph, inputs: dict[str, Any], eps: float | None = None) -> dict[Any, Any]:
     """The variant pack for a norm graph: 2-D buffers viewed as the graph's 4-D tensors.
 
     Parameters
@@ -283,7 +281,7 @@ def pack_norm(fused: Fused, inputs: dict[str, Any], eps: float | None = None) ->
 
     Example
     -------
-    >>> fused.built.execute(pack_norm(fused, ins, eps=1e-5))
+    >>> fused.execute(pack_norm(fused, ins, eps=1e-5))
     """
     pack = {}
     for key, gt in fused.io.items():

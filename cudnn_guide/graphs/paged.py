@@ -10,7 +10,7 @@ from typing import Any
 
 from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
-from cudnn_guide.graphs.declare import Fused, Problem, new_graph
+from cudnn_guide.graphs.declare import Problem, new_graph
 
 __all__ = ["CONTROL", "PagedDecodeProblem", "gather_pages", "torch_decoders"]
 
@@ -229,7 +229,7 @@ def paged_decode_graph(
     handle: Any = None,
     name: str = "paged_decode",
     **graph_kwargs: Any,
-) -> Fused:
+) -> graphs.BuiltGraph:
     """Build cuDNN attention that reads K and V straight from the paged pools.
 
     The pools stand in for K and V; ``paged_attention_k_table``/``_v_table`` map each sequence's
@@ -251,13 +251,13 @@ def paged_decode_graph(
 
     Returns
     -------
-    Fused
+    graphs.BuiltGraph
         Tensors ``q, k_pool, v_pool, page_table, seq_len_q, seq_len_kv, o``.
 
     Example
     -------
     >>> f = paged_decode_graph(p, ins)
-    >>> f.built.execute(f.pack(**{k: ins[k] for k in f.io}))
+    >>> f.execute(f.pack(**{k: ins[k] for k in f.io}))
     """
     import cudnn
 
@@ -282,5 +282,4 @@ def paged_decode_graph(
         compute_data_type=cudnn.data_type.FLOAT,
     )
     io["o"] = tensors.output_like(O, inputs["o"])
-    built = graphs.build(g, name=name, handle=handle)
-    return Fused(built, io)
+    return graphs.build(g, name=name, handle=handle, io=io)

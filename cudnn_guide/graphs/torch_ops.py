@@ -161,7 +161,7 @@ def forward_graph(q: Any, k: Any, v: Any, o: Any, stats: Any, causal: bool) -> A
     Returns
     -------
     Any
-        A :class:`~cudnn_guide.graphs.declare.Fused` with tensors ``q, k, v, o, stats``.
+        A :class:`~cudnn_guide.graphs.BuiltGraph` with tensors ``q, k, v, o, stats``.
 
     Example
     -------
@@ -207,7 +207,7 @@ def backward_graph(
     Returns
     -------
     Any
-        A :class:`~cudnn_guide.graphs.declare.Fused` with tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
+        A :class:`~cudnn_guide.graphs.BuiltGraph` with tensors ``q, k, v, o, d_o, stats, dq, dk, dv``.
 
     Example
     -------
@@ -250,7 +250,7 @@ def register_ops() -> Any:
         stats = torch.empty(*q.shape[:-1], 1, device=q.device, dtype=torch.float32)
         fused = forward_graph(q, k, v, o, stats, causal)
         # the cache key holds every tensor's layout, so the pack matches the declaration: no re-check per call
-        fused.built.execute(fused.pack(q=q, k=k, v=v, o=o, stats=stats), check=False)
+        fused.execute(fused.pack(q=q, k=k, v=v, o=o, stats=stats), check=False)
         return o, stats
 
     @sdpa.register_fake
@@ -275,7 +275,7 @@ def register_ops() -> Any:
         dq, dk, dv = grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
         fused = backward_graph(q, k, v, o, stats, d_o, grads, causal)
         pack = fused.pack(q=q, k=k, v=v, o=o, stats=stats, d_o=d_o, dq=dq, dk=dk, dv=dv)
-        fused.built.execute(pack, check=False)
+        fused.execute(pack, check=False)
         return grads
 
     @sdpa_backward.register_fake

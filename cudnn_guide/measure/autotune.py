@@ -100,18 +100,6 @@ class TuneResult:
         d2 = sum((ranks[0][i] - ranks[1][i]) ** 2 for i in common)
         return 1 - 6 * d2 / (n * (n * n - 1))
 
-    def plot(self, *, title: str = "", ax: Any = None) -> Any:
-        """Every plan, fastest first, with the heuristic's choice marked
-        (:func:`~cudnn_guide.report.plots.plot_plans`). Returns the matplotlib ``Axes``.
-
-        Example
-        -------
-        >>> result.plot(title="conv→bias→ReLU")
-        """
-        from cudnn_guide.report.plots import plot_plans
-
-        return plot_plans(self, title=title, ax=ax)
-
 
 def plan_names(built: BuiltGraph) -> list[str]:
     """Names of every plan in the graph's ranked list (heuristics' order).
@@ -128,7 +116,7 @@ def plan_names(built: BuiltGraph) -> list[str]:
 
     Example
     -------
-    >>> names = plan_names(fused.built)
+    >>> names = plan_names(fused)
     >>> print(len(names), names[0])
     """
     g = built.graph
@@ -162,7 +150,7 @@ def ensure_workspace(built: BuiltGraph, indices: list[int]) -> Any:
 
     Example
     -------
-    >>> ensure_workspace(fused.built, range(len(plan_names(fused.built))))
+    >>> ensure_workspace(fused, range(len(plan_names(fused))))
     """
     import torch
 
@@ -314,8 +302,8 @@ def tune(
     -------
     >>> fused = recipes.conv_bias_relu_graph(problem, inputs, heuristics=('A', 'B', 'FALLBACK'),
     ...                                      policy=cudnn.build_plan_policy.ALL)
-    >>> result = tune(fused.built, fused.pack(**inputs), method='halving')
-    >>> select(fused.built, result.best.index)
+    >>> result = tune(fused, fused.pack(**inputs), method='halving')
+    >>> select(fused, result.best.index)
     """
     if method not in ("exhaustive", "halving"):
         raise ValueError(f"method must be 'exhaustive' or 'halving', got {method!r}")
@@ -375,8 +363,8 @@ def select(built: BuiltGraph, index: int) -> None:
 
     Example
     -------
-    >>> select(fused.built, result.best.index)
-    >>> fused.built.execute(pack)  # now runs the winner
+    >>> select(fused, result.best.index)
+    >>> fused.execute(pack)  # now runs the winner
     """
     import torch
 

@@ -40,6 +40,7 @@ during the run becomes a warning on the measurement, and the reading is kept in 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +49,7 @@ from typing import Any
 from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure import clocks
+from cudnn_guide.measure.cudagraphs import CapturedGraph
 from cudnn_guide.measure.events import (
     L2_MODES,
     call_checked,
@@ -57,67 +59,92 @@ from cudnn_guide.measure.events import (
     spin_for,
     time_each,
 )
-from cudnn_guide.measure.measurement import TIMING_METHOD, Measurement, format_ms, median_ci, sorted_quantile
+from cudnn_guide.measure.measurement import (
+    TIMING_METHOD,
+    Measurement,
+    format_ms,
+    median_ci,
+    spread_warnings,
+)
 
-__all__ = ["benchmark"]
+__all__ = ["BenchOptions", "benchmark", "measure"]
 
 
-def spread_warnings(samples: list[float]) -> list[str]:
-    """Warnings about a run's samples: a large spread (IQR above 10% of the median), or drift.
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """How :func:`measure` times a call: every setting of :func:`benchmark` but the callable and its label.
 
-    Parameters
+    Attributes
     ----------
-    samples
-        Per-call times in ms, in the order they were taken.
+    l2:
+        ``"cold"`` (flush L2 before each call) or ``"hot"``. Required: the choice changes the
+        answer, so it is never implicit.
+    flops, bytes:
+        FLOPs and bytes per call you counted, for TFLOP/s and GB/s.
+    budget_ms:
+        Time budget of the timed calls: at most ``budget_ms`` over a first estimate of one call
+        (with its L2 flush and the spin kernel before it), clamped to ``[min_reps, max_reps]``.
+    warmup_ms:
+        Warm-up runs for this long, GPU time included (at least two calls), before timing.
+    min_reps, max_reps:
+        Fewest (at least 32 when stopping early) and most timed calls.
+    precision:
+        Stop early once the 95% interval of the median is within ± ``precision`` of it
+        (checked after 32, 64, 128, ... calls); ``None`` always spends the whole budget.
+    host_reps:
+        Calls timed one at a time on an idle GPU queue for the host time (default: the number of
+        timed calls, at most 20); ``0`` skips it.
+    cuda_graph:
+        Capture ``calls_per_graph`` calls in one CUDA graph and time replays (``l2`` must be ``"hot"``).
+    calls_per_graph:
+        Calls captured per graph (default: about 2 ms of work).
+    subtract_launch_cost:
+        Subtract this process's measured launch cost from each event sample (the default).
+    expect_shape:
+        If given and the call returns a tensor, its shape must match.
+    params:
+        Free-form metadata (implementation, problem size) carried into tables and records.
 
-    Returns
-    -------
-    list[str]
-        One sentence per problem; empty for a steady run.
+    Raises
+    ------
+    ValueError
+        An unknown ``l2`` mode, or cold L2 with CUDA graphs.
 
     Example
     -------
-    >>> spread_warnings([1.0] * 20)
-    []
+    >>> BenchOptions(l2="hot", cuda_graph=True).cuda_graph
+    True
     """
-    warnings = []
-    s = sorted(samples)
-    med = statistics.median(s)
-    iqr = sorted_quantile(s, 0.75) - sorted_quantile(s, 0.25)
-    if med > 0 and iqr / med > 0.10:
-        warnings.append(f"large spread: IQR is {100 * iqr / med:.0f}% of the median")
-    third = len(samples) // 3
-    if third >= 5:
-        first, last = statistics.median(samples[:third]), statistics.median(samples[-third:])
-        if first > 0 and abs(last / first - 1) > 0.05:
-            warnings.append(
-                f"timings drifted {100 * (last / first - 1):+.0f}% from the first to the last third "
-                "of the run (clock or thermal throttling, or interference)"
+
+    l2: str
+    flops: float | None = None
+    bytes: float | None = None
+    budget_ms: float = 300.0
+    warmup_ms: float = 50.0
+    min_reps: int = 20
+    max_reps: int = 2_000
+    precision: float | None = 0.005
+    host_reps: int | None = None
+    cuda_graph: bool = False
+    calls_per_graph: int | None = None
+    subtract_launch_cost: bool = True
+    expect_shape: Sequence[int] | None = None
+    params: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.l2 not in L2_MODES:
+            raise ValueError(f"l2 must be one of {L2_MODES}, got {self.l2!r}")
+        if self.cuda_graph and self.l2 == "cold":
+            raise ValueError(
+                "cuda_graph=True times back-to-back replays, which cannot flush L2 between calls; use l2='hot'"
             )
-    return warnings
 
 
-@collector.spending("timing")
-def benchmark(
-    fn: Callable[[], Any],
-    *,
-    label: str,
-    l2: str,
-    flops: float | None = None,
-    bytes: float | None = None,
-    budget_ms: float = 300.0,
-    warmup_ms: float = 50.0,
-    min_reps: int = 20,
-    max_reps: int = 2_000,
-    precision: float | None = 0.005,
-    host_reps: int | None = None,
-    cuda_graph: bool = False,
-    calls_per_graph: int | None = None,
-    subtract_launch_cost: bool = True,
-    expect_shape: Sequence[int] | None = None,
-    params: Mapping[str, Any] | None = None,
-) -> Measurement:
+def benchmark(fn: Callable[[], Any], *, label: str, l2: str, **settings: Any) -> Measurement:
     """Time ``fn`` on the GPU and return a :class:`~cudnn_guide.measure.measurement.Measurement`.
+
+    The keyword form of :func:`measure`: ``benchmark(fn, label=..., l2=..., flops=...)`` is
+    ``measure(fn, label, BenchOptions(l2=..., flops=...))``.
 
     Parameters
     ----------
@@ -129,41 +156,10 @@ def benchmark(
     l2:
         ``"cold"`` (flush L2 before each call) or ``"hot"``. Required: the choice changes the
         answer, so it is never implicit.
-    flops:
-        FLOPs per call you counted, for TFLOP/s.
-    bytes:
-        Bytes per call you counted, for GB/s.
-    budget_ms:
-        Time budget of the timed calls: at most ``budget_ms`` over a first estimate of one call
-        (with its L2 flush and the spin kernel before it), clamped to ``[min_reps, max_reps]``.
-    precision:
-        Stop early once the median is known this precisely: the run is checked after
-        32, 64, 128, ... calls, and stops once the 95% confidence interval of the median is within
-        ± ``precision`` of it (:func:`~cudnn_guide.measure.measurement.median_ci`), or the budget is spent. ``None``
-        always spends the whole budget.
-    host_reps:
-        Calls timed one at a time on an idle GPU queue for the host time (default: the number of
-        timed calls, at most 20); ``0`` skips it (a comparison measures it in its first round only).
-    warmup_ms:
-        Warm-up runs for this long, GPU time included (at least two calls), before timing.
-    min_reps:
-        Fewest timed calls (at least 32 when stopping early).
-    max_reps:
-        Most timed calls.
-    cuda_graph:
-        Capture ``calls_per_graph`` calls in one CUDA graph and time replays (``l2`` must be
-        ``"hot"``). For kernels of a few microseconds, where launch gaps would dominate events.
-    calls_per_graph:
-        Calls captured per graph (default: about 2 ms of work).
-    subtract_launch_cost:
-        Subtract this process's measured launch cost (:func:`~cudnn_guide.measure.events.launch_cost`) from each event
-        sample, so the median is the call's kernel time (the default). ``False`` keeps the raw
-        event times. Not used with ``cuda_graph=True``, whose replays spread one launch over
-        many calls.
-    expect_shape:
-        If given and ``fn`` returns a tensor, its shape must match.
-    params:
-        Free-form metadata (implementation, problem size) carried into tables and records.
+    settings:
+        Any other field of :class:`BenchOptions` (``flops``, ``bytes``, ``budget_ms``,
+        ``warmup_ms``, ``min_reps``, ``max_reps``, ``precision``, ``host_reps``, ``cuda_graph``,
+        ``calls_per_graph``, ``subtract_launch_cost``, ``expect_shape``, ``params``).
 
     Returns
     -------
@@ -176,39 +172,112 @@ def benchmark(
         ``fn`` raised, returned a wrong shape, or no GPU is present.
     ValueError
         Bad arguments (unknown ``l2`` mode, cold L2 with CUDA graphs).
+    TypeError
+        A setting that :class:`BenchOptions` does not have.
 
     Example
     -------
     >>> m = benchmark(launch, label="cudnn fused", l2="cold", flops=2 * M * N * K)
     >>> print(m)
     """
+    return measure(fn, label, BenchOptions(l2=l2, **settings))
+
+
+@collector.spending("timing")
+def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measurement:
+    """Time ``fn`` as ``options`` say: check it, warm it up, time it, read the clocks, note what went wrong.
+
+    Parameters
+    ----------
+    fn:
+        Zero-argument callable that enqueues the work on torch's current stream.
+    label:
+        Name in tables, plots and errors.
+    options:
+        How to time it.
+
+    Returns
+    -------
+    Measurement
+        The samples and their statistics; the running example's record keeps it
+        (:mod:`cudnn_guide.collector`).
+
+    Raises
+    ------
+    BenchmarkError
+        ``fn`` raised, returned a wrong shape, or no GPU is present.
+
+    Example
+    -------
+    >>> m = measure(launch, "cudnn fused", BenchOptions(l2="cold", flops=2 * M * N * K))
+    """
+    _first_call(fn, label, options)
+    flush = l2_flush_buffer() if options.l2 == "cold" else None
+    subtract = options.subtract_launch_cost and not options.cuda_graph
+    cost_ms = launch_cost()["overhead_us"] / 1e3 if subtract else 0.0
+    host, est = _warm_up(fn, flush, label, options.warmup_ms)
+
+    clock_before = clocks.sample()
+    t_run = time.perf_counter()
+    if options.cuda_graph:
+        samples, mode, reps = _time_graph_replays(fn, label, options, est)
+    else:
+        samples, mode, reps = _time_events(fn, flush, label, options, est, statistics.median(host), cost_ms)
+    # read the clocks the moment the timed run ends, before anything idles the GPU
+    clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
+
+    host_samples: list[float] = []
+    notes: list[str] = []
+    if not options.cuda_graph:
+        host_samples = _host_times(fn, flush, label, min(reps, 20) if options.host_reps is None else options.host_reps)
+        if options.subtract_launch_cost:
+            samples, cost_ms, notes = kernel_samples(samples, cost_ms)
+            if cost_ms:
+                mode += " − launch cost"
+    notes = spread_warnings(samples) + notes + clocks.throttle_warnings(clock_info) + _host_bound(host_samples, samples)
+    m = Measurement(
+        label,
+        samples,
+        mode,
+        options.flops,
+        options.bytes,
+        dict(options.params or {}),
+        notes,
+        host_samples,
+        clock_info,
+        cost_ms if not options.cuda_graph else 0.0,
+        TIMING_METHOD,
+    )
+    collector.add_measurements(m)  # the running example's record keeps it (cudnn_guide.collector)
+    return m
+
+
+def _first_call(fn: Callable[[], Any], label: str, options: BenchOptions) -> None:
+    """One checked call before anything is timed: ``fn`` is callable, runs, and returns the expected shape."""
     import torch
 
     from cudnn_guide.environment import require_gpu
 
-    if l2 not in L2_MODES:
-        raise ValueError(f"l2 must be one of {L2_MODES}, got {l2!r}")
-    if cuda_graph and l2 == "cold":
-        raise ValueError(
-            "cuda_graph=True times back-to-back replays, which cannot flush L2 between calls; use l2='hot'"
-        )
     if not callable(fn):
         raise BenchmarkError(f"benchmark {label!r}: expected a callable, got {type(fn).__name__}")
     require_gpu(f"benchmark {label!r}")
-
     out = call_checked(fn, label)
-    if expect_shape is not None and isinstance(out, torch.Tensor) and tuple(out.shape) != tuple(expect_shape):
-        raise BenchmarkError(f"benchmark {label!r}: output shape {tuple(out.shape)} != expected {tuple(expect_shape)}")
+    expect = options.expect_shape
+    if expect is not None and isinstance(out, torch.Tensor) and tuple(out.shape) != tuple(expect):
+        raise BenchmarkError(f"benchmark {label!r}: output shape {tuple(out.shape)} != expected {tuple(expect)}")
     torch.cuda.synchronize()
 
-    flush = l2_flush_buffer() if l2 == "cold" else None
-    cost_ms = launch_cost()["overhead_us"] / 1e3 if subtract_launch_cost and not cuda_graph else 0.0
 
-    # Warm up for warmup_ms of wall time *including the GPU* (at least two calls): calls go in
-    # batches that double, each ended by a synchronize. Timing only the enqueueing would let a
-    # slow kernel behind a fast launch pile up seconds of queued work (a 120 ms plan launched for
-    # 5 ms of host time is 18 s of GPU time). The last batch's wall time per call estimates one
-    # call (with its flush) for sizing the run; the host times of all calls size the spin.
+def _warm_up(fn: Callable[[], Any], flush: Any, label: str, warmup_ms: float) -> tuple[list[float], float]:
+    """Warm up for ``warmup_ms`` of wall time *including the GPU* (at least two calls).
+
+    Calls go in batches that double, each ended by a synchronize. Timing only the enqueueing
+    would let a slow kernel behind a fast launch pile up seconds of queued work (a 120 ms plan
+    launched for 5 ms of host time is 18 s of GPU time). Returns the host time of every call
+    (which sizes the spin) and the last batch's wall time per call, an estimate of one call with
+    its flush (which sizes the run)."""
+    import torch
+
     host: list[float] = []
     t_start = time.perf_counter()
     batch = 1
@@ -224,52 +293,35 @@ def benchmark(
         now = time.perf_counter()
         est = (now - t_batch) * 1e3 / batch
         if len(host) >= 2 and ((now - t_start) * 1e3 >= warmup_ms or len(host) >= 10_000):
-            break
+            return host, est
         batch = min(2 * batch, 1024)
 
-    host_samples: list[float] = []
-    clock_before = clocks.sample()
-    t_run = time.perf_counter()
-    if cuda_graph:
-        inner = calls_per_graph or max(1, min(1000, int(2.0 / max(est, 1e-4))))
-        samples = _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label)
-        mode = f"cuda-graph x{inner}"
-    else:
-        # each timed call also waits for its spin kernel: count it, so budget_ms bounds the run
-        spin_ms = spin_for(statistics.median(host))
-        reps = int(min(max(budget_ms / max(est + spin_ms, 1e-4), min_reps), max_reps))
-        samples = _time_until_precise(fn, flush, reps, label, spin_ms, min_reps, precision, cost_ms)
-        mode = f"{l2}-L2 events"
-    # read the clocks the moment the timed run ends, before anything idles the GPU
-    clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
-    notes: list[str] = []
-    if not cuda_graph:
-        host_samples = _host_times(fn, flush, label, min(reps, 20) if host_reps is None else host_reps)
-        if subtract_launch_cost:
-            samples, cost_ms, notes = kernel_samples(samples, cost_ms)
-            if cost_ms:
-                mode += " − launch cost"
-    notes = spread_warnings(samples) + notes + clocks.throttle_warnings(clock_info)
+
+def _time_events(
+    fn: Callable[[], Any],
+    flush: Any,
+    label: str,
+    options: BenchOptions,
+    est: float,
+    host_median_ms: float,
+    cost_ms: float,
+) -> tuple[list[float], str, int]:
+    """Event-timed calls, each behind a spin kernel; returns the samples, the mode and the calls planned."""
+    # each timed call also waits for its spin kernel: count it, so budget_ms bounds the run
+    spin_ms = spin_for(host_median_ms)
+    reps = int(min(max(options.budget_ms / max(est + spin_ms, 1e-4), options.min_reps), options.max_reps))
+    samples = _time_until_precise(fn, flush, reps, label, spin_ms, options.min_reps, options.precision, cost_ms)
+    return samples, f"{options.l2}-L2 events", reps
+
+
+def _host_bound(host_samples: list[float], samples: list[float]) -> list[str]:
+    """A note when enqueueing a call takes longer than the GPU runs it."""
     if host_samples and statistics.median(host_samples) > statistics.median(samples):
-        notes.append(
+        return [
             f"host time per call ({format_ms(statistics.median(host_samples))}) exceeds GPU time "
             f"({format_ms(statistics.median(samples))}): back-to-back calls are host-bound; see cuda_graph=True"
-        )
-    m = Measurement(
-        label,
-        samples,
-        mode,
-        flops,
-        bytes,
-        dict(params or {}),
-        notes,
-        host_samples,
-        clock_info,
-        cost_ms if not cuda_graph else 0.0,
-        TIMING_METHOD,
-    )
-    collector.add_measurements(m)  # the running example's record keeps it (cudnn_guide.collector)
-    return m
+        ]
+    return []
 
 
 def _time_until_precise(
@@ -323,15 +375,17 @@ def _host_times(fn: Callable[[], Any], flush: Any, label: str, n: int) -> list[f
     return out
 
 
-def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) -> list[float]:
+def _time_graph_replays(
+    fn: Callable[[], Any], label: str, options: BenchOptions, est: float
+) -> tuple[list[float], str, int]:
+    """Replays of a CUDA graph of many calls, each timed with events; per-call samples, the mode, the replays."""
     import torch
 
-    from cudnn_guide.measure.cudagraphs import CapturedGraph
-
+    inner = options.calls_per_graph or max(1, min(1000, int(2.0 / max(est, 1e-4))))
     graph = CapturedGraph(fn, calls=inner, label=label)
     graph.replay()
     torch.cuda.synchronize()
-    reps = int(min(max(budget_ms / max(est * inner, 1e-4), min_reps), max_reps))
+    reps = int(min(max(options.budget_ms / max(est * inner, 1e-4), options.min_reps), options.max_reps))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
@@ -339,4 +393,4 @@ def _time_graph_replays(fn, inner, budget_ms, est, min_reps, max_reps, label) ->
         graph.replay()
         e.record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) / inner for s, e in zip(starts, ends)]
+    return [s.elapsed_time(e) / inner for s, e in zip(starts, ends)], f"cuda-graph x{inner}", reps

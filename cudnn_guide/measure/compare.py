@@ -17,7 +17,6 @@ between rounds, and each such call waits for the GPU).
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from collections.abc import Callable, Mapping
@@ -26,7 +25,6 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure import drift
 from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
@@ -40,10 +38,11 @@ _REPEAT = " (repeat)"
 class Comparison:
     """The outcome of :func:`compare`: pooled measurements, and the candidate's speed-up over each baseline.
 
-    ``versus[baseline]`` is ``{"value", "low", "high", "verdict", "drift"}``: the median over
-    rounds of baseline time / candidate time (above 1: the candidate is faster), its bootstrap
-    interval widened by the re-recording drift of both measurements (:mod:`~cudnn_guide.measure.drift`;
-    0 outside the docs build), and the verdict of that interval against :attr:`tie_band`.
+    ``versus[baseline]`` is ``{"value", "low", "high", "verdict"}``: the median over rounds of
+    baseline time / candidate time (above 1: the candidate is faster), its in-run bootstrap 95%
+    interval, and the verdict of that interval against :attr:`tie_band`. The interval is this
+    run's own: how far a re-recording on another day or machine moves it is the docs build's
+    business (it widens the intervals it records, and says so), not the measurement's.
 
     Example
     -------
@@ -58,8 +57,6 @@ class Comparison:
     versus: dict[str, dict[str, Any]]
     tie_band: float
     same_code: dict[str, float] = field(default_factory=dict)
-    drift: dict[str, float] = field(default_factory=dict)
-    """Contender → its re-recording drift (absolute log change) that widened its intervals."""
 
     @property
     def best_baseline(self) -> str:
@@ -69,12 +66,12 @@ class Comparison:
         return min(real, key=lambda b: statistics.median(self.round_medians_ms[b]))
 
     def describe(self, baseline: str | None = None) -> str:
-        """One line, e.g. ``1.27× faster than torch.compile (95% CI 1.22–1.31; tie band ±1.5%, 11 rounds)``."""
+        """One line, e.g. ``1.27× faster than torch.compile (in-run 95% interval 1.22–1.31; tie band ±1.5%,
+        11 rounds)``."""
         baseline = baseline or self.best_baseline
         s = self.versus[baseline]
-        widened = f", widened ±{100 * s['drift']:.0f}% for re-recording drift" if s.get("drift") else ""
         interval = (
-            f"95% CI {s['low']:.2f}–{s['high']:.2f}{widened}; tie band ±{100 * self.tie_band:.1f}%, "
+            f"in-run 95% interval {s['low']:.2f}–{s['high']:.2f}; tie band ±{100 * self.tie_band:.1f}%, "
             f"{self.rounds} rounds"
         )
         if s["verdict"] == "tie":
@@ -87,42 +84,20 @@ class Comparison:
         """One line per baseline: ``<candidate> vs <baseline>: <describe(baseline)>``."""
         return "\n".join(f"{self.candidate} vs {b}: {self.describe(b)}" for b in self.versus)
 
-    def plot(
-        self,
-        unit: str = "µs",
-        *,
-        ax: Any = None,
-        title: str = "",
-        xlabel: str = "",
-        logx: bool = False,
-        per: Callable[[dict[str, float]], dict[str, float]] | None = None,
-    ) -> Any:
-        """Each contender's :meth:`estimate` as a bar with its 95% interval
-        (:func:`~cudnn_guide.report.plots.plot_comparison`). Returns the matplotlib ``Axes``.
-
-        Example
-        -------
-        >>> c.plot("TFLOP/s", title="causal attention, S=4096")
-        """
-        from cudnn_guide.report.plots import plot_comparison
-
-        return plot_comparison(self, unit, ax=ax, title=title, xlabel=xlabel, logx=logx, per=per)
-
     def estimate(self, name: str, unit: str = "µs", scale: float = 1.0) -> dict[str, float]:
         """``name``'s time over rounds as a headline: median of its round medians, bootstrap interval, in ``unit``.
 
         The interval spans the rounds, so it includes the clock's drift during the run, which the
-        samples of one round do not show, and is widened by the measurement's re-recording drift.
+        samples of one round do not show; it is this run's own (in-run). ``measurement`` names the
+        measurement it came from, so that a record can say which one a headline quotes.
         """
         rounds = self.round_medians_ms[name]
         lo, hi = bootstrap_median_ci(rounds)
-        r = self.drift.get(name, 0.0)
-        lo, hi = lo * math.exp(-r), hi * math.exp(r)
         m = self.measurements[name]
         out = estimate(
             statistics.median(rounds), lo, hi, unit=unit, work=m.flops if unit == "TFLOP/s" else m.bytes, scale=scale
         )
-        return {**out, "drift": r}  # already widened: a headline made from it is not widened again
+        return {**out, "measurement": m.label}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,7 +105,6 @@ class Comparison:
             "rounds": self.rounds,
             "tie_band": self.tie_band,
             "same_code": self.same_code,
-            "drift": self.drift,
             "versus": self.versus,
             "round_medians_ms": self.round_medians_ms,
         }
@@ -286,23 +260,13 @@ def _judged(
     same = [r / c for c, r in zip(cand, medians[candidate + _REPEAT])]
     same_lo, same_hi = bootstrap_median_ci(same, seed=seed)
     band = max(MIN_TIE_BAND, abs(same_lo - 1), abs(same_hi - 1))
-    label = {n: f"{n} {tag}".strip() for n in contenders}
-    noise = {n: drift.for_label(label[n]) for n in contenders}
     versus = {}
     for name in contenders:
         if name == candidate:
             continue
         ratios = [b / c for b, c in zip(medians[name], cand)]
         lo, hi = bootstrap_median_ci(ratios, seed=seed)
-        w = drift.for_ratio(label[name], label[candidate])
-        lo, hi = lo * math.exp(-w), hi * math.exp(w)
-        versus[name] = {
-            "value": statistics.median(ratios),
-            "low": lo,
-            "high": hi,
-            "verdict": judge(lo, hi, band),
-            "drift": w,
-        }
+        versus[name] = {"value": statistics.median(ratios), "low": lo, "high": hi, "verdict": judge(lo, hi, band)}
     pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
     collector.add_measurements(pooled.values())  # the rounds were timed paused: the record keeps these
     return Comparison(
@@ -313,7 +277,6 @@ def _judged(
         versus,
         band,
         {"value": statistics.median(same), "low": same_lo, "high": same_hi},
-        noise,
     )
 
 

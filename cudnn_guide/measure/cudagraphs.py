@@ -18,8 +18,8 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure.bench import call_checked, spread_warnings
-from cudnn_guide.measure.measurement import Measurement
+from cudnn_guide.measure.events import call_checked
+from cudnn_guide.measure.measurement import Measurement, spread_warnings
 
 __all__ = ["CapturedGraph", "capture", "time_loop", "time_replay"]
 

@@ -11,12 +11,9 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cudnn_guide.errors import BenchmarkError
-
-if TYPE_CHECKING:
-    from cudnn_guide.measure.ceilings import Ceilings
 
 __all__ = ["median_ci", "Measurement"]
 
@@ -251,8 +248,9 @@ class Measurement:
             scale=scale,
         )
 
-    def percent_of(self, ceilings: Ceilings) -> dict[str, float]:
-        """Median rate as a percentage of the measured ceilings (compute and bandwidth)."""
+    def percent_of(self, ceilings: Any) -> dict[str, float]:
+        """Median rate as a percentage of the measured ceilings (compute and bandwidth): ``ceilings`` is a
+        :class:`~cudnn_guide.measure.ceilings.Ceilings` (anything with ``bf16_tflops`` and ``copy_gbps``)."""
         out = {}
         if self.tflops is not None:
             out["compute"] = 100.0 * self.tflops / ceilings.bf16_tflops
@@ -323,6 +321,41 @@ class Measurement:
         for w in self.warnings:
             text += f"\n  warning: {w}"
         return text
+
+
+def spread_warnings(samples: list[float]) -> list[str]:
+    """Warnings about a run's samples: a large spread (IQR above 10% of the median), or drift.
+
+    Parameters
+    ----------
+    samples
+        Per-call times in ms, in the order they were taken.
+
+    Returns
+    -------
+    list[str]
+        One sentence per problem; empty for a steady run.
+
+    Example
+    -------
+    >>> spread_warnings([1.0] * 20)
+    []
+    """
+    warnings = []
+    s = sorted(samples)
+    med = statistics.median(s)
+    iqr = sorted_quantile(s, 0.75) - sorted_quantile(s, 0.25)
+    if med > 0 and iqr / med > 0.10:
+        warnings.append(f"large spread: IQR is {100 * iqr / med:.0f}% of the median")
+    third = len(samples) // 3
+    if third >= 5:
+        first, last = statistics.median(samples[:third]), statistics.median(samples[-third:])
+        if first > 0 and abs(last / first - 1) > 0.05:
+            warnings.append(
+                f"timings drifted {100 * (last / first - 1):+.0f}% from the first to the last third "
+                "of the run (clock or thermal throttling, or interference)"
+            )
+    return warnings
 
 
 def format_ms(ms: float) -> str:

@@ -13,21 +13,20 @@ from typing import Any
 
 from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement
-from cudnn_guide.report.plots import plot_lines
-from cudnn_guide.report.tables import ComparisonTable
 
 __all__ = ["SweepResult", "sweep"]
 
 
 @dataclasses.dataclass
 class SweepResult:
-    """The measurements of a sweep, with a table and a plot of them.
+    """The measurements of a sweep (their table and plot: :func:`cudnn_guide.report.sweep_table`,
+    :func:`cudnn_guide.report.plot_sweep`).
 
     Example
     -------
     >>> res = sweep([1024, 2048], impls, x='seq_len', l2='cold')
-    >>> res.table('tflops')
-    >>> res.plot(metric='tflops')
+    >>> report.sweep_table(res, 'tflops')
+    >>> report.plot_sweep(res, 'tflops')
     """
 
     x: str
@@ -57,7 +56,7 @@ class SweepResult:
         Example
         -------
         >>> by_window = {w: compare({...}, candidate="cuDNN", l2="cold") for w in (128, 1024)}
-        >>> SweepResult.from_comparisons("window", by_window).plot("median_us")
+        >>> report.plot_sweep(SweepResult.from_comparisons("window", by_window), "median_us")
         """
         out = [
             dataclasses.replace(m, params={**m.params, x: value})
@@ -73,7 +72,7 @@ class SweepResult:
                 self.x: value,
                 "baseline": b,
                 "speed-up": v["value"],
-                "95% CI": f"{v['low']:.2f}–{v['high']:.2f}",
+                "in-run 95% interval": f"{v['low']:.2f}–{v['high']:.2f}",
                 "verdict": v["verdict"],
                 "tie band": f"±{100 * c.tie_band:.1f}%",
             }
@@ -105,12 +104,6 @@ class SweepResult:
             )
         return "\n".join(lines)
 
-    def table(self, metric: str = "median_ms", title: str = "") -> ComparisonTable:
-        return ComparisonTable(self.measurements, row="impl", column=self.x, metric=metric, title=title)
-
-    def plot(self, metric: str = "median_ms", **kwargs: Any) -> Any:
-        return plot_lines(self.measurements, x=self.x, line="impl", metric=metric, **kwargs)
-
     def relative(self, to: str) -> dict[str, dict[Any, float]]:
         """Each other implementation's median time over ``to``'s: ``{impl: {x: ratio}}``, at the sizes both have.
 
@@ -126,25 +119,6 @@ class SweepResult:
                 pairs = {v: (self.get(impl, v), self.get(to, v)) for v in xs}
                 out[impl] = {v: a.median_ms / b.median_ms for v, (a, b) in pairs.items() if a and b}
         return out
-
-    def plot_relative(self, to: str, *, ax: Any = None, title: str = "", logx: bool = True) -> Any:
-        """:meth:`relative` against the sweep's ``x``, one line per implementation, with 1 dashed."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
-        for impl, ratios in self.relative(to).items():
-            ax.plot(list(ratios), list(ratios.values()), "o-", label=f"{impl} / {to}")
-        ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
-        if logx:
-            ax.set_xscale("log", base=2)
-        ax.set_xlabel(self.x)
-        ax.set_ylabel(f"time relative to {to}")
-        if title:
-            ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        return ax
 
     def get(self, impl: str, x: Any) -> Measurement | None:
         for m in self.measurements:
@@ -203,7 +177,7 @@ def sweep(
     -------
     >>> res = sweep([1024, 2048], {"cudnn": make_cudnn, "torch": make_torch}, x="seq_len",
     ...             l2="cold", flops=lambda s: 4 * s * s * 128)
-    >>> res.plot(metric="tflops")
+    >>> report.plot_sweep(res, "tflops")
     """
     if len(xs) == 0:
         raise ValueError("sweep(): no problem sizes given (xs is empty)")

@@ -1,4 +1,9 @@
-"""Plots of measurements: the median of each implementation as a line with its inter-quartile band."""
+"""Plots of measurements: the median of each implementation as a line with its inter-quartile band.
+
+The measure layer returns results; every plot of them lives here: :func:`plot_sweep` and
+:func:`plot_relative` of a :class:`~cudnn_guide.measure.sweep.SweepResult`, :func:`plot_comparison`
+of a :class:`~cudnn_guide.measure.compare.Comparison`, :func:`plot_plans` of an autotuning result.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 from cudnn_guide.measure.measurement import Measurement
 from cudnn_guide.report.tables import METRICS
 
-__all__ = ["plot_bars", "plot_comparison", "plot_lines", "plot_plans"]
+__all__ = ["plot_bars", "plot_comparison", "plot_lines", "plot_plans", "plot_relative", "plot_sweep"]
 
 
 def _iqr_band(m: Measurement, metric: str) -> tuple[float, float]:
@@ -222,7 +227,7 @@ def plot_comparison(
     ax.invert_yaxis()
     if logx:
         ax.set_xscale("log")
-    stat = f"median over {c.rounds} rounds, 95% CI"
+    stat = f"median over {c.rounds} rounds, in-run 95% interval"
     ax.set_xlabel(f"{xlabel or unit} ({stat}{'; log scale' if logx else ''})")
     if title:
         ax.set_title(title)
@@ -276,4 +281,73 @@ def plot_plans(result: Any, *, title: str = "", ax: Any = None) -> Any:
             arrowprops={"arrowstyle": "->"},
         )
     ax.grid(True, alpha=0.3, which="both")
+    return ax
+
+
+def plot_sweep(result: Any, metric: str = "median_ms", **kwargs: Any) -> Any:
+    """A :class:`~cudnn_guide.measure.sweep.SweepResult` as lines: ``metric`` against the sweep's size,
+    one line per implementation, with its IQR band (:func:`plot_lines`).
+
+    Parameters
+    ----------
+    result
+        The sweep.
+    metric
+        ``median_ms``, ``median_us``, ``tflops`` or ``gbps``.
+    kwargs
+        More keywords for :func:`plot_lines` (``ax``, ``logx``, ``logy``, ``title``, ``ceiling``, ...).
+
+    Returns
+    -------
+    Any
+        The matplotlib ``Axes``.
+
+    Example
+    -------
+    >>> plot_sweep(sweep.sweep([1024, 2048], impls, x="seq_len", l2="cold"), "tflops", logx=True)
+    """
+    return plot_lines(result.measurements, x=result.x, line="impl", metric=metric, **kwargs)
+
+
+def plot_relative(result: Any, to: str, *, ax: Any = None, title: str = "", logx: bool = True) -> Any:
+    """A sweep's :meth:`~cudnn_guide.measure.sweep.SweepResult.relative` against its size: one line per
+    other implementation, its time over ``to``'s, with 1 dashed.
+
+    Parameters
+    ----------
+    result
+        The sweep.
+    to
+        The implementation the others are divided by.
+    ax
+        Axes to draw on; default a new figure.
+    title
+        Axes title.
+    logx
+        Log-2 size axis.
+
+    Returns
+    -------
+    Any
+        The matplotlib ``Axes``.
+
+    Example
+    -------
+    >>> plot_relative(result, "bare matmul", title="what the epilogue costs")
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for impl, ratios in result.relative(to).items():
+        ax.plot(list(ratios), list(ratios.values()), "o-", label=f"{impl} / {to}")
+    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(result.x)
+    ax.set_ylabel(f"time relative to {to}")
+    if title:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
     return ax

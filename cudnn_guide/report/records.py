@@ -10,7 +10,10 @@ The record is collected while the example runs, the way pytest-benchmark's sessi
 :func:`~cudnn_guide.measure.bench.benchmark` and every comparison registers with :func:`page`
 (through :mod:`cudnn_guide.collector`), and the docs build writes the file after the example
 (:func:`begin`, :func:`finish`), named and titled from the example file, with the environment
-that :func:`cudnn_guide.environment.collect` registered. A page declares only its headlines, in a
+that :func:`cudnn_guide.environment.collect` registered. Every interval a record holds here is the
+run's own (in-run); the docs build widens the intervals it publishes by the re-recording drift
+of the site's history as it writes the file (:func:`take`, then :meth:`Record.write`), and keeps
+the in-run ones beside them. A page declares only its headlines, in a
 hidden block of a few lines::
 
     from cudnn_guide.report.records import comparison, headline
@@ -21,7 +24,6 @@ hidden block of a few lines::
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -30,10 +32,9 @@ from typing import Any
 from cudnn_guide import collector, datafiles
 from cudnn_guide.check import CheckResult
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure import drift
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["Record", "load", "RECORD_SUFFIX", "headline", "comparison", "keep", "begin", "finish"]
+__all__ = ["Record", "load", "RECORD_SUFFIX", "headline", "comparison", "keep", "begin", "take", "finish"]
 
 SCHEMA = "cudnn-guide/record"
 SCHEMA_VERSION = 1
@@ -135,13 +136,7 @@ class Record:
                 raise BenchmarkError(
                     f"headline {name!r}: value {value:g} lies outside its interval [{low:g}, {high:g}]"
                 )
-            entry.update(low=float(low), high=float(high))
-            if "drift" not in details and unit in POSITIVE_UNITS and float(low) > 0:
-                # the run's own interval, widened by how far this headline moved between past
-                # recordings: the interval a re-recording is expected to land in
-                r = drift.for_headline(name)
-                entry.update(run_low=float(low), run_high=float(high), drift=r)
-                entry.update(low=float(low) * math.exp(-r), high=float(high) * math.exp(r))
+            entry.update(low=float(low), high=float(high))  # the run's own (in-run) interval
         if verdict is not None:
             if verdict not in VERDICTS:
                 raise BenchmarkError(f"headline {name!r}: verdict {verdict!r} is not one of {VERDICTS}")
@@ -151,7 +146,8 @@ class Record:
     def comparison(self, name: str, result: Any, baseline: str | None = None) -> None:
         """Register the candidate's speed-up over ``baseline`` (default: the best) of a
         :class:`~cudnn_guide.measure.compare.Comparison` as a headline with ``low``, ``high`` and ``verdict``,
-        and add the comparison's measurements."""
+        and add the comparison's measurements. The headline names the two measurements whose ratio
+        it is (``candidate_measurement``, ``baseline_measurement``)."""
         baseline = baseline or result.best_baseline
         s = result.versus[baseline]
         self.add(result.measurements.values())
@@ -164,9 +160,10 @@ class Record:
             high=s["high"],
             verdict=s["verdict"],
             tie_band=result.tie_band,
-            drift=s.get("drift", 0.0),
             rounds=result.rounds,
             kind="comparison",
+            candidate_measurement=result.measurements[result.candidate].label,
+            baseline_measurement=result.measurements[baseline].label,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,7 +215,7 @@ def page(environment: Any = None) -> Record:
     >>> page().comparison("speed-up over best baseline", result)
     """
     if collector.current() is None:
-        collector.start(Record(os.environ.get("CUDNN_GUIDE_PAGE", "example")))
+        collector.start(Record("example"))
     rec = collector.current()
     if environment is not None:
         rec.environment = environment
@@ -298,7 +295,39 @@ def begin() -> None:
     """
     global _COMPILED_BEFORE
     _COMPILED_BEFORE = collector.compile_seconds()
-    collector.start(Record(os.environ.get("CUDNN_GUIDE_PAGE", "example")))
+    collector.start(Record("example"))
+
+
+def take(example: str, title: str) -> Record | None:
+    """Stop collecting and return the record, named ``example`` and titled; ``None`` if it recorded nothing.
+
+    The docs build takes the record this way to add what only it knows (the re-recording drift of
+    the site's history) before it writes it with :meth:`Record.write`; :func:`finish` does both.
+
+    Parameters
+    ----------
+    example
+        The example's file stem (``plot_02_conv_bias_relu``).
+    title
+        Its title (the first line of its docstring).
+
+    Returns
+    -------
+    Record | None
+        The collected record, with the seconds the example spent by kind of work.
+
+    Example
+    -------
+    >>> begin(); page().headline("x", 1.0, "x"); take("plot_demo", "Demo").example
+    'plot_demo'
+    """
+    rec = collector.stop()
+    if rec is None or not (rec.checks or rec.measurements or rec.headlines or rec.extra):
+        return None
+    rec.example, rec.title = example, title
+    compiling = collector.compile_seconds() - _COMPILED_BEFORE
+    rec.seconds = {**collector.seconds_spent(), **({"compile": compiling} if compiling > 0 else {})}
+    return rec
 
 
 def finish(example: str, title: str, directory: str | os.PathLike[str] | None = None) -> Path | None:
@@ -322,13 +351,8 @@ def finish(example: str, title: str, directory: str | os.PathLike[str] | None = 
     -------
     >>> begin(); page().headline("x", 1.0, "x"); finish("plot_demo", "Demo", tmp_path)
     """
-    rec = collector.stop()
-    if rec is None or not (rec.checks or rec.measurements or rec.headlines or rec.extra):
-        return None
-    rec.example, rec.title = example, title
-    compiling = collector.compile_seconds() - _COMPILED_BEFORE
-    rec.seconds = {**collector.seconds_spent(), **({"compile": compiling} if compiling > 0 else {})}
-    return rec.write(directory)
+    rec = take(example, title)
+    return None if rec is None else rec.write(directory)
 
 
 def _json_default(obj: Any) -> Any:

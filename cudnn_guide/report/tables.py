@@ -13,7 +13,7 @@ from typing import Any
 
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["ratio", "ratio_estimate", "ComparisonTable", "Html", "page_link", "html_table"]
+__all__ = ["ratio", "ratio_estimate", "ComparisonTable", "Html", "page_link", "html_table", "sweep_table"]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)
@@ -177,6 +177,31 @@ class ComparisonTable:
             f"<thead><tr><th>{esc(self.row_name)} \\ {esc(self.column_name)}</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
         )
+
+
+def sweep_table(result: Any, metric: str = "median_ms", title: str = "") -> ComparisonTable:
+    """A :class:`~cudnn_guide.measure.sweep.SweepResult` as a :class:`ComparisonTable`: one row per
+    implementation, one column per size, in ``metric``.
+
+    Parameters
+    ----------
+    result
+        The sweep.
+    metric
+        ``median_ms``, ``median_us``, ``tflops`` or ``gbps``.
+    title
+        The table's caption.
+
+    Returns
+    -------
+    ComparisonTable
+        The table (HTML in the gallery, text in a terminal).
+
+    Example
+    -------
+    >>> sweep_table(sweep.sweep([1024, 2048], impls, x="seq_len", l2="cold"), "tflops", title="TFLOP/s")
+    """
+    return ComparisonTable(result.measurements, row="impl", column=result.x, metric=metric, title=title)
 
 
 class Html(str):

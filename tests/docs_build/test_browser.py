@@ -212,3 +212,27 @@ def test_the_environment_table_is_folded_on_topic_pages_and_open_on_the_environm
     assert browser.execute_script(state) == ["folded"]
     browser.get(server + "auto_examples/plot_01_environment.html")
     assert browser.execute_script(state) == ["open"]
+
+
+def test_the_chooser_filter_shows_only_the_rows_of_the_chosen_feature(browser, server):
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    visible = (
+        "return Array.from(document.querySelectorAll('.cg-chooser tbody tr'))"
+        ".filter(tr => tr.offsetParent !== null).map(tr => tr.dataset.features.split(' '))"
+    )
+    browser.get(server + "chooser.html")
+    WebDriverWait(browser, 20).until(lambda d: d.execute_script(visible))
+    everything = browser.execute_script(visible)
+    counter = browser.find_element("css selector", ".cg-chooser .cg-shown")
+    assert counter.text == f"{len(everything)} of {len(everything)} shapes shown", counter.text
+    Select(browser.find_element("css selector", ".cg-chooser select[name=feature]")).select_by_value("varlen")
+    shown = browser.execute_script(visible)
+    assert shown and len(shown) < len(everything), (
+        f"chooser.html: choosing 'varlen' showed {len(shown)} of {len(everything)} rows "
+        "(the filter script in docs/_ext/gallery_build/chooser.py CHOOSER_JS did not run or did not filter)"
+    )
+    assert all("varlen" in features for features in shown), shown
+    assert counter.text == f"{len(shown)} of {len(everything)} shapes shown"
+    Select(browser.find_element("css selector", ".cg-chooser select[name=feature]")).select_by_value("")
+    assert len(browser.execute_script(visible)) == len(everything), "choosing 'any' again shows every row"

@@ -73,7 +73,7 @@ def test_a_page_skipped_for_lack_of_hardware_renders_a_clear_note(tmp_path):
         tmp_path / "examples" / "plot_05_sdpa_causal.py",
         gal,
         ["SM 8.0 or newer (cuDNN fused attention)"],
-        {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "2026-11-29 12:00 UTC", "commit": "abc"},
+        {"gpu": "Tesla T4", "sm": "7.5", "date_utc": "2026-11-29 12:00 UTC", "commit": "abc1234"},
     )
     proc = sphinx_render(tmp_path / "docs", tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -103,7 +103,7 @@ def test_a_rebuild_into_the_same_folder_shows_changed_records(tmp_path):
     assert sphinx_render(tmp_path / "docs", out).returncode == 0
     rec = tmp_path / "docs" / "auto_examples" / "plot_02_conv_bias_relu.record.json"
     data = json.loads(rec.read_text())
-    data["headlines"][0]["value"] = 12345.0
+    data["headlines"][0].update(value=12345.0, low=12000.0, high=12600.0)
     rec.write_text(json.dumps(data))
     proc = sphinx_render(tmp_path / "docs", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -114,7 +114,7 @@ def test_an_error_inside_a_data_notebook_reaches_the_console_with_its_cause(tmp_
     copy_project(tmp_path)
     results = tmp_path / "docs" / "results.md"
     text = results.read_text()
-    marker = "```{code-cell} ipython3\nimport pandas as pd\n"
+    marker = "```{code-cell} ipython3\n:tags: [remove-input]\nimport pandas as pd\n"
     assert marker in text
     results.write_text(text.replace(marker, marker + "raise ValueError('the cause, named')\n", 1))
     proc = sphinx_render(tmp_path / "docs", tmp_path / "out")

@@ -1,7 +1,14 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
 from gallery_build import history
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from cudnn_guide.errors import CorruptDataError
 from cudnn_guide.measure import measurement
 
 
@@ -182,3 +189,72 @@ def test_the_code_digest_is_the_same_on_every_python_that_parses_alike():
         'print(f"{f(1)!r:>10}", lambda q: q ** 2, ...)\n'
     )
     assert history.code_digest(snippet) == "69a750cfc6db451dd5550b2746b1c246"
+
+
+def test_changes_leave_out_a_pair_recorded_on_another_gpu_or_software():
+    """The probe: "What moved" compared an H200 recording with a B200 one and flagged 421 of 428 as moved."""
+    h200, b200 = _entry("2026-12-01T01", 1.0, 0.0), _entry("2026-12-01T02", 0.5, 0.0)
+    b200["gpu"] = "B200"
+    assert history.comparable(h200, b200) == "recorded on different GPUs (H200 vs B200)"
+    assert history.changes([h200, b200]) == []
+    newer = _entry("2026-12-01T02", 0.5, 0.0)
+    h200["software"], newer["software"] = {"cudnn_backend": "9.19.0"}, {"cudnn_backend": "9.20.0"}
+    assert history.changes([h200, newer]) == []  # another cuDNN: another machine, not a move
+    newer["software"] = {"cudnn_backend": "9.19.0"}
+    (row,) = history.changes([h200, newer])  # the same setup: compared, and a halving moved
+    assert row["moved"]
+
+
+def _write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_a_history_line_holding_nan_is_refused_naming_file_line_and_field(tmp_path):
+    """The probe: an entry of NaNs counted as "not moved", a recording that reproduced."""
+    good, bad = _entry("1", 1.0, 0.1), _entry("2", 1.0, 0.1)
+    bad["measurements"]["k"].update(median_ms=float("nan"), q1_ms=float("nan"), q3_ms=float("nan"))
+    path = _write_lines(tmp_path / "h.jsonl", [json.dumps(good), "", json.dumps(bad)])
+    with pytest.raises(CorruptDataError, match=r"h\.jsonl:3: field measurements\.k\.median_ms is nan"):
+        history.load(path)
+    bad = _entry("2", 1.0, 0.1)
+    bad["headlines"] = [{"name": "speed-up", "value": 1.2, "low": float("-inf"), "high": 1.3}]
+    _write_lines(path, [json.dumps(good), json.dumps(bad)])
+    with pytest.raises(CorruptDataError, match=r"h\.jsonl:2: field headlines\[0\]\.low is -inf"):
+        history.load(path)
+
+
+def test_a_history_line_of_another_shape_is_refused_naming_file_and_line(tmp_path):
+    good = json.dumps(_entry("1", 1.0, 0.1))
+    no_median = _entry("2", 1.0, 0.1)
+    del no_median["measurements"]["k"]["median_ms"]
+    for line, why in [
+        ("[1,2,3]", r"not a history entry \(a JSON list"),
+        ('"plot_x"', r"not a history entry \(a JSON string"),
+        ('{"example": "plot_x"}', r"field 'measurements' is missing"),
+        ('{"measurements": {}}', r"field 'example' is missing"),
+        (json.dumps(no_median), r"field measurements\['k'\]\.median_ms is missing or not a number"),
+        (json.dumps(dict(_entry("2", 1.0, 0.1), headlines={"a": 1})), r"field 'headlines' is not a list"),
+    ]:
+        path = _write_lines(tmp_path / "h.jsonl", [good, line])
+        with pytest.raises(CorruptDataError, match=rf"h\.jsonl:2: {why}.*Fix: "):
+            history.load(path)
+
+
+def test_the_history_command_refuses_a_path_that_does_not_exist(tmp_path, root):
+    """The probe: it printed "0 pages compared" and exited 0."""
+
+    def run(*args):
+        env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'docs' / '_ext'}")
+        cmd = [sys.executable, "-m", "gallery_build.history", *map(str, args)]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    missing = run(tmp_path / "no-such-history.jsonl")
+    assert missing.returncode == 2 and "0 pages compared" not in missing.stdout
+    assert f"{tmp_path / 'no-such-history.jsonl'}: no such history file" in missing.stderr
+    _write_lines(tmp_path / "bad.jsonl", ["[1,2,3]"])
+    corrupt = run(tmp_path / "bad.jsonl")
+    assert corrupt.returncode == 1 and "bad.jsonl:1: not a history entry" in corrupt.stderr
+    _write_lines(tmp_path / "ok.jsonl", [json.dumps(_entry("1", 1.0, 0.1)), json.dumps(_entry("2", 1.0, 0.1))])
+    ok = run(tmp_path / "ok.jsonl")
+    assert ok.returncode == 0 and "1 pages compared" in ok.stdout

@@ -49,3 +49,13 @@ def test_pages_deploys_what_the_build_wrote(root):
 def test_the_noxfile_installs_torch_from_the_index_the_hosts_name(root):
     nox = (root / "noxfile.py").read_text()
     assert 'os.environ.get("CUDNN_GUIDE_TORCH_INDEX"' in nox and '"--index-url", TORCH_INDEX' in nox
+
+
+def test_neither_host_publishes_sphinx_doctrees(root):
+    """The pickled doctrees (7 MB of build state) are removed before the site is uploaded or copied."""
+    rtd = yaml.safe_load((root / ".readthedocs.yaml").read_text())["build"]["commands"]
+    gha = yaml.safe_load((root / ".github" / "workflows" / "docs.yml").read_text())["jobs"]["build"]["steps"]
+    publish = next(i for i, c in enumerate(rtd) if "READTHEDOCS_OUTPUT" in c)
+    assert any("rm -rf docs/_build/html/.doctrees" in c for c in rtd[: publish + 1])
+    upload = next(i for i, s in enumerate(gha) if "upload-pages-artifact" in s.get("uses", ""))
+    assert any("rm -rf docs/_build/html/.doctrees" in s.get("run", "") for s in gha[:upload])

@@ -103,9 +103,7 @@ def test_a_profiled_page_build_leaves_its_pstats_and_its_exit_code(tmp_path, mon
 
     import sphinx.cmd.build
 
-    from cudnn_guide.measure import drift
-
-    for var in (*staging.COLD_CACHES, recording.MODE_ENV, recording.ONLY_ENV, drift.PAGE_ENV, drift.DRIFT_ENV):
+    for var in (*staging.COLD_CACHES, recording.MODE_ENV, recording.ONLY_ENV):
         monkeypatch.setenv(var, "")  # remembers the variable's state, so what the build sets is undone
         monkeypatch.delenv(var)
     monkeypatch.setenv(recording.PROFILE_ENV, str(tmp_path / "prof"))

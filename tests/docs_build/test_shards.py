@@ -14,6 +14,17 @@ from gallery_build.shards import ShardError
 PAGES = ["plot_01_environment.py", "plot_02_conv_bias_relu.py", "plot_03_autotuning.py"]
 
 
+def _examples(tmp_path, root):
+    """The examples as the committed gallery recorded them (its copy of each), so that a shard of its
+    pages is consistent while an example is being edited in the checkout and not yet re-recorded."""
+    examples = tmp_path / "recorded_examples"
+    if not examples.exists():
+        examples.mkdir()
+        for page in sorted((root / "docs" / "auto_examples").glob("plot_*.py")):
+            shutil.copy(page, examples / page.name)
+    return examples
+
+
 def _env(root, gpu):
     env = json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"]
     return dict(env, gpu=gpu, commit=f"commit-{gpu[-4:]}")
@@ -24,7 +35,7 @@ def _shard(tmp_path, root, name, gpu, pages):
     shards.write_shard(
         out,
         root / "docs" / "auto_examples",
-        root / "examples",
+        _examples(tmp_path, root),
         root / "docs" / "data" / "history.jsonl",
         pages,
         {p: 10.0 for p in pages},
@@ -34,6 +45,11 @@ def _shard(tmp_path, root, name, gpu, pages):
         data = json.loads(rec.read_text())
         data["environment"]["gpu"] = gpu
         rec.write_text(json.dumps(data))
+    manifest = json.loads((out / "shard.json").read_text())
+    assert manifest["package_md5"] == package_md5()  # write_shard names the package that recorded it
+    # these pages were recorded by the gallery's package, which the checkout may have moved on from
+    manifest["package_md5"] = read_manifest(root / "docs" / "auto_examples")["package_md5"]
+    (out / "shard.json").write_text(json.dumps(manifest))
     return out
 
 
@@ -69,8 +85,8 @@ def test_merge_is_the_same_whatever_the_order_and_keeps_every_gpu(tmp_path, root
     a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:2])
     b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[1:])
     one, two = _docs(tmp_path, root, "one"), _docs(tmp_path, root, "two")
-    shown = shards.merge([a, b], one, root / "examples")
-    assert shards.merge([b, a], two, root / "examples") == shown
+    shown = shards.merge([a, b], one, _examples(tmp_path, root))
+    assert shards.merge([b, a], two, _examples(tmp_path, root)) == shown
     assert _digest(one / "auto_examples") == _digest(two / "auto_examples")
     assert _digest(one / "data") == _digest(two / "data")
     assert shown == {PAGES[0]: "NVIDIA H200", PAGES[1]: "NVIDIA B200", PAGES[2]: "NVIDIA B200"}
@@ -80,7 +96,7 @@ def test_merge_is_the_same_whatever_the_order_and_keeps_every_gpu(tmp_path, root
     assert (
         manifest["pages"][PAGES[1]]["gpu"] == "NVIDIA B200" and manifest["pages"][PAGES[0]]["commit"] == "commit-H200"
     )
-    assert staleness.stale_examples(root / "examples", one / "auto_examples") == []
+    assert staleness.stale_examples(_examples(tmp_path, root), one / "auto_examples") == []
 
 
 def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
@@ -89,15 +105,20 @@ def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
     b = _shard(tmp_path, root, "second", "NVIDIA H200", PAGES[2:])
     manifest = json.loads((b / "shard.json").read_text())
     manifest["pages"][PAGES[2]]["seconds"] = 33.0
-    assert manifest["package_md5"] == package_md5()  # the package that recorded it
     manifest["package_md5"] = "md5-of-the-recording-package"  # as if recorded by another version
     (b / "shard.json").write_text(json.dumps(manifest))
     docs = _docs(tmp_path, root, "d")
-    assert shards.merge([a, b], docs, root / "examples") == dict.fromkeys(PAGES, "NVIDIA H200")
+    before = read_manifest(docs / "auto_examples")
+    with pytest.raises(ShardError, match=r"cudnn_guide package md5 md5-of-the-recording-package vs"):
+        shards.merge([a, b], docs, _examples(tmp_path, root))  # another package: only when asked for
+    shown = shards.merge([a, b], docs, _examples(tmp_path, root), allow_other_environment=True)
+    assert shown == dict.fromkeys(PAGES, "NVIDIA H200")
     merged = read_manifest(docs / "auto_examples")
     assert [merged["example_seconds"][p] for p in PAGES] == [10.0, 10.0, 33.0]  # each page's own shard
-    assert merged["environment"]["commit"] == "commit-H200"  # the site says where its pages were recorded
-    assert merged["package_md5"] == "md5-of-the-recording-package"  # the shard's, not this checkout's
+    assert merged["pages"][PAGES[2]]["package_md5"] == "md5-of-the-recording-package"  # the page's own package
+    assert merged["pages"][PAGES[0]]["package_md5"] == before["package_md5"]
+    # three pages of many do not describe the gallery: its environment and package stay the recording's
+    assert (merged["environment"], merged["package_md5"]) == (before["environment"], before["package_md5"])
     assert "commit-H200 (3 pages)" in describe_recording(docs / "auto_examples")  # beside the others
 
 
@@ -105,7 +126,7 @@ def test_shards_holding_every_page_write_the_reproducibility_report(tmp_path, ro
     examples = tmp_path / "examples"  # a gallery of three pages, all of them in the shards
     examples.mkdir()
     for name in PAGES:
-        shutil.copy(root / "examples" / name, examples / name)
+        shutil.copy(_examples(tmp_path, root) / name, examples / name)
     docs = _docs(tmp_path, root, "d")
     report = docs / "data" / recording.REPRODUCIBILITY
     report.unlink(missing_ok=True)
@@ -126,10 +147,10 @@ def test_merging_a_shard_twice_adds_its_history_lines_once(tmp_path, root):
     (a / "history.jsonl").write_text("\n".join(fresh) + "\n")  # as if recorded just now
     docs = _docs(tmp_path, root, "d")
     before = len(history.load(docs / "data" / "history.jsonl"))
-    shards.merge([a], docs, root / "examples")
+    shards.merge([a], docs, _examples(tmp_path, root))
     once = (docs / "data" / "history.jsonl").read_text()
     assert len(history.load(docs / "data" / "history.jsonl")) == before + 2
-    shards.merge([a], docs, root / "examples")
+    shards.merge([a], docs, _examples(tmp_path, root))
     assert (docs / "data" / "history.jsonl").read_text() == once
 
 
@@ -139,14 +160,18 @@ def test_a_page_that_ran_beats_a_skip_page_of_another_gpu(tmp_path, root):
     manifest = json.loads((b / "shard.json").read_text())
     manifest["pages"][PAGES[0]]["skipped"] = True  # B200 only wrote a "skipped: needs" page
     (b / "shard.json").write_text(json.dumps(manifest))
-    assert shards.merge([a, b], _docs(tmp_path, root, "d"), root / "examples") == {PAGES[0]: "NVIDIA H200"}
+    rec = b / "auto_examples" / "plot_01_environment.record.json"
+    data = json.loads(rec.read_text())
+    data.setdefault("extra", {})["skipped"] = "needs SM 10.0 or newer"  # and its record says so
+    rec.write_text(json.dumps(data))
+    assert shards.merge([a, b], _docs(tmp_path, root, "d"), _examples(tmp_path, root)) == {PAGES[0]: "NVIDIA H200"}
 
 
 def _refused(tmp_path, root, paths, match):
     docs = _docs(tmp_path, root, "target")
     before = _digest(docs)
     with pytest.raises(ShardError, match=match):
-        shards.merge(paths, docs, root / "examples")
+        shards.merge(paths, docs, _examples(tmp_path, root))
     assert _digest(docs) == before  # the target stays untouched
 
 
@@ -156,9 +181,8 @@ def test_no_shards_is_refused(tmp_path, root):
 
 def test_a_shard_of_another_example_version_is_refused_by_name(tmp_path, root):
     a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:2])
-    manifest = json.loads((a / "shard.json").read_text())
-    manifest["pages"][PAGES[1]]["md5"] = "0" * 32
-    (a / "shard.json").write_text(json.dumps(manifest))
+    with open(_examples(tmp_path, root) / PAGES[1], "a") as example:  # the example changed since
+        example.write("print('one more line')\n")
     _refused(tmp_path, root, [a], rf"shard {a}: {PAGES[1]} was recorded from another version of the example")
 
 
@@ -185,7 +209,7 @@ def test_pages_recorded_on_several_gpus_give_a_table_across_gpus(tmp_path, root)
     b = _shard(tmp_path, root, "b200", "NVIDIA B200", PAGES[1:2])
     docs = _docs(tmp_path, root, "d")
     assert shards.across_gpus(docs / "data") == []  # the committed site: one GPU model
-    shards.merge([a, b], docs, root / "examples")
+    shards.merge([a, b], docs, _examples(tmp_path, root))
     rows = shards.across_gpus(docs / "data")
     assert {r["gpu"] for r in rows} == {"NVIDIA H200", "NVIDIA B200"}
     assert {r["page"] for r in rows} == {"plot_02_conv_bias_relu"}  # only the page both recorded
@@ -216,3 +240,42 @@ def test_the_slurm_script_submits_one_task_per_group_and_a_merge_that_waits_for_
     array, merge_job = log.read_text().splitlines()
     assert "--array=0-2" in array  # three groups, three tasks
     assert "--dependency=afterok:4242" in merge_job and "gallery_build.shards merge shards/shard-4242-*" in merge_job
+
+
+def test_the_slurm_merge_job_keeps_a_checkout_path_with_a_space_and_a_semicolon_one_word(tmp_path, root):
+    """``--wrap`` is a shell command line: an unquoted ``$PWD`` there split the path, and ran what follows a ';'."""
+    import os
+    import subprocess
+
+    checkout = tmp_path / "my docs; touch PWNED; echo $HOME"
+    checkout.mkdir()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls, ran = tmp_path / "sbatch.calls", tmp_path / "python.calls"
+    sbatch = f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" >> "{calls}"\necho >> "{calls}"\necho 4242\n'
+    (fake / "sbatch").write_text(sbatch)  # each call: its arguments, NUL-separated, on one line
+    (fake / "python").write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$PWD" "$PYTHONPATH" "$*" >> "{ran}"\n')
+    for tool in ("sbatch", "python"):
+        (fake / tool).chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PAGES_GROUPS="a.py b.py")
+    for var in ("SLURM_ARRAY_TASK_ID", "SLURM_SUBMIT_DIR", "PYTHONPATH"):
+        env.pop(var, None)
+    script = root / "tools" / "scale" / "record_shards.sbatch"
+    submitted = subprocess.run(
+        ["bash", str(script)], cwd=checkout, env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    merge_call = calls.read_text().split("\n")[1].split("\0")
+    (wrap,) = [a[len("--wrap=") :] for a in merge_call if a.startswith("--wrap=")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job = subprocess.run(
+        ["bash", "-c", wrap], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert job.returncode == 0, job.stderr
+    assert not list(tmp_path.rglob("PWNED")), f"the path's '; touch PWNED' ran as a command: {wrap}"
+    merge, site = [ran.read_text().splitlines()[i : i + 3] for i in (0, 3)]
+    assert merge[0] == str(checkout)  # the merge job runs in the checkout, the whole path one word
+    assert merge[1] == f"{checkout}:{checkout}/docs/_ext"
+    assert merge[2] == "-m gallery_build.shards merge shards/shard-4242-*"
+    assert site[0] == str(checkout) and site[2] == "-m nox --no-venv -s docs"

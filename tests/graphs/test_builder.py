@@ -13,9 +13,9 @@ from cudnn_guide.graphs import builder, conv, matmul, plan_cache, tensors
 @pytest.mark.gpu
 def test_build_records_five_steps_and_output_is_correct(small_conv):
     inputs, fused = small_conv
-    assert list(fused.built.report.step_seconds) == list(builder.STEPS)
+    assert list(fused.report.step_seconds) == list(builder.STEPS)
     check.poison(inputs["y"])
-    fused.built.execute(fused.pack(**inputs))
+    fused.execute(fused.pack(**inputs))
     ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
     assert check.check(inputs["y"], ref).passed
 
@@ -25,11 +25,11 @@ def test_bad_variant_packs_are_input_errors(small_conv):
     inputs, fused = small_conv
     bad = dict(inputs, x=inputs["x"].contiguous())  # NCHW strides where NHWC was declared
     with pytest.raises(InputError, match="declared with dims"):
-        fused.built.execute(fused.pack(**bad))
+        fused.execute(fused.pack(**bad))
     with pytest.raises(InputError, match="must be on the GPU"):
-        fused.built.execute(fused.pack(**dict(inputs, w=inputs["w"].cpu())))
+        fused.execute(fused.pack(**dict(inputs, w=inputs["w"].cpu())))
     with pytest.raises(InputError, match="no tensor for"):
-        fused.built.execute({fused.io["x"]: inputs["x"]})
+        fused.execute({fused.io["x"]: inputs["x"]})
 
 
 @pytest.mark.gpu
@@ -96,7 +96,90 @@ def test_pass_by_value_scalar_changes_the_result():
     for alpha in (2.0, -1.0):
         p = matmul.MatmulProblem(batch=2, m=64, k=64, n=64, alpha=alpha)
         check.poison(inputs["y"], inputs["amax"])
-        fused.built.execute(fused.pack(**inputs, alpha=tensors.scalar_value(alpha)))
+        fused.execute(fused.pack(**inputs, alpha=tensors.scalar_value(alpha)))
         ref_y, ref_amax = check.reference(p.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
         assert check.check(inputs["y"], ref_y).passed
         assert check.check(inputs["amax"], ref_amax, tol=1e-2).passed
+
+
+# --- on the CPU ---
+
+
+class _Tensor:
+    def __init__(self, name, uid):
+        self.name, self.uid = name, uid
+
+    def get_uid(self):
+        return self.uid
+
+    def get_name(self):
+        return self.name
+
+    def get_is_virtual(self):
+        return False
+
+    def get_stride(self):
+        return [1]
+
+    def get_dim(self):
+        return [4]
+
+
+class _Graph:
+    """Stands in for a ``cudnn.pygraph``: the five build steps succeed, one plan, 64 bytes of workspace."""
+
+    def __init__(self, inputs, outputs):
+        self.inputs, self.outputs, self.steps = inputs, outputs, []
+        for step in builder.STEPS:
+            setattr(self, step, lambda *a, _s=step: self.steps.append(_s))
+
+    def get_inputs(self):
+        return self.inputs
+
+    def get_outputs(self):
+        return self.outputs
+
+    def get_execution_plan_count(self):
+        return 1
+
+    def get_plan_name_at_index(self, i):
+        return "eng0"
+
+    def get_workspace_size(self):
+        return 64
+
+
+def test_one_graph_object_carries_the_graph_its_handle_workspace_and_named_tensors(monkeypatch):
+    import torch
+
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **kw: real_empty(*a, **kw))  # no GPU here
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    X, Y = _Tensor("x", 1), _Tensor("y", 2)
+    g = _Graph([X], [Y])
+    built = builder.build(g, name="demo", handle="the handle", io={"x": X, "y": Y})
+    assert isinstance(built, builder.BuiltGraph) and g.steps == list(builder.STEPS)
+    assert (built.graph, built.handle, built.workspace.numel()) == (g, "the handle", 64)
+    assert built.io == {"x": X, "y": Y} and built.uids == {"x": 1, "y": 2}
+    assert built.pack(x="x data", y="y data") == {X: "x data", Y: "y data"}
+    with pytest.raises(KeyError, match=r"'demo'.*\['y'\]"):
+        built.pack(x="x data")
+    assert not hasattr(built, "built")  # one object: no wrapper around it, no alias back to it
+    adopted = builder.adopt(g, "the handle", name="by hand", io={"x": X})
+    assert adopted.io == {"x": X} and adopted.report.plan_name == "eng0"
+
+
+def test_the_recipes_return_the_graph_object_itself_not_a_wrapper():
+    import ast
+    import inspect
+
+    from cudnn_guide.graphs import attention, batchnorm, conv_training, fp8, norms, paged
+
+    for module in (attention, batchnorm, conv, conv_training, fp8, matmul, norms, paged):
+        tree = ast.parse(inspect.getsource(module))
+        wrappers = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "Fused"]
+        assert not wrappers, f"{module.__name__} still wraps a built graph in Fused at lines {wrappers}"
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.endswith("_graph")):
+            assert ast.unparse(fn.returns) == "graphs.BuiltGraph", (
+                f"{module.__name__}.{fn.name} returns {ast.unparse(fn.returns)}; a recipe returns graphs.BuiltGraph"
+            )

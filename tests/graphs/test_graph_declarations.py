@@ -38,6 +38,16 @@ def _output_like(node_output, t):
     )
 
 
+class _Declared:
+    """What ``graphs.build`` returns, without building: the declared graph (its nodes) and the named tensors."""
+
+    def __init__(self, graph, io):
+        self.graph, self.io = graph, dict(io or {})
+
+    def __getattr__(self, name):
+        return getattr(self.graph, name)
+
+
 @pytest.fixture
 def declare():
     """``declare(module)``: its graph builders declare on the CPU and return the unbuilt pygraph."""
@@ -48,7 +58,7 @@ def declare():
                 (module, "new_graph", new_graph),
                 (module.tensors, "graph_tensor", _graph_tensor),
                 (module.tensors, "output_like", _output_like),
-                (module.graphs, "build", lambda g, **kw: g),
+                (module.graphs, "build", lambda g, io=None, **kw: _Declared(g, io)),
             ):
                 stack.enter_context(mock.patch.object(target, name, value))
 
@@ -56,7 +66,7 @@ def declare():
 
 
 def _nodes(fused):
-    return {n.name: n for n in fused.built.nodes}
+    return {n.name: n for n in fused.nodes}
 
 
 def empty(*shape, dtype=torch.bfloat16, nhwc=False):
@@ -75,7 +85,7 @@ def test_conv_training_graphs(declare):
         (conv_training.conv_wgrad_graph, "conv_wgrad", {"image", "loss"}, "dw"),
     ):
         f = fn(p, ins)
-        (node,) = f.built.nodes
+        (node,) = f.nodes
         assert node.name == op and set(node.inputs) == ports
         assert node.params == {"padding": [1, 1], "stride": [1, 1], "dilation": [1, 1]}
         assert out in f.io
@@ -121,7 +131,7 @@ def test_rmsnorm_backward_has_no_bias_gradient(declare):
         "dscale": empty(16),
     }
     f = norms.norm_backward_graph(p, ins)
-    (node,) = f.built.nodes
+    (node,) = f.nodes
     assert node.params.get("has_dbias") is False and "dbias" not in f.io
 
 
@@ -148,7 +158,7 @@ def test_batchnorm_training_updates_running_stats_and_inference_is_folded(declar
     }
     assert {"next_running_mean", "next_running_var", "mean", "inv_var"} <= set(f.io)
     folded = batchnorm.folded_batchnorm_relu_graph(p, ins)
-    assert [n.name for n in folded.built.nodes] == ["scale", "shift", "relu"]
+    assert [n.name for n in folded.nodes] == ["scale", "shift", "relu"]
 
 
 def test_attention_training_pair(declare):
@@ -159,10 +169,10 @@ def test_attention_training_pair(declare):
         "stats": empty(1, 2, 8, 1, dtype=torch.float32)
     }
     fwd = attention.sdpa_forward_training_graph(p, ins)
-    (node,) = fwd.built.nodes
+    (node,) = fwd.nodes
     assert node.params["generate_stats"] is True and node.params["diagonal_band_right_bound"] == 0
     bwd = attention.sdpa_backward_graph(p, ins)
-    (node,) = bwd.built.nodes
+    (node,) = bwd.nodes
     assert set(node.inputs) == {"q", "k", "v", "o", "dO", "stats"} and node.params["attn_scale"] == p.scale
 
 
@@ -180,7 +190,7 @@ def test_paged_decode_reads_pools_through_the_table(declare):
         "seq_len_kv": empty(2, 1, 1, 1, **i32),
     }
     f = paged.paged_decode_graph(p, ins)
-    (node,) = f.built.nodes
+    (node,) = f.nodes
     assert node.params["use_padding_mask"] is True and node.params["paged_attention_max_seq_len_kv"] == 64
     assert node.params["generate_stats"] is False
 
@@ -197,7 +207,7 @@ def test_fp8_attention_uses_the_fp8_band_keyword(declare):
         "o8": empty(1, 2, 8, 16, dtype=e4m3),
     } | {n: one for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o", "amax_s", "amax_o")}
     f = fp8.sdpa_fp8_graph(p, ins)
-    (node,) = f.built.nodes
+    (node,) = f.nodes
     assert (
         node.params["right_bound"] == 0 and "diagonal_band_right_bound" not in node.params
     )  # sdpa_fp8's C++ binding has no such keyword
@@ -282,7 +292,7 @@ def test_plot_02_declares_the_conv_bias_relu_recipe(declare):
     ns, _ = _page("plot_02_conv_bias_relu.py", {"declare_conv_bias_relu"})
     g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, compute_data_type=cudnn.data_type.FLOAT)
     ns["declare_conv_bias_relu"](g, **ins, padding=p.padding, stride=p.stride)
-    assert _signature(g) == _signature(conv.conv_bias_relu_graph(p, ins).built)
+    assert _signature(g) == _signature(conv.conv_bias_relu_graph(p, ins))
 
 
 def test_plot_04_declares_the_matmul_epilogue_recipe(declare):
@@ -292,7 +302,7 @@ def test_plot_04_declares_the_matmul_epilogue_recipe(declare):
     ins["amax"] = meta(1, 1, 1, dtype=torch.float32)
     ns, made = _page("plot_04_matmul_epilogue.py", {"FLOAT", "matmul_epilogue"})
     _, pack = ns["matmul_epilogue"](**ins, alpha=p.alpha)
-    assert _signature(made[0]) == _signature(matmul.matmul_epilogue_graph(p, ins).built)
+    assert _signature(made[0]) == _signature(matmul.matmul_epilogue_graph(p, ins))
     assert len(pack) == 6  # a, b, bias, alpha (a host tensor), y, amax
 
 
@@ -302,7 +312,7 @@ def test_plot_05_declares_the_sdpa_recipe(declare):
     ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o")}
     ns, made = _page("plot_05_sdpa_causal.py", {"causal_sdpa"})
     ns["causal_sdpa"](**ins)
-    assert _signature(made[0]) == _signature(attention.sdpa_graph(p, ins).built)
+    assert _signature(made[0]) == _signature(attention.sdpa_graph(p, ins))
 
 
 def test_plot_09_declares_the_training_recipes_the_attention_op_uses(declare):
@@ -314,8 +324,8 @@ def test_plot_09_declares_the_training_recipes_the_attention_op_uses(declare):
     ns, made = _page("plot_09_sdpa_backward.py", names)
     ns["sdpa_training_forward"](*(ins[n] for n in ("q", "k", "v", "o", "stats")))
     ns["sdpa_backward"](*(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")))
-    assert _signature(made[0]) == _signature(attention.sdpa_forward_training_graph(p, ins).built)
-    assert _signature(made[1]) == _signature(attention.sdpa_backward_graph(p, ins).built)
+    assert _signature(made[0]) == _signature(attention.sdpa_forward_training_graph(p, ins))
+    assert _signature(made[1]) == _signature(attention.sdpa_backward_graph(p, ins))
 
 
 def test_signature_tells_graphs_apart(declare):
@@ -325,12 +335,12 @@ def test_signature_tells_graphs_apart(declare):
     ins = {n: meta(1, 2, 8, 16) for n in ("q", "k", "v", "o")}
     causal = attention.sdpa_graph(attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True), ins)
     full = attention.sdpa_graph(attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=False), ins)
-    assert _signature(causal.built) != _signature(full.built)
+    assert _signature(causal) != _signature(full)
     p = matmul.MatmulProblem(batch=2, m=16, k=32, n=16)
     mm = {"a": meta(2, 16, 32), "b": meta(2, 32, 16), "bias": meta(1, 1, 16), "y": meta(2, 16, 16)}
     mm["amax"] = meta(1, 1, 1, dtype=torch.float32)
-    with_amax = matmul.matmul_epilogue_graph(p, mm).built
-    without = matmul.matmul_epilogue_graph(p, mm, amax=False).built
+    with_amax = matmul.matmul_epilogue_graph(p, mm)
+    without = matmul.matmul_epilogue_graph(p, mm, amax=False)
     assert _signature(with_amax) != _signature(without)
 
 
@@ -344,9 +354,9 @@ def test_plot_10_declares_the_norm_recipes(declare, kind, residual):
     d |= {n: meta(4, 1, dtype=torch.float32) for n in ("mean", "inv_var")}
     ns, made = _page("plot_10_layernorm_rmsnorm.py", {"as_4d", "new_graph", "output", "norm_forward", "norm_backward"})
     ns["norm_forward"](kind, d, p.eps, residual=residual)
-    assert _signature(made[0]) == _signature(norms.norm_forward_graph(p, d, training=True).built)
+    assert _signature(made[0]) == _signature(norms.norm_forward_graph(p, d, training=True))
     ns["norm_backward"](kind, d)
-    assert _signature(made[1]) == _signature(norms.norm_backward_graph(p, d).built)
+    assert _signature(made[1]) == _signature(norms.norm_backward_graph(p, d))
 
 
 def test_plot_11_declares_the_batchnorm_recipes(declare):
@@ -363,9 +373,9 @@ def test_plot_11_declares_the_batchnorm_recipes(declare):
     ns["batchnorm_relu_training"](d, p.eps, p.momentum)
     ns["batchnorm_relu_inference"](d)
     ns["folded_relu"](d)
-    assert _signature(made[0]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=True).built)
-    assert _signature(made[1]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=False).built)
-    assert _signature(made[2]) == _signature(batchnorm.folded_batchnorm_relu_graph(p, d).built)
+    assert _signature(made[0]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=True))
+    assert _signature(made[1]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=False))
+    assert _signature(made[2]) == _signature(batchnorm.folded_batchnorm_relu_graph(p, d))
 
 
 def test_plot_13_declares_the_paged_decode_recipe(declare):
@@ -377,7 +387,7 @@ def test_plot_13_declares_the_paged_decode_recipe(declare):
     d |= {n: meta(2, 1, 1, 1, **i32) for n in ("seq_len_q", "seq_len_kv")}
     ns, made = _page("plot_13_paged_decode.py", {"paged_decode"})
     ns["paged_decode"](d, p.pages_per_sequence * p.page_size)
-    assert _signature(made[0]) == _signature(paged.paged_decode_graph(p, d).built)
+    assert _signature(made[0]) == _signature(paged.paged_decode_graph(p, d))
 
 
 def test_plot_14_declares_the_fp8_recipes(declare):
@@ -394,9 +404,9 @@ def test_plot_14_declares_the_fp8_recipes(declare):
     ns["fp8_matmul"](d)
     ns["fp8_attention"](d)
     mm = fp8.Fp8MatmulProblem(m=32, n=16, k=64)
-    assert _signature(made[0]) == _signature(fp8.fp8_matmul_graph(mm, d).built)
+    assert _signature(made[0]) == _signature(fp8.fp8_matmul_graph(mm, d))
     att = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
-    assert _signature(made[1]) == _signature(fp8.sdpa_fp8_graph(att, d).built)
+    assert _signature(made[1]) == _signature(fp8.sdpa_fp8_graph(att, d))
 
 
 # --- on the GPU (marker gpu; skipped without one) ---
@@ -414,8 +424,8 @@ def test_attention_training_graphs_match_autograd():
     d = attention.make_training_inputs(p, seed=1)
     fwd, bwd = attention.sdpa_forward_training_graph(p, d), attention.sdpa_backward_graph(p, d)
     check.poison(d["o"], d["stats"], d["dq"], d["dk"], d["dv"])
-    fwd.built.execute(fwd.pack(**_sub(d, fwd)))
-    bwd.built.execute(bwd.pack(**_sub(d, bwd)))
+    fwd.execute(fwd.pack(**_sub(d, fwd)))
+    bwd.execute(bwd.pack(**_sub(d, bwd)))
     out, grads = check.reference_grads(lambda q, k, v: p.torch_forward(q, k, v), {n: d[n] for n in "qkv"}, d["d_o"])
     check.check(d["o"], out)
     for n in "qkv":
@@ -429,11 +439,11 @@ def test_paged_decode_matches_attention_over_the_gathered_pages():
     d = p.make_inputs(seed=2)
     f = paged.paged_decode_graph(p, d)
     check.poison(d["o"])
-    f.built.execute(f.pack(**_sub(d, f)))
+    f.execute(f.pack(**_sub(d, f)))
     k, v = paged.gather_pages(d["k_pool"], d["page_table"]), paged.gather_pages(d["v_pool"], d["page_table"])
     check.check(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"])))
     d["page_table"].copy_(d["page_table"].flip(2))  # a different page order must change the answer
-    f.built.execute(f.pack(**_sub(d, f)))
+    f.execute(f.pack(**_sub(d, f)))
     assert not check.compare(d["o"], check.reference(p.torch_forward, d["q"], k, v, p.key_mask(d["seq_len_kv"]))).passed
 
 
@@ -445,8 +455,8 @@ def test_norm_forward_and_backward_match_autograd(kind):
     p = norms.NormProblem(tokens=256, hidden=512, kind=kind)
     d = p.make_inputs(seed=3)
     fwd, bwd = norms.norm_forward_graph(p, d), norms.norm_backward_graph(p, d)
-    fwd.built.execute(norms.pack_norm(fwd, d, eps=p.eps))
-    bwd.built.execute(norms.pack_norm(bwd, d))
+    fwd.execute(norms.pack_norm(fwd, d, eps=p.eps))
+    bwd.execute(norms.pack_norm(bwd, d))
     params = {"x": d["x"], "scale": d["scale"]} | ({"bias": d["bias"]} if kind == "layer" else {})
     out, grads = check.reference_grads(lambda **kw: p.torch_forward(**kw), params, d["dy"])
     check.check(d["y"], out)
@@ -461,8 +471,8 @@ def test_conv_gradients_match_autograd():
     p = conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
     d = conv_training.make_training_inputs(p, seed=4)
     dg, wg = conv_training.conv_dgrad_graph(p, d), conv_training.conv_wgrad_graph(p, d)
-    dg.built.execute(dg.pack(**_sub(d, dg)))
-    wg.built.execute(wg.pack(**_sub(d, wg)))
+    dg.execute(dg.pack(**_sub(d, dg)))
+    wg.execute(wg.pack(**_sub(d, wg)))
     _, grads = check.reference_grads(
         lambda x, w: torch.nn.functional.conv2d(x, w, padding=p.padding), {"x": d["x"], "w": d["w"]}, d["dy"]
     )
@@ -477,7 +487,7 @@ def test_fp8_matmul_is_within_fp8_tolerance():
     p = fp8.Fp8MatmulProblem(m=256, n=256, k=512)
     d = p.make_inputs(seed=5)
     f = fp8.fp8_matmul_graph(p, d)
-    f.built.execute(f.pack(**_sub(d, f)))
+    f.execute(f.pack(**_sub(d, f)))
     ref = check.reference(torch.matmul, d["a"], d["b"])
     assert check.check(d["c"], ref, tol=0.1).rel_error > check.tolerance(torch.bfloat16) / 16  # really FP8, not bf16
 
@@ -489,7 +499,7 @@ def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
     d = p.make_inputs(seed=6)
     rm, rv = d["running_mean"].clone(), d["running_var"].clone()
     f = batchnorm.batchnorm_relu_graph(p, d, training=True)
-    f.built.execute(
+    f.execute(
         f.pack(
             x=d["x"],
             scale=d["scale"],
@@ -521,7 +531,7 @@ def test_fp8_attention_output_and_amax_match_the_reference():
     d = p.make_inputs(seed=7)
     f8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
     f = fp8.sdpa_fp8_graph(p, f8)
-    f.built.execute(f.pack(**_sub(f8, f)))
+    f.execute(f.pack(**_sub(f8, f)))
     ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
     check.check(fp8.dequantize(f8["o8"], f8["descale_o"]), ref, name="O", tol=0.1)
     check.check(f8["amax_o"].reshape(1), ref.abs().max().reshape(1), name="amax_O", tol=0.1)

@@ -9,7 +9,7 @@ import itertools
 import pytest
 from conftest import SMALL_CONV
 
-from cudnn_guide import check
+from cudnn_guide import check, report
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.graphs import conv
 from cudnn_guide.measure import autotune
@@ -110,7 +110,7 @@ def test_two_passes_rank_correlation_and_the_ranking_plot(fake):
     lone = autotune.TuneResult("exhaustive", a.timings[:1], 0.0)
     with pytest.raises(BenchmarkError, match="fewer than two"):
         a.rank_correlation(lone)
-    ax = a.plot(title="t")
+    ax = report.plot_plans(a, title="t")
     assert len(ax.lines) == len(a.ranked)  # one median marker per plan
     assert ax.texts[0].get_text() == f"heuristic's choice: rank {a.rank_of(0)}" and ax.get_title() == "t"
 
@@ -158,11 +158,11 @@ def test_tuning_finds_a_plan_and_selects_it(small_conv):
         SMALL_CONV, inputs, heuristics=("A", "B", "FALLBACK"), policy=cudnn.build_plan_policy.ALL
     )
     pack = fused.pack(**inputs)
-    ex = autotune.tune(fused.built, pack, reps=20)
-    hv = autotune.tune(fused.built, pack, method="halving", reps=20, first_round_reps=5)
+    ex = autotune.tune(fused, pack, reps=20)
+    hv = autotune.tune(fused, pack, method="halving", reps=20, first_round_reps=5)
     assert ex.best.measurement.median_ms > 0 and hv.best.finalist
-    autotune.select(fused.built, ex.best.index)
+    autotune.select(fused, ex.best.index)
     check.poison(inputs["y"])
-    fused.built.execute(pack)
+    fused.execute(pack)
     ref = check.reference(SMALL_CONV.torch_forward, inputs["x"], inputs["w"], inputs["b"])
     assert check.check(inputs["y"], ref).passed

@@ -5,10 +5,11 @@ import pytest
 import torch
 from conftest import HAS_GPU, SMALL_CONV
 
-from cudnn_guide import check
+from cudnn_guide import check, report
 from cudnn_guide.errors import BenchmarkError, NoGPUError
 from cudnn_guide.graphs import conv
-from cudnn_guide.measure import bench, ceilings, cudagraphs, events, measurement, profiling, sweep
+from cudnn_guide.measure import bench, ceilings, cudagraphs, events, measurement, sweep
+from cudnn_guide.studies import profiling
 
 
 def _m(samples, **kw):
@@ -41,11 +42,11 @@ def test_round_trip_through_dict():
 
 def test_spread_and_drift_warnings():
     steady = [1.0] * 30
-    assert bench.spread_warnings(steady) == []
+    assert measurement.spread_warnings(steady) == []
     drifting = [1.0] * 10 + [1.05] * 10 + [1.2] * 10
-    assert any("drifted +20%" in w for w in bench.spread_warnings(drifting))
+    assert any("drifted +20%" in w for w in measurement.spread_warnings(drifting))
     noisy = [1.0, 2.0] * 15
-    assert any("large spread" in w for w in bench.spread_warnings(noisy))
+    assert any("large spread" in w for w in measurement.spread_warnings(noisy))
 
 
 def test_bad_arguments_are_clear():
@@ -204,7 +205,7 @@ def test_harness_agrees_with_the_profiler(small_conv):
     problem = conv.ConvProblem(n=16)
     inputs = problem.make_inputs()
     fused = conv.conv_bias_relu_graph(problem, inputs)
-    launch = fused.built.bind(fused.pack(**inputs))
+    launch = fused.bind(fused.pack(**inputs))
     m = bench.benchmark(launch, label="conv", l2="cold", budget_ms=200)
     prof = profiling.profile_kernels(launch, calls=30, l2="cold")
     assert abs(m.median_ms / prof.per_call_ms - 1) < 0.10
@@ -217,7 +218,7 @@ def test_harness_agrees_with_the_profiler(small_conv):
 @pytest.mark.gpu
 def test_raw_events_and_graph_replays_subtract_nothing(small_conv):
     inputs, fused = small_conv
-    launch = fused.built.bind(fused.pack(**inputs))
+    launch = fused.bind(fused.pack(**inputs))
     raw = bench.benchmark(launch, label="conv raw", l2="cold", budget_ms=30, subtract_launch_cost=False)
     assert raw.launch_cost_ms == 0 and raw.mode == "cold-L2 events" and raw.event_median_ms == raw.median_ms
     replay = bench.benchmark(launch, label="conv graph", l2="hot", budget_ms=30, cuda_graph=True, calls_per_graph=10)
@@ -227,7 +228,7 @@ def test_raw_events_and_graph_replays_subtract_nothing(small_conv):
 @pytest.mark.gpu
 def test_capture_replays_new_data(small_conv):
     inputs, fused = small_conv
-    graph = cudagraphs.capture(fused.built.bind(fused.pack(**inputs)))
+    graph = cudagraphs.capture(fused.bind(fused.pack(**inputs)))
     new = SMALL_CONV.make_inputs(seed=99)
     inputs["x"].copy_(new["x"])
     check.poison(inputs["y"])
@@ -239,7 +240,7 @@ def test_capture_replays_new_data(small_conv):
 @pytest.mark.gpu
 def test_benchmark_reads_the_clocks_and_host_time_on_an_idle_queue(small_conv):
     inputs, fused = small_conv
-    m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="cold", budget_ms=20)
+    m = bench.benchmark(fused.bind(fused.pack(**inputs)), label="conv", l2="cold", budget_ms=20)
     assert "read_with" in m.clocks
     assert len(m.host_samples_ms) == min(m.n, 20) and min(m.host_samples_ms) > 0
 
@@ -261,7 +262,7 @@ def test_benchmark_joins_the_running_record_and_ceilings_keep_their_trials_out(s
     records.begin()
     try:
         ceilings.measure_read_bandwidth(mib=64)  # paused: trial timings
-        m = bench.benchmark(fused.built.bind(fused.pack(**inputs)), label="conv", l2="hot", budget_ms=10)
+        m = bench.benchmark(fused.bind(fused.pack(**inputs)), label="conv", l2="hot", budget_ms=10)
         assert records.page().measurements == [m]
     finally:
         collector.stop()
@@ -281,7 +282,7 @@ def test_a_sweep_relative_to_one_implementation_and_its_plot():
     )
     rel = res.relative("bare")
     assert rel == {"fused": {64: 1.5, 128: pytest.approx(1.1)}, "chain": {64: 3.0}}  # chain has no K=128: left out
-    ax = res.plot_relative("bare", title="t")
+    ax = report.plot_relative(res, "bare", title="t")
     assert [line.get_label() for line in ax.lines[:2]] == ["fused / bare", "chain / bare"]
     assert list(ax.lines[0].get_xdata()) == [64, 128] and ax.get_ylabel() == "time relative to bare"
 
@@ -336,5 +337,5 @@ def test_a_sweep_from_hand_made_comparisons_tables_plots_and_judges_them(monkeyp
         (1024, "flex", "faster"),
     ]
     assert res.get("flex", 1024).median_ms == pytest.approx(0.15)
-    ax = res.plot("median_us", logx=True)
+    ax = report.plot_sweep(res, "median_us", logx=True)
     assert sorted(line.get_label() for line in ax.lines if not line.get_label().startswith("_")) == ["cudnn", "flex"]

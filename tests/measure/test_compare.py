@@ -6,8 +6,8 @@ import random
 
 import pytest
 import torch
-from gallery_build import drift_bands, history
 
+from cudnn_guide import report
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure import compare, measurement, verdicts
 from cudnn_guide.report.records import Record
@@ -72,7 +72,8 @@ def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     assert c.best_baseline == "torch"
     assert verdicts.MIN_TIE_BAND <= c.tie_band < 0.05
     assert len(c.measurements["cudnn"].samples_ms) == 110
-    assert c.describe().startswith("1.2") and "faster than torch" in c.describe() and "95% CI" in c.describe()
+    text = c.describe()
+    assert text.startswith("1.2") and "faster than torch" in text and "in-run 95% interval" in text
     est = c.estimate("cudnn", "µs")
     assert est["low"] <= est["value"] <= est["high"] and 60 < est["value"] < 100  # 80 µs under a drifting clock
 
@@ -111,7 +112,7 @@ def test_a_slower_candidate_is_described_with_its_speed_up_interval_and_controls
     assert c.best_baseline == "torch"  # the control is faster, but it is a reference, not a baseline
     text = c.describe()
     assert (
-        text.startswith("1.25× slower than torch (speed-up 0.80×, 95% CI 0.8")
+        text.startswith("1.25× slower than torch (speed-up 0.80×, in-run 95% interval 0.8")
         and c.versus["torch"]["verdict"] == "slower"
     )
 
@@ -124,41 +125,32 @@ def test_a_comparison_headline_carries_its_interval_and_verdict(monkeypatch):
     h = rec.headlines[0]
     assert h["verdict"] == "faster" and h["low"] <= h["value"] <= h["high"] and h["baseline"] == "b"
     assert {m.label for m in rec.measurements} == {"a", "b"}
+    assert (h["candidate_measurement"], h["baseline_measurement"]) == ("a", "b")  # whose ratio it is
+    assert (h["low"], h["high"]) == (c.versus["b"]["low"], c.versus["b"]["high"])  # in-run: the library widens nothing
+    assert "run_low" not in h and "drift" not in h
+
+
+def test_a_comparison_reports_its_in_run_interval_whatever_the_environment(monkeypatch, tmp_path):
+    import json
+
+    # the variables the docs build once used to widen intervals inside the library change nothing now
+    (tmp_path / "drift.json").write_text(json.dumps({"global_p95": 0.5, "examples": {}}))
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    plain = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    monkeypatch.setenv("CUDNN_GUIDE_DRIFT", str(tmp_path / "drift.json"))
+    monkeypatch.setenv("CUDNN_GUIDE_PAGE", "plot_a")
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    again = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    assert again.versus == plain.versus and set(plain.versus["torch"]) == {"value", "low", "high", "verdict"}
+    assert "in-run 95% interval" in again.describe() and "widened" not in again.describe()
+    est = again.estimate("torch")
+    assert est["measurement"] == "torch" and "drift" not in est
 
 
 @pytest.mark.parametrize("value, unit", [(-1.9e4, "GB/s"), (0.0, "µs"), (-0.2, "x")])
 def test_an_impossible_headline_is_refused(value, unit):
     with pytest.raises(BenchmarkError, match="cannot be a measured"):
         Record("plot_x", title="x").headline("n", value, unit)
-
-
-def _entry(gpu="NVIDIA H200", torch="2.11", value=1.2, low=1.1, high=1.3, verdict="faster"):
-    return {
-        "example": "plot_x",
-        "gpu": gpu,
-        "software": {"torch": torch},
-        "measurements": {"m": {"median_ms": 1.0, "q1_ms": 0.99, "q3_ms": 1.01, "n": 10}},
-        "headlines": [{"name": "speed-up", "value": value, "low": low, "high": high, "verdict": verdict}],
-    }
-
-
-def test_reproducibility_counts_headlines_outside_the_old_interval_and_flipped_verdicts():
-    same = history.reproducibility([_entry(), _entry(value=1.25)])
-    assert same["headlines_inside"] == 1 and same["flipped"] == [] and same["moved"] == []
-    flip = history.reproducibility([_entry(), _entry(value=1.02, low=0.98, high=1.05, verdict="tie")])
-    assert flip["headlines_inside"] == 0 and flip["outside"][0]["latest"] == 1.02
-    assert flip["flipped"][0]["previous"] == "faster" and flip["flipped"][0]["latest"] == "tie"
-    text = history.format_reproducibility(flip)
-    assert "0 of 1 headlines inside" in text and "verdict changed: plot_x / speed-up: faster -> tie" in text
-
-
-@pytest.mark.parametrize(
-    "other, reason",
-    [(dict(gpu="NVIDIA B200"), "different GPUs"), (dict(torch="2.13"), "different software (torch 2.11 vs 2.13)")],
-)
-def test_recordings_from_other_gpus_or_software_are_not_compared(other, reason):
-    report = history.reproducibility([_entry(), _entry(**other)])
-    assert report["pages"] == 0 and reason in report["not_compared"][0]["reason"]
 
 
 def test_the_interval_always_holds_its_own_estimate():
@@ -173,130 +165,6 @@ def test_a_sweep_of_comparisons_refuses_a_budget_it_would_ignore():
 
     with pytest.raises(ValueError, match="round_budget_ms"):
         sweep.sweep([1], {"a": lambda x: None, "b": lambda x: None}, l2="cold", candidate="a", budget_ms=100)
-
-
-def _recording(example, utc, medians, gpu="NVIDIA H200"):
-    return {
-        "example": example,
-        "recorded_utc": utc,
-        "gpu": gpu,
-        "software": {"torch": "2.11"},
-        "measurements": {k: {"median_ms": m, "q1_ms": m, "q3_ms": m, "n": 10} for k, m in medians.items()},
-        "headlines": [],
-    }
-
-
-def test_drift_keeps_each_labels_largest_change_and_the_pages_p95():
-    import math
-
-    lines = [
-        _recording("plot_a", "1", {"fast": 1.0, "wobbly": 1.0}),
-        _recording("plot_a", "2", {"fast": 1.01, "wobbly": 1.5}),
-        _recording("plot_a", "3", {"fast": 1.0, "wobbly": 1.0}),
-        _recording("plot_a", "4", {"fast": 2.0, "wobbly": 2.0}, gpu="NVIDIA B200"),  # not comparable: ignored
-    ]
-    d = drift_bands.drift(lines)
-    page = d["examples"]["plot_a"]
-    assert d["pairs"] == 2
-    assert page["labels"]["wobbly"] == pytest.approx(math.log(1.5))
-    assert page["labels"]["fast"] == pytest.approx(math.log(1.01))
-    assert page["p95"] == pytest.approx(math.log(1.5)) and d["global_p95"] == page["p95"]
-
-
-def test_recorded_drift_widens_intervals_and_can_turn_a_verdict_into_a_tie(monkeypatch, tmp_path):
-    import json
-
-    from cudnn_guide.measure import drift
-
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
-    plain = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
-    assert plain.versus["torch"]["verdict"] == "faster" and plain.versus["torch"]["drift"] == 0.0
-    noise = {"global_p95": 0.01, "examples": {"plot_a": {"p95": 0.02, "labels": {"torch": 0.3}}}}
-    (tmp_path / "drift.json").write_text(json.dumps(noise))
-    monkeypatch.setenv(drift.DRIFT_ENV, str(tmp_path / "drift.json"))
-    monkeypatch.setenv(drift.PAGE_ENV, "plot_a")
-    drift.reset_caches()
-    assert drift.for_label("torch") == 0.3 and drift.for_label("cudnn") == 0.02  # page p95 at least
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
-    wide = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
-    s, p = wide.versus["torch"], plain.versus["torch"]
-    assert s["value"] == p["value"] and s["low"] < p["low"] and s["high"] > p["high"]
-    assert s["verdict"] == "tie" and "widened ±30% for re-recording drift" in wide.describe()
-    est, plain_est = wide.estimate("torch"), plain.estimate("torch")
-    assert est["low"] < plain_est["low"] and est["high"] > plain_est["high"]
-    monkeypatch.setenv(drift.PAGE_ENV, "plot_new")  # a page without history gets the site-wide p95
-    assert drift.for_label("torch") == 0.01
-    drift.reset_caches()
-
-
-def test_a_headline_interval_is_widened_by_its_own_past_drift_once(monkeypatch, tmp_path):
-    import json
-    import math
-
-    from cudnn_guide.measure import drift
-
-    noise = {"examples": {"plot_a": {"headline_p95": 0.05, "headlines": {"ceiling": 0.2}}}, "global_headline_p95": 0.1}
-    (tmp_path / "drift.json").write_text(json.dumps(noise))
-    monkeypatch.setenv(drift.DRIFT_ENV, str(tmp_path / "drift.json"))
-    monkeypatch.setenv(drift.PAGE_ENV, "plot_a")
-    drift.reset_caches()
-    rec = Record("plot_a")
-    rec.headline("ceiling", 700.0, "TFLOP/s", low=690.0, high=710.0)
-    rec.headline("other", 10.0, "µs", low=9.0, high=11.0)
-    rec.headline("already widened", 2.0, "x", low=1.5, high=2.5, drift=0.3)
-    rec.headline("signed", -1.0, "µs/call (signed)", low=-2.0, high=0.5)
-    ceiling, other, done, signed = rec.headlines
-    assert ceiling["run_low"] == 690.0 and ceiling["low"] == pytest.approx(690.0 * math.exp(-0.2))
-    assert ceiling["high"] == pytest.approx(710.0 * math.exp(0.2)) and ceiling["drift"] == 0.2
-    assert other["drift"] == 0.05  # no past of its own: the page's p95
-    assert (done["low"], done["high"]) == (1.5, 2.5)  # a comparison's interval is widened once, in compare
-    assert (signed["low"], signed["high"]) == (-2.0, 0.5) and "drift" not in signed
-    drift.reset_caches()
-
-
-def test_a_ratio_whose_measurements_drift_together_is_judged_by_its_own_history(monkeypatch, tmp_path):
-    import json
-    import math
-
-    from cudnn_guide.measure import drift
-
-    # both measurements moved ±30% between past recordings, but always together: their ratio held
-    steps = [{"cudnn": 0.3, "torch": 0.29}, {"cudnn": -0.25, "torch": -0.26}, {"cudnn": 0.2, "torch": 0.2}]
-    noise = {
-        "examples": {
-            "plot_a": {"p95": 0.3, "labels": {"cudnn": 0.3, "torch": 0.3}, "changes": steps, "ratio_p90": 0.005}
-        }
-    }
-    (tmp_path / "drift.json").write_text(json.dumps(noise))
-    monkeypatch.setenv(drift.DRIFT_ENV, str(tmp_path / "drift.json"))
-    monkeypatch.setenv(drift.PAGE_ENV, "plot_a")
-    drift.reset_caches()
-    assert drift.for_ratio("cudnn", "torch") == pytest.approx(0.01)  # its largest past ratio change
-    assert drift.for_ratio("cudnn", "new label") == pytest.approx(math.hypot(0.3, 0.3))  # no shared past
-    noise["examples"]["plot_a"]["changes"] = steps[:1]  # one past pair is too little to trust
-    (tmp_path / "drift.json").write_text(json.dumps(noise))
-    drift.reset_caches()
-    assert drift.for_ratio("cudnn", "torch") == pytest.approx(math.hypot(0.3, 0.3))
-    noise["examples"]["plot_a"]["changes"] = steps
-    (tmp_path / "drift.json").write_text(json.dumps(noise))
-    drift.reset_caches()
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
-    c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
-    assert c.versus["torch"]["verdict"] == "faster" and c.versus["torch"]["drift"] == pytest.approx(0.01)
-    drift.reset_caches()
-
-
-def test_the_drift_backtest_scores_both_models_on_the_recordings_before_the_last():
-    def rec(utc, a, b):
-        return _recording("plot_a", utc, {"a": a, "b": b})
-
-    # a and b move together by up to 20% per recording: independent drifts over-widen their ratio
-    lines = [rec("1", 1.0, 2.0), rec("2", 1.2, 2.45), rec("3", 1.0, 2.0), rec("4", 0.85, 1.7), rec("5", 1.0, 2.02)]
-    report = drift_bands.drift_backtest(lines)
-    assert report["pages"] == 1 and report["ratios"] == 1
-    ratio, independent = report["models"]["ratio"], report["models"]["independent"]
-    assert ratio["coverage"] == 1.0 and independent["coverage"] == 1.0
-    assert ratio["median_width"] < 0.05 < independent["median_width"]
 
 
 def test_the_running_record_keeps_a_comparisons_pooled_measurements_not_its_rounds(monkeypatch):
@@ -382,7 +250,7 @@ def test_the_comparison_plot_puts_the_best_first_with_its_interval_and_the_candi
     c = compare.compare(
         {"cudnn": None, "torch": None, "eager": None}, candidate="cudnn", l2="cold", rounds=9, flops=1e9
     )
-    ax = c.plot(unit, title="t")
+    ax = report.plot_comparison(c, unit, title="t")
     labels = [t.get_text() for t in ax.get_yticklabels()]
     bars = {lab: p for lab, p in zip(labels, ax.patches)}
     assert labels == ["cudnn", "torch", "eager"]  # the fastest at the top, whether a time or a rate
@@ -393,6 +261,8 @@ def test_the_comparison_plot_puts_the_best_first_with_its_interval_and_the_candi
         assert est["low"] <= est["value"] <= est["high"]
     assert bars["cudnn"].get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#76b900"))
     assert bars["torch"].get_facecolor()[:3] != bars["cudnn"].get_facecolor()[:3]
-    assert "95% CI" in ax.get_xlabel() and unit in ax.get_xlabel() and ax.get_title() == "t"
-    per_s = c.plot(per=lambda e: {k: 1e3 / v for k, v in e.items() if k in ("value", "low", "high")}, xlabel="calls/ms")
+    assert "in-run 95% interval" in ax.get_xlabel() and unit in ax.get_xlabel() and ax.get_title() == "t"
+    per_s = report.plot_comparison(
+        c, per=lambda e: {k: 1e3 / v for k, v in e.items() if k in ("value", "low", "high")}, xlabel="calls/ms"
+    )
     assert [t.get_text() for t in per_s.get_yticklabels()][0] == "cudnn"  # a rate: the largest first

@@ -64,24 +64,6 @@ def test_passing_checks_join_the_running_examples_record_which_finish_writes(tmp
     assert records.finish("plot_demo", "Demo page", tmp_path) is None  # nothing collected since: nothing written
 
 
-def test_the_build_hook_writes_each_examples_record_named_and_titled_from_its_file(tmp_path, monkeypatch):
-    import torch
-    from gallery_build import hooks
-
-    examples = tmp_path / "examples"
-    examples.mkdir()
-    (examples / "plot_99_demo.py").write_text('"""\nA demo title\n============\n\nBody.\n"""\n')
-    monkeypatch.setenv("CUDNN_GUIDE_RECORD_DIR", str(tmp_path / "gallery"))
-    conf = {"src_dir": str(tmp_path), "examples_dirs": ["examples"]}
-    check.check(torch.ones(2), torch.ones(2), name="left over from before")
-    hooks.reset_between_examples(conf, "plot_99_demo.py", "before")
-    check.check(torch.ones(2), torch.ones(2), name="the example's check")
-    hooks.reset_between_examples(conf, "plot_99_demo.py", "after")
-    data = records.load(tmp_path / "gallery" / "plot_99_demo.record.json")
-    assert (data["example"], data["title"]) == ("plot_99_demo", "A demo title")
-    assert [c["name"] for c in data["checks"]] == ["the example's check"]
-
-
 def test_checks_outside_a_collection_are_not_kept(tmp_path):
     import torch
 
@@ -118,9 +100,13 @@ def test_a_pages_hidden_block_declares_headlines_with_module_functions(tmp_path)
     collector.add_environment(env)  # what environment.collect() does at its end
     m = measurement.Measurement("kept", [1.0, 2.0], "hot-L2 events")
     result = SimpleNamespace(
+        candidate="cudnn",
         best_baseline="eager",
-        versus={"eager": {"value": 1.4, "low": 1.3, "high": 1.5, "verdict": "faster", "drift": 0.0}},
-        measurements={"cudnn": measurement.Measurement("cudnn", [1.0], "hot-L2 events")},
+        versus={"eager": {"value": 1.4, "low": 1.3, "high": 1.5, "verdict": "faster"}},
+        measurements={
+            "cudnn": measurement.Measurement("cudnn", [1.0], "hot-L2 events"),
+            "eager": measurement.Measurement("eager", [1.4], "hot-L2 events"),
+        },
         tie_band=0.02,
         rounds=7,
     )
@@ -136,7 +122,8 @@ def test_a_pages_hidden_block_declares_headlines_with_module_functions(tmp_path)
         ("speed-up over best baseline", 1.4, "x"),
     ]
     assert data["headlines"][2]["baseline"] == "eager" and data["headlines"][2]["verdict"] == "faster"
-    assert {x["label"] for x in data["measurements"]} == {"kept", "cudnn"}
+    assert {x["label"] for x in data["measurements"]} == {"kept", "cudnn", "eager"}
+    assert (data["headlines"][2]["low"], data["headlines"][2]["high"]) == (1.3, 1.5)  # in-run, as measured
     assert data["extra"] == {"fresh_runs": [1, 2]}
 
 

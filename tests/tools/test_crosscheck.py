@@ -58,7 +58,7 @@ def test_same_run_matches_every_timed_call_to_its_kernels(small_conv):
     import crosscheck
 
     inputs, fused = small_conv
-    r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=30)
+    r = crosscheck.same_run(fused.bind(fused.pack(**inputs)), label="conv", budget_ms=30)
     assert r["calls"] >= 20 and r["kernels_per_call"] >= 1
     assert r["cupti_kernels_median_us"] <= r["cupti_span_median_us"] + 0.5  # busy time fits inside the span
     assert r["events_median_us"] >= 0.9 * r["cupti_span_median_us"]  # events bracket the span
@@ -73,7 +73,7 @@ def test_launch_overhead_is_a_few_microseconds_and_explains_the_same_run_gap(sma
     assert 500 < lo["cycles_per_us"] < 3000, lo  # the fitted SM clock is a real clock (MHz)
     assert lo["long_events_us"] > lo["short_events_us"]
     inputs, fused = small_conv
-    r = crosscheck.same_run(fused.built.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
+    r = crosscheck.same_run(fused.bind(fused.pack(**inputs)), label="conv", budget_ms=60)
     corrected = r["events_median_us"] - lo["overhead_us"]
     assert r["harness_median_us"] == pytest.approx(r["events_median_us"] - r["launch_cost_us"])
     # the constant explains the gap to within 1.5 µs (this conv is only ~5 µs long). Under the
@@ -88,6 +88,6 @@ def test_profile_calls_finds_every_call_made_as_the_harness_makes_it(small_conv)
     import crosscheck
 
     inputs, fused = small_conv
-    r = crosscheck.profile_calls(fused.built.bind(fused.pack(**inputs)), spin_ms=0.05, calls=20, label="conv")
+    r = crosscheck.profile_calls(fused.bind(fused.pack(**inputs)), spin_ms=0.05, calls=20, label="conv")
     assert r["calls"] == 20  # the real spin kernel's name separates the calls
     assert 0 < r["kernels_us"] <= r["span_us"] + 0.5

@@ -9,7 +9,7 @@ from pathlib import Path
 from gallery_build.history import code_digest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "archive"))
 
 import history_code_digest  # noqa: E402
 

@@ -3,8 +3,11 @@
 After every full recording, :func:`drift` reads every recording we have (:func:`recordings`:
 ``docs/data/history.jsonl`` and the recordings kept off the site), pairs of the same GPU, software
 and example code (:func:`~gallery_build.history.comparable`), and writes
-``docs/data/drift.json`` (:data:`DRIFT`); :mod:`cudnn_guide.measure.drift` reads it on the GPU.
-:func:`drift_backtest` checks, on the history itself, how often such a band would have held.
+``docs/data/drift.json`` (:data:`DRIFT`). When the docs build writes a page's record
+(:func:`gallery_build.hooks.reset_between_examples`), :func:`widen_headlines` widens each of its
+in-run intervals by that drift and keeps the in-run one beside it, labelled; the library itself
+measures and reports in-run intervals only. :func:`drift_backtest` checks, on the history
+itself, how often such a band would have held.
 """
 
 from __future__ import annotations
@@ -14,7 +17,24 @@ from typing import Any
 
 from .history import by_example, comparable, compare, load
 
-__all__ = ["DRIFT", "DRIFT_PAIRS", "DRIFT_UNITS", "RATIO_QUANTILE", "OFF_SITE", "recordings", "drift", "drift_backtest"]
+__all__ = [
+    "DRIFT",
+    "DRIFT_PAIRS",
+    "DRIFT_UNITS",
+    "RATIO_QUANTILE",
+    "RATIO_MIN_PAIRS",
+    "OFF_SITE",
+    "WIDENED",
+    "recordings",
+    "drift",
+    "drift_backtest",
+    "load_drift",
+    "for_label",
+    "for_headline",
+    "for_ratio",
+    "widen_headlines",
+    "widened_rst",
+]
 
 DRIFT_PAIRS = 4
 """How many of an example's latest consecutive recording pairs :func:`drift` looks at."""
@@ -175,7 +195,7 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
     percentile over every example (the fallback for a page with no history). The same is kept
     for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes, which
-    :meth:`cudnn_guide.report.records.Record.headline` widens by it.
+    :func:`widen_headlines` widens by it.
 
     Parameters
     ----------
@@ -233,3 +253,237 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     out["global_p95"] = _p95(every)
     out["global_headline_p95"] = _p95(every_headline)
     return out
+
+
+RATIO_MIN_PAIRS = 2
+"""Past recording pairs in which both measurements of a ratio appear before :func:`for_ratio` trusts their
+ratio's own history; with fewer, the two measurements' drifts are combined as if independent."""
+WIDENED = "widened"
+"""``interval`` of a recorded headline whose ``low``/``high`` :func:`widen_headlines` widened for
+re-recording drift (its in-run interval: ``run_low``/``run_high``); a headline without it holds the
+in-run interval (records written before the library stopped widening, or not widened at all)."""
+
+
+def load_drift(path: Path) -> dict[str, Any]:
+    """The drift file (``docs/data/drift.json``), or ``{}`` when there is none yet (nothing is widened).
+
+    Parameters
+    ----------
+    path
+        The file.
+
+    Returns
+    -------
+    dict[str, Any]
+        What :func:`drift` wrote.
+
+    Example
+    -------
+    >>> load_drift(Path("docs/data") / DRIFT)["global_p95"]
+    """
+    from cudnn_guide.datafiles import read_json
+
+    return read_json(path) if Path(path).exists() else {}
+
+
+def _page(bands: dict[str, Any], page: str) -> dict[str, Any] | None:
+    return (bands.get("examples") or {}).get(page)
+
+
+def _lookup(bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str) -> float:
+    """``key``'s largest past change in the page's ``table``, at least the page's ``page_p95``
+    (the site's ``site_p95`` for a page without history; 0 without a drift file)."""
+    if not bands:
+        return 0.0
+    entry = _page(bands, page)
+    if entry is None:
+        return float(bands.get(site_p95) or 0.0)
+    return max(float(entry.get(page_p95) or 0.0), float((entry.get(table) or {}).get(key, 0.0)))
+
+
+def for_label(bands: dict[str, Any], page: str, label: str) -> float:
+    """The re-recording noise of the measurement ``label`` of ``page``: its own largest past change, at least
+    its page's 95th percentile (the whole site's for a page without history); 0 without bands.
+
+    Parameters
+    ----------
+    bands
+        :func:`load_drift`'s result.
+    page
+        The example's stem.
+    label
+        The measurement's label, as recorded.
+
+    Returns
+    -------
+    float
+        An absolute natural-log change: widen ``[lo, hi]`` to ``[lo·e^-r, hi·e^r]``.
+
+    Example
+    -------
+    >>> for_label({}, "plot_05_sdpa_causal", "cuDNN graph")
+    0.0
+    """
+    return _lookup(bands, page, label, "labels", "p95", "global_p95")
+
+
+def for_headline(bands: dict[str, Any], page: str, name: str) -> float:
+    """The re-recording noise of the headline ``name`` of ``page`` (as :func:`for_label`, over headlines).
+
+    Parameters
+    ----------
+    bands
+        :func:`load_drift`'s result.
+    page
+        The example's stem.
+    name
+        The headline's name, as recorded.
+
+    Returns
+    -------
+    float
+        An absolute natural-log change.
+
+    Example
+    -------
+    >>> for_headline({}, "plot_00_ceilings", "copy bandwidth ceiling")
+    0.0
+    """
+    return _lookup(bands, page, name, "headlines", "headline_p95", "global_headline_p95")
+
+
+def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
+    """The re-recording noise of the ratio of measurements ``a`` and ``b`` of ``page``.
+
+    Two measurements of one recording share its machine, clock and CPU, so much of their drift
+    cancels in their ratio. With :data:`RATIO_MIN_PAIRS` or more past pairs holding both, this is
+    the ratio's own largest past change, at least its page's 90th percentile of ratio changes;
+    otherwise the two measurements' drifts combined as independent, ``√(r_a² + r_b²)``.
+
+    Parameters
+    ----------
+    bands
+        :func:`load_drift`'s result.
+    page
+        The example's stem.
+    a
+        One measurement's label.
+    b
+        The other's.
+
+    Returns
+    -------
+    float
+        An absolute natural-log change (0 without bands).
+
+    Example
+    -------
+    >>> for_ratio({}, "plot_05_sdpa_causal", "cuDNN graph", "PyTorch")
+    0.0
+    """
+    import math
+
+    entry = _page(bands, page) if bands else None
+    if entry is not None:
+        seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
+        if len(seen) >= RATIO_MIN_PAIRS:
+            return max(max(seen), float(entry.get("ratio_p90") or 0.0))
+    return math.hypot(for_label(bands, page, a), for_label(bands, page, b))
+
+
+def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str) -> list[dict[str, Any]]:
+    """Widen each headline's in-run interval by its re-recording drift, keeping the in-run one beside it.
+
+    A headline with a positive interval in a unit of :data:`DRIFT_UNITS` gets ``low``/``high``
+    widened to the interval a re-recording is expected to land in, ``run_low``/``run_high`` the
+    run's own (in-run 95%) interval, ``drift`` the log change it was widened by, and ``interval``
+    = :data:`WIDENED`. A comparison (``kind: "comparison"``) is widened by the drift of the ratio
+    of its two measurements (:func:`for_ratio`) and judged again against its tie band; its
+    in-run verdict stays as ``run_verdict``. A headline made from one measurement
+    (``measurement``: its label) is widened by that measurement's drift (:func:`for_label`), any
+    other by its own history (:func:`for_headline`). Headlines already widened are left alone.
+
+    Parameters
+    ----------
+    headlines
+        The record's headlines (changed in place).
+    bands
+        :func:`load_drift`'s result (``{}``: widened by 0, still labelled).
+    page
+        The example's stem.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        ``headlines``.
+
+    Example
+    -------
+    >>> h = {"name": "t", "value": 2.0, "unit": "µs", "low": 1.9, "high": 2.1}
+    >>> widen_headlines([h], {}, "plot_x")[0]["run_low"]
+    1.9
+    """
+    import math
+
+    from cudnn_guide.measure.verdicts import judge
+
+    for h in headlines:
+        low, high = h.get("low"), h.get("high")
+        if "run_low" in h or low is None or high is None or h.get("unit") not in DRIFT_UNITS or not float(low) > 0:
+            continue
+        if h.get("kind") == "comparison" and "candidate_measurement" in h:
+            r = for_ratio(bands, page, h["baseline_measurement"], h["candidate_measurement"])
+        elif "measurement" in h:
+            r = for_label(bands, page, h["measurement"])
+        else:
+            r = for_headline(bands, page, h["name"])
+        h.update(run_low=float(low), run_high=float(high), drift=r, interval=WIDENED)
+        h.update(low=float(low) * math.exp(-r), high=float(high) * math.exp(r))
+        if h.get("kind") == "comparison" and "verdict" in h and "tie_band" in h:
+            h["run_verdict"] = h["verdict"]
+            h["verdict"] = judge(h["low"], h["high"], float(h["tie_band"]))
+    return headlines
+
+
+def widened_rst(record: dict[str, Any] | None) -> str:
+    """A note under a recorded page's title: each comparison's recorded interval, widened for re-recording drift.
+
+    The page's own output prints the run's in-run 95% interval; the record (and the results
+    page) keep the interval widened by the re-recording drift, and this note says so on the page.
+
+    Parameters
+    ----------
+    record
+        The example's JSON record.
+
+    Returns
+    -------
+    str
+        reST for the note; empty when no comparison headline was widened.
+
+    Example
+    -------
+    >>> widened_rst({"headlines": []})
+    ''
+    """
+    rows = []
+    for h in (record or {}).get("headlines", []):
+        if h.get("kind") != "comparison" or "drift" not in h:
+            continue
+        in_run = f"; in-run {h['run_low']:.2f}–{h['run_high']:.2f}" if "run_low" in h else ""
+        rows.append(
+            f"   * {h['name']}: {h['value']:.2f}× ({h['low']:.2f}–{h['high']:.2f}, widened "
+            f"±{100 * float(h['drift']):.0f}% for re-recording drift{in_run}; recorded verdict: {h.get('verdict')})"
+        )
+    if not rows:
+        return ""
+    head = [
+        "\n.. admonition:: Recorded intervals, widened for re-recording drift",
+        "   :class: cg-drift note",
+        "",
+        "   The output below prints each comparison's in-run 95% interval. The record and the results "
+        "page keep it widened by how far this page's measurements moved between past recordings "
+        "(:doc:`/methodology`):",
+        "",
+    ]
+    return "\n".join(head + rows) + "\n\n"

@@ -15,6 +15,12 @@ Two recordings of an example whose code differs (:func:`code_digest`, when both 
 it) are not compared either: a changed example measures something else (another compile mode,
 another size), and counting that as a recording's change would report a method change as
 irreproducibility, and widen every later interval by it (:mod:`gallery_build.drift_bands`).
+Two recordings on different GPUs, or with different software (:data:`SOFTWARE_KEYS`), measured
+two machines: :func:`changes` and :func:`reproducibility` leave such a pair out
+(:func:`comparable` says why).
+
+Every line is checked as it is read (:func:`check_entry`): one of another shape, or holding a NaN
+or an infinity, stops the reader with its file, line and field instead of counting as unmoved.
 
 The noise band of a measurement is the larger of the two recordings' inter-quartile ranges,
 times 1.5, and never less than 2% of the earlier median: a change inside it is what repeating
@@ -27,6 +33,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,7 @@ __all__ = [
     "entries_from_gallery",
     "append",
     "load",
+    "check_entry",
     "compare",
     "by_example",
     "changes",
@@ -203,12 +211,103 @@ def load(history_path: Path) -> list[dict[str, Any]]:
     list[dict[str, Any]]
         The entries, oldest first.
 
+    Raises
+    ------
+    CorruptDataError
+        A line that is not JSON, or not an entry (:func:`check_entry`: another shape, a NaN or
+        infinite number); the message names the file, the line and the field.
+
     Example
     -------
     >>> hist = load(Path('docs/data/history.jsonl'))
     """
     path = Path(history_path)
-    return datafiles.read_jsonl(path)
+    entries = datafiles.read_jsonl(path)
+    if entries:  # read_jsonl skips blank lines: number the others again to name the bad one
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        numbers = [n for n, line in enumerate(lines, 1) if line.strip()]
+        for number, entry in zip(numbers, entries):
+            check_entry(entry, path, number)
+    return entries
+
+
+_NUMBERS = ("median_ms", "q1_ms", "q3_ms")
+"""What every measurement of an entry carries, as numbers (:func:`compare` reads them)."""
+
+
+def check_entry(entry: Any, path: str | Path, line: int | None = None) -> dict[str, Any]:
+    """Refuse a history line that is not an entry: the shape :func:`compare` reads, every number finite.
+
+    A line can be valid JSON and still no entry (``[1, 2, 3]``, a measurement without its
+    median); a NaN median compares as unchanged with anything, so a line of NaNs would count as
+    a recording that reproduced. Both are refused by name instead of read.
+
+    Parameters
+    ----------
+    entry
+        One parsed line.
+    path
+        The file it came from (for the message).
+    line
+        Its line number (for the message).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``entry``, checked.
+
+    Raises
+    ------
+    CorruptDataError
+        ``path:line``, the field and what is wrong with it.
+
+    Example
+    -------
+    >>> check_entry([1, 2, 3], "h.jsonl", 4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    cudnn_guide.errors.CorruptDataError: h.jsonl:4: not a history entry (a JSON list, not an object ...
+    """
+    from cudnn_guide.errors import CorruptDataError
+
+    fix = "delete or repair that line (each line is one recording's entry), or restore the file from git"
+
+    def refuse(problem: str) -> CorruptDataError:
+        return CorruptDataError(path, problem, line=line, fix=fix)
+
+    if not isinstance(entry, dict):
+        kind = {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(entry), "number")
+        raise refuse(f"not a history entry (a JSON {kind}, not an object with example and measurements)")
+    if not isinstance(entry.get("example"), str) or not entry["example"]:
+        raise refuse("field 'example' is missing or not a page name")
+    if not isinstance(entry.get("measurements"), dict):
+        raise refuse("field 'measurements' is missing or not an object of label -> numbers")
+    for label, m in entry["measurements"].items():
+        if not isinstance(m, dict):
+            raise refuse(f"field measurements[{label!r}] is not an object")
+        for key in _NUMBERS:
+            if isinstance(m.get(key), bool) or not isinstance(m.get(key), (int, float)):
+                raise refuse(f"field measurements[{label!r}].{key} is missing or not a number")
+    if not isinstance(entry.get("headlines", []), list) or not all(
+        isinstance(h, dict) and isinstance(h.get("name"), str) for h in entry.get("headlines", [])
+    ):
+        raise refuse("field 'headlines' is not a list of objects with a name")
+    for field, value in _numbers(entry, ""):
+        if not math.isfinite(value):
+            raise refuse(f"field {field} is {value} (a recording writes finite numbers only)")
+    return entry
+
+
+def _numbers(node: Any, where: str) -> Iterable[tuple[str, float]]:
+    """Every float inside a parsed line, with where it is (``measurements['k'].median_ms``)."""
+    if isinstance(node, float):
+        yield where, node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            step = f"{where}.{key}" if where and isinstance(key, str) and key.isidentifier() else f"{where}[{key!r}]"
+            yield from _numbers(value, step if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _numbers(value, f"{where}[{i}]")
 
 
 def compare(prev: dict[str, Any], cur: dict[str, Any]) -> list[dict[str, Any]]:
@@ -302,18 +401,24 @@ def changes(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Returns
     -------
     list[dict[str, Any]]
-        One row per measurement in both of an example's last two entries.
+        One row per measurement in both of an example's last two entries, when :func:`comparable`
+        allows the pair: two recordings on another GPU or with other software measured another
+        machine, not a change, and give no row. A pair whose example's code changed keeps its
+        rows, never moved (``same_method`` false), so the results page can count them apart.
 
     Example
     -------
     >>> moved = [r for r in changes(load(path)) if r['moved']]
     """
-    return [
-        row
-        for entries in by_example(history).values()
-        if len(entries) >= 2
-        for row in compare(entries[-2], entries[-1])
-    ]
+    rows = []
+    for entries in by_example(history).values():
+        if len(entries) < 2:
+            continue
+        prev, cur = entries[-2], entries[-1]
+        if comparable(prev, cur) and not _other_code(prev, cur):
+            continue  # another GPU or other software: the reason is comparable()'s, and there is no row
+        rows += compare(prev, cur)
+    return rows
 
 
 def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
@@ -343,6 +448,11 @@ def comparable(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
     differ = [f"{k} {ps[k]} vs {cs[k]}" for k in SOFTWARE_KEYS if ps.get(k) and cs.get(k) and ps[k] != cs[k]]
     if differ:
         return f"recorded with different software ({'; '.join(differ)})"
+    return _other_code(prev, cur)
+
+
+def _other_code(prev: dict[str, Any], cur: dict[str, Any]) -> str | None:
+    """:func:`comparable`'s reason when the example's code changed between two entries, else ``None``."""
     if not _same_code(prev, cur):
         return f"the example's code changed ({str(prev.get('commit'))[:7]} vs {str(cur.get('commit'))[:7]})"
     return None
@@ -473,9 +583,22 @@ def _main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin CLI
     """``python -m gallery_build.history [history.jsonl]``: the reproducibility report of the last two recordings."""
     import sys
 
+    from cudnn_guide.errors import CorruptDataError
+
     argv = sys.argv[1:] if argv is None else argv
     path = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "data" / "history.jsonl"
-    print(format_reproducibility(reproducibility(load(path))))
+    if not path.is_file():  # load() reads a missing history as empty: here that would report "0 pages compared"
+        print(
+            f"gallery_build.history: {path}: no such history file. Fix: pass the JSON-lines history "
+            "(docs/data/history.jsonl, or a kept-off-site *.history.jsonl).",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        print(format_reproducibility(reproducibility(load(path))))
+    except CorruptDataError as exc:
+        print(f"gallery_build.history: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import skip_pages
+from . import drift_bands, skip_pages
 from .manifest import write_manifest
 from .page_checks import DATA_PAGES, data_digest, read_record, recorded_page_problems, validate_data
 
@@ -55,13 +55,14 @@ def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
         return ""
     env = record["environment"]
     verb = "Skipped on" if record.get("extra", {}).get("skipped") else "Measured on"
-    return (
+    stamp = (
         "\n.. rst-class:: cg-stamp\n\n"
         f"   {verb} **{env.get('gpu', '?')}** · {env.get('date_utc', '?')} · commit ``{env.get('commit', '?')}`` · "
         f"cuDNN {env.get('cudnn_backend', '?')} · frontend {env.get('cudnn_frontend', '?')} · "
         f"torch {env.get('torch', '?')} · "
         f":download:`JSON record <{stem}{RECORD_SUFFIX}>`\n"
-    ) + warnings_rst(record)
+    )
+    return stamp + warnings_rst(record) + drift_bands.widened_rst(record)
 
 
 _WARNING_KINDS = (  # (text in the harness's warning, how the summary names it); the first match counts, so the
@@ -174,7 +175,9 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     Before: the library's one public hook, :func:`cudnn_guide.reset_caches`, and a new record
     (:func:`cudnn_guide.report.records.begin`); nothing here reaches into the library's private state.
     After: the record the example collected, named and titled from its file
-    (:func:`cudnn_guide.report.records.finish`).
+    (:func:`cudnn_guide.report.records.take`), its in-run intervals widened by the re-recording
+    drift of the site's history (:func:`gallery_build.drift_bands.widen_headlines`, from
+    ``docs/data/drift.json``), the in-run ones kept beside them; then written.
 
     Parameters
     ----------
@@ -193,10 +196,21 @@ def reset_between_examples(gallery_conf: Any, fname: str, when: str) -> None:
     from cudnn_guide.report import records
 
     if when == "after":
-        records.finish(Path(fname).stem, skip_pages.example_title(_example_path(gallery_conf, fname)))
+        stem = Path(fname).stem
+        rec = records.take(stem, skip_pages.example_title(_example_path(gallery_conf, fname)))
+        if rec is not None:
+            bands = drift_bands.load_drift(_docs_dir(gallery_conf) / "data" / drift_bands.DRIFT)
+            drift_bands.widen_headlines(rec.headlines, bands, stem)
+            rec.write()
     cudnn_guide.reset_caches()
     if when == "before":
         records.begin()
+
+
+def _docs_dir(gallery_conf: Any) -> Path:
+    """The Sphinx source directory (``docs/``): sphinx-gallery's ``src_dir``, else this package's."""
+    src = gallery_conf.get("src_dir") if hasattr(gallery_conf, "get") else None
+    return Path(src) if src else Path(__file__).resolve().parents[2]
 
 
 def _example_path(gallery_conf: Any, fname: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "write_manifest",
     "recording_commit",
     "describe_recording",
+    "markdown_literal",
 ]
 
 MANIFEST = "recording.json"
@@ -67,26 +69,39 @@ def package_changed_since_recording(gallery_dir: Path) -> bool:
     return bool(manifest and manifest.get("package_md5") and manifest["package_md5"] != package_md5())
 
 
-def read_manifest(gallery_dir: Path) -> dict[str, Any] | None:
+def read_manifest(gallery_dir: Path, checked: bool = False) -> dict[str, Any] | None:
     """The recording's ``recording.json`` (environment, md5s, build time), or ``None``.
 
     Parameters
     ----------
     gallery_dir
         The recorded gallery.
+    checked
+        Also check its shape and its environment's strings (GPU names, commits, versions) against
+        :func:`gallery_build.schema.check_manifest`, as the site build does before any of them
+        reaches a page.
 
     Returns
     -------
     dict[str, Any] | None
         The manifest, or ``None``.
 
+    Raises
+    ------
+    CorruptDataError
+        It does not parse, or (``checked``) a field breaks its rule: names ``file:line`` and the field.
+
     Example
     -------
-    >>> print(read_manifest(Path('docs/auto_examples'))['recorded_utc'])
+    >>> print(read_manifest(Path('docs/auto_examples'), checked=True)['recorded_utc'])
     """
     path = Path(gallery_dir) / MANIFEST
     if not path.exists():
         return None
+    if checked:
+        from . import schema
+
+        return schema.validate_file(path, schema.check_manifest)
     return datafiles.read_json(path)
 
 
@@ -213,3 +228,31 @@ def describe_recording(gallery_dir: Path) -> str:
         f"cuDNN {env.get('cudnn_backend', '?')}, frontend {env.get('cudnn_frontend', '?')}, "
         f"torch {env.get('torch', '?')}) on {manifest.get('recorded_utc', '?')}, {commit}"
     )
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def markdown_literal(text: str) -> str:
+    r"""``text`` for a MyST substitution, to be read as plain text: never as HTML, a link or markup.
+
+    MyST parses a substitution's value as Markdown, where ``<script>`` is raw HTML that reaches
+    the page as it is. Every ASCII punctuation character is backslash-escaped (CommonMark reads
+    ``\<`` as a literal ``<``, which the HTML writer then escapes) and line breaks become spaces.
+
+    Parameters
+    ----------
+    text
+        Plain text (a recording's description, from recorded data).
+
+    Returns
+    -------
+    str
+        Markdown that renders as exactly ``text``.
+
+    Example
+    -------
+    >>> markdown_literal("NVIDIA <b>H200</b>")
+    'NVIDIA \\<b\\>H200\\<\\/b\\>'
+    """
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(str(text).splitlines()))

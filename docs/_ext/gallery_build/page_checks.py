@@ -5,8 +5,8 @@
   :data:`HEALTH_EXCEPTIONS` with its reason.
 * Output notes (:func:`recorded_output_notes`): warnings captured in a page's output, ``nan`` in a
   table, a bare number at the end of a page.
-* Data (:func:`validate_data`, :func:`data_digest`): every file under ``docs/data`` parses, and the
-  data pages re-execute when it changes.
+* Data (:func:`validate_data`, :func:`data_digest`): every data file parses and has the shape its
+  writer gives it (:mod:`gallery_build.schema`), and the data pages re-execute when it changes.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from typing import Any
 
 from cudnn_guide import datafiles
 from cudnn_guide.report.records import RECORD_SUFFIX
+
+from . import schema
+from .cell_times import CELLS_SUFFIX
+from .manifest import MANIFEST
 
 __all__ = [
     "HEALTH_EXCEPTIONS",
@@ -93,7 +97,7 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
         if not rst.exists():
             problems.append(f"{stem}: no recorded page ({rst.name} missing)")
             continue
-        text = rst.read_text(encoding="utf-8")
+        text = schema.validate_rst(rst)  # not UTF-8: CorruptDataError naming the file
         rec = read_record(gallery, stem)
         if rec is not None and rec.get("example") != stem:
             problems.append(f"{stem}: {stem}{RECORD_SUFFIX} is the record of {rec.get('example')!r}, not of this page")
@@ -153,7 +157,7 @@ def recorded_output_notes(gallery: Path) -> list[str]:
     """
     notes = []
     for rst in sorted(Path(gallery).glob("plot_*.rst")):
-        text = rst.read_text(encoding="utf-8")
+        text = schema.validate_rst(rst)  # not UTF-8: CorruptDataError naming the file
         warned = _CAPTURED_WARNING.findall(text)
         if warned:
             kind, message = warned[0]
@@ -166,7 +170,13 @@ def recorded_output_notes(gallery: Path) -> list[str]:
     return notes
 
 
-DATA_PAGES: tuple[str, ...] = ("results", "methodology", "frontend_api")
+DATA_PAGES: tuple[str, ...] = (
+    "results",
+    "methodology",
+    "maintainers/measurement_studies",
+    "frontend_api",
+    "chooser",
+)
 """The notebooks that read the recording's data files (and measure nothing)."""
 
 
@@ -202,12 +212,27 @@ def data_digest(gallery: Path, data_dir: Path, sources: tuple[Path, ...] = ()) -
     return h.hexdigest()
 
 
-def validate_data(gallery: Path, data_dir: Path) -> None:
-    """Parse every JSON and JSON-lines file the site is built from, before any page reads them.
+_SHAPES = (
+    (RECORD_SUFFIX, schema.check_record),
+    (CELLS_SUFFIX, schema.check_cells),
+    (".cost.json", schema.check_cost),
+    (MANIFEST, schema.check_manifest),
+)
+"""The gallery's data files whose shape :func:`validate_data` checks, by how their names end."""
 
-    The gallery's records, costs, cell times and manifest, and ``docs/data`` (probes and the
-    history), so that a corrupt file stops the build with its name and line instead of surfacing
-    later inside an executed notebook.
+
+def validate_data(gallery: Path, data_dir: Path) -> None:
+    """Parse and check the shape of every data file the site is built from, before any page reads them.
+
+    The gallery's records, costs, cell times and manifest, its recorded pages (``.rst``, UTF-8),
+    and ``docs/data`` (probes, the histories, and the records of pages recorded on other GPUs):
+    each must parse, and each record, manifest, cell-times, cost and history file must have the
+    shape its writer gives it
+    (:mod:`gallery_build.schema`: required keys and types, finite positive times, rates and
+    ratios, intervals around their values, known verdicts, and strict patterns for the GPU
+    names, commits and versions that reach the HTML), so that a damaged or hostile file stops the
+    build with its name, line and field instead of surfacing later inside an executed notebook
+    or in a reader's browser.
 
     Parameters
     ----------
@@ -219,13 +244,24 @@ def validate_data(gallery: Path, data_dir: Path) -> None:
     Raises
     ------
     CorruptDataError
-        The first file that does not parse, with its line.
+        The first file that does not parse or breaks its shape, with its line and field.
 
     Example
     -------
     >>> validate_data(Path('docs/auto_examples'), Path('docs/data'))
     """
     for path in sorted(Path(gallery).glob("*.json")) + sorted(Path(data_dir).glob("*.json")):
-        datafiles.read_json(path)
+        check = next((c for suffix, c in _SHAPES if path.name.endswith(suffix)), None)
+        if check is None or path.parent != Path(gallery):
+            datafiles.read_json(path)  # probes and sphinx-gallery's own files: they must parse
+        else:
+            schema.validate_file(path, check)
+    for path in sorted(Path(data_dir).glob(f"*/*{RECORD_SUFFIX}")):  # pages recorded on other GPUs (shards' by_gpu)
+        schema.validate_file(path, schema.check_record)
     for path in sorted(Path(data_dir).glob("*.jsonl")):
-        datafiles.read_jsonl(path)
+        if path.name.endswith("history.jsonl"):
+            schema.validate_jsonl(path, schema.check_history_line)
+        else:
+            datafiles.read_jsonl(path)
+    for path in sorted(Path(gallery).glob("*.rst")):
+        schema.validate_rst(path)

@@ -1,10 +1,11 @@
 """Record on a GPU, render anywhere: the recorder.
 
-``python -m gallery_build.recording record [--keep-going] [plot_xx.py ...]`` records each example
+``python -m gallery_build.recording record [--keep-going] [plot_xx.py | NN ...]`` records each example
 in a fresh interpreter (pinned to one GPU; :mod:`gallery_build.scheduling` spreads the pages), inside a
 private copy of the docs (:mod:`gallery_build.staging`), keeps the pages that succeed, and updates
 the manifest (:mod:`gallery_build.manifest`) and ``docs/data/history.jsonl``. A page whose GPU
-requirement this GPU lacks gets a note page instead (:mod:`gallery_build.skip_pages`).
+requirement this GPU lacks gets a note page instead (:mod:`gallery_build.skip_pages`). It prints a
+line as each page starts and ends, the time left, and a closing summary (:mod:`gallery_build.progress`).
 ``... restamp plot_xx.py`` carries a text-only edit into a recorded page (:mod:`gallery_build.restamp`).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from cudnn_guide import datafiles
 
 from .manifest import read_manifest, write_manifest
+from .progress import Progress, UnknownPageError, changed_verdicts, page_verdicts, resolve_pages, summary_line
 from .restamp import restamp_text_edit
 from .scheduling import plan_lanes
 from .skip_pages import unmet_requirements, write_skip_page
@@ -67,7 +69,7 @@ def recording_preload() -> list[str]:
     Returns
     -------
     list[str]
-        Module names, for :func:`cudnn_guide.measure.fresh_process.run`'s ``preload``.
+        Module names, for :func:`cudnn_guide.studies.fresh_process.run`'s ``preload``.
 
     Example
     -------
@@ -83,12 +85,7 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
     """In the page's fresh process: the one-example Sphinx build that executes ``example``."""
     from sphinx.cmd.build import build_main
 
-    from cudnn_guide.measure import drift
-
-    from . import drift_bands
-
-    os.environ.update({MODE_ENV: "record", ONLY_ENV: example, drift.PAGE_ENV: Path(example).stem})
-    os.environ.setdefault(drift.DRIFT_ENV, str(REPO_ROOT / "docs" / "data" / drift_bands.DRIFT))
+    os.environ.update({MODE_ENV: "record", ONLY_ENV: example})
     cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
     args = ["-b", "dummy", "-q", docs_dir, out_dir]
     if not os.environ.get(PROFILE_ENV):
@@ -120,7 +117,7 @@ def record_examples(
     makes ``conf.py`` execute that example alone. Only when the build succeeds are its files
     moved into ``gallery_dir`` (:func:`promote_page`); a page that fails leaves every committed
     file byte-identical. Each build runs in a new interpreter of its own (an
-    :class:`~cudnn_guide.measure.fresh_process.InterpreterPool`, all started up front so their imports
+    :class:`~cudnn_guide.studies.fresh_process.InterpreterPool`, all started up front so their imports
     overlap), so no CUDA context, cuDNN handle or warm library is left by another example.
 
     The manifest and ``docs/data/history.jsonl`` are then updated for the pages recorded, also
@@ -135,7 +132,8 @@ def record_examples(
     gallery_dir
         The recorded gallery.
     names
-        Example file names; default all.
+        Example file names, or page numbers and stems (:func:`~gallery_build.progress.resolve_pages`:
+        ``plot_05``, ``05``, ``5``); default all.
     shard
         Write the recorded pages into this new shard folder
         (:mod:`gallery_build.shards`) instead of the gallery, which stays untouched.
@@ -154,8 +152,9 @@ def record_examples(
 
     Raises
     ------
-    ValueError
-        A name in ``names`` is not an example.
+    UnknownPageError
+        A name in ``names`` is not an example (a :class:`ValueError`; the message lists the valid
+        ones), raised before anything starts.
     RuntimeError
         An example failed while being recorded (after the pages before it were kept).
 
@@ -169,6 +168,8 @@ def record_examples(
 
     from cudnn_guide import environment
 
+    if names:  # page numbers and stems too; an unknown one stops the run before anything starts
+        names = resolve_pages(names, [s.name for s in Path(examples_dir).glob("plot_*.py")])
     if shard is not None:  # record into a private copy of the gallery and history, then keep the pages as a shard
         from . import shards
 
@@ -199,10 +200,11 @@ def record_examples(
 
     sources = sorted(Path(examples_dir).glob("plot_*.py"))
     if names:
-        unknown = set(names) - {s.name for s in sources}
-        if unknown:
-            raise ValueError(f"no such examples: {sorted(unknown)}")
         sources = [s for s in sources if s.name in names]
+    # the committed verdicts, read before any page is promoted: the summary says which ones changed
+    verdicts_before = page_verdicts(gallery_dir, [s.name for s in sources])
+    previous_seconds = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
+    progress = Progress(previous_seconds)
     seconds: dict[str, float] = {}
     t_all = time.perf_counter()
     env_record = environment.collect().to_dict()
@@ -223,7 +225,7 @@ def record_examples(
                 runnable.append(src)
         if runnable:
             pool_seconds, failure = _record_on_gpus(
-                runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus, keep_going
+                runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus, keep_going, progress
             )
     from . import drift_bands, history
 
@@ -248,6 +250,9 @@ def record_examples(
             drift = drift_bands.drift(drift_bands.recordings(Path(docs_dir) / "data"))
             datafiles.write_json(Path(docs_dir) / "data" / drift_bands.DRIFT, drift, indent=1)
             print(f"cudnn-guide: {history.format_reproducibility(report)}", flush=True)
+    compared, changes = changed_verdicts(verdicts_before, page_verdicts(gallery_dir, list(seconds)))
+    planned = [s.name for s in sources]
+    print(summary_line(planned, seconds, time.perf_counter() - t_all, previous_seconds, compared, changes), flush=True)
     if failure:
         kept = ", ".join(seconds) or "none"
         raise RuntimeError(f"{failure}\nIts committed files are unchanged. Pages recorded before it were kept: {kept}.")
@@ -272,21 +277,28 @@ def _record_on_gpus(
     seconds: dict[str, float],
     gpus: int | None,
     keep_going: bool = False,
+    progress: Progress | None = None,
 ) -> tuple[float | None, str | None]:
-    """Record ``runnable`` pages, one page per GPU at a time; fill ``seconds``; return (pool start, failure)."""
+    """Record ``runnable`` pages, one page per GPU at a time; fill ``seconds``; return (pool start, failure).
+
+    ``progress`` prints a line as each page starts and ends, with the time left (:class:`Progress`).
+    Ctrl-C (or SIGTERM) keeps the pages promoted so far, promotes no other, and the failure names
+    the pages that did not finish."""
     import threading
     import time
 
-    from cudnn_guide.measure import fresh_process
+    from cudnn_guide.studies import fresh_process
 
     workers = gpus or _visible_gpus()
     previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
     alone, lanes = plan_lanes([s.name for s in runnable], previous, workers)
+    progress = progress or Progress(previous)
     by_name = {s.name: s for s in runnable}
     bytecode = shared_bytecode(stage_dir / "bytecode")
     if bytecode:
         print(f"cudnn-guide: Python may not write bytecode here; the pages share it in {stage_dir / 'bytecode'}")
     lock, failures, starts = threading.Lock(), [], []
+    stopped = threading.Event()  # Ctrl-C: no page starts or is promoted after it
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
     all_ready = threading.Barrier(max(1, len(lanes)))  # no page starts while another GPU's interpreters still import
     print(
@@ -296,11 +308,12 @@ def _record_on_gpus(
         + "; ".join(f"GPU {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
         flush=True,
     )
+    print(progress.plan(alone, lanes), flush=True)
 
     def lane_worker(gpu: int, lane: list[str]) -> None:
         env = bytecode | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else {})
         t0 = time.perf_counter()
-        with fresh_process.InterpreterPool(len(lane), preload=recording_preload(), env=env, exit_fast=True) as pool:
+        with interpreter_pool(len(lane), env) as pool:
             try:
                 pool.wait_ready()
                 all_ready.wait()
@@ -316,31 +329,35 @@ def _record_on_gpus(
                     alone_done.set()
                 elif gpu != 0 and index == 0:
                     alone_done.wait()
-                if failures and not keep_going:
+                if (failures and not keep_going) or stopped.is_set():
                     return
                 src = by_name[name]
                 with lock:  # a stage is copied while no other page is being promoted
                     staged = stage_docs(docs_dir, examples_dir, gallery_dir, stage_dir / src.stem)
                 (staged / f"{src.name}.md5").unlink(missing_ok=True)
-                print(f"cudnn-guide: recording {src.name} in a fresh interpreter on GPU {gpu} ...", flush=True)
+                print(progress.start(src.name, gpu), flush=True)
                 try:
                     done = pool.run(
                         _build_one_example, str(staged.parent), str(stage_dir / f"out-{gpu}"), src.name, timeout=None
                     )
                 except fresh_process.FreshProcessError as exc:
                     failures.append(f"recording {src.name} failed:\n{exc.detail}")
+                    print(progress.fail(src.name, gpu), flush=True)
                     if keep_going:
                         continue
                     return
                 if done.value != 0:
                     failures.append(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
+                    print(progress.fail(src.name, gpu), flush=True)
                     if keep_going:
                         continue
                     return
                 with lock:
+                    if stopped.is_set():  # finished after Ctrl-C: the run has stopped, nothing more is kept
+                        return
                     promote_page(staged, gallery_dir, src.name)
                     seconds[src.name] = done.seconds
-                print(f"cudnn-guide: recorded {src.name} in {done.seconds:.1f} s on GPU {gpu}", flush=True)
+                print(progress.finish(src.name, gpu, done.seconds), flush=True)
             starts.append(pool.start_seconds if pool.start_seconds is not None else time.perf_counter() - t0)
 
     def lane(gpu: int, pages: list[str]) -> None:
@@ -357,13 +374,22 @@ def _record_on_gpus(
         for t in threads:
             t.join()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (see _main): pages already promoted stay
-        failures.append("recording interrupted")
-        with lock:  # let a promotion under way finish
-            pass
+        with lock:  # let a promotion under way finish; none starts after this
+            stopped.set()
+        note = progress.interrupted_note()
+        failures.append(f"recording interrupted; {note}")
+        print(f"cudnn-guide: interrupted: kept {', '.join(seconds) or 'no page'}; {note}", flush=True)
     pool_seconds = max(starts) if starts else None
     if pool_seconds is not None:
         print(f"cudnn-guide: the interpreters were ready {pool_seconds:.1f} s after they were started", flush=True)
     return pool_seconds, ("\n".join(failures) if failures else None)
+
+
+def interpreter_pool(size: int, env: dict[str, str]) -> Any:
+    """The fresh interpreters one GPU records its pages in (a test replaces it with a fake runner)."""
+    from cudnn_guide.studies import fresh_process
+
+    return fresh_process.InterpreterPool(size, preload=recording_preload(), env=env, exit_fast=True)
 
 
 def _recorded_in(gallery_dir: Path) -> dict[str, float]:
@@ -388,19 +414,27 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         return
     if not argv or argv[0] != "record":
         raise SystemExit(
-            "usage: python -m gallery_build.recording record [--keep-going] [plot_xx.py ...]\n"
+            "usage: python -m gallery_build.recording record [--keep-going] [page ...]  (plot_05_x.py, 05 or 5)\n"
             "       python -m gallery_build.recording restamp plot_xx.py ...  (text-only edits)"
         )
     keep_going = "--keep-going" in argv
-    names = [a for a in argv[1:] if a != "--keep-going"]
     root = REPO_ROOT
-    seconds = record_examples(
-        root / "docs", root / "examples", root / "docs" / "auto_examples", names=names, keep_going=keep_going
-    )
-    print(
-        f"cudnn-guide: recorded {len(seconds)} example(s) in {sum(seconds.values()):.0f} s: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
-    )
+    try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts
+        names = resolve_pages(
+            [a for a in argv[1:] if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
+        )
+    except UnknownPageError as exc:
+        raise SystemExit(f"cudnn-guide: {exc}") from None
+    from .build_lock import BuildLockError, acquire
+
+    try:  # one build per checkout: another recorder or Sphinx build here would overwrite this one's files
+        lock = acquire(root / "docs", "recording")
+    except BuildLockError as exc:
+        raise SystemExit(f"cudnn-guide: {exc}") from None
+    with lock:
+        record_examples(
+            root / "docs", root / "examples", root / "docs" / "auto_examples", names=names, keep_going=keep_going
+        )  # it ends with the summary line
 
 
 if __name__ == "__main__":  # pragma: no cover

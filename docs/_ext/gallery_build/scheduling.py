@@ -2,7 +2,34 @@
 
 from __future__ import annotations
 
-__all__ = ["schedule", "RECORD_ALONE", "plan_lanes"]
+__all__ = ["page_costs", "schedule", "RECORD_ALONE", "plan_lanes"]
+
+
+def page_costs(pages: list[str], previous_seconds: dict[str, float]) -> dict[str, float]:
+    """Each page's expected seconds: its time in the last recording, else the longest known one.
+
+    A page with no previous time (new) or a zero one (a "skipped: needs …" page, which this GPU
+    may run) counts as the longest known page, so it is planned early and never estimated at 0 s.
+
+    Parameters
+    ----------
+    pages
+        Example file names.
+    previous_seconds
+        Each page's seconds in the last recording (``recording.json``'s ``example_seconds``).
+
+    Returns
+    -------
+    dict[str, float]
+        Page → expected seconds (1 s each when nothing was recorded before).
+
+    Example
+    -------
+    >>> page_costs(["a.py", "new.py"], {"a.py": 60, "b.py": 90})
+    {'a.py': 60, 'new.py': 90}
+    """
+    default = max(previous_seconds.values(), default=1.0) or 1.0
+    return {p: previous_seconds.get(p, default) or default for p in pages}
 
 
 def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int) -> list[list[str]]:
@@ -31,8 +58,7 @@ def schedule(pages: list[str], previous_seconds: dict[str, float], workers: int)
     """
     if workers <= 1:
         return [list(pages)] if pages else []  # one GPU: the pages' own order (a failure stops the rest)
-    default = max(previous_seconds.values(), default=1.0)
-    cost = {p: previous_seconds.get(p, default) or default for p in pages}
+    cost = page_costs(pages, previous_seconds)
     lanes: list[list[str]] = [[] for _ in range(max(1, workers))]
     load = [0.0] * len(lanes)
     for page in sorted(pages, key=lambda p: (-cost[p], p)):

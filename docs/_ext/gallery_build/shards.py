@@ -25,8 +25,16 @@ A *shard* is what one machine recorded, self-contained, in a folder:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import json
+import os
 import re
+import shutil
+import stat
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +43,9 @@ from cudnn_guide.errors import CorruptDataError, GuideError
 from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import drift_bands, history, recording, staging
+from .cell_times import CELLS_SUFFIX
 from .manifest import MANIFEST, package_md5, read_manifest
+from .page_checks import HEALTH_EXCEPTIONS
 from .staleness import source_md5
 
 __all__ = [
@@ -51,6 +61,8 @@ __all__ = [
 ]
 
 SHARD_MANIFEST = "shard.json"
+ALLOW_OTHER_ENVIRONMENT = "--allow-other-environment"
+"""The ``merge`` flag that accepts shards recorded with other software than the gallery's."""
 BY_GPU = "by_gpu"
 """In ``docs/data``: each GPU model's records, for pages recorded on more than one."""
 
@@ -90,7 +102,7 @@ def gpu_slug(gpu: str) -> str:
 
 
 class Shard:
-    """One shard, read and checked: its folder, environment and pages.
+    """One shard, read and checked: its folder, environment, pages and the bytes of their files.
 
     Example
     -------
@@ -99,11 +111,21 @@ class Shard:
     """
 
     def __init__(
-        self, path: Path, environment: dict[str, Any], pages: dict[str, dict[str, Any]], package_md5: str | None = None
+        self,
+        path: Path,
+        environment: dict[str, Any],
+        pages: dict[str, dict[str, Any]],
+        package_md5: str | None = None,
+        files: dict[str, bytes] | None = None,
+        history_lines: list[dict[str, Any]] | None = None,
     ) -> None:
         self.path, self.environment, self.pages = path, environment, pages
         self.package_md5 = package_md5
         """The md5 of the ``cudnn_guide`` that recorded it (``None`` in shards older than this field)."""
+        self.files = files or {}
+        """Each file of its ``auto_examples`` (POSIX path relative to it) → its bytes, read once."""
+        self.history_lines = history_lines or []
+        """Its ``history.jsonl``, parsed and checked."""
 
     @property
     def gpu(self) -> str:
@@ -111,7 +133,106 @@ class Shard:
 
     def page_files(self, example: str) -> list[Path]:
         """The shard's files of page ``example`` (a file name), relative to its ``auto_examples``."""
-        return sorted(staging.page_files(self.path / recording.GALLERY_NAME, Path(example).stem))
+        stem = Path(example).stem
+        return sorted(Path(rel) for rel in self.files if _owner(rel, [stem]) == stem)
+
+
+PAGE_NAME = re.compile(r"plot_[A-Za-z0-9_-]+\.py")
+"""What a page of a shard may be called: an example's file name, no folder (checked against ``examples/`` too)."""
+COST_SUFFIX = ".cost.json"
+PAGE_SUFFIXES = (".rst", ".py", ".ipynb", ".zip", ".py.md5", RECORD_SUFFIX)
+"""The files every recorded page has, ran or skipped: sphinx-gallery's ``generate_file_rst`` writes the
+page, the copy of the script, the notebook, the zip and the md5 (:func:`~gallery_build.skip_pages.write_skip_page`
+writes the same for a skipped page), and the record is ``hooks.reset_between_examples``'s (or the skip page's)."""
+RAN_SUFFIXES = (CELLS_SUFFIX, COST_SUFFIX)
+"""The files only a page that ran has: its cell times (:func:`~gallery_build.cell_times.time_cells`) and its
+run time (sphinx-gallery caches it when the script passes)."""
+OPTIONAL_SUFFIXES = (".codeobj.json",)
+"""sphinx-gallery writes ``.codeobj.json`` only when it found names in the code to link; a skip page has none."""
+
+
+def _owner(rel: str, stems: Any) -> str | None:
+    """The page among ``stems`` that a gallery file (POSIX path relative to the gallery) belongs to, if any."""
+    name = rel.rsplit("/", 1)[-1]
+    folder = rel[: -len(name)]
+    for stem in stems:
+        if folder == "" and name in {stem + s for s in (*PAGE_SUFFIXES, *RAN_SUFFIXES, *OPTIONAL_SUFFIXES)}:
+            return stem
+        if folder == "images/" and re.fullmatch(rf"sphx_glr_{re.escape(stem)}_\d{{3}}\.png", name):
+            return stem
+        if folder == "images/thumb/" and name == f"sphx_glr_{stem}_thumb.png":
+            return stem
+    return None
+
+
+def _refuse(shard: Path, what: str, fix: str) -> ShardError:
+    return ShardError(f"shard {shard}: {what}. Fix: {fix}. Nothing was merged.")
+
+
+def _read_regular(shard: Path, path: Path) -> bytes:
+    """The bytes of ``path``, refused unless it is a plain file with one name (no link of any kind, no FIFO)."""
+    fix = "copy the real files into the shard (`cp -rL`), or re-record it; a merge copies no links"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise _refuse(shard, f"{path} is missing", "re-record the shard, or copy it again in full") from None
+    except OSError as exc:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise _refuse(shard, f"{path} is a symbolic link (to {os.readlink(path)})", fix) from None
+        raise _refuse(shard, f"{path} cannot be read ({exc.strerror})", fix) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refuse(shard, f"{path} is not a plain file (a device, FIFO or socket)", fix)
+        if info.st_nlink > 1:
+            raise _refuse(shard, f"{path} is a hard link ({info.st_nlink} names for one file)", fix)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _read_tree(shard: Path, folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder``, relative POSIX path → bytes; a link or special file anywhere is refused."""
+    fix = "copy the real files into the shard (`cp -rL`), or re-record it; a merge copies no links"
+    out: dict[str, bytes] = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        path = Path(entry.path)
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            raise _refuse(shard, f"{path} is a symbolic link (to {os.readlink(path)})", fix)
+        if stat.S_ISDIR(mode):
+            out.update({f"{entry.name}/{rel}": data for rel, data in _read_tree(shard, path).items()})
+        elif not stat.S_ISREG(mode):  # refused unopened: opening a device or FIFO can block or act
+            raise _refuse(shard, f"{path} is not a plain file (a device, FIFO or socket)", fix)
+        else:
+            out[entry.name] = _read_regular(shard, path)
+    return out
+
+
+def _parse_json(shard: Path, path: Path, data: bytes) -> Any:
+    """``data`` (the bytes of ``path``) as JSON, or the error :func:`datafiles.read_json` gives, inside the shard's."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ShardError(f"shard {shard}: {CorruptDataError(path, f'not UTF-8 text ({exc.reason})')}") from None
+    except ValueError as exc:
+        problem = f"not valid JSON ({exc.msg}, column {exc.colno})"
+        raise ShardError(f"shard {shard}: {CorruptDataError(path, problem, line=exc.lineno)}") from None
+
+
+def _figure_problem(data: bytes) -> str | None:
+    """Why a PNG's bytes do not decode as a PNG, or ``None`` when they do."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            if img.format != "PNG":
+                return f"a {img.format} image, not a PNG"
+    except Exception as exc:  # PIL raises many kinds for truncated or foreign files
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def write_shard(
@@ -179,7 +300,7 @@ def write_shard(
 
 
 def read_shard(path: Path) -> Shard:
-    """Read a shard and check that it is complete and parses.
+    """Read a shard and check everything in it that needs no gallery: every file, once, into memory.
 
     Parameters
     ----------
@@ -189,12 +310,17 @@ def read_shard(path: Path) -> Shard:
     Returns
     -------
     Shard
-        Its environment and pages.
+        Its environment, pages, their files' bytes and its history lines.
 
     Raises
     ------
     ShardError
-        No ``shard.json``, a file that does not parse, or a page whose record or page is missing.
+        No ``shard.json``; a link (symbolic or hard), FIFO or device anywhere in it; a file that
+        does not parse (JSON naming its line, a history line of another shape or holding a NaN); a
+        page name that is not an example's file name; a page without its complete set of files
+        (:data:`PAGE_SUFFIXES`, and :data:`RAN_SUFFIXES` with at least one figure for a page that
+        ran), with a figure that does not decode, an ``.md5`` or script copy that is not the
+        example ``shard.json`` names, or a record of another page; a file of no page.
 
     Example
     -------
@@ -202,27 +328,117 @@ def read_shard(path: Path) -> Shard:
     """
     path = Path(path)
     manifest_path = path / SHARD_MANIFEST
-    if not manifest_path.exists():
-        raise ShardError(f"shard {path}: no {SHARD_MANIFEST} (is this a folder written by `record`?)")
-    try:
-        data = datafiles.read_json(manifest_path)
-        for p in sorted((path / recording.GALLERY_NAME).glob("*.json")):
-            datafiles.read_json(p)
-        datafiles.read_jsonl(path / "history.jsonl")
-    except CorruptDataError as exc:
-        raise ShardError(f"shard {path}: {exc}") from None
+    if not path.is_dir() or not os.path.lexists(manifest_path):
+        raise _refuse(path, f"no {SHARD_MANIFEST} (is this a folder written by `record`?)", "pass the folder it wrote")
+    data = _parse_json(path, manifest_path, _read_regular(path, manifest_path))
+    gallery = path / recording.GALLERY_NAME
+    if gallery.is_symlink() or not gallery.is_dir():
+        raise _refuse(path, f"{gallery} is not a folder", "merge the folder `record` wrote, as it wrote it")
+    files = _read_tree(path, gallery)
+    for rel in sorted(files):
+        if rel.endswith((".json", ".ipynb")):
+            _parse_json(path, gallery / rel, files[rel])
+    lines = _parse_history(path, path / "history.jsonl", _read_regular(path, path / "history.jsonl"))
     if not isinstance(data, dict) or not isinstance(data.get("pages"), dict) or not data.get("environment"):
-        raise ShardError(f"shard {path}: {manifest_path.name} lacks its environment or pages")
-    shard = Shard(path, data["environment"], data["pages"], data.get("package_md5"))
+        raise _refuse(path, f"{manifest_path.name} lacks its environment or pages", "re-record the shard")
+    if not isinstance(data["environment"], dict) or not data["pages"]:
+        raise _refuse(path, f"{manifest_path} has no pages or no environment object", "re-record the shard")
+    if not isinstance(data.get("package_md5"), (str, type(None))):
+        raise _refuse(path, f"{manifest_path}: package_md5 is not a string", "re-record the shard")
+    shard = Shard(path, data["environment"], data["pages"], data.get("package_md5"), files, lines)
     for name in sorted(shard.pages):
-        stem = Path(name).stem
-        for needed in (f"{stem}.rst", f"{stem}{RECORD_SUFFIX}", f"{name}.md5"):
-            if not (path / recording.GALLERY_NAME / needed).exists():
-                raise ShardError(f"shard {path}: page {name} has no {needed}")
-        record = datafiles.read_json(path / recording.GALLERY_NAME / f"{stem}{RECORD_SUFFIX}")
-        if record.get("example") != stem:
-            raise ShardError(f"shard {path}: {stem}{RECORD_SUFFIX} is the record of {record.get('example')!r}")
+        _check_page(shard, name)
+    stray = [rel for rel in sorted(files) if _owner(rel, [Path(n).stem for n in shard.pages]) is None]
+    if stray:
+        raise _refuse(
+            path,
+            f"{gallery / stray[0]} belongs to no page {SHARD_MANIFEST} lists ({len(stray)} such file(s))",
+            f"remove it, or re-record the shard so that {SHARD_MANIFEST} names every page it holds",
+        )
     return shard
+
+
+def _parse_history(shard: Path, path: Path, data: bytes) -> list[dict[str, Any]]:
+    """The shard's history lines, each checked as :func:`gallery_build.history.load` checks them."""
+    out = []
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError as exc:
+            problem = f"line is not valid JSON ({exc.msg}, column {exc.colno})"
+            raise ShardError(f"shard {shard}: {CorruptDataError(path, problem, line=number)}") from None
+        try:
+            out.append(history.check_entry(entry, path, number))
+        except CorruptDataError as exc:
+            raise ShardError(f"shard {shard}: {exc}") from None
+    return out
+
+
+def _check_page(shard: Shard, name: str) -> None:
+    """Refuse page ``name`` of ``shard`` unless its files are all there, parse, decode and are its example's."""
+    path, gallery, files = shard.path, shard.path / recording.GALLERY_NAME, shard.files
+    rerecord = "re-record the page into a new shard (`shards record`), or copy the shard again in full"
+    if not isinstance(name, str) or not PAGE_NAME.fullmatch(name):
+        raise _refuse(
+            path,
+            f"{SHARD_MANIFEST} names a page {name!r}, which is no example's file name (plot_*.py, no folder)",
+            "merge only shards written by `shards record`",
+        )
+    info, stem = shard.pages[name], Path(name).stem
+    md5 = info.get("md5") if isinstance(info, dict) else None
+    if not isinstance(md5, str) or not re.fullmatch(r"[0-9a-f]{32}", md5):
+        raise _refuse(path, f"{SHARD_MANIFEST}: page {name} has no md5 of its example", rerecord)
+    seconds, skipped = info.get("seconds"), info.get("skipped", False)
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf")
+    ):
+        raise _refuse(path, f"{SHARD_MANIFEST}: page {name} has seconds {seconds!r}, not a time", rerecord)
+    if not isinstance(skipped, bool):
+        raise _refuse(path, f"{SHARD_MANIFEST}: page {name} has skipped {skipped!r}, not true or false", rerecord)
+    thumb = f"images/thumb/sphx_glr_{stem}_thumb.png"
+    needed = [stem + s for s in PAGE_SUFFIXES] + [thumb] + ([] if skipped else [stem + s for s in RAN_SUFFIXES])
+    missing = [rel for rel in needed if rel not in files]
+    if missing:
+        raise _refuse(path, f"page {name} has no {', '.join(missing)} (in {gallery})", rerecord)
+    record = _parse_json(path, gallery / f"{stem}{RECORD_SUFFIX}", files[f"{stem}{RECORD_SUFFIX}"])
+    if not isinstance(record, dict) or record.get("example") != stem:
+        example = record.get("example") if isinstance(record, dict) else record
+        raise _refuse(path, f"{stem}{RECORD_SUFFIX} is the record of {example!r}", rerecord)
+    if bool((record.get("extra") or {}).get("skipped")) != skipped:
+        raise _refuse(
+            path, f"page {name}: {SHARD_MANIFEST} says skipped={skipped}, its record says otherwise", rerecord
+        )
+    stored = files[f"{name}.md5"].decode("utf-8", errors="replace").strip()
+    if stored != md5:
+        raise _refuse(path, f"{gallery / (name + '.md5')} holds {stored!r}, {SHARD_MANIFEST} says {md5}", rerecord)
+    if hashlib.md5(files[f"{stem}.py"]).hexdigest() != md5:
+        copy = gallery / f"{stem}.py"
+        raise _refuse(path, f"{copy} is not the example {SHARD_MANIFEST} names (md5 {md5})", rerecord)
+    try:
+        rst = files[f"{stem}.rst"].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(path, f"{gallery / (stem + '.rst')} is not UTF-8 text ({exc.reason})", rerecord) from None
+    shown = {f"images/{m}" for m in re.findall(rf"/images/(sphx_glr_{re.escape(stem)}_\d{{3}}\.png)", rst)}
+    figures = {rel for rel in files if rel.startswith("images/sphx_glr_") and _owner(rel, [stem]) == stem}
+    if not skipped and not shown and stem not in HEALTH_EXCEPTIONS:
+        raise _refuse(path, f"page {name} shows no figure ({gallery / (stem + '.rst')})", rerecord)
+    if shown - figures:
+        raise _refuse(path, f"page {name} shows {', '.join(sorted(shown - figures))}, which the shard lacks", rerecord)
+    if figures - shown:
+        unshown = ", ".join(sorted(figures - shown))
+        raise _refuse(path, f"page {name} does not show {unshown} (a figure of another recording)", rerecord)
+    for rel in sorted(figures | {thumb}):
+        why = _figure_problem(files[rel])
+        if why:
+            raise _refuse(path, f"figure {gallery / rel} does not decode ({why})", rerecord)
+    try:
+        with zipfile.ZipFile(io.BytesIO(files[f"{stem}.zip"])) as z:
+            if z.testzip() is not None or f"{stem}.py" not in z.namelist():
+                raise zipfile.BadZipFile(f"no intact {stem}.py inside")
+    except zipfile.BadZipFile as exc:
+        raise _refuse(path, f"{gallery / (stem + '.zip')} is not the page's download ({exc})", rerecord) from None
 
 
 def _primary(claims: list[Shard], name: str) -> Shard:
@@ -234,8 +450,17 @@ def _entry_key(entry: dict) -> tuple[str, str, str, str]:
     return (str(entry.get("example")), str(entry.get("recorded_utc")), str(entry.get("gpu")), str(entry.get("commit")))
 
 
-def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[str, str]:
+def merge(
+    shard_paths: list[Path], docs_dir: Path, examples_dir: Path, *, allow_other_environment: bool = False
+) -> dict[str, str]:
     """Merge shards into ``docs_dir/auto_examples`` and its history; returns page → the GPU it shows.
+
+    Everything is checked before anything is written (:func:`read_shard`, then against the
+    examples and the gallery). The gallery is then written as a whole: a copy of it, with the
+    shards' pages in, replaces it in one exchange of folders at the end, so a merge refused or
+    cut short leaves it as it was. The data files follow (``docs/data/by_gpu``, the history,
+    and for a full recording the reproducibility report and drift), each replaced atomically;
+    merging the same shards again completes a merge cut short between the two.
 
     Parameters
     ----------
@@ -245,6 +470,10 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
         The Sphinx source directory (``docs``).
     examples_dir
         The example sources, whose md5 each recorded page must match.
+    allow_other_environment
+        Merge shards recorded with other software (:data:`~gallery_build.history.SOFTWARE_KEYS`)
+        or another ``cudnn_guide`` than the gallery's. Each page then names its own software in
+        ``recording.json``; the gallery's environment changes only with a full recording.
 
     Returns
     -------
@@ -254,8 +483,10 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
     Raises
     ------
     ShardError
-        No shards, a corrupt or incomplete shard, a page recorded from another version of its
-        example, or two shards claiming one page on one GPU model. Nothing is written then.
+        No shards; a corrupt, incomplete or linked shard (:func:`read_shard`); a page that is
+        not an example here or was recorded from another version of it; two shards claiming one
+        page on one GPU model; a shard recorded with other software or package than the gallery
+        (without ``allow_other_environment``). Nothing is written then.
 
     Example
     -------
@@ -265,57 +496,142 @@ def merge(shard_paths: list[Path], docs_dir: Path, examples_dir: Path) -> dict[s
     if not shard_paths:
         raise ShardError("merge: no shards given (pass the folders written by `record`)")
     shards = sorted((read_shard(p) for p in shard_paths), key=lambda s: (s.gpu, sorted(s.pages), str(s.path)))
+    examples = {p.name: p for p in sorted(Path(examples_dir).glob("plot_*.py")) if p.is_file() and not p.is_symlink()}
     claims: dict[str, list[Shard]] = {}
     for shard in shards:
         for name, page in sorted(shard.pages.items()):
-            source = Path(examples_dir) / name
-            if not source.exists():
-                raise ShardError(f"shard {shard.path}: {name} is not an example here ({examples_dir})")
+            source = examples.get(name)
+            if source is None:
+                raise ShardError(
+                    f"shard {shard.path}: {name} is not an example here ({examples_dir}). Fix: merge it into the "
+                    "checkout whose examples it recorded, or re-record the shard here. Nothing was merged."
+                )
             if page.get("md5") != source_md5(source):
                 raise ShardError(
                     f"shard {shard.path}: {name} was recorded from another version of the example "
-                    f"(md5 {page.get('md5')} in {SHARD_MANIFEST}, {source_md5(source)} here); re-record it"
+                    f"(md5 {page.get('md5')} in {SHARD_MANIFEST}, {source_md5(source)} here). "
+                    "Fix: re-record it from this version. Nothing was merged."
                 )
             for other in claims.get(name, []):
                 if other.gpu == shard.gpu:
                     raise ShardError(
-                        f"shards {other.path} and {shard.path} both recorded {name} on {shard.gpu}; keep one of them"
+                        f"shards {other.path} and {shard.path} both recorded {name} on {shard.gpu}. "
+                        "Fix: keep one of them. Nothing was merged."
                     )
             claims.setdefault(name, []).append(shard)
-    # everything checked: now write, in a fixed order
     gallery, data = Path(docs_dir) / recording.GALLERY_NAME, Path(docs_dir) / "data"
-    shown, sources, entries = {}, {}, []
+    try:
+        previous = read_manifest(gallery) or {}
+        known = {_entry_key(e) for e in history.load(data / "history.jsonl")}
+    except CorruptDataError as exc:
+        raise ShardError(f"merge: the gallery's own data is corrupt: {exc}") from None
+    full = _every_example(claims, Path(examples_dir))
+    if not allow_other_environment:  # a full recording replaces the gallery's: its shards must agree among themselves
+        _same_environment(shards, {} if full else previous, gallery / MANIFEST)
+    # everything checked: build the new gallery beside the old one, in a fixed order
+    sources = {name: _primary(claims[name], name) for name in sorted(claims)}
+    # the copy lives in docs/_build: on the gallery's file system (one rename swaps it in), ignored by git,
+    # and never read as pages by Sphinx, even when a merge killed outright leaves it behind
+    build = Path(docs_dir) / "_build"
+    made_build = not build.exists()
+    build.mkdir(exist_ok=True)
+    stage_root = Path(tempfile.mkdtemp(prefix="shards-merge-", dir=build))
+    try:
+        stage = stage_root / recording.GALLERY_NAME
+        if gallery.is_dir():
+            shutil.copytree(gallery, stage, symlinks=True)
+        else:
+            stage.mkdir()
+        for name, primary in sources.items():
+            stem = Path(name).stem
+            for rel, stale in staging.page_files(stage, stem).items():
+                if _owner(rel.as_posix(), [stem]) == stem:
+                    stale.unlink()
+            for rel in primary.page_files(name):
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                datafiles.write_bytes(stage / rel, primary.files[rel.as_posix()])
+        manifest = _merged_manifest(previous, Path(examples_dir), shards, sources, full)
+        datafiles.write_json(stage / MANIFEST, manifest, indent=1)
+        _swap(stage, gallery)  # the gallery is new from here; the old one is removed with stage_root
+    finally:
+        shutil.rmtree(stage_root, ignore_errors=True)
+        if made_build:
+            with contextlib.suppress(OSError):  # a build started meanwhile writes there: keep it
+                build.rmdir()
+    entries = []
     for name in sorted(claims):
-        primary = sources[name] = _primary(claims[name], name)
         stem = Path(name).stem
-        for stale in staging.page_files(gallery, stem).values():
-            stale.unlink()
-        # the page's md5 last: a merge cut short leaves the page stale, which the build refuses by name
-        for rel in sorted(primary.page_files(name), key=lambda r: r.name.endswith(".md5")):
-            (gallery / rel).parent.mkdir(parents=True, exist_ok=True)
-            datafiles.write_bytes(gallery / rel, (primary.path / recording.GALLERY_NAME / rel).read_bytes())
-        shown[name] = primary.gpu
         if len(claims[name]) > 1:
             for shard in claims[name]:
                 dest = data / BY_GPU / gpu_slug(shard.gpu) / f"{stem}{RECORD_SUFFIX}"
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                datafiles.write_bytes(
-                    dest, (shard.path / recording.GALLERY_NAME / f"{stem}{RECORD_SUFFIX}").read_bytes()
-                )
+                datafiles.write_bytes(dest, shard.files[f"{stem}{RECORD_SUFFIX}"])
         for shard in claims[name]:
-            entries += [e for e in history.load(shard.path / "history.jsonl") if e.get("example") == stem]
+            entries += [e for e in shard.history_lines if e.get("example") == stem]
     entries.sort(key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e["example"]))
     # a shard merged a second time adds nothing: its lines are in the history already, and a
     # duplicate would compare the recording with itself
-    known = {_entry_key(e) for e in history.load(data / "history.jsonl")}
     history.append(data / "history.jsonl", [e for e in entries if _entry_key(e) not in known])
-    _merge_manifest(gallery, Path(examples_dir), shards, sources)
-    if _every_example(claims, Path(examples_dir)):
+    if full:
         # every page: a full recording, assembled from shards; does it reproduce the one before?
         lines = history.load(data / "history.jsonl")
         datafiles.write_json(data / recording.REPRODUCIBILITY, history.reproducibility(lines), indent=1)
         datafiles.write_json(data / drift_bands.DRIFT, drift_bands.drift(drift_bands.recordings(data)), indent=1)
-    return shown
+    return {name: shard.gpu for name, shard in sources.items()}
+
+
+def _software(environment: dict[str, Any]) -> dict[str, Any]:
+    return {k: environment.get(k) for k in history.SOFTWARE_KEYS}
+
+
+def _same_environment(shards: list[Shard], previous: dict[str, Any], manifest_path: Path) -> None:
+    """Refuse a shard whose software or ``cudnn_guide`` differs from the gallery's (``previous``, its manifest),
+    or from the first shard's when ``previous`` is empty; a value one side does not know is not compared."""
+    if previous.get("environment"):
+        env, package, where = previous["environment"], previous.get("package_md5"), f"the gallery ({manifest_path})"
+    else:
+        env, package, where = shards[0].environment, shards[0].package_md5, f"shard {shards[0].path}"
+    for shard in shards:
+        mine, theirs = _software(shard.environment), _software(env)
+        differ = [f"{k} {mine[k]} vs {theirs[k]}" for k in mine if mine[k] and theirs[k] and mine[k] != theirs[k]]
+        if shard.package_md5 and package and shard.package_md5 != package:
+            differ.append(f"cudnn_guide package md5 {shard.package_md5} vs {package}")
+        if differ:
+            raise _refuse(
+                shard.path,
+                f"recorded with other software than {where}: {'; '.join(differ)}",
+                "re-record it with the gallery's software, or merge with --allow-other-environment "
+                "(each of its pages then names its own software in recording.json)",
+            )
+
+
+def _swap(new: Path, current: Path) -> None:
+    """Put folder ``new`` in the place of ``current``, and ``current`` (if any) in the place of ``new``.
+
+    One atomic exchange where the system has it (Linux's ``renameat2``), else three renames.
+    """
+    if not current.exists():
+        os.rename(new, current)
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+        renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        at_fdcwd, rename_exchange = -100, 2
+        if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(current), rename_exchange) == 0:
+            return
+    except (OSError, AttributeError):  # no renameat2 in this C library: rename in three steps
+        pass
+    aside = new.with_name(new.name + ".old")
+    os.rename(current, aside)
+    try:
+        os.rename(new, current)
+    except BaseException:
+        os.rename(aside, current)
+        raise
+    os.rename(aside, new)
 
 
 def _every_example(pages: Any, examples_dir: Path) -> bool:
@@ -323,15 +639,24 @@ def _every_example(pages: Any, examples_dir: Path) -> bool:
     return set(pages) == {p.name for p in examples_dir.glob("plot_*.py")}
 
 
-def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sources: dict[str, Shard]) -> None:
-    """Update ``recording.json``: each merged page's GPU, commit and seconds (from the shard it is shown
-    from: several shards may share a GPU model); md5s of the examples."""
-    previous = read_manifest(gallery) or {}
+def _merged_manifest(
+    previous: dict[str, Any], examples_dir: Path, shards: list[Shard], sources: dict[str, Shard], full: bool
+) -> dict[str, Any]:
+    """``recording.json`` after the merge: each merged page's GPU, commit, software, package and seconds (from
+    the shard it is shown from: several shards may share a GPU model); md5s of the examples. The gallery's
+    environment is the newest shard's of the GPU most pages show only when the shards are a full recording
+    (or the gallery has none): a few pages never describe every page."""
     pages = dict(previous.get("pages", {}))
     seconds = dict(previous.get("example_seconds", {}))
     for name, shard in sorted(sources.items()):
         env = shard.environment
-        pages[name] = {"gpu": shard.gpu, "commit": env.get("commit"), "date_utc": env.get("date_utc")}
+        pages[name] = {
+            "gpu": shard.gpu,
+            "commit": env.get("commit"),
+            "date_utc": env.get("date_utc"),
+            "software": _software(env),
+            "package_md5": shard.package_md5,
+        }
         seconds[name] = shard.pages[name].get("seconds") or 0.0
     by_gpu = {s.gpu: s for s in sorted(shards, key=lambda s: str(s.path))}
     main_gpu = max(sorted(by_gpu), key=lambda g: sum(1 for s in sources.values() if s.gpu == g))
@@ -341,17 +666,18 @@ def _merge_manifest(gallery: Path, examples_dir: Path, shards: list[Shard], sour
     data = dict(previous)
     data.update(
         {
-            "environment": newest.environment,  # the machine of the latest recording merged
             "example_seconds": seconds,
             "pages": pages,
             "examples": {s.name: source_md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
-            "package_md5": newest.package_md5 or package_md5(),  # the package that recorded it
             "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}),
         }
     )
+    if full or not previous.get("environment"):
+        data["environment"] = newest.environment  # the machine of the latest recording merged
+        data["package_md5"] = newest.package_md5 or package_md5()  # the package that recorded it
     data.pop("recorded_utc", None)
     data["recorded_utc"] = max(str(s.environment.get("date_utc", "")) for s in shards)
-    datafiles.write_json(gallery / MANIFEST, data, indent=1)
+    return data
 
 
 def across_gpus(data_dir: Path) -> list[dict[str, Any]]:
@@ -398,7 +724,13 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     argv = sys.argv[1:] if argv is None else argv
     root = recording.REPO_ROOT
     if argv[:1] == ["merge"]:
-        shown = merge([Path(p) for p in argv[1:]], root / "docs", root / "examples")
+        allow = ALLOW_OTHER_ENVIRONMENT in argv
+        paths = [Path(p) for p in argv[1:] if p != ALLOW_OTHER_ENVIRONMENT]
+        try:
+            shown = merge(paths, root / "docs", root / "examples", allow_other_environment=allow)
+        except ShardError as exc:
+            print(f"cudnn-guide: shards merge refused: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
         for name, gpu in shown.items():
             print(f"cudnn-guide: merged {name} (shown from {gpu})")
         report = root / "docs" / "data" / recording.REPRODUCIBILITY
@@ -424,7 +756,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         return
     raise SystemExit(
         "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [plot_xx.py ...]\n"
-        "       python -m gallery_build.shards merge SHARD_DIR [SHARD_DIR ...]"
+        f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]"
     )
 
 

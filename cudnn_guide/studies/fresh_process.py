@@ -1,0 +1,366 @@
+"""Run functions in fresh Python interpreters, started ahead of time so their imports cost no wait.
+
+Start-up studies (plan caches, kernel caches) and the gallery recording each need a process with
+no CUDA context, no cuDNN handle, no built graph and no cache left by earlier work: a new
+interpreter. Started on demand, each pays Python's and torch's imports first, seconds on the
+GPU builder (the methodology page's controls measure them), more than most of what such a
+process measures.
+
+An :class:`InterpreterPool` starts the interpreters it will need **all at once, before the first
+call**: they import the ``preload`` modules concurrently (a few seconds in all, on a multi-core
+host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` hands the next
+one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
+interpreter, with its imports done but nothing else; and no interpreter imports while another
+one measures.
+
+Why not fork children from one pre-imported server, which is cheaper still? That was tried: in a
+control, forked children loaded a saved cuDNN plan faster than a new interpreter, a difference
+pre-started interpreters did not show. Both kinds built a cold graph slower than an interpreter
+that builds straight after importing (the methodology page shows the runs, the ratios computed
+from them, and what they do and do not establish).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cudnn_guide import collector
+from cudnn_guide.errors import GuideError
+from cudnn_guide.studies.interpreter import receive, send
+
+__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool"]
+
+PRELOAD: tuple[str, ...] = ("torch", "numpy")
+"""Modules each interpreter imports before it is ready, unless it is given others."""
+
+_WORKER = (
+    "import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+    "from cudnn_guide.studies.interpreter import worker_main; worker_main(int(sys.argv[2]), sys.argv[3:])"
+)
+
+
+class FreshProcessError(GuideError):
+    """The function failed, died or timed out in its fresh process, or the process could not start.
+
+    Attributes
+    ----------
+    what:
+        The function's qualified name.
+    detail:
+        The child's traceback, or how it ended.
+
+    Example
+    -------
+    >>> try:
+    ...     fresh_process.run(my_study)
+    ... except FreshProcessError as exc:
+    ...     print(exc.detail)  # the child's traceback
+    """
+
+    def __init__(self, what: str, detail: str) -> None:
+        self.what, self.detail = what, detail
+        super().__init__(f"{what} failed in its fresh process:\n{detail}")
+
+
+@dataclass(frozen=True)
+class FreshResult:
+    """What :meth:`InterpreterPool.run` and :func:`run` return.
+
+    Example
+    -------
+    >>> done = fresh_process.run(os.getpid)
+    >>> done.value == done.pid != os.getpid(), f"{done.seconds:.2f} s"
+    """
+
+    value: Any
+    """The function's return value (it must pickle)."""
+    seconds: float
+    """Wall time from handing over the call to the interpreter's exit, seen by the caller."""
+    start_seconds: float
+    """From handing over the call to the function starting (the imports were done before)."""
+    import_seconds: float
+    """How long this interpreter took to import its ``preload`` modules."""
+    pid: int
+    """The interpreter's process id (never the caller's)."""
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+class _Interpreter:
+    def __init__(self, preload: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        read, write = os.pipe()
+        self.launched = time.monotonic()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                *subprocess._args_from_interpreter_flags(),
+                "-c",
+                _WORKER,
+                json.dumps(sys.path),
+                str(write),
+                *preload,
+            ],
+            stdin=subprocess.PIPE,
+            pass_fds=(write,),
+            cwd=os.getcwd(),
+            env={**os.environ, **(env or {})},
+        )
+        os.close(write)
+        self.answers = read
+        self.import_seconds: float | None = None
+
+    def wait_ready(self, timeout: float | None) -> None:
+        if self.import_seconds is not None:
+            return
+        try:
+            _, self.import_seconds, not_fresh = receive(self.answers, timeout)
+        except EOFError:
+            raise FreshProcessError(
+                "interpreter start", f"it exited while importing (exit code {self.proc.wait()})"
+            ) from None
+        except TimeoutError:
+            self.kill()
+            raise FreshProcessError("interpreter start", f"not ready within {timeout} s; it was killed") from None
+        if not_fresh:
+            self.kill()
+            raise FreshProcessError("interpreter start", f"importing its modules touched CUDA: {not_fresh}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        if self.answers >= 0:
+            os.close(self.answers)
+            self.answers = -1
+
+
+class InterpreterPool:
+    """``size`` new Python interpreters, started together now; each runs one call, then exits.
+
+    Parameters
+    ----------
+    size
+        How many calls the pool will serve: all of its interpreters start at once, so none
+        imports while another one's call runs.
+    preload
+        Modules each interpreter imports before it is ready. Never name one that initializes
+        CUDA at import: an interpreter that did is refused.
+    ready_timeout
+        Seconds the first call waits for the interpreters to be ready.
+    env
+        Environment variables set in its interpreters on top of the caller's, from their start
+        (``{"CUDA_VISIBLE_DEVICES": "1"}`` pins them to one GPU).
+    exit_fast
+        Each interpreter ends with ``os._exit`` right after answering (the default), instead of
+        a normal exit (``atexit`` handlers, Inductor's compile workers, CUDA teardown: seconds
+        after a ``torch.compile``, as ``tools/archive/exit_cost_probe.py`` measures) that the caller
+        would wait for. What a call writes to disk stays: a cold build's CUDA JIT cache served
+        the next process as well after either ending (``tools/archive/jit_exit_probe.py``,
+        ``docs/data/jit_exit.json``). ``False`` for a call that needs its ``atexit`` handlers.
+
+    Raises
+    ------
+    ValueError
+        ``size`` is not positive.
+
+    Example
+    -------
+    >>> with InterpreterPool(3, preload=("torch",)) as pool:
+    ...     results = [pool.run(coldstart.measure, "conv", mode, "/tmp/plans") for mode in ("build", "cache", "cache")]
+    """
+
+    def __init__(
+        self,
+        size: int,
+        preload: Sequence[str] = PRELOAD,
+        ready_timeout: float = 300.0,
+        env: Mapping[str, str] | None = None,
+        exit_fast: bool = True,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
+        self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
+        self.exit_fast = exit_fast
+        self._t0 = time.perf_counter()
+        self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
+        self.start_seconds: float | None = None
+        """Wall time from creating the pool until all its interpreters were ready."""
+
+    def __enter__(self) -> InterpreterPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def left(self) -> int:
+        """Interpreters not used yet."""
+        return len(self._idle)
+
+    def close(self) -> None:
+        """End the interpreters that were not used (they exit without running anything)."""
+        for interp in self._idle:
+            interp.close()
+            try:
+                interp.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                interp.kill()
+        self._idle = []
+
+    def wait_ready(self) -> None:
+        """Wait until every interpreter has finished its imports (the first :meth:`run` waits too).
+
+        All start together; waiting for all means none imports during a measured call.
+
+        Raises
+        ------
+        FreshProcessError
+            An interpreter died or was not ready within ``ready_timeout``.
+
+        Example
+        -------
+        >>> with InterpreterPool(4, preload=["torch"]) as pool:
+        ...     pool.wait_ready()  # before anything else on this machine is timed
+        """
+        for interp in self._idle:
+            interp.wait_ready(self.ready_timeout)
+        if self.start_seconds is None:
+            self.start_seconds = time.perf_counter() - self._t0
+
+    @collector.spending("fresh processes")
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
+        """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.
+
+        The interpreter gets the caller's current environment variables (plus the pool's
+        ``env``), working directory and ``sys.path``. Its standard output and error are the
+        caller's. It exits after answering: normally (``atexit`` handlers run), or at once with ``exit_fast``.
+
+        Parameters
+        ----------
+        fn
+            A module-level function (it is pickled by name), with picklable arguments and result.
+        args
+            Its positional arguments.
+        timeout
+            Seconds before the interpreter is killed; ``None`` waits forever.
+        kwargs
+            Its keyword arguments.
+
+        Returns
+        -------
+        FreshResult
+            The value, the wall time, the start-up time and the interpreter's pid.
+
+        Raises
+        ------
+        FreshProcessError
+            ``fn`` raised (its traceback is in the message), the interpreter died without an
+            answer or timed out, the pool is used up, or ``fn`` was defined in ``__main__``,
+            where a new interpreter cannot find it.
+
+        Example
+        -------
+        >>> with InterpreterPool(1) as pool:
+        ...     print(pool.run(os.getpid).value)
+        """
+        what = _qualname(fn)
+        if getattr(fn, "__module__", None) == "__main__":
+            raise FreshProcessError(
+                what,
+                "a function defined in __main__ cannot be found by name in a new "
+                "interpreter; define it in an importable module",
+            )
+        if not self._idle:
+            raise FreshProcessError(
+                what, "this InterpreterPool has no interpreter left: make it as large as the number of calls"
+            )
+        self.wait_ready()
+        interp = self._idle.pop(0)
+        payload = pickle.dumps((fn, args, kwargs))
+        t_asked, t0 = time.time(), time.perf_counter()
+        try:
+            send(
+                interp.proc.stdin.fileno(),
+                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast),
+            )
+            interp.proc.stdin.close()
+            status, t_started, value = receive(interp.answers, timeout)
+        except TimeoutError:
+            interp.kill()
+            raise FreshProcessError(what, f"no answer within {timeout} s; the interpreter was killed") from None
+        except (EOFError, BrokenPipeError):
+            interp.kill()
+            raise FreshProcessError(
+                what, f"the interpreter died without an answer (exit code {interp.proc.returncode})"
+            ) from None
+        try:
+            interp.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            interp.proc.kill()
+            interp.proc.wait()
+        interp.close()
+        if status != "ok":
+            raise FreshProcessError(what, value)
+        return FreshResult(
+            value=value,
+            seconds=time.perf_counter() - t0,
+            start_seconds=max(0.0, t_started - t_asked),
+            import_seconds=interp.import_seconds or 0.0,
+            pid=interp.proc.pid,
+        )
+
+
+def run(
+    fn: Callable[..., Any], *args: Any, preload: Sequence[str] = PRELOAD, timeout: float | None = 600, **kwargs: Any
+) -> FreshResult:
+    """Call ``fn(*args, **kwargs)`` in one new interpreter (an :class:`InterpreterPool` of one).
+
+    It waits for the interpreter's imports; to run several calls without that wait, make an
+    :class:`InterpreterPool` as large as their number.
+
+    Parameters
+    ----------
+    fn
+        A module-level function, with picklable arguments and result.
+    args
+        Its positional arguments.
+    preload
+        Modules the interpreter imports before the call.
+    timeout
+        Seconds before the interpreter is killed; ``None`` waits forever.
+    kwargs
+        Its keyword arguments.
+
+    Returns
+    -------
+    FreshResult
+        The value, the wall time, the start-up time and the interpreter's pid.
+
+    Raises
+    ------
+    FreshProcessError
+        As :meth:`InterpreterPool.run`.
+
+    Example
+    -------
+    >>> from cudnn_guide import coldstart, fresh_process
+    >>> r = fresh_process.run(coldstart.measure, "conv", "build", "/tmp/plans")
+    >>> r.value["first_result_s"]
+    """
+    with InterpreterPool(1, preload) as pool:
+        return pool.run(fn, *args, timeout=timeout, **kwargs)

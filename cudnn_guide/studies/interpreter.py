@@ -1,0 +1,105 @@
+"""The fresh interpreter's side of :mod:`~cudnn_guide.studies.fresh_process`, and the wire between them.
+
+:class:`~cudnn_guide.studies.fresh_process.InterpreterPool` starts ``python -c`` with
+:func:`worker_main`: import the preload modules, say ready (with the import time and whether CUDA is
+still untouched), wait for one call, run it, answer, exit. Messages are frames: an 8-byte length,
+then a pickle.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import select
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+__all__: list[str] = []  # used by fresh_process; nothing here is for examples
+
+
+def cuda_untouched() -> str | None:
+    """Why this process is not fresh, or None when it is."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if torch.cuda.is_initialized():
+        return "torch's CUDA state was already initialized before the call"
+    return None
+
+
+# -- frames: 8-byte length, then a pickle -------------------------------------------------------
+def send(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(fd: int, timeout: float | None) -> Any:
+    """The next frame; ``EOFError`` if the writer is gone, ``TimeoutError`` after ``timeout`` s."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    head = _read_exact(fd, 8, deadline)
+    if head is None:
+        raise EOFError
+    body = _read_exact(fd, struct.unpack("<Q", head)[0], deadline)
+    if body is None:
+        raise EOFError
+    return pickle.loads(body)
+
+
+def worker_main(answer_fd: int, preload: Sequence[str]) -> None:
+    """Body of each interpreter: import ``preload``, say ready, run one call, answer, exit.
+
+    It exits normally (``atexit`` handlers, CUDA teardown) unless the pool asked for a fast exit:
+    then ``os._exit`` straight after the answer, skipping seconds of teardown nobody waits for.
+    """
+    t0 = time.time()
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # optional: the call imports what it needs
+    try:
+        send(answer_fd, ("ready", time.time() - t0, cuda_untouched()))
+        request = receive(0, None)
+    except (EOFError, BrokenPipeError):
+        return  # the pool closed without using this interpreter
+    environ, cwd, path, payload, exit_fast = request
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    sys.path[:] = path
+    t_started = time.time()
+    try:  # CUDA was checked untouched when the interpreter said it was ready; nothing ran since
+        fn, args, kwargs = pickle.loads(payload)
+        message = ("ok", t_started, fn(*args, **kwargs))
+    except BaseException:
+        message = ("error", t_started, traceback.format_exc())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        send(answer_fd, message)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        send(answer_fd, ("error", t_started, f"its result cannot be sent back: {type(exc).__name__}: {exc}"))
+    if exit_fast:
+        os._exit(0)

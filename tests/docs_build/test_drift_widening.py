@@ -1,0 +1,207 @@
+"""The docs build widens a recorded page's intervals by the re-recording drift; the library does not.
+
+Moved from tests/measure/test_compare.py and tests/report/test_records.py: the library measures and
+returns in-run intervals; :mod:`gallery_build.drift_bands` computes the drift from the history and
+widens each interval as :func:`gallery_build.hooks.reset_between_examples` writes the record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from gallery_build import drift_bands, history, hooks
+
+from cudnn_guide import check
+from cudnn_guide.measure import compare, measurement
+from cudnn_guide.report import records
+from cudnn_guide.report.records import Record
+
+
+class _FakeGPU:
+    """Stands in for bench.benchmark: each contender has a true time; each round the clock drifts."""
+
+    def __init__(self, times, noise=0.002, seed=1):
+        self.times, self.noise, self.rng, self.calls, self.drift = times, noise, random.Random(seed), [], 1.0
+
+    def __call__(self, fn, *, label, l2, flops=None, bytes=None, budget_ms, precision, params, **kw):
+        self.calls.append(label)
+        if len(self.calls) % 4 == 1:
+            self.drift *= 1 + self.rng.uniform(-0.05, 0.05)
+        base = self.times[label.removesuffix(" (repeat)")] * self.drift
+        samples = [base * (1 + self.rng.gauss(0, self.noise)) for _ in range(10)]
+        return measurement.Measurement(label, samples, "cold-L2 events", flops, bytes, dict(params))
+
+
+def _entry(gpu="NVIDIA H200", torch="2.11", value=1.2, low=1.1, high=1.3, verdict="faster"):
+    return {
+        "example": "plot_x",
+        "gpu": gpu,
+        "software": {"torch": torch},
+        "measurements": {"m": {"median_ms": 1.0, "q1_ms": 0.99, "q3_ms": 1.01, "n": 10}},
+        "headlines": [{"name": "speed-up", "value": value, "low": low, "high": high, "verdict": verdict}],
+    }
+
+
+def test_reproducibility_counts_headlines_outside_the_old_interval_and_flipped_verdicts():
+    same = history.reproducibility([_entry(), _entry(value=1.25)])
+    assert same["headlines_inside"] == 1 and same["flipped"] == [] and same["moved"] == []
+    flip = history.reproducibility([_entry(), _entry(value=1.02, low=0.98, high=1.05, verdict="tie")])
+    assert flip["headlines_inside"] == 0 and flip["outside"][0]["latest"] == 1.02
+    assert flip["flipped"][0]["previous"] == "faster" and flip["flipped"][0]["latest"] == "tie"
+    text = history.format_reproducibility(flip)
+    assert "0 of 1 headlines inside" in text and "verdict changed: plot_x / speed-up: faster -> tie" in text
+
+
+@pytest.mark.parametrize(
+    "other, reason",
+    [(dict(gpu="NVIDIA B200"), "different GPUs"), (dict(torch="2.13"), "different software (torch 2.11 vs 2.13)")],
+)
+def test_recordings_from_other_gpus_or_software_are_not_compared(other, reason):
+    report = history.reproducibility([_entry(), _entry(**other)])
+    assert report["pages"] == 0 and reason in report["not_compared"][0]["reason"]
+
+
+def _recording(example, utc, medians, gpu="NVIDIA H200"):
+    return {
+        "example": example,
+        "recorded_utc": utc,
+        "gpu": gpu,
+        "software": {"torch": "2.11"},
+        "measurements": {k: {"median_ms": m, "q1_ms": m, "q3_ms": m, "n": 10} for k, m in medians.items()},
+        "headlines": [],
+    }
+
+
+def test_drift_keeps_each_labels_largest_change_and_the_pages_p95():
+    import math
+
+    lines = [
+        _recording("plot_a", "1", {"fast": 1.0, "wobbly": 1.0}),
+        _recording("plot_a", "2", {"fast": 1.01, "wobbly": 1.5}),
+        _recording("plot_a", "3", {"fast": 1.0, "wobbly": 1.0}),
+        _recording("plot_a", "4", {"fast": 2.0, "wobbly": 2.0}, gpu="NVIDIA B200"),  # not comparable: ignored
+    ]
+    d = drift_bands.drift(lines)
+    page = d["examples"]["plot_a"]
+    assert d["pairs"] == 2
+    assert page["labels"]["wobbly"] == pytest.approx(math.log(1.5))
+    assert page["labels"]["fast"] == pytest.approx(math.log(1.01))
+    assert page["p95"] == pytest.approx(math.log(1.5)) and d["global_p95"] == page["p95"]
+
+
+def _comparison_record(monkeypatch, times=None):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU(times or {"cudnn": 0.080, "torch": 0.100}))
+    c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
+    rec = Record("plot_a")
+    rec.comparison("speed-up", c)
+    return c, rec
+
+
+def test_recorded_drift_widens_a_comparison_keeps_the_in_run_interval_and_can_turn_its_verdict_into_a_tie(
+    monkeypatch,
+):
+    c, rec = _comparison_record(monkeypatch)
+    assert c.versus["torch"]["verdict"] == "faster"  # in-run
+    bands = {"global_p95": 0.01, "examples": {"plot_a": {"p95": 0.02, "labels": {"torch": 0.3}}}}
+    assert drift_bands.for_label(bands, "plot_a", "torch") == 0.3
+    assert drift_bands.for_label(bands, "plot_a", "cudnn") == 0.02  # the page's p95 at least
+    assert drift_bands.for_label(bands, "plot_new", "torch") == 0.01  # a page without history: the site's p95
+    (h,) = drift_bands.widen_headlines(rec.headlines, bands, "plot_a")
+    s = c.versus["torch"]
+    assert (h["run_low"], h["run_high"], h["run_verdict"]) == (s["low"], s["high"], "faster")
+    assert h["drift"] == pytest.approx(math.hypot(0.3, 0.02)) and h["interval"] == drift_bands.WIDENED
+    assert h["low"] == pytest.approx(s["low"] * math.exp(-h["drift"])) and h["verdict"] == "tie"
+    again = drift_bands.widen_headlines(rec.headlines, bands, "plot_a")[0]
+    assert again["low"] == h["low"]  # widened once
+
+
+def test_without_a_drift_file_the_record_is_labelled_but_not_widened(tmp_path, monkeypatch):
+    _, rec = _comparison_record(monkeypatch)
+    bands = drift_bands.load_drift(tmp_path / "missing.json")
+    assert bands == {}
+    (h,) = drift_bands.widen_headlines(rec.headlines, bands, "plot_a")
+    assert (h["low"], h["high"], h["drift"]) == (h["run_low"], h["run_high"], 0.0)
+
+
+def test_a_headline_interval_is_widened_by_its_own_past_drift_or_its_measurements():
+    bands = {
+        "examples": {
+            "plot_a": {"headline_p95": 0.05, "headlines": {"ceiling": 0.2}, "p95": 0.01, "labels": {"m": 0.4}}
+        },
+        "global_headline_p95": 0.1,
+    }
+    rec = Record("plot_a")
+    rec.headline("ceiling", 700.0, "TFLOP/s", low=690.0, high=710.0)
+    rec.headline("other", 10.0, "µs", low=9.0, high=11.0)
+    rec.headline("from a measurement", 2.0, "µs", low=1.5, high=2.5, measurement="m")
+    rec.headline("signed", -1.0, "µs/call (signed)", low=-2.0, high=0.5)
+    rec.headline("count", 3, "count")
+    assert rec.headlines[0]["low"] == 690.0  # the library keeps the in-run interval
+    ceiling, other, one, signed, count = drift_bands.widen_headlines(rec.headlines, bands, "plot_a")
+    assert ceiling["run_low"] == 690.0 and ceiling["low"] == pytest.approx(690.0 * math.exp(-0.2))
+    assert ceiling["high"] == pytest.approx(710.0 * math.exp(0.2)) and ceiling["drift"] == 0.2
+    assert other["drift"] == 0.05  # no past of its own: the page's p95
+    assert one["drift"] == 0.4  # an estimate of one measurement: that measurement's drift
+    assert (signed["low"], signed["high"]) == (-2.0, 0.5) and "drift" not in signed
+    assert "low" not in count and "drift" not in count
+
+
+def test_a_ratio_whose_measurements_drift_together_is_judged_by_its_own_history():
+    steps = [{"cudnn": 0.3, "torch": 0.29}, {"cudnn": -0.25, "torch": -0.26}, {"cudnn": 0.2, "torch": 0.2}]
+    page = {"p95": 0.3, "labels": {"cudnn": 0.3, "torch": 0.3}, "changes": steps, "ratio_p90": 0.005}
+    bands = {"examples": {"plot_a": page}}
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "torch") == pytest.approx(0.01)
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "new label") == pytest.approx(math.hypot(0.3, 0.3))
+    page["changes"] = steps[:1]  # one past pair is too little to trust
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "torch") == pytest.approx(math.hypot(0.3, 0.3))
+    assert drift_bands.for_ratio({}, "plot_a", "cudnn", "torch") == 0.0
+
+
+def test_the_drift_backtest_scores_both_models_on_the_recordings_before_the_last():
+    def rec(utc, a, b):
+        return _recording("plot_a", utc, {"a": a, "b": b})
+
+    # a and b move together by up to 20% per recording: independent drifts over-widen their ratio
+    lines = [rec("1", 1.0, 2.0), rec("2", 1.2, 2.45), rec("3", 1.0, 2.0), rec("4", 0.85, 1.7), rec("5", 1.0, 2.02)]
+    report = drift_bands.drift_backtest(lines)
+    assert report["pages"] == 1 and report["ratios"] == 1
+    ratio, independent = report["models"]["ratio"], report["models"]["independent"]
+    assert ratio["coverage"] == 1.0 and independent["coverage"] == 1.0
+    assert ratio["median_width"] < 0.05 < independent["median_width"]
+
+
+def test_the_build_hook_writes_each_examples_record_named_titled_and_widened(tmp_path, monkeypatch):
+    import torch
+
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "plot_99_demo.py").write_text('"""\nA demo title\n============\n\nBody.\n"""\n')
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / drift_bands.DRIFT).write_text(
+        json.dumps({"examples": {"plot_99_demo": {"headline_p95": 0.1, "headlines": {}}}})
+    )
+    monkeypatch.setenv("CUDNN_GUIDE_RECORD_DIR", str(tmp_path / "gallery"))
+    conf = {"src_dir": str(tmp_path), "examples_dirs": ["examples"]}
+    check.check(torch.ones(2), torch.ones(2), name="left over from before")
+    hooks.reset_between_examples(conf, "plot_99_demo.py", "before")
+    check.check(torch.ones(2), torch.ones(2), name="the example's check")
+    records.headline("median", unit="µs", value=10.0, low=9.0, high=11.0)
+    hooks.reset_between_examples(conf, "plot_99_demo.py", "after")
+    data = records.load(tmp_path / "gallery" / "plot_99_demo.record.json")
+    assert (data["example"], data["title"]) == ("plot_99_demo", "A demo title")
+    assert [c["name"] for c in data["checks"]] == ["the example's check"]
+    (h,) = data["headlines"]
+    assert (h["run_low"], h["run_high"], h["drift"], h["interval"]) == (9.0, 11.0, 0.1, drift_bands.WIDENED)
+    assert h["low"] == pytest.approx(9.0 * math.exp(-0.1))
+
+
+def test_a_recorded_page_says_its_comparisons_are_widened_for_re_recording_drift(monkeypatch):
+    _, rec = _comparison_record(monkeypatch)
+    drift_bands.widen_headlines(rec.headlines, {"global_p95": 0.05}, "plot_a")
+    record = {"environment": {"gpu": "NVIDIA H200"}, "headlines": rec.headlines, "measurements": []}
+    stamp = hooks.stamp_rst(record, "plot_a")
+    assert "widened for re-recording drift" in stamp and "in-run" in stamp
+    assert drift_bands.widened_rst({"headlines": [{"name": "t", "value": 1.0, "unit": "µs"}]}) == ""
