@@ -111,7 +111,7 @@ def kind_of(name: str, baseline: str, page: str = "") -> str:
     """
     best_of = bool(_BEST_OF.search(name))
     feature_named = bool(_FEATURE.search(name) or _FEATURE.search(baseline))
-    cudnn_itself = baseline.strip().lower().startswith("cudnn")
+    cudnn_itself = baseline.strip().lower().startswith(("cudnn", "heuristic"))  # cuDNN's own plans
     eager = bool(_EAGER.search(baseline))
     matched = [
         kind
