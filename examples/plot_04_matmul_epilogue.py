@@ -178,15 +178,13 @@ import matplotlib.pyplot as plt
 
 BARE = "bare matmul (no epilogue)"
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-from cudnn_guide.report import plot_relative, plot_sweep
-plot_sweep(result, "median_us", ax=ax1, logx=True, logy=True, title="time per call (cold L2)")
-plot_relative(result, BARE, ax=ax2, title="what the epilogue costs")
+result.plot("median_us", ax=ax1, logx=True, logy=True, title="time per call (cold L2)")
+result.plot_relative(BARE, ax=ax2, title="what the epilogue costs")
 over_mm = result.relative(BARE)  # implementation → {K: its time / the bare matmul's}
 plt.show()
 
 # %%
-from cudnn_guide.report import sweep_table
-sweep_table(result, "median_us", title="time per call, µs (M = N = 512, batch 16)")
+result.table("median_us", title="time per call, µs (M = N = 512, batch 16)")
 
 # %%
 # Takeaways

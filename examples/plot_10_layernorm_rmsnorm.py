@@ -312,14 +312,12 @@ widths_result = sweep.sweep(widths, sweep_impls, x="hidden", l2="cold",
 # ----
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_sweep
-plot_sweep(widths_result, "gbps", logx=True, title=f"norm training step (forward + backward), {TOKENS} tokens, bf16",
+widths_result.plot("gbps", logx=True, title=f"norm training step (forward + backward), {TOKENS} tokens, bf16",
                    ceiling=ceil.copy_gbps, ceiling_label="measured copy bandwidth")
 plt.show()
 
 # %%
-from cudnn_guide.report import sweep_table
-sweep_table(widths_result, "gbps", title="forward + backward, GB/s")
+widths_result.table("gbps", title="forward + backward, GB/s")
 
 # %%
 # Takeaways

@@ -74,35 +74,37 @@ __all__ = ["BenchOptions", "benchmark", "measure"]
 class BenchOptions:
     """How :func:`measure` times a call: every setting of :func:`benchmark` but the callable and its label.
 
-    Attributes
-    ----------
-    l2:
+    Notes
+    -----
+    The fields:
+
+    ``l2``
         ``"cold"`` (flush L2 before each call) or ``"hot"``. Required: the choice changes the
         answer, so it is never implicit.
-    flops, bytes:
+    ``flops``, ``bytes``
         FLOPs and bytes per call you counted, for TFLOP/s and GB/s.
-    budget_ms:
+    ``budget_ms``
         Time budget of the timed calls: at most ``budget_ms`` over a first estimate of one call
         (with its L2 flush and the spin kernel before it), clamped to ``[min_reps, max_reps]``.
-    warmup_ms:
+    ``warmup_ms``
         Warm-up runs for this long, GPU time included (at least two calls), before timing.
-    min_reps, max_reps:
+    ``min_reps``, ``max_reps``
         Fewest (at least 32 when stopping early) and most timed calls.
-    precision:
+    ``precision``
         Stop early once the 95% interval of the median is within ± ``precision`` of it
         (checked after 32, 64, 128, ... calls); ``None`` always spends the whole budget.
-    host_reps:
+    ``host_reps``
         Calls timed one at a time on an idle GPU queue for the host time (default: the number of
         timed calls, at most 20); ``0`` skips it.
-    cuda_graph:
+    ``cuda_graph``
         Capture ``calls_per_graph`` calls in one CUDA graph and time replays (``l2`` must be ``"hot"``).
-    calls_per_graph:
+    ``calls_per_graph``
         Calls captured per graph (default: about 2 ms of work).
-    subtract_launch_cost:
+    ``subtract_launch_cost``
         Subtract this process's measured launch cost from each event sample (the default).
-    expect_shape:
+    ``expect_shape``
         If given and the call returns a tensor, its shape must match.
-    params:
+    ``params``
         Free-form metadata (implementation, problem size) carried into tables and records.
 
     Raises

@@ -164,11 +164,12 @@ plt.show()
 # %%
 # Tables
 # ------
-copy_table = sweep.SweepResult("size_mib", copy_measurements).table("gbps", title="copy bandwidth")
+from cudnn_guide.report import sweep_table
+copy_table = sweep_table(sweep.SweepResult("size_mib", copy_measurements), "gbps", title="copy bandwidth")
 copy_table
 
 # %%
-matmul_result.table("tflops", title="bf16 matmul")
+sweep_table(matmul_result, "tflops", title="bf16 matmul")
 
 # %%
 # Takeaways

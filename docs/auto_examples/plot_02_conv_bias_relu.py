@@ -196,7 +196,7 @@ ComparisonTable(measurements, row="impl", column="size", metric="median_us",
 # subtracts the launch cost it measured (environment page) to report kernel time. The profiler
 # reports each kernel's own duration (CUPTI timestamps), a clock the harness does not use. If
 # the two agree, the harness is timing the kernels and not launch overhead or an artefact.
-from cudnn_guide.measure import profiling
+from cudnn_guide.studies import profiling
 
 profiled = {m.label: profiling.profile_kernels(fn, calls=30, l2="cold", label=m.label)
             for m, fn in [(measurements[0], contenders["cuDNN graph (fused)"]),
@@ -216,7 +216,8 @@ for label, prof in profiled.items():
 # dense bf16 peak.
 import matplotlib.pyplot as plt
 
-ax = result_cmp.plot("TFLOP/s", title=f"conv→bias→ReLU on {env.gpu}")
+from cudnn_guide.report import plot_comparison
+ax = plot_comparison(result_cmp, "TFLOP/s", title=f"conv→bias→ReLU on {env.gpu}")
 ax.axvline(ceilings.peak_bf16_tflops, color="k", linestyle="--", linewidth=1, label="datasheet bf16 peak")
 ax.legend(loc="lower right")
 plt.show()

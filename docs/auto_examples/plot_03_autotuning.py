@@ -118,6 +118,12 @@ print(f"exhaustive pass: {pass1.seconds:.2f} s and {pass2.seconds:.2f} s for {le
       f"median host time per execute {host_ms * 1e3:.1f} µs")
 print(f"rank correlation between the passes: {rho:.3f}; same winner: {pass1.best.index == pass2.best.index}; "
       f"top five, pass 1: {top5_1}, pass 2: {top5_2}")
+calls = {(n, t.index): len(t.measurement.samples_ms)
+         for n, p in ((1, pass1), (2, pass2)) for t in p.ranked}
+(few_pass, few_plan), fewest = min(calls.items(), key=lambda kv: kv[1])
+print(f"timed calls per plan in the two passes: min {fewest} (plan {few_plan}, "
+      f"pass {few_pass}), median {statistics.median(calls.values()):.0f}, max "
+      f"{max(calls.values())}")
 
 # %%
 # The ranking
@@ -128,7 +134,8 @@ import matplotlib.pyplot as plt
 
 ranked = pass1.ranked
 heur_rank = pass1.rank_of(0)
-pass1.plot(title=f"conv→bias→ReLU: {len(ranked)} engine configurations on {env.gpu}")
+from cudnn_guide.report import plot_plans
+plot_plans(pass1, title=f"conv→bias→ReLU: {len(ranked)} engine configurations on {env.gpu}")
 plt.show()
 
 # %%
@@ -179,10 +186,12 @@ check.poison(inputs["y"])
 g.execute(pack, torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8), handle=handle)
 winner_check = check.check(inputs["y"], reference, name=f"winner, plan {winner.index}")
 print(winner_check)
-cache = plan_cache.PlanCache(tempfile.mkdtemp())
+plans_dir = tempfile.TemporaryDirectory(prefix="cudnn-guide-plans-")
+cache = plan_cache.PlanCache(plans_dir.name)
 key = plan_cache.current_key(f"conv_bias_relu_graph|{problem!r}|tuned")
 path = cache.store(key, bytes(g.serialize(as_bytes=True)), {n: int(t.get_uid()) for n, t in io.items()})
 print(f"tuned plan stored: {path.name} ({path.stat().st_size / 1024:.0f} KiB)")
+plans_dir.cleanup()  # a real deployment keeps its cache directory
 
 # %%
 # Does the winner beat the heuristic's choice beyond the noise?
@@ -213,22 +222,45 @@ if winner.index != 0:
 # %%
 # Takeaways
 # ---------
-print(f"* {len(unique)} distinct plans; building all of them took {report.total_seconds:.2f} s "
-      f"({report.step_seconds['build_plans']:.2f} s in build_plans), against "
-      f"{report.step_seconds['validate'] * 1e3:.1f} ms to validate.")
-print(f"* The heuristic's first choice ranks {heur_rank} of {len(ranked)} at {heur.median_ms * 1e3:.1f} µs; "
-      f"the winner, plan {winner.index}, runs in {winner.median_ms * 1e3:.1f} µs"
-      + (f": in interleaved rounds it is {plan_cmp.describe()}." if plan_cmp else ", and it is the heuristic's choice."))
+# Computed from the data when the page is recorded.
+from cudnn_guide.report.prose import Prose
+
+sentences = [
+    f"{len(unique)} distinct plans; building all of them took "
+    f"{report.total_seconds:.2f} s ({report.step_seconds['build_plans']:.2f} s in "
+    f"build_plans), against {report.step_seconds['validate'] * 1e3:.1f} ms to "
+    "validate.",
+    f"The heuristic's first choice ranks {heur_rank} of {len(ranked)} at "
+    f"{heur.median_ms * 1e3:.1f} µs; the winner, plan {winner.index}, runs in "
+    f"{winner.median_ms * 1e3:.1f} µs"
+    + (f": in interleaved rounds it is {plan_cmp.describe()}." if plan_cmp
+       else ", and it is the heuristic's choice.")]
 if pass1.best.index == pass2.best.index:
-    print(f"* Two exhaustive passes agree: rank correlation {rho:.3f}, same winner.")
+    sentences.append(
+        f"Two exhaustive passes agree: rank correlation {rho:.3f}, same winner.")
+elif getattr(pass1.by_index(pass2.best.index), "measurement", None) is None:
+    sentences.append(
+        f"The two exhaustive passes pick different winners (rank correlation "
+        f"{rho:.3f}); pass 2's winner, plan {pass2.best.index}, has no pass 1 timing "
+        "to compare.")
 else:
-    w1, w2 = pass1.best, pass2.by_index(pass1.best.index)
-    r1 = pass1.by_index(pass2.best.index).median_ms / pass1.best.median_ms - 1
-    print(f"* Two exhaustive passes agree on the order (rank correlation {rho:.3f}) but not on the winner: "
-          f"pass 2's winner, plan {pass2.best.index}, was {100 * r1:.2f}% behind plan {pass1.best.index} in pass 1 — "
-          f"a tie within the noise.")
-print(f"* Successive halving found a plan {100 * gap:.2f}% from the best in {100 * cost_ratio:.0f}% of the "
-      f"exhaustive time ({halving.seconds:.2f} s against {(pass1.seconds + pass2.seconds) / 2:.2f} s).")
+    a, b = pass1.best.measurement, pass1.by_index(pass2.best.index).measurement
+    (a_lo, a_hi), (b_lo, b_hi) = a.median_ci_ms, b.median_ci_ms
+    behind, lo, hi = (100 * (b.median_ms / a.median_ms - 1), 100 * (b_lo / a_hi - 1),
+                      100 * (b_hi / a_lo - 1))
+    within = ("the interval includes 0: a tie within the noise" if lo <= 0 <= hi
+              else "the interval excludes 0: pass 1 separates them, pass 2 does "
+              "not agree")
+    sentences.append(
+        f"Two exhaustive passes agree on the order (rank correlation {rho:.3f}) but "
+        f"not on the winner: pass 2's winner, plan {pass2.best.index}, was "
+        f"{behind:.2f}% behind plan {pass1.best.index} in pass 1 (from the two "
+        f"medians' in-run 95% intervals, {lo:+.2f}% to {hi:+.2f}%; "
+        f"{len(b.samples_ms)} and {len(a.samples_ms)} calls): {within}.")
+sentences.append(
+    f"Successive halving found a plan {100 * gap:.2f}% from the best in "
+    f"{100 * cost_ratio:.0f}% of the exhaustive time ({halving.seconds:.2f} s against "
+    f"{(pass1.seconds + pass2.seconds) / 2:.2f} s).")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline, keep
@@ -241,3 +273,4 @@ headline("ranking rank correlation between passes", rho, "")
 headline("halving gap to exhaustive best", 100 * gap, "%")
 headline("halving cost / exhaustive cost", 100 * cost_ratio, "%")
 # sphinx_gallery_end_ignore
+Prose(*sentences)

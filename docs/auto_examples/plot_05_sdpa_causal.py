@@ -13,7 +13,8 @@ What you will learn:
   (``False`` for inference; it replaces the deprecated ``is_inference``);
 * how to check attention against an fp32 reference;
 * how to force PyTorch's SDPA backends one at a time (flash, memory-efficient, cuDNN) so each
-  baseline is what it says it is;
+  baseline is what it says it is, and how cuDNN compares with FlashAttention-4, the kernel
+  Hopper users ship (PyTorch's own flash backend is FlashAttention-2);
 * how the throughput develops from 1k to 16k tokens at head dims 64 and 128.
 """
 
@@ -108,6 +109,19 @@ for name, backend in BACKENDS.items():
     baselines.admit(available, name, torch_sdpa(backend, problem, inputs["q"], inputs["k"], inputs["v"]), reference)
 
 # %%
+# FlashAttention-4 (``flash_attn.cute.flash_attn_func``) takes B×S×H×D tensors: it gets its own
+# copy in that layout, and its output is checked against the same fp32 reference.
+from cudnn_guide.measure import fa4
+
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+if FA4_OK:
+    baselines.admit(available, FA4, fa4.forward(inputs["q"], inputs["k"], inputs["v"], causal=True,
+                                                scale=problem.scale), reference)
+else:
+    print(f"{FA4}: {FA4_DETAIL}")
+
+# %%
 # Sweep sequence length and head dimension
 # ----------------------------------------
 # 16,384 tokens per batch (B = 16384 / S) and a model width of 2048 (H = 2048 / D), so every
@@ -145,10 +159,19 @@ def torch_at(backend, d):
     return factory
 
 
+def fa4_at(d):
+    def factory(s):
+        p, ins = built[(s, d)]
+        return fa4.forward(ins["q"], ins["k"], ins["v"], causal=True, scale=p.scale)
+    return factory
+
+
 measurements, sweeps = [], {}
 for d in dims:  # each length: the cuDNN graph against every backend, in interleaved rounds, with verdicts
     impls = {f"cuDNN graph, d={d}": cudnn_at(d)}
     impls.update({f"{name}, d={d}": torch_at(backend, d) for name, backend in BACKENDS.items()})
+    if FA4 in available:
+        impls[f"{FA4}, d={d}"] = fa4_at(d)
     sweeps[d] = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s, d=d: problem_at(s, d).flops,
                             candidate=f"cuDNN graph, d={d}", rounds=7)
     measurements += sweeps[d].measurements
@@ -174,7 +197,8 @@ for ax, d in zip(axes, dims):
 plt.show()
 
 # %%
-result.table("tflops", title="causal SDPA forward, TFLOP/s")
+from cudnn_guide.report import sweep_table
+sweep_table(result, "tflops", title="causal SDPA forward, TFLOP/s")
 
 # %%
 # The verdicts at every length: the cuDNN graph's speed-up over each backend (above 1: cuDNN is faster).
@@ -185,9 +209,12 @@ from cudnn_guide.report import html_table
 html_table(pd.DataFrame([row for d in dims for row in sweeps[d].verdicts()]), {"speed-up": "{:.2f}×"})
 
 # %%
-# Takeaways
-# ---------
-peaks = {}
+# What the sweep says
+# -------------------
+# Computed from the verdicts above when the page is recorded.
+from cudnn_guide.report.prose import Prose
+
+peaks, sentences = {}, []
 for d in dims:
     cand = f"cuDNN graph, d={d}"
     cmps = sweeps[d].comparisons
@@ -195,13 +222,25 @@ for d in dims:
     peaks[d] = (peak_s, cmps[peak_s].estimate(cand, "TFLOP/s"))
     fastest = sum(all(v["verdict"] == "faster" for v in cmps[s].versus.values()) for s in seqs)
     tied = sum(all(v["verdict"] != "slower" for v in cmps[s].versus.values()) for s in seqs) - fastest
-    print(f"* d={d}: the cuDNN graph peaks at {peaks[d][1]['value']:.0f} TFLOP/s (S={peak_s}, "
-          f"{100 * peaks[d][1]['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak); it is faster than "
-          f"every backend at {fastest} of {len(seqs)} lengths, and at least ties all of them at {tied} more.")
-    print("    " + sweeps[d].describe_verdicts().replace("\n", "\n    "))
-
+    sentences.append(
+        f"At head dim {d} the cuDNN graph peaks at {peaks[d][1]['value']:.0f} TFLOP/s (S={peak_s}, "
+        f"{100 * peaks[d][1]['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak). It is "
+        f"faster than every contender at {fastest} of {len(seqs)} lengths, and at least ties all of "
+        f"them at {tied} more.")
+    fa = [cmps[s].versus[f"{FA4}, d={d}"]["verdict"] for s in seqs if f"{FA4}, d={d}" in cmps[s].versus]
+    if fa:
+        sentences.append(
+            f"Against {FA4} alone, at head dim {d}: cuDNN is faster at {fa.count('faster')}, ties at "
+            f"{fa.count('tie')} and is slower at {fa.count('slower')} of {len(fa)} lengths.")
+    else:
+        sentences.append(f"{FA4} was not timed at head dim {d}: {FA4_DETAIL}.")
+    sentences += ["* " + line.strip() for line in sweeps[d].describe_verdicts().splitlines() if line.strip()]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline
+from cudnn_guide.report.records import comparison
 for d in dims:
     headline(f"cuDNN SDPA peak TFLOP/s, d={d}", unit="TFLOP/s", seq_len=peaks[d][0], **peaks[d][1])
+    for s in seqs:  # each length's verdict against the fastest contender there
+        comparison(f"d={d}, S={s}: speed-up over the fastest contender", sweeps[d].comparisons[s])
 # sphinx_gallery_end_ignore
+Prose(*sentences)

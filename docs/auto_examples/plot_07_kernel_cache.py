@@ -79,7 +79,7 @@ for batch in (8, 16):
 # batch size in order, checks each output against PyTorch (a failed check stops the page), and times each
 # build and each execution. Each run gets a new interpreter; the four are started together and import torch
 # before the first run (:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`).
-from cudnn_guide.measure import dynamic_shapes, fresh_process
+from cudnn_guide.studies import dynamic_shapes, fresh_process
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 runs = {}
@@ -142,7 +142,10 @@ html_table(pd.DataFrame(table), precision=1)
 # %%
 # Takeaways
 # ---------
-# "Later builds" are every build after the first of its process.
+# "Later builds" are every build after the first of its process; the build-order effect,
+# too, compares only later builds (batch sizes that come first in neither order).
+# Computed from the runs above when the page is recorded.
+from cudnn_guide.report.prose import Prose
 
 
 def later_ratios(order):
@@ -151,25 +154,40 @@ def later_ratios(order):
     return [none[b] / cache[b] for b in cache if b in none]
 
 
-exec_ratios = [a["exec_median_ms"] / b["exec_median_ms"] for a, b in zip(runs["cache, ascending"], runs["no cache, ascending"])]
+def no_cache_build(order, b):
+    return next(r["build_s"] for r in runs[f"no cache, {order}"] if r["batch"] == b)
+
+
+exec_ratios = [a["exec_median_ms"] / b["exec_median_ms"]
+               for a, b in zip(runs["cache, ascending"], runs["no cache, ascending"])]
 exec_ratio = statistics.median(exec_ratios)
+sentences = []
 for order in ("ascending", "descending"):
     r = later_ratios(order)
-    print(f"* {order}: the cache speeds later builds up by {min(r):.2f}× to {max(r):.2f}× depending on the batch "
-          f"(median {statistics.median(r):.2f}× over {len(r)} batches); first builds take {runs[f'cache, {order}'][0]['build_s'] * 1e3:.0f} ms "
-          f"with the cache and {runs[f'no cache, {order}'][0]['build_s'] * 1e3:.0f} ms without.")
-order_effect = {b: next(r["build_s"] for r in runs["no cache, descending"] if r["batch"] == b)
-                / next(r["build_s"] for r in runs["no cache, ascending"] if r["batch"] == b) for b in batches}
+    sentences.append(
+        f"* {order}: the cache speeds later builds up by {min(r):.2f}× to "
+        f"{max(r):.2f}× depending on the batch (median {statistics.median(r):.2f}× "
+        f"over {len(r)} batches); first builds take "
+        f"{runs[f'cache, {order}'][0]['build_s'] * 1e3:.0f} ms with the cache and "
+        f"{runs[f'no cache, {order}'][0]['build_s'] * 1e3:.0f} ms without.")
+firsts = {runs[f"no cache, {o}"][0]["batch"] for o in ("ascending", "descending")}
+order_effect = {b: no_cache_build("descending", b) / no_cache_build("ascending", b)
+                for b in batches if b not in firsts}
 worst = max(order_effect, key=lambda b: max(order_effect[b], 1 / order_effect[b]))
 ratio_o = max(order_effect[worst], 1 / order_effect[worst])
 cache_gain = statistics.median(later_ratios("ascending") + later_ratios("descending"))
-weight = "more than" if ratio_o > 2 * cache_gain else "less than" if 2 * ratio_o < cache_gain else "about as much as"
-print(f"* Without the cache, build order changes batch {worst}'s build time {ratio_o:.0f}× "
-      f"({'slower' if order_effect[worst] > 1 else 'faster'} in the descending run than in the ascending one; it comes "
-      f"{'first' if batches[-1] == worst else 'later'} in descending order): {weight} the cache's median "
-      f"{cache_gain:.1f}× speed-up of later builds.")
-print(f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time of the static ones "
-      f"(median over batch sizes; {min(exec_ratios):.2f}× to {max(exec_ratios):.2f}×).")
+weight = ("more than" if ratio_o > 2 * cache_gain
+          else "less than" if 2 * ratio_o < cache_gain else "about as much as")
+direction = "slower" if order_effect[worst] > 1 else "faster"
+sentences += [
+    f"* Without the cache, build order changes batch {worst}'s build time "
+    f"{ratio_o:.1f}× ({direction} in the descending run than in the ascending one; a "
+    f"later build in both, the largest such change over the {len(order_effect)} "
+    f"batches that come first in neither order): {weight} the cache's median "
+    f"{cache_gain:.1f}× speed-up of later builds.",
+    f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time of the "
+    f"static ones (median over batch sizes; {min(exec_ratios):.2f}× to "
+    f"{max(exec_ratios):.2f}×)."]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline
@@ -177,7 +195,9 @@ for order in ("ascending", "descending"):
     r = later_ratios(order)
     headline(f"later-build speed-up from the kernel cache, {order}", statistics.median(r), "x", low=min(r),
              high=max(r), kind="cache", interval="min–max across batch sizes")
-headline("build-order effect on one graph's build time, no cache", ratio_o, "x", batch=worst, kind="cache")
+headline("build-order effect on one graph's build time, no cache", ratio_o, "x",
+         batch=worst, kind="cache", excludes="the first build of each process")
 headline("dynamic / static execution time", exec_ratio, "x", low=min(exec_ratios), high=max(exec_ratios),
          interval="min–max across batch sizes")
 # sphinx_gallery_end_ignore
+Prose(*sentences)

@@ -55,7 +55,7 @@ def build(s, seed=0):
 
 
 p, ins, f, pack = build(1024)
-mm, handle, workspace = f.built.graph, f.built.handle, f.built.workspace
+mm, handle, workspace = f.graph, f.handle, f.workspace
 streams = {}
 cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
 mm.execute(pack, workspace, handle=handle)  # warm-up before capture
@@ -115,13 +115,13 @@ import time
 from cudnn_guide.measure import verdicts
 
 tp, tins, tf, tpack = build(64)
-tl = tf.built.bind(tpack)
-raw_graph, ws, h = tf.built.graph, tf.built.workspace, tf.built.handle
+tl = tf.bind(tpack)
+raw_graph, ws, h = tf.graph, tf.workspace, tf.handle
 graphs.bind_to_current_stream(h)
 variants = {
     "raw graph.execute": lambda: raw_graph.execute(tpack, ws, handle=h),
     "cudnn_guide bind() launcher": tl,
-    "cudnn_guide BuiltGraph.execute (checks pack)": lambda: tf.built.execute(tpack),
+    "cudnn_guide BuiltGraph.execute (checks pack)": lambda: tf.execute(tpack),
 }
 host_us = {name: [] for name in variants}
 order, rng = list(variants), random.Random(0)
@@ -161,9 +161,9 @@ rows = []
 for s in sizes:
     sp, sins, sf, spack = build(s, seed=s)
     check.poison(sins["y"])
-    sf.built.execute(spack)
+    sf.execute(spack)
     check.check(sins["y"], check.reference(sp.torch_forward, sins["a"], sins["b"], sins["bias"])[0], name=f"s={s}")
-    fn = sf.built.bind(spack)
+    fn = sf.bind(spack)
     flops = sp.flops
     gpu = bench.benchmark(fn, label=f"GPU time s={s}", l2="hot", flops=flops, budget_ms=100,
                           params={"impl": "GPU time of one call", "s": s})
@@ -204,7 +204,7 @@ ComparisonTable(rows, row="impl", column="s", metric="median_us", title="per-cal
 # methodology page measures both), so a re-recording can move an eager loop far beyond its noise
 # with nothing changed. The s=64 loop and replay once more, in five fresh interpreters one after
 # another (each builds and checks the graph first); the record keeps their range:
-from cudnn_guide.measure import host_levels
+from cudnn_guide.studies import host_levels
 
 per_process = host_levels.in_fresh_processes(host_levels.loop_and_replay, sizes[0], processes=5)
 for i, r in enumerate(per_process, 1):

@@ -14,7 +14,8 @@ What you will learn:
   with the same mask and scale as the forward;
 * how to check gradients against PyTorch autograd in fp32;
 * forward-plus-backward throughput from 1k to 16k tokens against each of PyTorch's SDPA
-  backends, each forced and checked.
+  backends, each forced and checked, and against FlashAttention-4, the kernel Hopper users
+  ship (PyTorch's own flash backend is FlashAttention-2).
 """
 
 # %%
@@ -145,6 +146,22 @@ for name, backend in BACKENDS.items():  # each backend's gradients checked, or i
     step, leaves = torch_step(backend, problem, ins)
     baselines.admit({}, name, step, check=lambda _, leaves=leaves, name=name, ref_grads=ref_grads: [
         check.check(leaf.grad, ref_grads[n], name=f"{name} d{n.upper()}") for n, leaf in zip("qkv", leaves)])
+
+# %%
+# FlashAttention-4, the kernel Hopper users ship (PyTorch's own flash backend is
+# FlashAttention-2): the same step through its autograd function, on its own B×S×H×D copies,
+# its gradients checked against the same fp32 reference.
+from cudnn_guide.measure import fa4
+
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+if FA4_OK:
+    fa4_step, fa4_grads = fa4.training_step(*(ins[n] for n in ("q", "k", "v", "d_o")), causal=True,
+                                            scale=problem.scale)
+    baselines.admit({}, FA4, fa4_step, check=lambda _, ref=ref_grads: [
+        check.check(g, ref[n], name=f"{FA4} d{n.upper()}") for n, g in zip("qkv", fa4_grads())])
+else:
+    print(f"{FA4}: {FA4_DETAIL}")
 del ref_o, ref_grads
 torch.cuda.empty_cache()
 
@@ -216,6 +233,9 @@ def torch_at(backend):
 
 impls = {"cuDNN graphs (fwd + bwd)": cudnn_step}
 impls.update({name: torch_at(backend) for name, backend in BACKENDS.items()})
+if FA4_OK:
+    impls[FA4] = lambda s: fa4.training_step(*(cases[s][1][n] for n in ("q", "k", "v", "d_o")), causal=True,
+                                             scale=cases[s][0].scale)[0]
 result = sweep.sweep(seqs, impls, x="seq_len", l2="cold", flops=lambda s: attention.training_flops(problem_at(s)),
                      candidate="cuDNN graphs (fwd + bwd)", rounds=7)  # interleaved rounds and verdicts per length
 
@@ -227,12 +247,14 @@ import matplotlib.pyplot as plt
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceil = measure_ceilings()
-result.plot("tflops", logx=True, title="causal attention, forward + backward, head dim 128",
+from cudnn_guide.report import plot_sweep
+plot_sweep(result, "tflops", logx=True, title="causal attention, forward + backward, head dim 128",
             ceiling=ceil.peak_bf16_tflops, ceiling_label="datasheet dense bf16 peak")
 plt.show()
 
 # %%
-result.table("tflops", title="causal SDPA forward + backward, TFLOP/s")
+from cudnn_guide.report import sweep_table
+sweep_table(result, "tflops", title="causal SDPA forward + backward, TFLOP/s")
 
 # %%
 # The verdicts at every length (above 1: the cuDNN step is faster):
@@ -243,21 +265,30 @@ from cudnn_guide.report import html_table
 html_table(pd.DataFrame(result.verdicts()), {"speed-up": "{:.2f}×"})
 
 # %%
-# Takeaways
-# ---------
+# What the sweep says
+# -------------------
+# Computed from the measurements above when the page is recorded.
+from cudnn_guide.report.prose import Prose
+
 CAND = "cuDNN graphs (fwd + bwd)"
 peak_s = max(seqs, key=lambda s: result.comparisons[s].measurements[CAND].tflops)
 peak = result.comparisons[peak_s]
 peak_est = peak.estimate(CAND, "TFLOP/s")
-print(f"* One training step peaks at {peak_est['value']:.0f} TFLOP/s (S={peak_s}, 95% CI {peak_est['low']:.0f}–"
-      f"{peak_est['high']:.0f}), {100 * peak_est['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 peak.")
-print(f"* At S={problem.seq} the backward takes {split[1].median_ms / split[0].median_ms:.2f}× the forward's time "
-      f"for 2.5× its matrix work.")
-print("* Across the lengths, the cuDNN step " + result.describe_verdicts().replace("\n", "\n  "))
-print(f"* At S={seqs[-1]}: {result.comparisons[seqs[-1]]}")
-
+fa = [c.versus[FA4]["verdict"] for c in result.comparisons.values() if FA4 in c.versus]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 headline("cuDNN fwd+bwd peak TFLOP/s", unit="TFLOP/s", seq_len=peak_s, **peak_est)
-comparison("speed-up over PyTorch's fastest backend at that length", peak)
+comparison("speed-up over the fastest contender at that length", peak)
+for s in seqs:  # each length's verdict against the fastest contender there
+    comparison(f"S={s}: speed-up over the fastest contender", result.comparisons[s])
 # sphinx_gallery_end_ignore
+Prose(
+    f"One cuDNN training step peaks at {peak_est['value']:.0f} TFLOP/s (S={peak_s}, in-run interval "
+    f"{peak_est['low']:.0f}–{peak_est['high']:.0f}), {100 * peak_est['value'] / ceil.peak_bf16_tflops:.0f}% "
+    f"of the datasheet bf16 peak.",
+    f"At S={problem.seq} the backward takes {split[1].median_ms / split[0].median_ms:.2f}× the forward's "
+    f"time for 2.5× its matrix work.",
+    (f"Against {FA4} the cuDNN step is faster at {fa.count('faster')}, ties at {fa.count('tie')} and is "
+     f"slower at {fa.count('slower')} of {len(fa)} lengths." if fa else f"{FA4} was not timed: {FA4_DETAIL}."),
+    *["* " + line.strip() for line in result.describe_verdicts().splitlines() if line.strip()],
+)

@@ -250,7 +250,8 @@ for ax, mode in zip(axes, ("training", "inference")):
 plt.show()
 
 # %%
-result.table("median_us", title="BatchNorm → ReLU, µs per call (batch 64, fp16, NHWC)")
+from cudnn_guide.report import sweep_table
+sweep_table(result, "median_us", title="BatchNorm → ReLU, µs per call (batch 64, fp16, NHWC)")
 
 # %%
 # Takeaways

@@ -173,7 +173,7 @@ att16 = attention.sdpa_graph(att, att_in)  # the bf16 graph of the attention pag
 att16_pack = att16.pack(**att_in)
 print(att8.report)
 g8.execute(att8_pack, torch.empty(g8.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
-att16.built.execute(att16_pack)
+att16.execute(att16_pack)
 att_ref = check.reference(att.torch_forward, att_in["q"], att_in["k"], att_in["v"])
 o_fp8 = fp8.dequantize(f8["o8"], f8["descale_o"])
 true_amax_o = float(att_ref.abs().max())
@@ -207,7 +207,7 @@ def att_setup(s):
         d = p.make_inputs(seed=s)
         q8 = fp8.make_sdpa_fp8_inputs(d["q"], d["k"], d["v"])
         (gq, pq), g16 = fp8_attention(q8), attention.sdpa_graph(p, d)
-        l8, l16 = graphs.adopt(gq, handle, name=f"fp8 attention {s}").bind(pq), g16.built.bind(g16.pack(**d))
+        l8, l16 = graphs.adopt(gq, handle, name=f"fp8 attention {s}").bind(pq), g16.bind(g16.pack(**d))
         l8()
         ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
         check.check(fp8.dequantize(q8["o8"], q8["descale_o"]), ref, name=f"FP8 attention S={s}", tol=FP8_TOL)
@@ -239,13 +239,15 @@ from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceil = measure_ceilings()
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
-mm_result.plot("tflops", ax=ax1, logx=True, title="matmul, n × n × n", ceiling=ceil.bf16_tflops,
+from cudnn_guide.report import plot_sweep
+plot_sweep(mm_result, "tflops", ax=ax1, logx=True, title="matmul, n × n × n", ceiling=ceil.bf16_tflops,
                ceiling_label="measured bf16 matmul ceiling")
-att_result.plot("tflops", ax=ax2, logx=True, title="causal attention forward, head dim 128")
+plot_sweep(att_result, "tflops", ax=ax2, logx=True, title="causal attention forward, head dim 128")
 plt.show()
 
 # %%
-mm_result.table("tflops", title="matmul TFLOP/s")
+from cudnn_guide.report import sweep_table
+sweep_table(mm_result, "tflops", title="matmul TFLOP/s")
 
 # %%
 # The verdicts, at every size: cuDNN FP8's speed-up over each baseline (above 1: cuDNN is faster).
@@ -256,7 +258,7 @@ from cudnn_guide.report import html_table
 html_table(pd.DataFrame(mm_result.verdicts()), {"speed-up": "{:.2f}×"})
 
 # %%
-att_result.table("tflops", title="causal attention TFLOP/s")
+sweep_table(att_result, "tflops", title="causal attention TFLOP/s")
 
 # %%
 html_table(pd.DataFrame(att_result.verdicts()), {"speed-up": "{:.2f}×"})

@@ -12,7 +12,9 @@ What you will learn:
 * how a GQA graph differs from an MHA one (only the K/V head count), forward and backward;
 * how to check it against an fp32 reference that repeats the K/V heads explicitly;
 * what GQA saves: the K/V bytes per token, and the decode time that follows them;
-* the cuDNN graph against PyTorch's SDPA with ``enable_gqa=True`` on each backend that runs it.
+* the cuDNN graph against PyTorch's SDPA with ``enable_gqa=True`` on each backend
+  that runs it (its flash backend is FlashAttention-2), and against FlashAttention-4,
+  which also takes GQA and MQA K/V heads as they are.
 """
 
 # %%
@@ -136,16 +138,22 @@ from cudnn_guide.report import html_table
 html_table(pd.DataFrame(rows), {"K/V cache, 32k tokens × 32 layers (GiB)": "{:.2f}"})
 
 # %%
-# Prefill and decode, against PyTorch
-# -----------------------------------
+# Prefill and decode, against PyTorch and FlashAttention-4
+# --------------------------------------------------------
 # For each head layout, the cuDNN graph races PyTorch's SDPA with ``enable_gqa=True`` on each
-# backend (forced with ``sdpa_kernel``; one that cannot run it is shown as unavailable), in
-# interleaved rounds with a bootstrap interval. Prefill is 4 × 4096 tokens, causal; decode is
-# one new token for each of 32 sequences over 8192 cached ones, where the K/V reads dominate.
-from cudnn_guide.measure import baselines, compare
+# backend (forced with ``sdpa_kernel``; one that cannot run it is shown as
+# unavailable) and FlashAttention-4 (``flash_attn.cute.flash_attn_func``, on its own
+# B×S×H×D copy of the inputs), in interleaved rounds with a bootstrap interval.
+# Prefill is 4 × 4096 tokens, causal; decode is one new token for each of 32 sequences
+# over 8192 cached ones, where the K/V reads dominate.
+from cudnn_guide.measure import baselines, compare, fa4
 
 BACKENDS = baselines.sdpa_backends()
 CAND = "cuDNN graph"
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+if not FA4_OK:
+    print(f"{FA4}: {FA4_DETAIL}")
 results, kv_bytes = {}, {}
 for phase, (batch, s_q, s_kv) in {"prefill": (B, S, S), "decode": (32, 1, 8192)}.items():
     for hkv in (32, 8, 1):
@@ -164,6 +172,11 @@ for phase, (batch, s_q, s_kv) in {"prefill": (B, S, S), "decode": (32, 1, 8192)}
             run = lambda attend=attend, q=q, k=k, v=v: attend(q, k, v)  # noqa: E731
             baselines.admit(contenders, name, run,  # prints why a backend cannot run this layout
                             check=lambda out, n=f"{name} {phase}, Hkv={hkv}": check.check(out, reference, name=n))
+        if FA4_OK:  # prints why FA4 cannot run this layout, if it cannot
+            run_fa4 = fa4.forward(q, k, v, causal=causal, scale=D ** -0.5)
+            baselines.admit(contenders, FA4, run_fa4,
+                            check=lambda out, n=f"FA4 {phase}, Hkv={hkv}":
+                            check.check(out, reference, name=n))
         kv_bytes[(phase, hkv)] = 2 * k.numel() * k.element_size()
         flops = 4 * batch * HQ * s_q * s_kv * D / (2 if causal else 1)
         results[(phase, hkv)] = compare.compare(contenders, candidate=CAND, l2="cold", rounds=9, flops=flops,
@@ -179,10 +192,11 @@ from cudnn_guide.measure import sweep
 
 by_phase = {phase: sweep.SweepResult.from_comparisons("K/V heads", {hkv: results[(phase, hkv)] for hkv in (32, 8, 1)})
             for phase in ("prefill", "decode")}
-by_phase["prefill"].table("median_us", title="prefill: µs per call (median)")
+from cudnn_guide.report import sweep_table
+sweep_table(by_phase["prefill"], "median_us", title="prefill: µs per call (median)")
 
 # %%
-by_phase["decode"].table("gbps", title="decode: GB/s of K/V and Q read and O written (higher is better)")
+sweep_table(by_phase["decode"], "gbps", title="decode: GB/s of K/V and Q read and O written (higher is better)")
 
 # %%
 html_table(pd.DataFrame([{"phase": phase, **row} for phase, res in by_phase.items() for row in res.verdicts()]),
@@ -201,22 +215,49 @@ for ax, (phase, res) in zip(axes, by_phase.items()):
 plt.show()
 
 # %%
-# Takeaways
-# ---------
-dec = {hkv: results[("decode", hkv)].estimate(CAND) for hkv in (32, 8, 1)}
-print(f"* Decode reads {kv_bytes[('decode', 32)] / kv_bytes[('decode', 8)]:.0f}× fewer K/V bytes with 8 K/V heads: "
-      f"the cuDNN graph takes {dec[32]['value']:.1f} µs with 32 K/V heads, {dec[8]['value']:.1f} µs with 8 and "
-      f"{dec[1]['value']:.1f} µs with 1 ({dec[32]['value'] / dec[8]['value']:.1f}× and "
-      f"{dec[32]['value'] / dec[1]['value']:.1f}× less time).")
-pre = {hkv: results[("prefill", hkv)].estimate(CAND) for hkv in (32, 8, 1)}
-print(f"* Prefill is compute-bound: {pre[32]['value']:.0f}, {pre[8]['value']:.0f} and {pre[1]['value']:.0f} µs "
-      "for 32, 8 and 1 K/V heads.")
-for (phase, hkv), c in results.items():
-    print(f"* {phase}, {hkv} K/V heads: the cuDNN graph is {c.describe()}.")
+# What the comparisons say
+# ------------------------
+# Computed from the comparisons above when the page is recorded.
+from cudnn_guide.report.prose import Prose
 
+
+def times(ratio):
+    """``ratio`` (old time / new time) as "N× less time", "N× more time" or the same."""
+    if abs(ratio - 1) < 0.005:
+        return "the same time"
+    return f"{ratio:.1f}× less time" if ratio > 1 else f"{1 / ratio:.1f}× more time"
+
+
+dec = {hkv: results[("decode", hkv)].estimate(CAND) for hkv in (32, 8, 1)}
+pre = {hkv: results[("prefill", hkv)].estimate(CAND) for hkv in (32, 8, 1)}
+fewer = kv_bytes[("decode", 32)] / kv_bytes[("decode", 8)]
+sentences = [
+    f"Decode reads {fewer:.0f}× fewer K/V bytes with 8 K/V heads than with 32: "
+    f"the cuDNN graph takes {dec[32]['value']:.1f} µs with 32 K/V heads, "
+    f"{dec[8]['value']:.1f} µs with 8 and {dec[1]['value']:.1f} µs with 1 "
+    f"(with 8: {times(dec[32]['value'] / dec[8]['value'])}; with 1: "
+    f"{times(dec[32]['value'] / dec[1]['value'])}; each against 32).",
+    f"Prefill does the same arithmetic with 32, 8 or 1 K/V heads: the cuDNN graph "
+    f"takes {pre[32]['value']:.0f}, {pre[8]['value']:.0f} and {pre[1]['value']:.0f} µs "
+    "for 32, 8 and 1 K/V heads.",
+]
+fa = [c.versus[FA4]["verdict"] for c in results.values() if FA4 in c.versus]
+if fa:
+    sentences.append(
+        f"Against {FA4} alone, the cuDNN graph is faster in {fa.count('faster')}, "
+        f"ties in {fa.count('tie')} and is slower in {fa.count('slower')} "
+        f"of {len(fa)} layouts.")
+elif FA4_OK:
+    sentences.append(f"{FA4} refused every layout (its errors are printed above).")
+else:
+    sentences.append(f"{FA4} was not timed: {FA4_DETAIL}.")
+sentences += [f"* {phase}, {hkv} K/V heads, against the fastest contender: "
+              f"the cuDNN graph is {c.describe()}."
+              for (phase, hkv), c in results.items()]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 for (phase, hkv), c in results.items():
-    comparison(f"{phase}, Hkv={hkv}: speed-up over best baseline", c)
+    comparison(f"{phase}, Hkv={hkv}: speed-up over the fastest contender", c)
 headline("decode time, Hkv=8", unit="µs", **dec[8])
 # sphinx_gallery_end_ignore
+Prose(*sentences)

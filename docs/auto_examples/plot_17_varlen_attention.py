@@ -7,7 +7,7 @@ wastes work on tokens that do not exist; cuDNN offers two ways not to:
 
 * **padding mask**: keep the padded B×H×S×D layout, pass each sequence's true length in
   ``seq_len_q`` / ``seq_len_kv`` and set ``use_padding_mask=True``; keys past a sequence's
-  length are masked and the kernel skips the tiles that hold only padding;
+  length are masked (how much of the padding's work the kernel skips is measured below);
 * **packed (THD)**: store only the real tokens, T×H×D, and give each tensor a *ragged
   offset* (``set_ragged_offset``): where each sequence starts, in elements. This is the layout
   of FlashAttention's ``varlen`` API and of PyTorch's nested tensors.
@@ -19,7 +19,8 @@ What you will learn:
   ones (a padding mask), checked and timed;
 * the edge cases users report: a zero-length sequence and a one-token sequence;
 * the clear errors for lengths and offsets that cuDNN would misread;
-* the work saved against padding, and the cuDNN graph against PyTorch's varlen paths.
+* the work saved against padding, and the cuDNN graph against PyTorch's varlen paths and
+  FlashAttention-4's ``flash_attn_varlen_func``.
 """
 
 # %%
@@ -190,12 +191,15 @@ for bad in (lambda: attention_inputs.check_seq_lens(seq_lens.long(), B, S_MAX),
 # ------------------------------
 # Every contender computes causal attention within each sequence, checked sequence by sequence:
 #
-# * **PyTorch padded SDPA** (flash, forced): the padded tensors with ``is_causal=True``.
+# * **PyTorch padded SDPA** (flash, forced; PyTorch's flash backend is
+#   FlashAttention-2): the padded tensors with ``is_causal=True``.
 #   With right padding, causal attention never lets a real query see a padded key, so the real
 #   rows are right; the kernel still computes every padded tile.
 # * **PyTorch nested tensors**: ``scaled_dot_product_attention`` on jagged nested tensors.
 # * **PyTorch varlen_attn** (``torch.nn.attention.varlen``), if this torch has a causal form.
 # * **FlexAttention** (compiled) with a document mask over the packed tokens.
+# * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with the
+#   same ``cu_seqlens`` (int32), if it is installed.
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -231,6 +235,25 @@ try:
         lambda y, b, a, e: y[a:e].transpose(0, 1)[None])
 except ImportError as exc:
     unavailable["PyTorch varlen_attn"] = str(exc)
+from cudnn_guide.measure import fa4
+
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+if FA4_OK:
+    from flash_attn.cute import flash_attn_varlen_func
+
+    def fa4_varlen(q, k, v):
+        r = flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens,
+                                   cu_seqlens_k=cu_seqlens, max_seqlen_q=S_MAX,
+                                   max_seqlen_k=S_MAX, causal=True,
+                                   softmax_scale=D ** -0.5)
+        return r[0] if isinstance(r, tuple) else r  # out, or (out, lse)
+
+    candidates[f"{FA4}, varlen"] = (lambda: fa4_varlen(q, k, v),
+                                    lambda y, b, a, e: y[a:e].transpose(0, 1)[None])
+else:
+    print(f"{FA4}: {FA4_DETAIL}")
+    unavailable[FA4] = FA4_DETAIL
 for name, (fn, rows_of) in candidates.items():  # each one checked sequence by sequence; one that cannot run is said
     if why := baselines.admit(contenders, name, fn, check=lambda y, rows_of=rows_of, name=name: per_sequence_check(
             lambda b, a, e: rows_of(y, b, a, e), name)):
@@ -254,7 +277,8 @@ html_table(pd.DataFrame(rows).sort_values("µs"), {"µs": "{:.1f}", "useful TFLO
 # ----
 import matplotlib.pyplot as plt
 
-result.plot("µs", logx=True, xlabel="µs per forward call", title=f"causal attention over {B} sequences, {T} real tokens")
+from cudnn_guide.report import plot_comparison
+plot_comparison(result, "µs", logx=True, xlabel="µs per forward call", title=f"causal attention over {B} sequences, {T} real tokens")
 plt.show()
 
 # %%
@@ -330,7 +354,8 @@ print(checks[-1], f"(the worst of {3 * B} gradients)")
 # %%
 # The backward against PyTorch: each contender's gradients come from one retained autograd
 # graph (``retain_graph=True``), so only the backward is timed. The padded flash backward,
-# FlexAttention's document mask and ``varlen_attn`` are checked the same way first.
+# FlexAttention's document mask, ``varlen_attn`` and FlashAttention-4's varlen backward
+# are checked the same way first.
 d_op = padded(d_o)
 backward_contenders = {"cuDNN packed (THD) backward": graphs.adopt(gb, handle, name="varlen_bwd").bind(backward_pack)}
 
@@ -411,30 +436,81 @@ if "PyTorch varlen_attn" in contenders:  # the forward's strongest baseline, dif
     except Exception as exc:  # cannot run here: shown, not hidden
         unavailable["PyTorch varlen_attn backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
         print("PyTorch varlen_attn backward: unavailable", unavailable["PyTorch varlen_attn backward"])
+if f"{FA4}, varlen" in contenders:  # its varlen backward, timed the same way
+    leaves_4 = [t.detach().requires_grad_() for t in (q, k, v)]
+
+    def fa4_backward():
+        return torch.autograd.grad(y_fa4, leaves_4, d_o, retain_graph=True)
+
+    def fa4_grad_check(dqkv):
+        fa4_grads = dict(zip(("dq", "dk", "dv"), dqkv))
+        checks.append(per_sequence_grad_check(
+            lambda n, b, a, e: fa4_grads[n][a:e].transpose(0, 1)[None],
+            f"{FA4}, varlen backward"))
+        return checks[-1]
+
+    FA4_BWD = f"{FA4}, varlen backward"
+    try:
+        y_fa4 = fa4_varlen(*leaves_4)
+        fa4_backward()  # a first backward: the checked one below repeats it, as timed
+    except Exception as exc:  # cannot run here: shown, not hidden
+        unavailable[FA4_BWD] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
+        print(f"{FA4_BWD}: unavailable", unavailable[FA4_BWD])
+    else:
+        if why := baselines.admit(backward_contenders, FA4_BWD, fa4_backward,
+                                  check=fa4_grad_check):
+            unavailable[FA4_BWD] = why
 backward_result = compare.compare(backward_contenders, candidate="cuDNN packed (THD) backward", l2="cold", rounds=9,
                                   flops=2.5 * real_flops)
 print(backward_result)
 
 # %%
-# Takeaways
-# ---------
+# What the measurements say
+# -------------------------
+# Computed from the comparisons above when the page is recorded.
+from cudnn_guide.report.prose import Prose
+
 padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
-best = result.best_baseline
-print(f"* Padding to the longest sequence would do {padded_flops / real_flops:.1f}× the attention work of the real "
-      f"tokens ({T} real of {B * S_MAX} slots).")
-print(f"* The packed cuDNN graph is {result.describe(best)}; against the padded tensors with a padding mask it is "
-      f"{result.describe('cuDNN padding mask')}.")
-print(f"* Backward (dQ, dK, dV) on the packed layout: "
-      f"{backward_result.estimate('cuDNN packed (THD) backward')['value']:.0f} µs; against the fastest PyTorch "
-      f"backward it is {backward_result.describe(backward_result.best_baseline)}; against the padded layout with a "
-      f"padding mask it is {backward_result.describe('cuDNN padding mask backward (control)')}.")
-print(f"* A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its output slots still held the poison after "
-      "the call; a one-token sequence is checked like any other.")
+work_ratio = padded_flops / real_flops
+time_ratio = (result.estimate("cuDNN padding mask")["value"]
+              / result.estimate("cuDNN packed (THD)")["value"])
+if time_ratio <= 1 or result.versus["cuDNN padding mask"]["verdict"] == "tie":
+    skip = "so the kernel skips the padding's tiles: they cost no measurable time."
+elif time_ratio < work_ratio:
+    skip = "so the kernel skips part of the padding's tiles, not all of them."
+else:
+    skip = "so this timing shows no padding tiles skipped."
+best, best_bwd = result.best_baseline, backward_result.best_baseline
+sentences = [
+    f"Padding to the longest sequence would do {work_ratio:.2f}× the attention work "
+    f"of the real tokens ({T} real of {B * S_MAX} slots).",
+    f"The padded cuDNN graph with a padding mask takes {time_ratio:.2f}× the packed "
+    f"graph's time for {work_ratio:.2f}× the work, {skip}",
+    f"The packed cuDNN graph: against the fastest contender ({best}) it is "
+    f"{result.describe(best)}; against the padded tensors with a padding mask it is "
+    f"{result.describe('cuDNN padding mask')}.",
+    f"Backward (dQ, dK, dV) on the packed layout: "
+    f"{backward_result.estimate('cuDNN packed (THD) backward')['value']:.0f} µs; "
+    f"against the fastest contender ({best_bwd}) it is "
+    f"{backward_result.describe(best_bwd)}; "
+    f"against the padded layout with a padding mask it is "
+    f"{backward_result.describe('cuDNN padding mask backward (control)')}.",
+    f"A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its output slots "
+    "still held the poison after the call; a one-token sequence is checked like any "
+    "other.",
+]
+for c, name in ((result, f"{FA4}, varlen"),
+                (backward_result, f"{FA4}, varlen backward")):
+    if name in c.versus:
+        sentences.append(f"* Against {name}: cuDNN is {c.describe(name)}.")
+sentences += [f"* Not available here: {name}: {why}"
+              for name, why in unavailable.items()]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
-comparison("packed THD: speed-up over best baseline", result)
+comparison("packed THD: speed-up over the fastest contender", result)
 headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
-comparison("packed THD backward: speed-up over best baseline", backward_result)
+comparison("packed THD backward: speed-up over the fastest contender", backward_result)
 headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
 # sphinx_gallery_end_ignore
+Prose(*sentences)

@@ -14,8 +14,9 @@ without a mask tensor, as a *diagonal band*, and takes the rest as an additive b
   per-head linear bias, computed in the kernel.
 
 What you will learn: each declaration, checked against an fp32 reference with the same mask
-written out; how the time falls as the window shrinks, against the dense causal kernel and
-PyTorch's FlexAttention; chunked prefill over a paged K/V cache; what a bias costs.
+written out; how the time falls as the window shrinks, against the dense causal kernel,
+PyTorch's FlexAttention and FlashAttention-4's ``window_size``; chunked prefill over a
+paged K/V cache; what a bias costs.
 """
 
 # %%
@@ -100,11 +101,18 @@ print(checks[-1])
 # How the time falls with the window
 # ----------------------------------
 # At each width, the cuDNN window graph races FlexAttention (compiled, with a block
-# mask for the same window) and, as a control, cuDNN's dense causal graph, in interleaved
-# rounds. The useful work is the number of visible (query, key) pairs.
+# mask for the same window), FlashAttention-4 (``window_size=(W - 1, 0)``: the W - 1
+# keys before the query, and none after it) and, as a control, cuDNN's dense causal
+# graph, in interleaved rounds. The useful work is the number of visible (query, key)
+# pairs.
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide.measure import compare
+from cudnn_guide.measure import baselines, compare, fa4
+
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+if not FA4_OK:
+    print(f"{FA4}: {FA4_DETAIL}")
 
 flex = torch.compile(flex_attention, fullgraph=True)
 WINDOW = torch.tensor(0, device="cuda")  # read by the mask at run time: one compiled kernel serves every width
@@ -131,10 +139,17 @@ for w in windows:
     checks.append(check.check(o_w, ref, name=f"cuDNN window W={w}"))
     checks.append(check.check(flex(q, k, v, block_mask=mask_w), ref, name=f"FlexAttention window W={w}"))
     pairs = int(attention_inputs.band(S, S, left=w, device="cuda").sum())
+    contenders = {
+        CAND: launch,
+        "FlexAttention (compiled)": lambda m=mask_w: flex(q, k, v, block_mask=m),
+        CONTROL: launcher(causal, causal_pack)}
+    if FA4_OK:  # prints why FA4 cannot run this window, if it cannot
+        run_fa4 = fa4.forward(q, k, v, causal=True, scale=D ** -0.5,
+                              window_size=(w - 1, 0))
+        baselines.admit(contenders, FA4, run_fa4, ref)
     by_window[w] = compare.compare(
-        {CAND: launch, "FlexAttention (compiled)": lambda m=mask_w: flex(q, k, v, block_mask=m),
-         CONTROL: launcher(causal, causal_pack)},
-        candidate=CAND, l2="cold", rounds=7, flops=4 * B * H * D * pairs, tag=f"W={w}")
+        contenders, candidate=CAND, l2="cold", rounds=7, flops=4 * B * H * D * pairs,
+        tag=f"W={w}")
 
 # %%
 # One comparison per window, read as one sweep (``SweepResult.from_comparisons``): the time per
@@ -145,7 +160,8 @@ from cudnn_guide.measure import sweep
 from cudnn_guide.report import html_table
 
 windows_result = sweep.SweepResult.from_comparisons("window W", by_window)
-windows_result.table("median_us", title="µs per call (median)")
+from cudnn_guide.report import sweep_table
+sweep_table(windows_result, "median_us", title="µs per call (median)")
 
 # %%
 html_table(pd.DataFrame(windows_result.verdicts()), {"speed-up": "{:.2f}×"})
@@ -153,7 +169,8 @@ html_table(pd.DataFrame(windows_result.verdicts()), {"speed-up": "{:.2f}×"})
 # %%
 import matplotlib.pyplot as plt
 
-windows_result.plot("median_us", logx=True, title=f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}")
+from cudnn_guide.report import plot_sweep
+plot_sweep(windows_result, "median_us", logx=True, title=f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 
 # %%
@@ -274,22 +291,63 @@ for name in bias_cmp.versus:
     print(f"cuDNN ALiBi vs {name}: {bias_cmp.describe(name)}")
 
 # %%
-# Takeaways
-# ---------
-full, narrow = by_window[windows[0]], by_window[windows[-1]]
-print(f"* Shrinking the window from {windows[0]} to {windows[-1]} keys takes the cuDNN graph from "
-      f"{full.estimate(CAND)['value']:.0f} to {narrow.estimate(CAND)['value']:.0f} µs; the dense causal graph takes "
-      f"{narrow.estimate(CONTROL)['value']:.0f} µs.")
-for w, c in by_window.items():
-    print(f"  W={w}: cuDNN is {c.describe('FlexAttention (compiled)')}")
-print(f"* Chunked prefill over a paged cache: cuDNN is {prefill.describe('PyTorch gather pages + SDPA')}; "
-      f"reading pages in place against contiguous K/V: {prefill.describe('cuDNN contiguous K/V (control)')}.")
-print(f"* ALiBi in the kernel: {bias_cmp.describe('FlexAttention ALiBi (compiled)')}; "
-      f"against reading a bias tensor instead: {bias_cmp.describe('cuDNN bias tensor (control)')}.")
+# What the comparisons say
+# ------------------------
+# Computed from the comparisons above when the page is recorded. Whether
+# FlashAttention-4 takes ALiBi or a bias tensor is read from ``flash_attn_func``'s
+# signature.
+import inspect
 
+from cudnn_guide.report.prose import Prose
+
+if FA4_OK:
+    from flash_attn.cute import flash_attn_func
+
+    fa4_args = set(inspect.signature(flash_attn_func).parameters)
+    if "alibi_slopes" in fa4_args:
+        fa4_masks = (f"{FA4}'s flash_attn_func takes alibi_slopes, but this page does "
+                     "not time it.")
+    else:
+        no_bias = "" if "attn_bias" in fa4_args else ", nor a bias tensor"
+        fa4_masks = (f"FA4: not supported (no ALiBi in flash_attn_func: {FA4} takes no "
+                     f"alibi_slopes{no_bias}), so it is not in the ALiBi race. A "
+                     "score_mod written in the CuTe DSL could add ALiBi; this page "
+                     "does not attempt it.")
+else:
+    fa4_masks = f"{FA4} was not timed: {FA4_DETAIL}."
+full, narrow = by_window[windows[0]], by_window[windows[-1]]
+sentences = [
+    f"Shrinking the window from {windows[0]} to {windows[-1]} keys takes the cuDNN "
+    f"graph from {full.estimate(CAND)['value']:.0f} to "
+    f"{narrow.estimate(CAND)['value']:.0f} µs; the dense causal graph takes "
+    f"{narrow.estimate(CONTROL)['value']:.0f} µs.",
+]
+sentences += [f"* W={w}: cuDNN is {c.describe('FlexAttention (compiled)')}"
+              for w, c in by_window.items()]
+fa = {w: c for w, c in by_window.items() if FA4 in c.versus}
+if fa:
+    verdicts = [c.versus[FA4]["verdict"] for c in fa.values()]
+    sentences.append(
+        f"Against {FA4} with window_size, cuDNN is faster at "
+        f"{verdicts.count('faster')}, ties at {verdicts.count('tie')} and is slower at "
+        f"{verdicts.count('slower')} of {len(verdicts)} widths.")
+    sentences += [f"* W={w}: cuDNN is {c.describe(FA4)}" for w, c in fa.items()]
+elif FA4_OK:
+    sentences.append(f"{FA4} ran at none of the widths (the reasons are above).")
+gather, contiguous = "PyTorch gather pages + SDPA", "cuDNN contiguous K/V (control)"
+flex_alibi = "FlexAttention ALiBi (compiled)"
+bias_tensor = "cuDNN bias tensor (control)"
+sentences += [
+    f"Chunked prefill over a paged cache: cuDNN is {prefill.describe(gather)}; reading "
+    f"pages in place against contiguous K/V: {prefill.describe(contiguous)}.",
+    f"ALiBi in the kernel: {bias_cmp.describe(flex_alibi)}; against reading a bias "
+    f"tensor instead: {bias_cmp.describe(bias_tensor)}.",
+    fa4_masks,
+]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison
 comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")
 comparison("paged chunked prefill: speed-up over gather + SDPA", prefill, "PyTorch gather pages + SDPA")
 comparison("ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)")
 # sphinx_gallery_end_ignore
+Prose(*sentences)

@@ -97,7 +97,7 @@ for name, got, ref in zip(("dQ", "dK", "dV"), (qg.grad, kg.grad, vg.grad), ref_l
 # shows what a server pays once per process; the second call is the steady state.
 import tempfile
 
-from cudnn_guide.measure import coldstart, fresh_process
+from cudnn_guide.studies import coldstart, fresh_process
 
 cold = []
 for _ in range(2):
@@ -190,8 +190,9 @@ html_table(pd.DataFrame(rows), {"µs": "{:.1f}", "TFLOP/s": "{:.0f}"})
 import matplotlib.pyplot as plt
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
+from cudnn_guide.report import plot_comparison
 for ax, (mask, c) in zip(axes, results.items()):
-    c.plot("TFLOP/s", ax=ax, xlabel="TFLOP/s of visible pairs", title=f"{mask}: {B}×{H} heads × {S} tokens, d={D}")
+    plot_comparison(c, "TFLOP/s", ax=ax, xlabel="TFLOP/s of visible pairs", title=f"{mask}: {B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 
 # %%

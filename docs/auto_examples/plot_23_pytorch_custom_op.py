@@ -188,7 +188,8 @@ print(training)
 # %%
 import matplotlib.pyplot as plt
 
-training.plot("TFLOP/s", xlabel="TFLOP/s, attention forward + backward",
+from cudnn_guide.report import plot_comparison
+plot_comparison(training, "TFLOP/s", xlabel="TFLOP/s, attention forward + backward",
               title=f"causal attention training step, {B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 

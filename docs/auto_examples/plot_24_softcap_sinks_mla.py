@@ -15,7 +15,8 @@ Three attention variants from current LLMs that are not a mask:
 
 What you will learn: each declaration, checked against an fp32 reference; what cuDNN refuses
 to combine on this GPU (shown with its own words); and each variant against the strongest
-PyTorch path that computes the same thing.
+PyTorch path that computes the same thing, and against FlashAttention-4 where it has the
+feature (soft-cap, sinks and MLA head sizes all are).
 """
 
 # %%
@@ -103,8 +104,9 @@ print(f"the cap matters here: the uncapped result differs from the capped one by
 
 # %%
 # ``score_mod`` cannot be combined with cuDNN's own masks: the causal mask above is written in
-# the callback (``gen_index`` and ``cmp_ge``), so the kernel computes every tile and then masks
-# it. Asking for both is refused:
+# the callback (``gen_index`` and ``cmp_ge``), so cuDNN is not told through its own band
+# parameters that the mask is causal (what the timing says of skipped tiles is below).
+# Asking for both is refused:
 refusals = {}
 g2 = new_graph()
 Q2, K2, V2 = g2.tensor_like(q, name="q"), g2.tensor_like(k, name="k"), g2.tensor_like(v, name="v")
@@ -122,11 +124,15 @@ print("score_mod + diagonal_band_right_bound=0:", refusals["score_mod + causal b
 
 # %%
 # The baseline is PyTorch's FlexAttention with the same soft-cap as its ``score_mod`` and a
-# causal block mask, compiled: it skips the tiles above the diagonal. cuDNN's dense causal graph
-# without a cap is the control: the cost of a dense score_mod against a masked kernel.
+# causal block mask, compiled: it skips the tiles above the diagonal. Its ``torch.tanh``
+# is the exact tanh: torch has no approximate-tanh op to write in a ``score_mod``, so
+# the approximate variant some Flex users patch in is not timed here. FlashAttention-4
+# caps natively (``softcap=``; its source computes the approximate, fastmath tanh),
+# checked against the same fp32 reference. cuDNN's causal graph without a cap (its own
+# causal band) is the control: what the score_mod costs.
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide.measure import compare
+from cudnn_guide.measure import baselines, compare, fa4
 
 flex = torch.compile(flex_attention, fullgraph=True)
 causal_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
@@ -148,10 +154,22 @@ O3.set_output(True).set_dim(list(o_causal.shape)).set_stride(list(o_causal.strid
 g3.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
 causal_launch = graphs.adopt(g3, handle, name="causal").bind({Q3: q, K3: k, V3: v, O3: o_causal})
 causal_flops = 4 * B * H * D * int(causal_visible.sum())
+softcap_contenders = {
+    "cuDNN soft-cap (score_mod)": softcap.bind(softcap_pack),
+    "FlexAttention soft-cap (compiled)":
+        lambda: flex(q, k, v, score_mod=softcap_mod, block_mask=causal_block),
+    "cuDNN causal, no cap (control)": causal_launch}
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+fa4_unavailable = {}  # contender name -> why it did not run
+if FA4_OK:
+    fa4_cap = fa4.forward(q, k, v, causal=True, scale=D ** -0.5, softcap=CAP)
+    if why := baselines.admit(softcap_contenders, f"{FA4}, softcap", fa4_cap, ref_cap):
+        fa4_unavailable[f"{FA4}, softcap"] = why
+else:
+    print(f"{FA4}: {FA4_DETAIL}")
 softcap_cmp = compare.compare(
-    {"cuDNN soft-cap (score_mod)": softcap.bind(softcap_pack),
-     "FlexAttention soft-cap (compiled)": lambda: flex(q, k, v, score_mod=softcap_mod, block_mask=causal_block),
-     "cuDNN causal, no cap (control)": causal_launch},
+    softcap_contenders,
     candidate="cuDNN soft-cap (score_mod)", l2="cold", rounds=9, flops=causal_flops, tag="softcap")
 print(softcap_cmp)
 
@@ -197,9 +215,18 @@ def flex_with_sinks(q, k, v):
 flex_sinks = torch.compile(flex_with_sinks, fullgraph=True)
 checks.append(check.check(flex_sinks(q, k, v), ref_sink, name="FlexAttention + lse rescale (sinks)"))
 print(checks[-1])
+sink_contenders = {
+    "cuDNN sink_token": sink_graph.bind(sink_pack),
+    "FlexAttention + lse rescale (compiled)": lambda: flex_sinks(q, k, v),
+    "cuDNN causal, no sinks (control)": causal_launch}
+if FA4_OK:  # FlashAttention-4's learnable_sink: one fp32 logit per head, shape (H,)
+    fa4_sink = fa4.forward(q, k, v, causal=True, scale=D ** -0.5,
+                           learnable_sink=sinks.view(H))
+    if why := baselines.admit(sink_contenders, f"{FA4}, learnable_sink", fa4_sink,
+                              ref_sink):
+        fa4_unavailable[f"{FA4}, learnable_sink"] = why
 sink_cmp = compare.compare(
-    {"cuDNN sink_token": sink_graph.bind(sink_pack), "FlexAttention + lse rescale (compiled)": lambda: flex_sinks(q, k, v),
-     "cuDNN causal, no sinks (control)": causal_launch},
+    sink_contenders,
     candidate="cuDNN sink_token", l2="cold", rounds=9, flops=causal_flops, tag="sinks")
 print(sink_cmp)
 
@@ -255,8 +282,9 @@ del leaves, ref_om
 
 # %%
 # A training step (forward + backward) against PyTorch's SDPA on each backend that accepts a
-# V head size different from Q's (forced with ``sdpa_kernel``), and FlexAttention. A backend
-# that refuses the shapes is listed with its error.
+# V head size different from Q's (forced with ``sdpa_kernel``; its flash backend is
+# FlashAttention-2), FlexAttention, and FlashAttention-4 (its own B×S×H×D copies,
+# autograd). A backend that refuses the shapes is listed with its error.
 from torch.nn.attention import SDPBackend
 
 from cudnn_guide.measure import baselines
@@ -292,6 +320,13 @@ for name, attend in (("PyTorch SDPA, flash", backend(SDPBackend.FLASH_ATTENTION)
     if why := baselines.admit(mla_contenders, name, torch_step(attend), check=lambda grads, name=name: check.check(
             grads[0], ref_dq, name=f"{name}: MLA dq")):
         mla_unavailable[name] = why
+if FA4_OK:  # dq checked against the same fp32 autograd reference
+    fa4_step, fa4_grads = fa4.training_step(qm, km, vm, d_om, causal=True,
+                                            scale=DQK ** -0.5)
+    if why := baselines.admit(mla_contenders, f"{FA4} step", fa4_step,
+                              check=lambda _: check.check(fa4_grads()[0], ref_dq,
+                                                          name=f"{FA4}: MLA dq")):
+        mla_unavailable[f"{FA4} step"] = fa4_unavailable[f"{FA4} step"] = why
 mla_flops = 3.5 * 2 * B * H * (DQK + DV) * int(causal_visible.sum())  # forward + backward (2.5× forward)
 mla_cmp = compare.compare(mla_contenders, candidate="cuDNN MLA step", l2="cold", rounds=9, flops=mla_flops,
                           tag="mla")
@@ -313,27 +348,68 @@ html_table(pd.DataFrame(rows), {"µs": "{:.0f}", "TFLOP/s": "{:.0f}"})
 import matplotlib.pyplot as plt
 
 fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), layout="constrained")  # one row each: the long labels fit
+from cudnn_guide.report import plot_comparison
 for ax, (title, c) in zip(axes, (("soft-cap, causal", softcap_cmp), ("sinks, causal", sink_cmp),
                                  ("MLA 192/128 training step", mla_cmp))):
-    c.plot("µs", ax=ax, xlabel="µs per call", title=title)
+    plot_comparison(c, "µs", ax=ax, xlabel="µs per call", title=title)
 plt.show()
 
 # %%
-# Takeaways
-# ---------
-print(f"* Soft-cap as a score_mod: {softcap_cmp.describe('FlexAttention soft-cap (compiled)')} against "
-      f"FlexAttention; against cuDNN's causal kernel without a cap it is "
-      f"{softcap_cmp.describe('cuDNN causal, no cap (control)')}: the callback's mask is dense.")
-print(f"* Sinks in the kernel: {sink_cmp.describe('FlexAttention + lse rescale (compiled)')} against FlexAttention "
-      f"with the lse rescale; against no sinks: {sink_cmp.describe('cuDNN causal, no sinks (control)')}.")
-print(f"* MLA training step: {mla_cmp.estimate('cuDNN MLA step')['value']:.0f} µs; against the fastest PyTorch "
-      f"path ({mla_cmp.best_baseline}) it is {mla_cmp.describe(mla_cmp.best_baseline)}.")
-for name, why in {**refusals, **mla_unavailable}.items():
-    print(f"* Not available here: {name}: {why}")
+# What the measurements say
+# -------------------------
+# Computed from the comparisons above when the page is recorded.
+from cudnn_guide.measure.ceilings import datasheet_peaks
+from cudnn_guide.report.prose import Prose
+
+PEAK = datasheet_peaks(torch.cuda.get_device_name())[0]  # dense bf16 TFLOP/s, or None
+CAP_NAME, CAP_CTRL = "cuDNN soft-cap (score_mod)", "cuDNN causal, no cap (control)"
+cap_us = softcap_cmp.estimate(CAP_NAME)["value"]
+dense_tflops = 4 * B * H * S * S * D / (cap_us * 1e-6) / 1e12  # all tiles computed
+ctrl_tflops = softcap_cmp.estimate(CAP_CTRL, "TFLOP/s")["value"]
+peak_share = ""
+if PEAK:
+    peak_share = f" ({100 * dense_tflops / PEAK:.0f}% of the datasheet bf16 peak)"
+if dense_tflops > ctrl_tflops:
+    dense_verdict = (f"more than the causal control reaches on the work it computes "
+                     f"({ctrl_tflops:.0f} TFLOP/s): so it is unlikely that the kernel "
+                     "computes every tile, although the mask is in the callback "
+                     "(not profiled here).")
+else:
+    dense_verdict = (f"no more than the causal control reaches on the work it computes "
+                     f"({ctrl_tflops:.0f} TFLOP/s): this timing alone does not say "
+                     "whether the kernel skips the masked tiles.")
+FLEX_CAP = "FlexAttention soft-cap (compiled)"
+FLEX_SINK = "FlexAttention + lse rescale (compiled)"
+sentences = [
+    f"Soft-cap as a score_mod: cuDNN is {softcap_cmp.describe(FLEX_CAP)}, and against "
+    f"its own causal kernel without a cap it is {softcap_cmp.describe(CAP_CTRL)}.",
+    f"If the score_mod kernel computed every tile, its {cap_us:.0f} µs would be "
+    f"{dense_tflops:.0f} TFLOP/s of dense attention{peak_share}, {dense_verdict}",
+    "FlexAttention's soft-cap is timed with the exact torch.tanh: torch has no "
+    "approximate tanh to write in a score_mod, so that variant is not timed; "
+    "FlashAttention-4's native softcap computes the approximate (fastmath) tanh.",
+    f"Sinks in the kernel: cuDNN's sink_token graph is {sink_cmp.describe(FLEX_SINK)}; "
+    f"against its causal kernel without sinks it is "
+    f"{sink_cmp.describe('cuDNN causal, no sinks (control)')}.",
+    f"MLA training step: {mla_cmp.estimate('cuDNN MLA step')['value']:.0f} µs; "
+    f"against the fastest contender ({mla_cmp.best_baseline}) it is "
+    f"{mla_cmp.describe()}.",
+]
+for c, name in ((softcap_cmp, f"{FA4}, softcap"), (sink_cmp, f"{FA4}, learnable_sink"),
+                (mla_cmp, f"{FA4} step")):
+    if name in c.versus:
+        sentences.append(f"* Against {name}: cuDNN is {c.describe(name)}.")
+    else:
+        why = fa4_unavailable.get(name, FA4_DETAIL)
+        sentences.append(f"* {name} was not timed: {why}.")
+sentences += [f"* Not available here: {name}: {why}"
+              for name, why in {**refusals, **mla_unavailable}.items()
+              if why != "accepted" and not name.startswith(FA4)]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison
 comparison("soft-cap: speed-up over FlexAttention", softcap_cmp, "FlexAttention soft-cap (compiled)")
 comparison("sinks: speed-up over FlexAttention + lse", sink_cmp, "FlexAttention + lse rescale (compiled)")
-comparison("MLA step: speed-up over best baseline", mla_cmp)
+comparison("MLA step: speed-up over the fastest contender", mla_cmp)
 # sphinx_gallery_end_ignore
+Prose(*sentences)

@@ -12,8 +12,9 @@ What you will learn:
 
 * how the op drops into an ``nn.Module`` and trains under ``torch.compile(fullgraph=True)``;
 * how to check a whole block, output and every weight gradient, against an fp32 reference;
-* tokens per second for a training step (forward, backward, AdamW), against PyTorch eager and
-  ``torch.compile``, with intervals and verdicts, and the peak memory of each;
+* tokens per second for a training step (forward, backward, AdamW), like for like:
+  eager against eager PyTorch, compiled against ``torch.compile``, with intervals,
+  verdicts, host time per step, and the peak memory of each;
 * frontend 1.32's ``cudnn.torch`` provider, which serves PyTorch's own cuDNN SDPA backend from
   the frontend's Python API, in the same block.
 """
@@ -198,7 +199,8 @@ rows = []
 for name in result.measurements:
     t = tokens_per_s(result.estimate(name))
     rows.append({"training step": name, "ms": result.estimate(name)["value"] / 1e3,
-                 "tokens/s": t["value"], "95% CI": f"{t['low']:,.0f}–{t['high']:,.0f}",
+                 "tokens/s": t["value"],
+                 "in-run interval": f"{t['low']:,.0f}–{t['high']:,.0f}",
                  "TFLOP/s": result.estimate(name, "TFLOP/s")["value"], "peak MiB": peak_mib[name]})
 html_table(pd.DataFrame(rows).sort_values("ms"), {"ms": "{:.2f}", "tokens/s": "{:,.0f}", "TFLOP/s": "{:.0f}",
                                                   "peak MiB": "{:.0f}"})
@@ -210,7 +212,8 @@ html_table(pd.DataFrame(rows).sort_values("ms"), {"ms": "{:.2f}", "tokens/s": "{
 # ``cudnn.torch.install_sdpa_overrides()`` replaces the CUDA kernels of
 # ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle whose
 # ``remove()`` undoes it. The model code does not change: it selects PyTorch's cuDNN backend.
-# It is timed against this guide's op in the same (eager) block, and PyTorch's flash backend.
+# It is timed against this guide's op in the same (eager) block, and PyTorch's flash
+# backend (FlashAttention-2).
 import warnings
 
 import cudnn.torch
@@ -255,36 +258,85 @@ if provider_cmp:
 # ----
 import matplotlib.pyplot as plt
 
-result.plot(per=tokens_per_s, xlabel="tokens per second, training step",
+from cudnn_guide.report import plot_comparison
+plot_comparison(result, per=tokens_per_s, xlabel="tokens per second, training step",
             title=f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}")
 plt.show()
 
 # %%
 # Takeaways
 # ---------
+# Like for like: the eager block with the cuDNN op against eager PyTorch, and the
+# compiled one against ``torch.compile``; both pairs were timed in the same interleaved
+# rounds above, so the eager pair's ratio is taken per round from those rounds. Beside
+# each GPU verdict, the host time to enqueue one step: where it exceeds the GPU time, a
+# loop of steps is host-bound. Computed from the data when the page is recorded.
+import dataclasses
+import statistics
+
+from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge
+from cudnn_guide.report.prose import Prose
+
+EAGER, COMPILED = "cuDNN op, eager", "PyTorch, compiled (default mode)"
+eager_ratios = [b / c for b, c in zip(result.round_medians_ms["PyTorch eager"],
+                                      result.round_medians_ms[EAGER])]
+e_lo, e_hi = bootstrap_median_ci(eager_ratios)
+eager_cmp = dataclasses.replace(  # the same rounds, the eager cuDNN block as candidate
+    result, candidate=EAGER, versus={"PyTorch eager": {
+        "value": statistics.median(eager_ratios), "low": e_lo, "high": e_hi,
+        "verdict": judge(e_lo, e_hi, result.tie_band)}})
+
+
+def host_note(cmp, name):
+    host_ms, gpu_us = cmp.measurements[name].host_median_ms, cmp.estimate(name)["value"]
+    if host_ms is None:
+        return f"* {name}: host time per step not measured; GPU {gpu_us:,.0f} µs."
+    bound = ("host-bound" if host_ms * 1e3 > gpu_us
+             else "GPU-bound (host time fits under it)")
+    return (f"* {name}: host {host_ms * 1e3:,.0f} µs to enqueue one step, GPU "
+            f"{gpu_us:,.0f} µs: a loop of steps is {bound}.")
+
+
 cand = tokens_per_s(result.estimate(CAND))
-print(f"* The block with the cuDNN op, compiled, trains at {cand['value']:,.0f} tokens/s "
-      f"(95% CI {cand['low']:,.0f}–{cand['high']:,.0f}).")
-for name in ("PyTorch eager", "PyTorch, compiled (default mode)"):
-    print(f"* Against {name}: {result.describe(name)}.")
-print(f"* Peak memory of a step: {peak_mib[CAND]:.0f} MiB with the cuDNN op, {peak_mib['PyTorch eager']:.0f} MiB "
-      f"eager PyTorch, {peak_mib['PyTorch, compiled (default mode)']:.0f} MiB compiled PyTorch.")
+sentences = [
+    "Eager against eager: the block with the cuDNN op is "
+    f"{eager_cmp.describe('PyTorch eager')}.",
+    "Compiled against compiled: the block with the cuDNN op is "
+    f"{result.describe(COMPILED)}.",
+    f"The compiled block with the cuDNN op trains at {cand['value']:,.0f} tokens/s "
+    f"(in-run interval {cand['low']:,.0f}–{cand['high']:,.0f}); torch.compile's own "
+    "share, the same op eager against compiled: the compiled block is "
+    f"{result.describe(EAGER)}.",
+    "Host time per step, beside the GPU time of the comparison above:",
+    *(host_note(result, name) for name in result.measurements),
+    f"Peak memory of a step: {peak_mib[CAND]:.0f} MiB with the cuDNN op compiled, "
+    f"{peak_mib[EAGER]:.0f} MiB eager; {peak_mib['PyTorch eager']:.0f} MiB eager "
+    f"PyTorch, {peak_mib[COMPILED]:.0f} MiB compiled PyTorch."]
 if "CUDNN_ATTENTION" in picked:
-    print("* PyTorch's default SDPA runs cuDNN's attention kernel on this GPU: the PyTorch baselines already use "
-          "cuDNN attention, and the comparison measures how the op is called, not another kernel.")
+    sentences.append(
+        "PyTorch's default SDPA runs cuDNN's attention kernel on this GPU: the "
+        "PyTorch baselines already use cuDNN attention, and the comparison measures "
+        "how the op is called, not another kernel.")
 else:
-    print(f"* PyTorch's default SDPA runs the {', '.join(picked) or 'unidentified'} kernel on this GPU.")
+    sentences.append("PyTorch's default SDPA runs the "
+                     f"{', '.join(picked) or 'unidentified'} kernel on this GPU.")
 if provider_cmp:
-    print(f"* The cudnn.torch provider served {served} forward call(s) in the checks; against this guide's op it is "
-          f"{provider_cmp.describe('cuDNN op, eager')}.")
+    sentences += [
+        f"The cudnn.torch provider served {served} forward call(s) in the checks; "
+        f"against this guide's op it is {provider_cmp.describe(EAGER)}; against "
+        "PyTorch's flash backend (FlashAttention-2) it is "
+        f"{provider_cmp.describe('PyTorch eager, flash backend')}.",
+        *(host_note(provider_cmp, name) for name in provider_cmp.measurements)]
 else:
-    print(f"* The cudnn.torch provider could not run here: {provider_error}")
+    sentences.append(f"The cudnn.torch provider could not run here: {provider_error}")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
-comparison("training step: speed-up over PyTorch eager", result, "PyTorch eager")
+comparison("training step: eager cuDNN op's speed-up over eager PyTorch", eager_cmp,
+           "PyTorch eager")
 comparison("training step: speed-up over torch.compile", result, "PyTorch, compiled (default mode)")
 headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **tokens_per_s(result.estimate(CAND)))
 if provider_cmp:
     comparison("cudnn.torch provider: speed-up over this guide's op", provider_cmp, "cuDNN op, eager")
 # sphinx_gallery_end_ignore
+Prose(*sentences)
