@@ -17,6 +17,14 @@ from cudnn_guide.measure.measurement import Measurement
 __all__ = ["SweepResult", "sweep"]
 
 
+def _moved(method: str, function: str) -> str:
+    return (
+        f"SweepResult.{method}() moved to cudnn_guide.report.{function}(result, ...) so that measuring "
+        f"does not import plotting; write `from cudnn_guide.report import {function}` and call "
+        f"`{function}(result, ...)` with the same arguments"
+    )
+
+
 @dataclasses.dataclass
 class SweepResult:
     """The measurements of a sweep (their table and plot: :func:`cudnn_guide.report.sweep_table`,
@@ -33,6 +41,20 @@ class SweepResult:
     measurements: list[Measurement]
     comparisons: dict[Any, Any] = dataclasses.field(default_factory=dict)
     """Size → :class:`~cudnn_guide.measure.compare.Comparison`, when the sweep named a ``candidate``."""
+
+    # The table and plot methods moved to cudnn_guide.report (measure imports nothing of report).
+    # Scripts written before the move (two recorded pages still are) get the replacement by name.
+    def table(self, *args: Any, **kwargs: Any) -> Any:
+        """Moved: raises, naming :func:`cudnn_guide.report.sweep_table`."""
+        raise AttributeError(_moved("table", "sweep_table"))
+
+    def plot(self, *args: Any, **kwargs: Any) -> Any:
+        """Moved: raises, naming :func:`cudnn_guide.report.plot_sweep`."""
+        raise AttributeError(_moved("plot", "plot_sweep"))
+
+    def plot_relative(self, *args: Any, **kwargs: Any) -> Any:
+        """Moved: raises, naming :func:`cudnn_guide.report.plot_relative`."""
+        raise AttributeError(_moved("plot_relative", "plot_relative"))
 
     @classmethod
     def from_comparisons(cls, x: str, comparisons: Mapping[Any, Any]) -> SweepResult:
