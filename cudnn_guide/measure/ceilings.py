@@ -14,7 +14,7 @@ from cudnn_guide import collector
 from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["Ceilings", "measure_ceilings", "measure_read_bandwidth"]
+__all__ = ["Ceilings", "datasheet_peaks", "measure_ceilings", "measure_read_bandwidth"]
 
 
 @dataclasses.dataclass(frozen=True)

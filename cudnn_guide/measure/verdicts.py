@@ -13,7 +13,7 @@ from cudnn_guide.errors import BenchmarkError
 MIN_ROUNDS = 5
 """Fewer rounds than this give no usable interval: :func:`~cudnn_guide.measure.compare.compare` refuses them."""
 
-__all__ = ["bootstrap_median_ci", "MIN_TIE_BAND", "RESAMPLES"]
+__all__ = ["bootstrap_median_ci", "judge", "MIN_TIE_BAND", "RESAMPLES"]
 MIN_TIE_BAND = 0.01
 """The tie band is never narrower than ±1%, whatever the same-code ratio showed."""
 RESAMPLES = 2000

@@ -99,8 +99,23 @@ def test_controls_are_not_contenders(committed):
     assert not [n for n in names if "(control" in n], "a control measurement isolates a cost; it is not a backend"
 
 
-def test_a_swept_length_without_a_comparison_keeps_its_contenders_and_no_winner(committed):
+def test_each_plot_05_length_and_head_dim_gets_its_own_recorded_winner(committed):
     rows, _ = committed
+    points = [r for r in rows if r.page == "plot_05_sdpa_causal" and r.comparison]
+    assert {(r.head_dim, r.seq_len) for r in points} == {
+        (d, s) for d in ("64", "128") for s in (1024, 2048, 4096, 8192, 16384)
+    }
+    for r in points:
+        h = _headline(GALLERY, "plot_05_sdpa_causal", f"d={r.head_dim}, S={r.seq_len}:")
+        assert r.speedup == h["value"]
+        assert r.winner == _expected_winner(h, f"cuDNN graph, d={r.head_dim}")
+
+
+def test_a_swept_length_without_a_comparison_keeps_its_contenders_and_no_winner(tmp_path):
+    rec = _record(GALLERY, "plot_05_sdpa_causal")
+    rec["headlines"] = [h for h in rec["headlines"] if h.get("kind") != "comparison"]
+    (tmp_path / "plot_05_sdpa_causal.record.json").write_text(json.dumps(rec))
+    rows, _ = chooser_rows(tmp_path)
     points = _rows_of(rows, "plot_05_sdpa_causal", comparison="")
     assert points, "plot_05 records a length sweep: each length must get a row"
     assert {r.head_dim for r in points} >= {"64", "128"}, "plot_05's head dims come from its impl names (', d=64')"

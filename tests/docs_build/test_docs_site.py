@@ -103,7 +103,7 @@ def test_a_rebuild_into_the_same_folder_shows_changed_records(tmp_path):
     assert sphinx_render(tmp_path / "docs", out).returncode == 0
     rec = tmp_path / "docs" / "auto_examples" / "plot_02_conv_bias_relu.record.json"
     data = json.loads(rec.read_text())
-    data["headlines"][0].update(value=12345.0, low=12000.0, high=12600.0)
+    data["headlines"][0].update(value=12345.0, low=12000.0, high=12600.0, run_low=12000.0, run_high=12600.0)
     rec.write_text(json.dumps(data))
     proc = sphinx_render(tmp_path / "docs", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -32,7 +32,9 @@ def test_every_committed_comparison_headline_lands_in_exactly_one_kind(committed
     assert not problems, "\n".join(problems)
     print("comparison headlines per kind:", counts)  # the report quotes these (pytest -s)
     assert sum(sum(c.values()) for c in counts.values()) == len(classify(committed.values()))
-    assert all(sum(c.values()) for c in counts.values()), f"a kind has no committed headline: {counts}"
+    # the main kind always has headlines; the others may be empty in a recording (plot_25 now
+    # headlines like-for-like pairs only, so no committed headline is compiled against eager)
+    assert sum(counts["implementation"].values()), f"no comparison against another implementation: {counts}"
 
 
 @pytest.mark.parametrize(
@@ -43,7 +45,7 @@ def test_every_committed_comparison_headline_lands_in_exactly_one_kind(committed
         ("plot_14_fp8_hopper", "FP8 attention", "feature"),
         ("plot_21_call_overhead", "set_stream", "feature"),
         ("plot_25_transformer_block", "provider", "feature"),
-        ("plot_25_transformer_block", "over PyTorch eager", "compiled"),
+        ("plot_25_transformer_block", "eager cuDNN op's speed-up over eager PyTorch", "implementation"),
         ("plot_25_transformer_block", "over torch.compile", "implementation"),
         ("plot_19_flex_attention_oss", "window 512", "implementation"),  # best of several; cuDNN's own graph won
         ("plot_13_paged_decode", "paged decode", "implementation"),
@@ -121,7 +123,7 @@ def test_the_home_page_states_the_answer_computed_by_conf_py(root):
     conf = (root / "docs" / "conf.py").read_text()
     assert "{{ site_answer }}" in index, "docs/index.md: the home page must state the site's answer ({{ site_answer }})"
     assert re.search(r'"site_answer":\s*markdown_literal\(', conf) or re.search(
-        r'myst_substitutions\["site_answer"\]\s*=\s*markdown_literal\(', conf
+        r'myst_substitutions\["site_answer"\]\s*=\s*\(?\s*markdown_literal\(', conf
     ), (
         "docs/conf.py: compute site_answer from the records (verdict_kinds.site_answer) "
         "and pass it through markdown_literal"

@@ -123,7 +123,23 @@ def _peak_len(rec: dict[str, Any]) -> int | None:
 
 PAGE_RULES: dict[str, tuple[Rule, ...]] = {
     # plot_05:64,137 SdpaProblem(seq=s, head_dim=d, causal=True); head dim in the impl (", d=64"), S in params
-    "plot_05_sdpa_causal": (Rule(r".", _const(feature="causal", phase="fwd")),),
+    # plot_05's per-length comparisons name their head dim and length ("d=128, S=4096: ..."); the
+    # measurements of both head dims share the length's tag, so the head dim picks the group
+    "plot_05_sdpa_causal": (
+        Rule(
+            r"^d=(?P<d>\d+), S=(?P<s>\d+):",
+            lambda m, rec: {
+                "feature": "causal",
+                "phase": "fwd",
+                "head_dim": m["d"],
+                "seq_len": int(m["s"]),
+                "candidate": f"cuDNN graph, d={m['d']}",
+                "tag": f"@ seq_len={m['s']}",
+                "group": lambda label, d=m["d"]: f", d={d} @" in label,
+            },
+        ),
+        Rule(r".", _const(feature="causal", phase="fwd")),
+    ),
     # plot_09:200 SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
     "plot_09_sdpa_backward": (
         Rule(

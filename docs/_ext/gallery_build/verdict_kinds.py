@@ -53,6 +53,9 @@ _BEST_OF = re.compile(r"\b(best|fastest)\b", re.I)
 _FEATURE = re.compile(r"\bdropout\b|\bdeterministic\b|\bset_stream\b|\bprovider\b|\bbf16\b", re.I)
 """A feature switched on or off, named in the headline or its baseline."""
 _EAGER = re.compile(r"\beager\b", re.I)
+_EAGER_BOTH = re.compile(r"\beager\b.*\bover\b.*\beager\b", re.I)
+"""Eager against eager ("eager cuDNN op's speed-up over eager PyTorch"): like for like, another
+implementation, not compiled against eager."""
 _OTHER_IMPLEMENTATION = re.compile(r"torch|pytorch|flexattention|cublas|triton|xformers|flash", re.I)
 """A baseline that is not cuDNN's own path (``PyTorch cuDNN`` is PyTorch's call into cuDNN: another
 implementation around the same library, and the fair baseline a PyTorch user has)."""
@@ -112,7 +115,7 @@ def kind_of(name: str, baseline: str, page: str = "") -> str:
     best_of = bool(_BEST_OF.search(name))
     feature_named = bool(_FEATURE.search(name) or _FEATURE.search(baseline))
     cudnn_itself = baseline.strip().lower().startswith(("cudnn", "heuristic"))  # cuDNN's own plans
-    eager = bool(_EAGER.search(baseline))
+    eager = bool(_EAGER.search(baseline)) and not _EAGER_BOTH.search(name)
     matched = [
         kind
         for kind, rule in (
