@@ -202,6 +202,6 @@ def test_a_recorded_page_says_its_comparisons_are_widened_for_re_recording_drift
     _, rec = _comparison_record(monkeypatch)
     drift_bands.widen_headlines(rec.headlines, {"global_p95": 0.05}, "plot_a")
     record = {"environment": {"gpu": "NVIDIA H200"}, "headlines": rec.headlines, "measurements": []}
-    stamp = hooks.stamp_rst(record, "plot_a")
-    assert "widened for re-recording drift" in stamp and "in-run" in stamp
+    notes = hooks.notes_rst(record)
+    assert "widened for re-recording drift" in notes and "in-run" in notes
     assert drift_bands.widened_rst({"headlines": [{"name": "t", "value": 1.0, "unit": "µs"}]}) == ""

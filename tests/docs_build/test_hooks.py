@@ -35,7 +35,9 @@ def test_page_warnings_are_summarized_under_the_title():
     assert "2 of 3 measurements on this page carry a harness warning" in note
     assert "2 × the GPU's power cap held the SM clock below 97% of its maximum (lowest: 1335 of 1980 MHz)" in note
     assert "1 × a large spread" in note
-    assert note in docs_build.stamp_rst(record, "plot_x")
+    assert note not in docs_build.stamp_rst(record, "plot_x")  # the page opens with its lesson, not its caveats
+    assert "Measurement notes" in docs_build.stamp_rst(record, "plot_x")  # only a pointer to the notes
+    assert note in docs_build.notes_rst(record)
     assert docs_build.warnings_rst({"measurements": [{"warnings": []}]}) == ""
     drift = "timings drifted -15% from the first to the last third of the run " + (
         "(clock or thermal throttling, or interference)"
@@ -44,3 +46,57 @@ def test_page_warnings_are_summarized_under_the_title():
     assert "1 × timings drifting" in note and "× thermal throttling" not in note  # a possible cause is not a finding
     thermal = "thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)"
     assert "1 × thermal throttling" in docs_build.warnings_rst({"measurements": [{"warnings": [thermal]}]})
+
+
+def _flagged_record():
+    warn = "large spread: IQR is 17% of the median"
+    return {
+        "environment": {"gpu": "NVIDIA H200", "date_utc": "d", "commit": "c"},
+        "measurements": [
+            {"label": "cuDNN @ S=1", "warnings": [warn]},
+            {"label": "FA4 @ S=1", "warnings": []},
+            {"label": "cuDNN @ S=2", "warnings": []},
+            {"label": "FA4 @ S=2", "warnings": []},
+        ],
+        "headlines": [
+            {
+                "kind": "comparison",
+                "name": "S=1 <b>",
+                "candidate_measurement": "cuDNN @ S=1",
+                "baseline_measurement": "FA4 @ S=1",
+                "value": 1.0,
+                "low": 0.9,
+                "high": 1.1,
+                "verdict": "tie",
+            },
+            {
+                "kind": "comparison",
+                "name": "S=2",
+                "candidate_measurement": "cuDNN @ S=2",
+                "baseline_measurement": "FA4 @ S=2",
+                "value": 1.0,
+                "low": 0.9,
+                "high": 1.1,
+                "verdict": "tie",
+            },
+        ],
+    }
+
+
+def test_measurement_notes_say_which_verdicts_rest_on_a_flagged_measurement():
+    record = _flagged_record()
+    assert docs_build.verdicts_on_flagged(record) == (["S=1 <b>"], 2)
+    notes = docs_build.notes_rst(record)
+    assert "1 of 2 verdicts on this page rest on a measurement that carries a harness warning" in notes
+    assert "* S=1 <b>" in notes and "* S=2" not in notes
+    assert "<summary>Measurement notes: 1 of 2 verdicts rest on a flagged measurement</summary>" in notes
+    record["measurements"][0]["warnings"] = []
+    assert docs_build.notes_rst(record) == ""  # nothing to note: no box
+
+
+def test_measurement_notes_go_at_the_end_of_the_page_collapsed(tmp_path):
+    text = ".. _label:\n\n\nFused conv\n==========\n\nBody\n"
+    record = _flagged_record()
+    page = docs_build._insert_stamp(text, docs_build.stamp_rst(record, "plot_x")) + docs_build.notes_rst(record)
+    assert page.index("Body") < page.index('<details class="cg-notes">') < page.rindex("</details>")
+    assert page.index("Measured on") < page.index("Body")

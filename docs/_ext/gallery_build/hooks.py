@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ __all__ = [
     "fold_environment_table",
     "ENVIRONMENT_PAGE",
     "stamp_rst",
+    "notes_rst",
+    "verdicts_on_flagged",
     "warnings_rst",
     "reset_between_examples",
     "connect",
@@ -62,7 +65,97 @@ def stamp_rst(record: dict[str, Any] | None, stem: str) -> str:
         f"torch {env.get('torch', '?')} · "
         f":download:`JSON record <{stem}{RECORD_SUFFIX}>`\n"
     )
-    return stamp + warnings_rst(record) + drift_bands.widened_rst(record)
+    if notes_rst(record):
+        stamp += (
+            "\n.. rst-class:: cg-notes-pointer\n\n"
+            "   Harness warnings and the recorded intervals are in the *Measurement notes* at the end of "
+            "this page.\n"
+        )
+    return stamp
+
+
+def verdicts_on_flagged(record: dict[str, Any] | None) -> tuple[list[str], int]:
+    """The comparison headlines whose candidate or baseline measurement carries a harness warning.
+
+    Parameters
+    ----------
+    record
+        The example's JSON record.
+
+    Returns
+    -------
+    tuple[list[str], int]
+        The names of the affected comparisons, and how many comparisons name their measurements.
+
+    Example
+    -------
+    >>> verdicts_on_flagged({"headlines": [], "measurements": []})
+    ([], 0)
+    """
+    ms = {m.get("label"): m for m in (record or {}).get("measurements", []) if isinstance(m, dict)}
+    named, flagged = 0, []
+    for h in (record or {}).get("headlines", []):
+        if h.get("kind") != "comparison":
+            continue
+        labels = [h.get("candidate_measurement"), h.get("baseline_measurement")]
+        if not all(label in ms for label in labels):
+            continue
+        named += 1
+        if any(ms[label].get("warnings") for label in labels):
+            flagged.append(str(h.get("name")))
+    return flagged, named
+
+
+def notes_rst(record: dict[str, Any] | None) -> str:
+    """The collapsed *Measurement notes* box appended at the end of a recorded page.
+
+    It holds the harness warnings (:func:`warnings_rst`), says whether any verdict rests on a
+    flagged measurement (:func:`verdicts_on_flagged`), and lists each comparison's recorded
+    interval widened for re-recording drift (:func:`gallery_build.drift_bands.widened_rst`). A
+    page then opens with its lesson, not with its caveats.
+
+    Parameters
+    ----------
+    record
+        The example's JSON record.
+
+    Returns
+    -------
+    str
+        reST for the box; empty when there is nothing to note.
+
+    Example
+    -------
+    >>> notes_rst({"measurements": [], "headlines": []})
+    ''
+    """
+    warnings, widened = warnings_rst(record), drift_bands.widened_rst(record)
+    if not warnings and not widened:
+        return ""
+    flagged, named = verdicts_on_flagged(record)
+    if not warnings:
+        rests = ""
+    elif not named:
+        rests = "   No comparison on this page names its measurements, so none is traced to a warning.\n"
+    elif flagged:
+        rests = (
+            f"   {len(flagged)} of {named} verdicts on this page rest on a measurement that carries a "
+            "harness warning:\n\n" + "".join(f"   * {name}\n" for name in flagged)
+        )
+    else:
+        rests = f"   None of the {named} verdicts on this page rests on a measurement with a harness warning.\n"
+    summary = html.escape(
+        "Measurement notes"
+        + (f": {len(flagged)} of {named} verdicts rest on a flagged measurement" if warnings and named else "")
+    )
+    return (
+        "\n\n.. raw:: html\n\n"
+        f'   <details class="cg-notes"><summary>{summary}</summary>\n\n'
+        + (".. rst-class:: cg-notes-verdicts\n\n" + rests if rests else "")
+        + warnings
+        + widened
+        + "\n.. raw:: html\n\n   </details>\n\n"
+    )
 
 
 _WARNING_KINDS = (  # (text in the harness's warning, how the summary names it); the first match counts, so the
@@ -324,7 +417,8 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         prefix = f"{gallery_doc}/plot_"
         if docname.startswith(prefix):
             stem = docname.split("/", 1)[1]
-            source[0] = _insert_stamp(source[0], stamp_rst(read_record(gallery, stem), stem))
+            record = read_record(gallery, stem)
+            source[0] = _insert_stamp(source[0], stamp_rst(record, stem)) + notes_rst(record)
             if stem != ENVIRONMENT_PAGE:
                 source[0] = fold_environment_table(source[0])
             record_path = gallery / f"{stem}{RECORD_SUFFIX}"
