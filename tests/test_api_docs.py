@@ -3,6 +3,7 @@
 import importlib
 import inspect
 import pkgutil
+import re
 
 import pytest
 
@@ -41,7 +42,57 @@ def test_public_api_is_documented(modname):
             assert "Returns\n-------" in doc, f"cudnn_guide.{modname}.{name}: no Returns section"
 
 
+SUBPACKAGES = ("graphs", "measure", "report", "studies")
+"""One page of the API reference each (``docs/api/<name>.md``); the top-level modules go on ``core.md``."""
+
+
+def _entries(root):
+    """Module (without ``cudnn_guide.``) → the ``docs/api`` pages with an ``automodule`` entry for it."""
+    out = {}
+    for page in sorted((root / "docs" / "api").glob("*.md")):
+        for module in re.findall(r"^\.\. automodule:: cudnn_guide\.([\w.]+)\s*$", page.read_text(), re.M):
+            out.setdefault(module, []).append(page.name)
+    return out
+
+
+def _page_for(module):
+    top = module.split(".")[0]
+    return f"{top}.md" if top in SUBPACKAGES else "core.md"
+
+
 def test_every_module_is_in_the_api_reference(root):
-    api = (root / "docs" / "api.md").read_text()
-    missing = [m for m in MODULES if f"automodule:: cudnn_guide.{m}" not in api]
-    assert not missing, f"modules missing from docs/api.md: {missing}"
+    entries = _entries(root)
+    missing = [m for m in MODULES if m not in entries]
+    assert not missing, (
+        f"modules missing from the API reference: {missing}: add `.. automodule:: cudnn_guide.<module>` "
+        "to docs/api/<subpackage>.md (top-level modules: docs/api/core.md)"
+    )
+    unknown = sorted(set(entries) - set(MODULES))
+    assert not unknown, f"docs/api documents modules that do not exist: {unknown}: remove their automodule entries"
+
+
+def test_every_module_is_documented_once_on_its_subpackages_page(root):
+    entries = _entries(root)
+    twice = {m: pages for m, pages in entries.items() if len(pages) > 1}
+    assert not twice, (
+        f"modules with more than one automodule entry in docs/api (duplicate object descriptions): {twice}"
+    )
+    misplaced = {
+        m: f"docs/api/{pages[0]}, not docs/api/{_page_for(m)}"
+        for m, pages in entries.items()
+        if pages[0] != _page_for(m)
+    }
+    assert not misplaced, f"modules on the wrong page of the API reference (move the automodule entry): {misplaced}"
+
+
+def test_the_api_reference_index_lists_every_page(root):
+    api = root / "docs" / "api"
+    pages = {p.stem for p in api.glob("*.md")} - {"index"}
+    assert pages == {*SUBPACKAGES, "core"}, f"docs/api pages: {sorted(pages)}; expected one per subpackage and core.md"
+    index = (api / "index.md").read_text()
+    toctree = re.search(r"```\{toctree\}\n(.*?)```", index, re.S)
+    assert toctree, "docs/api/index.md has no toctree: list the API pages in one"
+    listed = {line.strip() for line in toctree.group(1).splitlines() if line.strip() and not line.startswith(":")}
+    assert listed == pages, f"docs/api/index.md's toctree lists {sorted(listed)}; the pages are {sorted(pages)}"
+    unlinked = [p for p in sorted(pages) if f"{{doc}}`{p}`" not in index]
+    assert not unlinked, f"docs/api/index.md does not describe {unlinked}: add a {{doc}} line for each"

@@ -41,10 +41,19 @@ def test_downloads_exist(site):
 
 
 def test_api_reference_lists_examples_using_each_entry(site):
-    api = (site / "api.html").read_text()
+    api = (site / "api" / "graphs.html").read_text()
     assert 'id="cudnn_guide.graphs.builder.build"' in api
     assert "Examples using this" in api
     assert "sphx-glr-thumbcontainer" in api
+
+
+def test_the_api_reference_is_a_page_per_subpackage_none_of_them_huge(site):
+    pages = {p.name: p.stat().st_size for p in (site / "api").glob("*.html")}
+    expected = {"index.html", "graphs.html", "measure.html", "report.html", "studies.html", "core.html"}
+    assert set(pages) == expected, f"site/api/ has {sorted(pages)}: one page per docs/api/*.md expected"
+    huge = {name: size for name, size in pages.items() if size > 600_000}
+    assert not huge, f"API pages over 600 kB (the single page was 1.17 MB): {huge}: split docs/api/<page>.md further"
+    assert not (site / "api.html").exists()
 
 
 def test_generated_notebooks_are_not_pages(site):
@@ -141,6 +150,7 @@ def test_a_search_for_a_frontend_call_finds_the_frontend_index_and_its_pages(sit
     for name in ("sdpa_backward", "conv_dgrad", "deserialize", "execute_plan_at_index", "create_kernel_cache"):
         assert f"<code>{name}</code>" in page or f"<code>cudnn.{name}</code>" in page, name
     row = re.search(r"<code>sdpa_backward</code>.*?</tr>", page, re.S).group(0)
-    assert 'href="auto_examples/plot_09_sdpa_backward.html"' in row
+    assert 'href="auto_examples/plot_09_sdpa_backward.html">09 · Attention for training' in row  # number and title
+    assert re.search(r'href="api/graphs\.html#cudnn_guide\.graphs\.attention\.sdpa_backward_graph"', row)
     index = (site / "searchindex.js").read_text()
     assert "sdpa_backward" in index and "frontend_api" in index

@@ -11,12 +11,14 @@ comes from the installed ``cudnn`` package (``pygraph``, ``Tensor``, the module 
 from __future__ import annotations
 
 import ast
+import html
 import inspect
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["frontend_vocabulary", "frontend_index"]
+__all__ = ["frontend_vocabulary", "frontend_index", "api_pages", "page_links", "helper_links"]
 
 # one-word graph methods that also name common torch or Python calls (add, max, relu, ...):
 # counted only when called on something named as a graph (g, graph, fused.built.graph, ...)
@@ -160,8 +162,8 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
     Example
     -------
     >>> rows = frontend_index(Path("."))
-    >>> next(r for r in rows if r["name"] == "sdpa_backward")["pages"]
-    ['plot_09_sdpa_backward']
+    >>> "plot_09_sdpa_backward" in next(r for r in rows if r["name"] == "sdpa_backward")["pages"]
+    True
     """
     vocab = frontend_vocabulary()
     units: dict[str, _Unit] = {}
@@ -217,3 +219,101 @@ def frontend_index(root: Path, package: str = "cudnn_guide") -> list[dict[str, A
         {"name": n, "kind": kind(n), "helpers": sorted(helpers.get(n, ())), "pages": sorted(pages.get(n, ()))}
         for n in sorted(set(helpers) | set(pages))
     ]
+
+
+_AUTOMODULE = re.compile(r"^\.\. automodule:: ([\w.]+)[ \t]*\n((?:[ \t]+:[\w-]+:.*\n)*)", re.M)
+
+
+def api_pages(docs: Path) -> dict[str, str]:
+    """Which page of the API reference documents each module's members, read from its ``automodule`` entries.
+
+    Parameters
+    ----------
+    docs
+        The Sphinx source folder (``docs/api/*.md`` below it).
+
+    Returns
+    -------
+    dict[str, str]
+        Module name → the page's path from ``docs`` without its suffix (``api/graphs``). A module
+        entered with ``:no-members:`` (a subpackage's overview) is left out: its members have no
+        anchor there.
+
+    Example
+    -------
+    >>> api_pages(Path("docs"))["cudnn_guide.graphs.builder"]
+    'api/graphs'
+    """
+    docs = Path(docs)
+    out = {}
+    for path in sorted((docs / "api").glob("*.md")):
+        for module, options in _AUTOMODULE.findall(path.read_text(encoding="utf-8") + "\n"):
+            if ":no-members:" not in options:
+                out[module] = path.relative_to(docs).with_suffix("").as_posix()
+    return out
+
+
+def page_links(stems: Iterable[str], titles: Mapping[str, str], prefix: str = "auto_examples/") -> str:
+    """The gallery pages as links that read "04 · Matmul with a fused epilogue", one a line, HTML-escaped.
+
+    Parameters
+    ----------
+    stems
+        Example stems (``plot_04_matmul_epilogue``), in the order shown.
+    titles
+        Stem → the page's title (from its record); a page without one shows its stem.
+    prefix
+        The gallery's folder, relative to the linking page.
+
+    Returns
+    -------
+    str
+        HTML: the ``<a>`` elements joined by ``<br>``; empty for no pages. Titles come from recorded
+        data: a ``<script>`` in one shows as text.
+
+    Example
+    -------
+    >>> page_links(["plot_04_matmul_epilogue"], {"plot_04_matmul_epilogue": "Matmul <fused>"})
+    '<a href="auto_examples/plot_04_matmul_epilogue.html">04 · Matmul &lt;fused&gt;</a>'
+    """
+    links = []
+    for stem in stems:
+        number = stem.split("_")[1] if stem.count("_") >= 2 else stem
+        text = f"{number} · {titles.get(stem) or stem}"
+        links.append(f'<a href="{html.escape(prefix + stem)}.html">{html.escape(text)}</a>')
+    return "<br>".join(links)
+
+
+def helper_links(qualnames: Iterable[str], pages: Mapping[str, str], public: Any = None) -> str:
+    """The ``cudnn_guide`` helpers as code, each linked to its entry in the API reference page that documents it.
+
+    Parameters
+    ----------
+    qualnames
+        Qualified names (``cudnn_guide.graphs.builder.build``).
+    pages
+        Module → API page, as :func:`api_pages` reads them (relative to the linking page).
+    public
+        ``public(module, name)`` → whether the name is documented (in the module's ``__all__``);
+        by default, every name of a module in ``pages``.
+
+    Returns
+    -------
+    str
+        HTML: ``<code>`` elements (that may break after a dot: ``<wbr>``), linked where documented,
+        joined by ``", "``; escaped.
+
+    Example
+    -------
+    >>> helper_links(["cudnn_guide.graphs.builder.build"], {"cudnn_guide.graphs.builder": "api/graphs"})
+    '<a href="api/graphs.html#cudnn_guide.graphs.builder.build"><code>graphs.<wbr>builder.<wbr>build</code></a>'
+    """
+    out = []
+    for qualname in qualnames:
+        module, name = qualname.rsplit(".", 1)
+        # a long name may break after a dot (<wbr>), so the column stays narrow enough for the page titles
+        label = "<code>" + ".<wbr>".join(html.escape(qualname.removeprefix("cudnn_guide.")).split(".")) + "</code>"
+        if module in pages and (public is None or public(module, name)):
+            label = f'<a href="{html.escape(pages[module])}.html#{html.escape(qualname)}">{label}</a>'
+        out.append(label)
+    return ", ".join(out)
