@@ -297,7 +297,10 @@ class PlanCache:
         entry = self.read(key)
         if entry is not None:
             blob, uids = entry
-            return load_plan(blob, uids, handle), "cache"
+            try:
+                return load_plan(blob, uids, handle), "cache"
+            except Exception as exc:  # cuDNN refused bytes that passed every check: rebuild, overwrite
+                self.last_event = f"rejected: cuDNN could not load the entry ({type(exc).__name__}: {exc})"
         fused = build()
         self.last_store_error = ""
         try:

@@ -509,3 +509,23 @@ def test_the_filter_hides_rows_by_feature_head_dim_and_length(chromium, tmp_path
     form["seq_min"].clear()
     assert len(shown()) == 2, "no bound: the varlen rows, forward and backward, come back"
     assert not [e for e in chromium.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_a_contender_timed_faster_than_the_winner_outside_its_verdict_is_said(committed):
+    """A verdict over one baseline (FlexAttention) must not read as "the fastest" when another contender
+    at the same shape (FlashAttention-4) was timed faster: the row says so, with both times."""
+    rows, _ = committed
+    for r in rows:
+        if r.winner in ("tie", MISSING):
+            assert r.faster_elsewhere == ""
+            continue
+        times = {c.name: c.median_ms for c in r.contenders if c.median_ms is not None}
+        if r.winner not in times:
+            continue
+        faster = {n: t for n, t in times.items() if t < times[r.winner] and n not in (r.winner, r.baseline)}
+        if not faster:
+            assert r.faster_elsewhere == "", r
+        else:
+            fastest = min(faster, key=faster.get)
+            assert r.faster_elsewhere.startswith(f"{fastest} was timed faster"), r.faster_elsewhere
+            assert "cg-faster" in render_html([r])

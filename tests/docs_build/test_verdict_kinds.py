@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 from gallery_build import verdict_kinds
-from gallery_build.verdict_kinds import KINDS, UnclassifiedComparison, classify, kind_of, site_answer, tally
+from gallery_build.verdict_kinds import (
+    KINDS,
+    UnclassifiedComparison,
+    classify,
+    distinct_comparisons,
+    kind_of,
+    site_answer,
+    tally,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,9 +30,7 @@ def committed():
 def test_every_committed_comparison_headline_lands_in_exactly_one_kind(committed):
     problems, counts = [], {k: {"faster": 0, "tie": 0, "slower": 0} for k in KINDS}
     for path, rec in committed.items():
-        for h in rec["headlines"]:
-            if h.get("kind") != "comparison":
-                continue
+        for h in distinct_comparisons(rec["headlines"]):  # one verdict once, whatever it is called
             try:
                 counts[kind_of(h["name"], h.get("baseline", ""), rec["example"])][h["verdict"]] += 1
             except UnclassifiedComparison as exc:
@@ -100,7 +106,7 @@ def test_the_site_answer_counts_only_comparisons_against_another_implementation(
     assert answer.startswith(
         "Against another implementation (2 comparisons), cuDNN was faster in 1, tied in 1 and slower in 0"
     )
-    assert "largest win is 2.50× (paged decode)" in answer  # not the FP8 ablation's 9×
+    assert "largest win is 2.50× over its baseline (paged decode)" in answer  # not the FP8 ablation's 9×
     assert "the cost of a feature (2 comparisons)" in answer and "compiled against eager (1 comparison)" in answer
     assert tally(rows)["feature"] == {"faster": 1, "tie": 0, "slower": 1}
 
@@ -199,3 +205,30 @@ def test_the_results_chart_escapes_recorded_labels_and_keeps_values_in_their_own
     assert value in html, "docs/results.md (bar_chart): the value label is missing"
     cell = html[html.rindex("<div", 0, html.index(value)) : html.index(value)]
     assert "position:absolute" not in cell, "the value label must sit in its own grid column, not over the whisker"
+
+
+def test_a_verdict_headlined_under_two_names_counts_once():
+    h = {
+        "kind": "comparison",
+        "name": "S=8192: speed-up over the fastest contender",
+        "baseline": "FA4",
+        "candidate_measurement": "cuDNN @ 8192",
+        "baseline_measurement": "FA4 @ 8192",
+        "value": 0.87,
+        "low": 0.86,
+        "high": 0.88,
+        "verdict": "slower",
+    }
+    again = dict(h, name="speed-up over the fastest contender at that length")
+    rows = classify([{"example": "plot_09_sdpa_backward", "title": "T", "headlines": [h, again]}])
+    assert [r["name"] for r in rows] == [h["name"]]
+
+
+def test_records_read_for_the_home_page_are_checked_first(tmp_path):
+    from gallery_build.verdict_kinds import read_records
+
+    from cudnn_guide.errors import CorruptDataError
+
+    (tmp_path / "plot_01_x.record.json").write_text('{"headlines": [')
+    with pytest.raises(CorruptDataError, match="plot_01_x.record.json"):
+        read_records(tmp_path)

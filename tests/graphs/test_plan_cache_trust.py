@@ -196,3 +196,18 @@ def test_a_rebuilt_entry_is_stored_and_then_used(cache, loads):
     assert cache.path(_key()).stat().st_mode & 0o777 == 0o600
     plan, source = cache.get_or_build(_key(), FakeBuild())
     assert source == "cache" and loads == [b"fresh-plan"]
+
+
+def test_an_entry_cudnn_refuses_to_load_is_rebuilt_not_raised(tmp_path, monkeypatch):
+    """Bytes that pass every check but that cuDNN will not deserialize (a runtime change the key misses)."""
+    cache = PlanCache(tmp_path / "plans")
+    cache.store(_key(), b"cached-plan", {"x": 1})
+    build = FakeBuild()
+
+    def refuse(blob, uids, handle=None):
+        raise RuntimeError("CUDNN_STATUS_BAD_PARAM")
+
+    monkeypatch.setattr(plan_cache, "load_plan", refuse)
+    plan, source = cache.get_or_build(_key(), build)
+    assert source == "built" and build.calls == 1
+    assert "could not load" in cache.last_event and "CUDNN_STATUS_BAD_PARAM" in cache.last_event

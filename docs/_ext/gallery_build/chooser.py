@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .verdict_kinds import distinct_comparisons
+
 __all__ = [
     "MISSING",
     "PAGE_RULES",
@@ -86,6 +88,10 @@ class ChooserRow:
     verdict: str
     interval: str
     """``"widened"`` (re-recording drift included) or ``"in-run"``; empty without an interval."""
+    faster_elsewhere: str = ""
+    """A contender timed at this shape whose GPU median is below the winner's, though the page's
+    comparison did not judge it against the winner (e.g. FlashAttention-4 beside a verdict over
+    FlexAttention): the reader is told, never left to believe the winner is the fastest."""
 
     def to_dict(self) -> dict[str, Any]:
         """The row as plain data (``contenders`` as dicts)."""
@@ -491,6 +497,7 @@ def _row(
     winner = {"faster": candidate, "slower": baseline, "tie": "tie"}.get(verdict, MISSING)
     low, high = (_number(h.get("low")), _number(h.get("high"))) if h else (None, None)
     interval = "" if low is None or high is None else ("widened" if h and h.get("interval") == "widened" else "in-run")
+    contenders = tuple(_contenders(ms, candidate, first))
     return ChooserRow(
         feature=feature,
         features=features,
@@ -501,7 +508,7 @@ def _row(
         seq_len=shape.get("seq_len"),
         phase=str(shape.get("phase", "")),
         detail=str(fb.get("detail", "")),
-        contenders=tuple(_contenders(ms, candidate, first)),
+        contenders=contenders,
         candidate=candidate,
         baseline=baseline,
         winner=winner,
@@ -510,7 +517,22 @@ def _row(
         high=high,
         verdict=verdict or MISSING,
         interval=interval,
+        faster_elsewhere=_faster_elsewhere(contenders, winner, baseline),
     )
+
+
+def _faster_elsewhere(contenders: tuple[Contender, ...], winner: str, baseline: str) -> str:
+    """The contender timed faster than the winner that the verdict did not judge, said with both times."""
+    if winner in ("tie", MISSING):
+        return ""
+    best = {c.name: c.median_ms for c in contenders if c.median_ms is not None}
+    if winner not in best:
+        return ""
+    faster = [n for n, t in best.items() if t < best[winner] and n not in (winner, baseline)]
+    if not faster:
+        return ""
+    n = min(faster, key=best.__getitem__)
+    return f"{n} was timed faster at this shape ({best[n]:.3f} ms against {best[winner]:.3f} ms), outside this verdict"
 
 
 def _page_rows(rec: dict[str, Any]) -> tuple[list[ChooserRow], list[tuple[str, str, str]]]:
@@ -518,9 +540,7 @@ def _page_rows(rec: dict[str, Any]) -> tuple[list[ChooserRow], list[tuple[str, s
     ms = [m for m in rec.get("measurements", []) if isinstance(m, dict)]
     first = first_call_costs(rec)
     rows, excluded, used = [], [], set()
-    for h in rec.get("headlines", []):
-        if not isinstance(h, dict) or h.get("kind") != "comparison":
-            continue
+    for h in distinct_comparisons(h for h in rec.get("headlines", []) if isinstance(h, dict)):
         name = str(h.get("name", ""))
         found = _rule_for(page, name)
         if found is None:
@@ -562,7 +582,7 @@ def _page_rows(rec: dict[str, Any]) -> tuple[list[ChooserRow], list[tuple[str, s
 def _records(gallery: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(Path(gallery).glob(f"plot_*{RECORD_SUFFIX}")):
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        rec = json.loads(path.read_text(encoding="utf-8"))  # checked by the build first (validate_data)
         rec.setdefault("example", path.name[: -len(RECORD_SUFFIX)])
         out.append(rec)
     return out
@@ -734,7 +754,9 @@ def render_html(rows: list[ChooserRow], page_prefix: str = "auto_examples/") -> 
             f'data-seq-len="{"" if r.seq_len is None else int(r.seq_len)}">'
             f"<td>{feature}</td><td>d {html.escape(r.head_dim or MISSING)}<br>"
             f"S {MISSING if r.seq_len is None else int(r.seq_len)}<br>{html.escape(r.phase or MISSING)}</td>"
-            f'<td class="cg-winner">{html.escape(r.winner)}</td><td>{speed}</td>'
+            f'<td class="cg-winner">{html.escape(r.winner)}'
+            + (f'<br><span class="cg-faster">{html.escape(r.faster_elsewhere)}</span>' if r.faster_elsewhere else "")
+            + f"</td><td>{speed}</td>"
             f"<td>{_contenders_html(r)}</td></tr>"
         )
     table = (

@@ -20,11 +20,12 @@ written so that exactly one matches; a headline that matches none (or two) raise
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from .schema import check_record, validate_file
 
 __all__ = [
     "KINDS",
@@ -32,6 +33,7 @@ __all__ = [
     "UnclassifiedComparison",
     "kind_of",
     "classify",
+    "distinct_comparisons",
     "read_records",
     "tally",
     "short_label",
@@ -137,6 +139,41 @@ def kind_of(name: str, baseline: str, page: str = "") -> str:
     return matched[0]
 
 
+def distinct_comparisons(headlines: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """A page's comparison headlines, each pair of measurements once.
+
+    A page may headline the same comparison under two names (plot_09's peak length is also one of
+    its per-length verdicts); counting it twice would count one verdict twice.
+
+    Parameters
+    ----------
+    headlines
+        A record's headlines.
+
+    Returns
+    -------
+    list
+        The comparison headlines, the first of each ``(candidate_measurement, baseline_measurement)``.
+
+    Example
+    -------
+    >>> h = {"kind": "comparison", "candidate_measurement": "a", "baseline_measurement": "b"}
+    >>> len(distinct_comparisons([h, dict(h, name="again")]))
+    1
+    """
+    seen, out = set(), []
+    for h in headlines:
+        if h.get("kind") != "comparison":
+            continue
+        pair = (h.get("candidate_measurement"), h.get("baseline_measurement"))
+        if all(isinstance(x, str) for x in pair):
+            if pair in seen:
+                continue
+            seen.add(pair)
+        out.append(h)
+    return out
+
+
 def classify(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every comparison headline of ``records``, with its page, title and kind.
 
@@ -161,9 +198,7 @@ def classify(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """
     rows = []
     for rec in records:
-        for h in rec.get("headlines", []):
-            if h.get("kind") != "comparison":
-                continue
+        for h in distinct_comparisons(rec.get("headlines", [])):
             rows.append(
                 {
                     "page": rec["example"],
@@ -183,8 +218,8 @@ def classify(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def read_records(gallery: Path) -> list[dict[str, Any]]:
     """The gallery's JSON records (``*.record.json``), in file-name order, for :func:`classify`.
 
-    The build has parsed and checked every record before any page reads it
-    (:func:`gallery_build.page_checks.validate_data`); this only reads them.
+    Each record's shape is checked as it is read (:func:`gallery_build.schema.check_record`):
+    ``conf.py`` calls this before the build validates its data.
 
     Parameters
     ----------
@@ -200,7 +235,7 @@ def read_records(gallery: Path) -> list[dict[str, Any]]:
     -------
     >>> rows = classify(read_records(Path("docs/auto_examples")))  # doctest: +SKIP
     """
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(gallery).glob("*.record.json"))]
+    return [validate_file(p, check_record) for p in sorted(Path(gallery).glob("*.record.json"))]
 
 
 def tally(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
@@ -292,7 +327,10 @@ def site_answer(rows: list[Mapping[str, Any]]) -> str:
         wins = [r for r in impl if r["verdict"] == "faster"]
         if wins:
             top = max(wins, key=lambda r: r["value"])
-            first += f"; its largest win is {top['value']:.2f}× ({short_label(top['name'], top['title'])})"
+            first += (
+                f"; its largest win is {top['value']:.2f}× over {top.get('baseline') or 'its baseline'} "
+                f"({short_label(top['name'], top['title'])})"
+            )
         first += "."
     apart = [
         f"{KIND_TITLES[kind]} ({_count(len(kind_rows), 'comparison')})"
