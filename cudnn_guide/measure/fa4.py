@@ -85,7 +85,8 @@ def forward(
     v
         ``B×H×S×D`` values, with ``k``'s heads.
     causal
-        Causal (top-left aligned) masking.
+        Causal masking. FlashAttention aligns it to the bottom-right corner when the query and key
+        lengths differ (cuDNN's ``TOP_LEFT`` band matches it only when they are equal).
     scale
         Softmax scale; default ``D ** -0.5``.
     fa4_kwargs
@@ -124,7 +125,8 @@ def training_step(
     d_o
         ``B×H×S×D`` gradient of the output.
     causal
-        Causal (top-left aligned) masking.
+        Causal masking. FlashAttention aligns it to the bottom-right corner when the query and key
+        lengths differ (cuDNN's ``TOP_LEFT`` band matches it only when they are equal).
     scale
         Softmax scale; default ``D ** -0.5``.
     fa4_kwargs
