@@ -163,6 +163,19 @@ def append_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> Path:
     return path
 
 
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    """What a failed :func:`json.loads` says, for any error it raises.
+
+    A syntax error is a :class:`json.JSONDecodeError` (with ``msg`` and ``colno``); an integer of
+    more than 4300 digits is a plain :class:`ValueError`, and nesting too deep a
+    :class:`RecursionError`, neither of which carries a position.
+    """
+    if isinstance(exc, RecursionError):
+        return f"not valid JSON (nested too deeply to parse: {exc})"
+    msg, column = getattr(exc, "msg", str(exc)), getattr(exc, "colno", None)
+    return f"not valid JSON ({msg}, column {column})" if column is not None else f"not valid JSON ({msg})"
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Parse one JSON file.
 
@@ -201,8 +214,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise CorruptDataError(path, f"not UTF-8 text ({exc.reason})") from None
     try:
         return json.loads(text)
-    except ValueError as exc:
-        raise CorruptDataError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply to parse
+        raise CorruptDataError(path, _json_problem(exc), line=getattr(exc, "lineno", None)) from None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
@@ -242,10 +255,10 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
             continue
         try:
             out.append(json.loads(line))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply to parse
             raise CorruptDataError(
                 path,
-                f"line is not valid JSON ({exc.msg}, column {exc.colno})",
+                f"line is {_json_problem(exc)}",
                 line=number,
                 fix="delete or repair that line (each line is one recording's entry), or restore the file from git",
             ) from None

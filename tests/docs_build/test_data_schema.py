@@ -239,3 +239,150 @@ def test_merged_manifest_fields_are_checked(docs, edit, field, rule):
     edit(data)
     path.write_text(json.dumps(data, indent=1))
     _refused(docs, str(path), field, rule)
+
+
+def _edit_history(docs, edit):
+    """Change the third line of the copied history in place; return the file and that line's number."""
+    hist = docs / "data" / "history.jsonl"
+    lines = hist.read_text().splitlines()
+    entry = json.loads(lines[2])
+    edit(entry)
+    lines[2] = json.dumps(entry)
+    hist.write_text("\n".join(lines) + "\n")
+    return hist, 3
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "rule"),
+    [
+        (lambda d: d["environment"].update(commit=[]), "environment.commit", "must be a string, found list"),
+        (lambda d: d["environment"].update(cuda={}), "environment.cuda", "must be a string, found dict"),
+        (lambda d: d["environment"].update(driver=["unknown"]), "environment.driver", "must be a string, found list"),
+    ],
+    ids=["commit-list", "cuda-object", "driver-list"],
+)
+def test_an_unhashable_environment_value_is_refused_not_a_type_error(docs, edit, field, rule):
+    path = _edit_record(docs, edit)
+    _refused(docs, str(path), f"field '{field}'", rule)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: d["measurements"][0].update(n=10**400), "measurements[0].n"),
+        (lambda d: d["headlines"][0].update(value=10**400), "headlines[0].value"),
+        (lambda d: d["measurements"][0].update(median_ms=-(10**400)), "measurements[0].median_ms"),
+    ],
+    ids=["n", "headline-value", "negative-median"],
+)
+def test_an_integer_beyond_a_float_is_refused_as_too_large_not_an_overflow(docs, edit, field):
+    path = _edit_record(docs, edit)
+    _refused(docs, str(path), f"field '{field}'", "is too large", "beyond a float's range")
+
+
+def test_an_integer_too_long_to_print_is_named_by_its_size():
+    # json refuses to read or write such an integer, but check_* take any parsed document; repr() of it raises
+    with pytest.raises(
+        schema.SchemaError, match=r"environment.gpu.*must be a string, found int an integer of \d+ bits"
+    ):
+        schema.check_environment({"gpu": 10**5000, "commit": "f62a656"})
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "rule"),
+    [
+        (lambda e: e.update(commit=[]), "commit", "must be a string, found list"),
+        (lambda e: e.update(software={"x": ["a"]}), "software.x", "must be a string, found list"),
+        (lambda e: e.update(software={"torch": {}}), "software.torch", "must be a string, found dict"),
+    ],
+    ids=["commit-list", "software-list", "software-object"],
+)
+def test_an_unhashable_history_value_is_refused_with_its_line(docs, edit, field, rule):
+    hist, line = _edit_history(docs, edit)
+    _refused(docs, f"{hist}:{line}:", f"field '{field}'", rule)
+
+
+INJECTION = "x\n\n.. raw:: html\n\n   <script>alert(1)</script>\n"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: d["headlines"][0].update(name=INJECTION), "headlines[0].name"),
+        (lambda d: d["headlines"][0].update(unit="µs\r"), "headlines[0].unit"),
+        (lambda d: d["headlines"][0].update(baseline="PyTorch\tSDPA"), "headlines[0].baseline"),
+        (
+            lambda d: d["headlines"][2].update(candidate_measurement="cuDNN\u2028x"),
+            "headlines[2].candidate_measurement",
+        ),
+        (lambda d: d["measurements"][0].update(label="cuDNN\x00"), "measurements[0].label"),
+        (lambda d: d["measurements"][0].update(unit="ms\x1b[31m"), "measurements[0].unit"),
+        (lambda d: d["measurements"][0]["params"].update(dtype="fp16\n.. raw:: html"), "measurements[0].params.dtype"),
+        (lambda d: d["measurements"][0].update(warnings=["spread\x85"]), "measurements[0].warnings[0]"),
+        (lambda d: d["checks"][0].update(name="out\n"), "checks[0].name"),
+        (lambda d: d.update(title="Fused\nconv"), "title"),
+    ],
+    ids=["name", "unit", "baseline", "candidate", "label", "m-unit", "params", "warning", "check", "title"],
+)
+def test_a_control_character_in_recorded_text_is_refused(docs, edit, field):
+    path = _edit_record(docs, edit)
+    _refused(docs, str(path), f"field '{field}'", "holds the control character", "one line of plain text")
+
+
+def test_a_control_character_in_a_history_name_or_label_is_refused(docs):
+    hist, line = _edit_history(docs, lambda e: e["measurements"].update({"cuDNN\n.. raw:: html": {"median_ms": 1.0}}))
+    _refused(docs, f"{hist}:{line}:", "field 'measurements.cuDNN\\n.. raw:: html'", "holds the control character")
+
+
+def test_a_control_character_in_the_manifest_is_refused(docs):
+    path = docs / "auto_examples" / "recording.json"
+    data = json.loads(path.read_text())
+    data["environment"]["libcudnn"] = "libcudnn.so.9\n.. raw:: html"
+    path.write_text(json.dumps(data, indent=1))
+    _refused(docs, str(path), "field 'environment.libcudnn'", "holds the control character")
+
+
+def test_cell_code_may_keep_its_tabs():
+    schema.check_cells({"example": "plot_02.py", "cells": [{"line": 3, "code": "if x:\n\ty = 1", "seconds": 0.1}]})
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "rule"),
+    [
+        (lambda d: d["measurements"][0].update(warnings=[5]), "measurements[0].warnings[0]", "must be a string"),
+        (lambda d: d["measurements"][0].update(warnings="spread"), "measurements[0].warnings", "must be a JSON list"),
+        (lambda d: d["measurements"][0].update(params=["x"]), "measurements[0].params", "must be a JSON object"),
+        (lambda d: d["measurements"][0].update(clocks=[1485]), "measurements[0].clocks", "must be a JSON object"),
+        (
+            lambda d: d["measurements"][0]["clocks"].update(sm_mhz_end="1485"),
+            "measurements[0].clocks.sm_mhz_end",
+            "must be a number",
+        ),
+        (lambda d: d["headlines"][2].update(kind=["comparison"]), "headlines[2].kind", "must be a string"),
+        (lambda d: d["headlines"][2].update(interval={}), "headlines[2].interval", "must be a string"),
+        (
+            lambda d: d["headlines"][2].update(candidate_measurement=["x"]),
+            "headlines[2].candidate_measurement",
+            "must be a string",
+        ),
+        (lambda d: d["headlines"][2].update(baseline_measurement=7), "headlines[2].baseline_measurement", "string"),
+        (lambda d: d["headlines"][2].update(verdict=["tie"]), "headlines[2].verdict", "is not one of"),
+        (lambda d: d["headlines"][2].update(run_verdict="quicker"), "headlines[2].run_verdict", "is not one of"),
+    ],
+    ids=[
+        "warning-int",
+        "warnings-str",
+        "params-list",
+        "clocks-list",
+        "clock-str",
+        "kind",
+        "interval",
+        "candidate",
+        "baseline",
+        "verdict-list",
+        "run-verdict",
+    ],
+)
+def test_a_record_field_read_downstream_must_have_its_type(docs, edit, field, rule):
+    path = _edit_record(docs, edit)
+    _refused(docs, str(path), f"field '{field}'", rule)

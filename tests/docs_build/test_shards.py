@@ -25,9 +25,14 @@ def _examples(tmp_path, root):
     return examples
 
 
+def _commit(gpu):
+    """A git commit (hex, as `schema.check_environment` requires of a shard) that tells the GPUs' shards apart."""
+    return hashlib.sha1(gpu.encode()).hexdigest()[:10]
+
+
 def _env(root, gpu):
     env = json.loads((root / "docs" / "auto_examples" / "recording.json").read_text())["environment"]
-    return dict(env, gpu=gpu, commit=f"commit-{gpu[-4:]}")
+    return dict(env, gpu=gpu, commit=_commit(gpu))
 
 
 def _shard(tmp_path, root, name, gpu, pages):
@@ -93,8 +98,8 @@ def test_merge_is_the_same_whatever_the_order_and_keeps_every_gpu(tmp_path, root
     by_gpu = one / "data" / shards.BY_GPU
     assert sorted(p.name for p in by_gpu.iterdir()) == ["nvidia-b200", "nvidia-h200"]  # the page both recorded
     manifest = read_manifest(one / "auto_examples")
-    assert (
-        manifest["pages"][PAGES[1]]["gpu"] == "NVIDIA B200" and manifest["pages"][PAGES[0]]["commit"] == "commit-H200"
+    assert manifest["pages"][PAGES[1]]["gpu"] == "NVIDIA B200" and manifest["pages"][PAGES[0]]["commit"] == _commit(
+        "NVIDIA H200"
     )
     assert staleness.stale_examples(_examples(tmp_path, root), one / "auto_examples") == []
 
@@ -119,7 +124,7 @@ def test_shards_of_one_gpu_model_with_different_pages_merge(tmp_path, root):
     assert merged["pages"][PAGES[0]]["package_md5"] == before["package_md5"]
     # three pages of many do not describe the gallery: its environment and package stay the recording's
     assert (merged["environment"], merged["package_md5"]) == (before["environment"], before["package_md5"])
-    assert "commit-H200 (3 pages)" in describe_recording(docs / "auto_examples")  # beside the others
+    assert f"{_commit('NVIDIA H200')} (3 pages)" in describe_recording(docs / "auto_examples")  # beside the others
 
 
 def test_shards_holding_every_page_write_the_reproducibility_report(tmp_path, root):

@@ -238,6 +238,106 @@ def test_a_history_line_holding_nan_in_a_shard_is_refused(tmp_path, root):
     _refused(tmp_path, root, shard, r"history.jsonl:2: field measurements\[.*\]\.median_ms is nan")
 
 
+# -- the shape of every file (gallery_build.schema, as the build checks it) ----------------------
+
+
+def _edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_a_gpu_name_carrying_html_in_shard_json_is_refused(tmp_path, root):
+    """The probe: gpu="<script>…" was merged into every page's stamp; the next build then failed."""
+    shard = _shard(tmp_path, root, gpu="<script>alert(1)</script>")
+    _refused(tmp_path, root, shard, r"shard\.json: field 'environment\.gpu': .* is not a GPU name")
+
+
+def test_a_commit_that_is_a_list_in_shard_json_is_refused(tmp_path, root):
+    """The probe: environment.commit=["x"] was merged."""
+    shard = _shard(tmp_path, root, commit=["x"])
+    _refused(tmp_path, root, shard, r"shard\.json: field 'environment\.commit': must be a string, found list")
+
+
+def test_a_nan_headline_in_a_shard_record_is_refused(tmp_path, root):
+    """The probe: a record whose headline is NaN was merged."""
+    shard = _shard(tmp_path, root)
+    _edit_json(shard / "auto_examples" / f"{STEM}.record.json", lambda r: r["headlines"][0].update(value=float("nan")))
+    _refused(
+        tmp_path,
+        root,
+        shard,
+        rf"{STEM}\.record\.json: field 'headlines\[0\]\.value': must be a finite number, found nan",
+    )
+
+
+def test_a_record_of_another_shape_in_a_shard_is_refused(tmp_path, root):
+    shard = _shard(tmp_path, root)
+    _edit_json(shard / "auto_examples" / f"{STEM}.record.json", lambda r: r["environment"].update(gpu="<b>"))
+    _refused(tmp_path, root, shard, rf"{STEM}\.record\.json: field 'environment\.gpu'")
+
+
+def test_a_negative_run_time_in_a_shard_is_refused(tmp_path, root):
+    shard = _shard(tmp_path, root)
+    _edit_json(shard / "auto_examples" / f"{STEM}.cost.json", lambda c: c.update(time=-1.0))
+    _refused(tmp_path, root, shard, rf"{STEM}\.cost\.json: field 'time': must be positive")
+
+
+def test_cell_times_of_another_shape_in_a_shard_are_refused(tmp_path, root):
+    shard = _shard(tmp_path, root)
+    _edit_json(shard / "auto_examples" / f"{STEM}.cells.json", lambda c: c.update(cells="all of them"))
+    _refused(tmp_path, root, shard, rf"{STEM}\.cells\.json: field 'cells': must be a JSON list")
+
+
+def _history_line(shard, change):
+    lines = (shard / "history.jsonl").read_text().splitlines()
+    number = next(i for i, line in enumerate(lines) if json.loads(line)["example"] == STEM)
+    entry = json.loads(lines[number])
+    change(entry)
+    lines[number] = json.dumps(entry)
+    (shard / "history.jsonl").write_text("\n".join(lines) + "\n")
+    return number + 1
+
+
+def test_a_negative_median_in_a_shard_history_line_is_refused(tmp_path, root):
+    """The probe: history.check_entry accepted a negative median; the build's schema does not."""
+    shard = _shard(tmp_path, root)
+    number = _history_line(
+        shard, lambda e: e["measurements"][next(iter(e["measurements"]))].update(median_ms=-0.5, q1_ms=-0.6, q3_ms=-0.4)
+    )
+    _refused(tmp_path, root, shard, rf"history\.jsonl:{number}: field 'measurements\[?.*median_ms': must be positive")
+
+
+def test_a_history_line_with_a_gpu_name_carrying_html_in_a_shard_is_refused(tmp_path, root):
+    shard = _shard(tmp_path, root)
+    number = _history_line(shard, lambda e: e.update(gpu="<img src=x onerror=alert(1)>"))
+    _refused(tmp_path, root, shard, rf"history\.jsonl:{number}: field 'gpu': .* is not a GPU name")
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"time": ' + "1" * 5000 + "}", r"not valid JSON \(Exceeds the limit"),
+        ("[" * 100_000 + "]" * 100_000, r"not valid JSON \(nested too deeply to parse"),
+    ],
+    ids=["huge_int", "deep_nesting"],
+)
+def test_json_that_python_cannot_parse_in_a_shard_is_refused(tmp_path, root, text, problem):
+    """A 5000-digit integer raised AttributeError (no .msg) and deep nesting RecursionError, not a refusal."""
+    shard = _shard(tmp_path, root)
+    (shard / "auto_examples" / f"{STEM}.cost.json").write_text(text)
+    _refused(tmp_path, root, shard, rf"{STEM}\.cost\.json: {problem}")
+
+
+@pytest.mark.parametrize("text", ["1" * 5000, "[" * 100_000 + "]" * 100_000], ids=["huge_int", "deep_nesting"])
+def test_a_history_line_that_python_cannot_parse_in_a_shard_is_refused(tmp_path, root, text):
+    shard = _shard(tmp_path, root)
+    with (shard / "history.jsonl").open("a") as f:
+        f.write(text + "\n")
+    number = len((shard / "history.jsonl").read_text().splitlines())
+    _refused(tmp_path, root, shard, rf"history\.jsonl:{number}: line is not valid JSON")
+
+
 # -- the environment -------------------------------------------------------------------------------
 
 

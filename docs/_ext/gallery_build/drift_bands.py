@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .history import by_example, comparable, compare, load
+from .schema import rst_text
 
 __all__ = [
     "DRIFT",
@@ -472,7 +473,7 @@ def widened_rst(record: dict[str, Any] | None) -> str:
             continue
         in_run = f"; in-run {h['run_low']:.2f}–{h['run_high']:.2f}" if "run_low" in h else ""
         rows.append(
-            f"   * {h['name']}: {h['value']:.2f}× ({h['low']:.2f}–{h['high']:.2f}, widened "
+            f"   * {rst_text(h['name'])}: {h['value']:.2f}× ({h['low']:.2f}–{h['high']:.2f}, widened "
             f"±{100 * float(h['drift']):.0f}% for re-recording drift{in_run}; recorded verdict: {h.get('verdict')})"
         )
     if not rows:

@@ -20,6 +20,7 @@ from cudnn_guide.report.records import RECORD_SUFFIX
 from . import drift_bands, skip_pages
 from .manifest import write_manifest
 from .page_checks import DATA_PAGES, data_digest, read_record, recorded_page_problems, validate_data
+from .schema import rst_text
 
 __all__ = [
     "site_commit",
@@ -140,7 +141,7 @@ def notes_rst(record: dict[str, Any] | None) -> str:
     elif flagged:
         rests = (
             f"   {len(flagged)} of {named} verdicts on this page rest on a measurement that carries a "
-            "harness warning:\n\n" + "".join(f"   * {name}\n" for name in flagged)
+            "harness warning:\n\n" + "".join(f"   * {rst_text(name)}\n" for name in flagged)
         )
     else:
         rests = f"   None of the {named} verdicts on this page rests on a measurement with a harness warning.\n"

@@ -38,6 +38,7 @@ __all__ = [
     "validate_file",
     "validate_jsonl",
     "validate_rst",
+    "rst_text",
 ]
 
 PLACEHOLDERS = frozenset({"unknown", "none", "None"})
@@ -55,6 +56,9 @@ MERGED_FROM = re.compile(rf"{GPU_NAME.pattern} @ ({COMMIT.pattern}|{'|'.join(sor
 """An entry of a merged manifest's ``merged_from``: the shard's GPU and commit."""
 EXAMPLE = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 """An example's file name or stem."""
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""What no recorded free-text string may hold: C0 and C1 control characters (newline, tab, carriage
+return among them), DEL, and the Unicode line and paragraph separators, which reST reads as line breaks."""
 
 _VERSION_FIELDS = ("driver", "cuda", "torch", "cudnn_backend", "cudnn_frontend", "python")
 _MEASUREMENT_POSITIVE = ("median_ms", "q1_ms", "q3_ms", "p10_ms", "p90_ms", "min_ms")
@@ -98,7 +102,10 @@ Path_ = tuple[str | int, ...]
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long for repr (Python's limit on int-to-str digits)
+        return f"an integer of {value.bit_length()} bits"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -117,9 +124,18 @@ def _list(value: Any, at: Path_) -> list[Any]:
     return value
 
 
-def _str(value: Any, at: Path_, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
+def _str(
+    value: Any, at: Path_, pattern: re.Pattern[str] | None = None, what: str = "", *, multiline: bool = False
+) -> str:
     if not isinstance(value, str):
         raise SchemaError(at, f"must be a string, found {type(value).__name__} {_show(value)}")
+    bad = None if multiline else CONTROL.search(value)
+    if bad is not None:
+        raise SchemaError(
+            at,
+            f"holds the control character {bad.group()!r} at offset {bad.start()} ({_show(value)}): "
+            "a recorded name, label, unit or title is one line of plain text",
+        )
     if pattern is not None and not pattern.fullmatch(value):
         raise SchemaError(at, f"{_show(value)} is not {what}")
     return value
@@ -129,24 +145,49 @@ def _num(value: Any, at: Path_, *, positive: bool = False, nonneg: bool = False,
     kind = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
         raise SchemaError(at, f"must be {kind}, found {type(value).__name__} {_show(value)}")
+    try:
+        value = float(value)
+    except OverflowError:  # a JSON integer beyond a float's range (10**400)
+        raise SchemaError(
+            at, f"is too large: an integer of {value.bit_length()} bits, beyond a float's range"
+        ) from None
     if not math.isfinite(value):
         raise SchemaError(at, f"must be a finite number, found {value}")
     if positive and not value > 0:
         raise SchemaError(at, f"must be positive (a time, rate or ratio), found {value:g}")
     if nonneg and value < 0:
         raise SchemaError(at, f"must not be negative, found {value:g}")
-    return float(value)
+    return value
+
+
+def _placeholder(value: Any) -> bool:
+    """Whether ``value`` is a writer's placeholder (a string: a list or object is never one, nor hashable)."""
+    return isinstance(value, str) and value in PLACEHOLDERS
 
 
 def _commit(value: Any, at: Path_) -> None:
-    if value not in PLACEHOLDERS:
+    if not _placeholder(value):
         _str(value, at, COMMIT, "a git commit (7-40 hex digits, optionally +dirty, or 'unknown')")
 
 
 def _software(value: Any, at: Path_) -> None:
     for key, version in _obj(value, at).items():
-        if version not in PLACEHOLDERS:
+        _str(key, (*at, key))
+        if not _placeholder(version):
             _str(version, (*at, key), VERSION, "a version (like 13.0, 580.159.04 or 2.11.0+cu130)")
+
+
+def _texts(value: Any, at: Path_) -> None:
+    """Every string in ``value`` (nested lists and objects, keys included) is one line of plain text."""
+    if isinstance(value, str):
+        _str(value, at)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _texts(item, (*at, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _str(key, (*at, key))
+            _texts(item, (*at, key))
 
 
 def _seconds_map(value: Any, at: Path_) -> None:
@@ -181,7 +222,7 @@ def check_environment(env: Any, at: Path_ = ("environment",)) -> None:
     _str(env["gpu"], (*at, "gpu"), GPU_NAME, "a GPU name (letters, digits, spaces and -_.()/,@+)")
     _commit(env["commit"], (*at, "commit"))
     for key in _VERSION_FIELDS + ("sm",):
-        if key in env and env[key] not in PLACEHOLDERS:
+        if key in env and not _placeholder(env[key]):
             _str(env[key], (*at, key), VERSION, "a version (like 13.0, 580.159.04 or 2.11.0+cu130)")
     if "date_utc" in env:
         _str(env["date_utc"], (*at, "date_utc"), DATE_UTC, "a date like '2026-12-01 09:20 UTC'")
@@ -199,8 +240,9 @@ def _check_headline(h: Any, at: Path_, signs: bool = True) -> None:
     unit = _str(h["unit"], (*at, "unit"))
     positive = signs and (unit in POSITIVE_UNITS or (unit.endswith("/s") and "signed" not in unit))
     value = _num(h["value"], (*at, "value"), positive=positive)
-    if "baseline" in h:
-        _str(h["baseline"], (*at, "baseline"))
+    for key in ("baseline", "kind", "interval", "candidate_measurement", "baseline_measurement", "measurement"):
+        if h.get(key) is not None:
+            _str(h[key], (*at, key))
     if ("low" in h) != ("high" in h):
         raise SchemaError((*at, "high" if "low" in h else "low"), "an interval needs both low and high")
     if "low" in h:
@@ -217,8 +259,9 @@ def _check_headline(h: Any, at: Path_, signs: bool = True) -> None:
         for key in ("low", "high", "verdict"):
             if key not in h:
                 raise SchemaError((*at, key), "is missing (a comparison carries low, high and verdict)")
-    if "verdict" in h and h["verdict"] not in VERDICTS:
-        raise SchemaError((*at, "verdict"), f"{_show(h['verdict'])} is not one of {', '.join(VERDICTS)}")
+    for key in ("verdict", "run_verdict"):
+        if key in h and not (isinstance(h[key], str) and h[key] in VERDICTS):
+            raise SchemaError((*at, key), f"{_show(h[key])} is not one of {', '.join(VERDICTS)}")
     for key in ("drift", "tie_band"):
         if key in h:
             _num(h[key], (*at, key), nonneg=True)
@@ -231,6 +274,18 @@ def _check_measurement(m: Any, at: Path_) -> None:
     _str(m["label"], (*at, "label"))
     _str(m["unit"], (*at, "unit"))
     _num(m["n"], (*at, "n"), positive=True, integer=True)
+    if m.get("mode") is not None:
+        _str(m["mode"], (*at, "mode"))
+    if "params" in m:  # the chooser and the tables read it as an object
+        _texts(_obj(m["params"], (*at, "params")), (*at, "params"))
+    if "warnings" in m:  # the measurement notes read each warning as text
+        for i, warning in enumerate(_list(m["warnings"], (*at, "warnings"))):
+            _str(warning, (*at, "warnings", i))
+    if m.get("clocks") is not None:
+        clocks = _obj(m["clocks"], (*at, "clocks"))
+        for key in ("sm_mhz_end", "max_sm_mhz"):
+            if clocks.get(key) is not None:
+                _num(clocks[key], (*at, "clocks", key), nonneg=True)
     for key in _MEASUREMENT_POSITIVE:
         if key in m:
             _num(m[key], (*at, key), positive=True)
@@ -361,7 +416,7 @@ def check_cells(data: Any) -> None:
     for i, cell in enumerate(_list(data["cells"], ("cells",))):
         cell = _obj(cell, ("cells", i), ("line", "code", "seconds"))
         _num(cell["line"], ("cells", i, "line"), positive=True, integer=True)
-        _str(cell["code"], ("cells", i, "code"))
+        _str(cell["code"], ("cells", i, "code"), multiline=True)  # source code: may hold tabs
         _num(cell["seconds"], ("cells", i, "seconds"), nonneg=True)  # rounded to ms: 0.0 is a fast cell
 
 
@@ -411,6 +466,7 @@ def check_history_line(data: Any) -> None:
     if data.get("software") is not None:
         _software(data["software"], ("software",))
     for label, m in _obj(data["measurements"], ("measurements",)).items():
+        _str(label, ("measurements", label))
         m = _obj(m, ("measurements", label), ("median_ms",))
         for key in ("median_ms", "q1_ms", "q3_ms"):
             if key in m:
@@ -540,3 +596,33 @@ def validate_rst(path: str | Path) -> str:
             line=raw.count(b"\n", 0, exc.start) + 1,
             fix="re-record or restore it with git checkout (`git checkout -- <file>`)",
         ) from None
+
+
+_RST_MARKUP = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character, backslash included
+
+
+def rst_text(text: Any) -> str:
+    """A recorded string as reST that renders as that text, with no markup of its own.
+
+    The schema keeps control characters out of recorded names; this is the second guard, where
+    the text meets reST: any line break or control character becomes a space (a name stays on its
+    bullet's line, so it cannot open a directive such as ``.. raw:: html``), and every ASCII
+    punctuation character is backslash-escaped, so ``*``, a backquote, ``|``, ``_``, ``:`` or a leading
+    ``-`` or ``1.`` is shown, not read as emphasis, a role, a substitution, a reference or a list.
+
+    Parameters
+    ----------
+    text
+        The recorded string (anything else is shown as ``str(text)``).
+
+    Returns
+    -------
+    str
+        One line of reST.
+
+    Example
+    -------
+    >>> rst_text("cuDNN *fused* | S=1_")
+    'cuDNN \\\\*fused\\\\* \\\\| S\\\\=1\\\\_'
+    """
+    return _RST_MARKUP.sub(r"\\\1", " ".join(CONTROL.sub(" ", str(text)).split()))

@@ -35,6 +35,7 @@ import shutil
 import stat
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError, GuideError
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import drift_bands, history, recording, staging
+from . import drift_bands, history, recording, schema, staging
 from .cell_times import CELLS_SUFFIX
 from .manifest import MANIFEST, package_md5, read_manifest
 from .page_checks import HEALTH_EXCEPTIONS
@@ -216,9 +217,38 @@ def _parse_json(shard: Path, path: Path, data: bytes) -> Any:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ShardError(f"shard {shard}: {CorruptDataError(path, f'not UTF-8 text ({exc.reason})')}") from None
-    except ValueError as exc:
-        problem = f"not valid JSON ({exc.msg}, column {exc.colno})"
-        raise ShardError(f"shard {shard}: {CorruptDataError(path, problem, line=exc.lineno)}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply to parse
+        problem = _json_problem(exc)
+        raise ShardError(
+            f"shard {shard}: {CorruptDataError(path, problem, line=getattr(exc, 'lineno', None))}"
+        ) from None
+
+
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    """What a failed :func:`json.loads` says: a syntax error has a column, a 5000-digit integer or deep nesting none."""
+    if isinstance(exc, RecursionError):
+        return f"not valid JSON (nested too deeply to parse: {exc})"
+    msg, column = getattr(exc, "msg", str(exc)), getattr(exc, "colno", None)
+    return f"not valid JSON ({msg}, column {column})" if column is not None else f"not valid JSON ({msg})"
+
+
+SCHEMA_CHECKS = {
+    RECORD_SUFFIX: schema.check_record,
+    CELLS_SUFFIX: schema.check_cells,
+    COST_SUFFIX: schema.check_cost,
+}
+"""The shape each JSON file of a shard's gallery must have, by suffix (the build checks the same)."""
+
+
+def _check_shape(shard: Path, path: Path, data: Any, check: Callable[[Any], None], line: int | None = None) -> None:
+    """Refuse ``data`` (parsed from ``path``) unless ``check`` (a ``schema.check_*``) accepts it, naming the field."""
+    try:
+        check(data)
+    except schema.SchemaError as exc:
+        fix = "re-record the shard (`shards record`) or copy it again in full; a merge takes no hand-edited data"
+        raise ShardError(
+            f"shard {shard}: {CorruptDataError(path, str(exc), line=line, fix=fix)} Nothing was merged."
+        ) from None
 
 
 def _figure_problem(data: bytes) -> str | None:
@@ -317,6 +347,8 @@ def read_shard(path: Path) -> Shard:
     ShardError
         No ``shard.json``; a link (symbolic or hard), FIFO or device anywhere in it; a file that
         does not parse (JSON naming its line, a history line of another shape or holding a NaN); a
+        file of the wrong shape (:mod:`gallery_build.schema`: the environment in ``shard.json``, each
+        record, cell times, run time and history line, naming the file and the field); a
         page name that is not an example's file name; a page without its complete set of files
         (:data:`PAGE_SUFFIXES`, and :data:`RAN_SUFFIXES` with at least one figure for a page that
         ran), with a figure that does not decode, an ``.md5`` or script copy that is not the
@@ -337,12 +369,16 @@ def read_shard(path: Path) -> Shard:
     files = _read_tree(path, gallery)
     for rel in sorted(files):
         if rel.endswith((".json", ".ipynb")):
-            _parse_json(path, gallery / rel, files[rel])
+            parsed = _parse_json(path, gallery / rel, files[rel])
+            check = next((c for suffix, c in SCHEMA_CHECKS.items() if rel.endswith(suffix)), None)
+            if check is not None:
+                _check_shape(path, gallery / rel, parsed, check)
     lines = _parse_history(path, path / "history.jsonl", _read_regular(path, path / "history.jsonl"))
     if not isinstance(data, dict) or not isinstance(data.get("pages"), dict) or not data.get("environment"):
         raise _refuse(path, f"{manifest_path.name} lacks its environment or pages", "re-record the shard")
     if not isinstance(data["environment"], dict) or not data["pages"]:
         raise _refuse(path, f"{manifest_path} has no pages or no environment object", "re-record the shard")
+    _check_shape(path, manifest_path, data["environment"], schema.check_environment)
     if not isinstance(data.get("package_md5"), (str, type(None))):
         raise _refuse(path, f"{manifest_path}: package_md5 is not a string", "re-record the shard")
     shard = Shard(path, data["environment"], data["pages"], data.get("package_md5"), files, lines)
@@ -366,13 +402,15 @@ def _parse_history(shard: Path, path: Path, data: bytes) -> list[dict[str, Any]]
             continue
         try:
             entry = json.loads(line)
-        except ValueError as exc:
-            problem = f"line is not valid JSON ({exc.msg}, column {exc.colno})"
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply to parse
+            problem = f"line is {_json_problem(exc)}"
             raise ShardError(f"shard {shard}: {CorruptDataError(path, problem, line=number)}") from None
         try:
             out.append(history.check_entry(entry, path, number))
         except CorruptDataError as exc:
             raise ShardError(f"shard {shard}: {exc}") from None
+        # check_entry is the loader's check; the build's is stricter (GPU name, commit, signs of medians)
+        _check_shape(shard, path, entry, schema.check_history_line, line=number)
     return out
 
 
