@@ -32,6 +32,14 @@ def _load() -> tuple[Any, str]:
         return None, f"{type(missing).__name__}: {str(missing).splitlines()[0] if str(missing) else ''}"
 
 
+def _require() -> Any:
+    """``flash_attn_func``, or :class:`ImportError` with the install command."""
+    fn, detail = _load()
+    if fn is None:
+        raise ImportError(f"FlashAttention-4 is not installed ({INSTALL}): {detail}")
+    return fn
+
+
 def status() -> tuple[bool, str]:
     """Whether FlashAttention-4 imports here, and its version or the reason it does not.
 
@@ -102,9 +110,7 @@ def forward(
     >>> launch = forward(q, k, v, causal=True)
     >>> out = launch()  # B×H×S×D view of FA4's B×S×H×D output
     """
-    fn, detail = _load()
-    if fn is None:
-        raise ImportError(f"FlashAttention-4 is not installed ({INSTALL}): {detail}")
+    fn = _require()
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     return lambda: _output(fn(qs, ks, vs, softmax_scale=scale, causal=causal, **fa4_kwargs)).transpose(1, 2)
 
@@ -143,9 +149,7 @@ def training_step(
     >>> step, grads = training_step(q, k, v, d_o, causal=True)
     >>> step(); dq, dk, dv = grads()
     """
-    fn, detail = _load()
-    if fn is None:
-        raise ImportError(f"FlashAttention-4 is not installed ({INSTALL}): {detail}")
+    fn = _require()
     leaves = [t.detach().transpose(1, 2).contiguous().requires_grad_(True) for t in (q, k, v)]
     grad_out = d_o.transpose(1, 2).contiguous()
 

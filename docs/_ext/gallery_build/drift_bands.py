@@ -447,7 +447,7 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
 
 
 def widened_rst(record: dict[str, Any] | None) -> str:
-    """A note under a recorded page's title: each comparison's recorded interval, widened for re-recording drift.
+    """A note for a recorded page's *Measurement notes*: each comparison's recorded interval, widened for drift.
 
     The page's own output prints the run's in-run 95% interval; the record (and the results
     page) keep the interval widened by the re-recording drift, and this note says so on the page.
@@ -482,7 +482,7 @@ def widened_rst(record: dict[str, Any] | None) -> str:
         "\n.. admonition:: Recorded intervals, widened for re-recording drift",
         "   :class: cg-drift note",
         "",
-        "   The output below prints each comparison's in-run 95% interval. The record and the results "
+        "   The page's output prints each comparison's in-run 95% interval. The record and the results "
         "page keep it widened by how far this page's measurements moved between past recordings "
         "(:doc:`/methodology`):",
         "",

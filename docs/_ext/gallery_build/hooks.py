@@ -174,7 +174,7 @@ def warnings_rst(record: dict[str, Any] | None) -> str:
 
     Sweeps show their points only as tables and plots, so a warning on one point would
     otherwise stay in the JSON record; this puts the count of each kind (and, for clock
-    warnings, the lowest SM clock seen) under the page's title.
+    warnings, the lowest SM clock seen) in the page's *Measurement notes* (:func:`notes_rst`).
 
     Parameters
     ----------
