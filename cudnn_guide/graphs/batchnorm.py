@@ -11,7 +11,7 @@ from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.declare import Problem, new_graph
 
-__all__ = ["BatchNormProblem", "fold_batchnorm"]
+__all__ = ["BatchNormProblem", "fold_batchnorm", "batchnorm_relu_graph", "folded_batchnorm_relu_graph"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -144,11 +144,11 @@ class BuildReport:
         return sum(self.step_seconds.values())
 
     def __str__(self) -> str:
+        tail = f"{self.plan_count} plan(s), chose {self.plan_name!r}; workspace {self.workspace_bytes} B"
+        if not self.step_seconds:  # adopted without its step times: say so, never "built in 0.0 ms"
+            return f"{self.graph}: built by the caller (build steps not timed); {tail}"
         steps = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.step_seconds.items())
-        return (
-            f"{self.graph}: built in {self.total_seconds * 1e3:.1f} ms ({steps}); "
-            f"{self.plan_count} plan(s), chose {self.plan_name!r}; workspace {self.workspace_bytes} B"
-        )
+        return f"{self.graph}: built in {self.total_seconds * 1e3:.1f} ms ({steps}); {tail}"
 
 
 class BuiltGraph:

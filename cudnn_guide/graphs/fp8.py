@@ -17,7 +17,7 @@ from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.attention import SdpaProblem
 from cudnn_guide.graphs.declare import Problem, new_graph
 
-__all__ = ["quantize", "dequantize", "Fp8MatmulProblem", "make_sdpa_fp8_inputs"]
+__all__ = ["quantize", "dequantize", "Fp8MatmulProblem", "make_sdpa_fp8_inputs", "fp8_matmul_graph", "sdpa_fp8_graph"]
 
 E4M3_MAX = 448.0
 """Largest finite FP8 E4M3 value."""

@@ -15,7 +15,7 @@ from cudnn_guide import graphs
 from cudnn_guide.graphs import tensors
 from cudnn_guide.graphs.declare import Problem, new_graph
 
-__all__ = ["NormProblem"]
+__all__ = ["NormProblem", "norm_forward_graph", "norm_backward_graph", "pack_norm"]
 
 
 def _as_4d(t: Any) -> Any:

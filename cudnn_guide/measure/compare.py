@@ -13,10 +13,18 @@ baseline only when the whole interval lies outside ``1 ± band``; otherwise it i
 
 Each contender's host time per call is measured in its first round only (it does not change
 between rounds, and each such call waits for the GPU).
+
+**One launch-cost rule per comparison.** The harness subtracts the measured launch cost from
+each event time unless it is too large a share of the call. A comparison applies one rule to
+every contender: when any timed call of any contender kept its raw event times, every contender
+is judged on raw event times (:func:`one_launch_rule`), so that no verdict comes from subtracting
+a few microseconds from one side only. Kernels of a few microseconds are better timed with
+``cuda_graph=True``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 from collections.abc import Callable, Mapping
@@ -29,7 +37,7 @@ from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
-__all__ = ["Comparison", "compare", "compare_host"]
+__all__ = ["Comparison", "compare", "compare_host", "one_launch_rule"]
 
 _REPEAT = " (repeat)"
 
@@ -214,7 +222,54 @@ def compare(
 
     with collector.paused():
         runs = _rounds(contenders, candidate, rounds, seed, time_one)
-    return _judged(runs, contenders, candidate, rounds, tag, seed)
+    return _judged(one_launch_rule(runs), contenders, candidate, rounds, tag, seed)
+
+
+RAW_EVENTS_NOTE = (
+    "launch cost not subtracted for any contender of this comparison: it was too large a share of "
+    "at least one contender's call, and one rule applies to all (raw event times; cuda_graph=True "
+    "times calls this short better)"
+)
+
+
+def one_launch_rule(runs: Mapping[str, list[Measurement]]) -> dict[str, list[Measurement]]:
+    """Put every measurement of a comparison under the same launch-cost rule.
+
+    When the harness subtracted the launch cost from some measurements and not from others (a
+    call too short for it), the subtracted ones get their raw event times back
+    (``samples_ms + launch_cost_ms``) and every measurement carries :data:`RAW_EVENTS_NOTE`.
+
+    Parameters
+    ----------
+    runs
+        Contender → its measurements, one per round.
+
+    Returns
+    -------
+    dict[str, list[Measurement]]
+        The same measurements when one rule already held, else raw-event copies.
+
+    Example
+    -------
+    >>> a = Measurement("a", [0.004], "events − launch cost", launch_cost_ms=0.004)
+    >>> b = Measurement("b", [0.008], "events")
+    >>> [m[0].samples_ms for m in one_launch_rule({"a": [a], "b": [b]}).values()]
+    [[0.008], [0.008]]
+    """
+    costs = {m.launch_cost_ms for ms in runs.values() for m in ms}
+    if len(costs) <= 1:
+        return dict(runs)
+
+    def raw(m: Measurement) -> Measurement:
+        return dataclasses.replace(
+            m,
+            samples_ms=[x + m.launch_cost_ms for x in m.samples_ms],
+            mode=m.mode.replace(" − launch cost", ""),
+            launch_cost_ms=0.0,
+            warnings=[*m.warnings, RAW_EVENTS_NOTE],
+        )
+
+    return {name: [raw(m) for m in ms] for name, ms in runs.items()}
 
 
 def _rounds(

@@ -23,8 +23,11 @@ INSTALL = "pip install flash-attn-4==4.0.0b36  (needs nvidia-cutlass-dsl[cu13], 
 def _load() -> tuple[Any, str]:
     """``(flash_attn_func, version)``, or ``(None, reason)`` when it cannot be imported."""
     try:
+        import warnings
         from importlib.metadata import version
 
+        # the CuTe DSL warns "Argument aux_data ... JitArgument" on every new kernel: noise, not a problem
+        warnings.filterwarnings("ignore", message=".*aux_data.*", category=UserWarning)
         from flash_attn.cute import flash_attn_func
 
         return flash_attn_func, version("flash-attn-4")

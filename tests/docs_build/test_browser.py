@@ -236,3 +236,41 @@ def test_the_chooser_filter_shows_only_the_rows_of_the_chosen_feature(browser, s
     assert counter.text == f"{len(shown)} of {len(everything)} shapes shown"
     Select(browser.find_element("css selector", ".cg-chooser select[name=feature]")).select_by_value("")
     assert len(browser.execute_script(visible)) == len(everything), "choosing 'any' again shows every row"
+
+
+_CLIPPED_BLOCKS = """
+return Array.from(document.querySelectorAll('article pre'))
+  .filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)
+  .map(p => p.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100));
+"""
+_TOO_WIDE = """
+const w = document.documentElement.clientWidth;
+const scrolls = e => { for (let a = e; a; a = a.parentElement) {
+  const o = getComputedStyle(a).overflowX; if (o === 'auto' || o === 'scroll') return true; } return false; };
+const wide = Array.from(document.querySelectorAll('article *'))
+  .filter(e => e.getBoundingClientRect().right > w + 1 && !scrolls(e.parentElement))
+  .map(e => e.tagName + '.' + e.className);
+return [document.documentElement.scrollWidth - w, wide.slice(0, 3)];
+"""
+
+
+def test_no_code_or_output_block_scrolls_sideways_on_any_page(browser, server, site):
+    """At 1400 px no code or output block scrolls; at 390 px nothing but a scrolling table overflows."""
+    pages = [p for p in _pages(site) if p.startswith("auto_examples/plot_")]
+    assert pages, "no example pages in the built site"
+    problems = []
+    try:
+        browser.set_window_size(1400, 1000)
+        for page in pages:
+            browser.get(server + page)
+            for line in browser.execute_script(_CLIPPED_BLOCKS):
+                problems.append(f"{page} at 1400 px: a block scrolls sideways, widest line {line!r}")
+        browser.set_window_size(390, 844)
+        for page in pages + ["index.html", "results.html", "chooser.html"]:
+            browser.get(server + page)
+            overflow, wide = browser.execute_script(_TOO_WIDE)
+            if overflow > 1 or wide:
+                problems.append(f"{page} at 390 px: page {overflow} px wider than the screen; {wide}")
+    finally:
+        browser.set_window_size(1280, 1000)
+    assert not problems, "\n".join(problems[:30]) + (f"\n... {len(problems)} in all" if len(problems) > 30 else "")

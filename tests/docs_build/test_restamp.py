@@ -24,14 +24,28 @@ def copy(tmp_path):
     return examples / f"{PAGE}.py", gallery
 
 
+def _comment_line(text):
+    """A prose comment of the page (not a cell marker, heading or underline)."""
+    return next(
+        line
+        for line in text.splitlines()
+        if line.startswith("# ") and len(line) > 40 and not line.startswith(("# %%", "# --", "# sphinx"))
+    )
+
+
+def _code_line(text):
+    """A top-level assignment of the page."""
+    return next(line for line in text.splitlines() if line[:1].isalpha() and " = " in line and "(" not in line)
+
+
 def _state(example, gallery):
     return {s.source.name: s.state for s in staleness.example_states(example.parent, gallery)}[example.name]
 
 
 def test_a_comment_edit_is_carried_into_the_page_and_the_stamp(copy):
     example, gallery = copy
-    old = "# One query token per sequence, 8 sequences of 512 cached tokens, 8 heads of 128: a kernel of a"
-    new = "# One query token per sequence, 8 sequences of 512 cached tokens, 8 heads of 128: a GPU kernel of a"
+    old = _comment_line(example.read_text())
+    new = old.replace("# ", "# (edited) ", 1)
     example.write_text(example.read_text().replace(old, new))
     assert _state(example, gallery) == "stale"
     changes = restamp.restamp_text_edit(example, gallery)
@@ -47,8 +61,9 @@ def test_a_comment_edit_is_carried_into_the_page_and_the_stamp(copy):
 @pytest.mark.parametrize(
     "edit, why",
     [
-        (lambda s: s.replace("B, H, S_KV, D = 8, 8, 512, 128", "B, H, S_KV, D = 8, 8, 1024, 128"), "code changed"),
-        (lambda s: s.replace("# A decode-sized graph\n", "# A decode-sized graph\n# one more\n"), "added or removed"),
+        (lambda s: s.replace(_code_line(s), _code_line(s) + "  # x\nEDITED = 1", 1), "added or removed"),
+        (lambda s: s.replace(_code_line(s), _code_line(s).replace(" = ", " = 1 + ", 1), 1), "code changed"),
+        (lambda s: s.replace(_comment_line(s), _comment_line(s) + "\n# one more", 1), "added or removed"),
     ],
 )
 def test_any_other_edit_still_needs_a_gpu_and_changes_nothing(copy, edit, why):

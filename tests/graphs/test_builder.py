@@ -183,3 +183,12 @@ def test_the_recipes_return_the_graph_object_itself_not_a_wrapper():
             assert ast.unparse(fn.returns) == "graphs.BuiltGraph", (
                 f"{module.__name__}.{fn.name} returns {ast.unparse(fn.returns)}; a recipe returns graphs.BuiltGraph"
             )
+
+
+def test_a_build_report_without_step_times_never_claims_zero_ms():
+    from cudnn_guide.graphs.builder import BuildReport
+
+    untimed = str(BuildReport("sdpa", {}, 2, "eng0", 0))
+    assert "not timed" in untimed and "0.0 ms" not in untimed
+    timed = str(BuildReport("sdpa", {"validate": 0.001, "build_plans": 0.25}, 2, "eng0", 0))
+    assert "built in 251.0 ms" in timed

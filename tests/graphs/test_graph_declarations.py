@@ -344,40 +344,6 @@ def test_signature_tells_graphs_apart(declare):
     assert _signature(with_amax) != _signature(without)
 
 
-@pytest.mark.parametrize("kind", ["layer", "rms"])
-@pytest.mark.parametrize("residual", [False, True])
-def test_plot_10_declares_the_norm_recipes(declare, kind, residual):
-    declare(norms)
-    p = norms.NormProblem(tokens=4, hidden=16, kind=kind, residual=residual)
-    d = {n: meta(4, 16) for n in ("x", "r", "s", "y", "dy", "dx")}
-    d |= {n: meta(16) for n in ("scale", "bias", "dscale", "dbias")}
-    d |= {n: meta(4, 1, dtype=torch.float32) for n in ("mean", "inv_var")}
-    ns, made = _page("plot_10_layernorm_rmsnorm.py", {"as_4d", "new_graph", "output", "norm_forward", "norm_backward"})
-    ns["norm_forward"](kind, d, p.eps, residual=residual)
-    assert _signature(made[0]) == _signature(norms.norm_forward_graph(p, d, training=True))
-    ns["norm_backward"](kind, d)
-    assert _signature(made[1]) == _signature(norms.norm_backward_graph(p, d))
-
-
-def test_plot_11_declares_the_batchnorm_recipes(declare):
-    declare(batchnorm)
-    p = batchnorm.BatchNormProblem(n=2, c=8, h=4, w=4)
-    per_c = {
-        n: meta(1, 8, 1, 1, dtype=torch.float32)
-        for n in ("scale", "bias", "running_mean", "running_var", "mean", "inv_var", "a", "b")
-    }
-    d = {"x": meta(2, 8, 4, 4, dtype=torch.float16, nhwc=True), "y": meta(2, 8, 4, 4, dtype=torch.float16, nhwc=True)}
-    d |= per_c
-    names = {"new_graph", "output", "host_scalar", "batchnorm_relu_training", "batchnorm_relu_inference", "folded_relu"}
-    ns, made = _page("plot_11_batchnorm_relu.py", names)
-    ns["batchnorm_relu_training"](d, p.eps, p.momentum)
-    ns["batchnorm_relu_inference"](d)
-    ns["folded_relu"](d)
-    assert _signature(made[0]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=True))
-    assert _signature(made[1]) == _signature(batchnorm.batchnorm_relu_graph(p, d, training=False))
-    assert _signature(made[2]) == _signature(batchnorm.folded_batchnorm_relu_graph(p, d))
-
-
 def test_plot_13_declares_the_paged_decode_recipe(declare):
     declare(paged)
     p = paged.PagedDecodeProblem(batch=2, heads=2, head_dim=16, max_context=64, page_size=16)
@@ -388,25 +354,6 @@ def test_plot_13_declares_the_paged_decode_recipe(declare):
     ns, made = _page("plot_13_paged_decode.py", {"paged_decode"})
     ns["paged_decode"](d, p.pages_per_sequence * p.page_size)
     assert _signature(made[0]) == _signature(paged.paged_decode_graph(p, d))
-
-
-def test_plot_14_declares_the_fp8_recipes(declare):
-    declare(fp8)
-    e4m3, one = torch.float8_e4m3fn, dict(dtype=torch.float32)
-    d = {"a8": meta(1, 32, 64, dtype=e4m3), "b8": meta(1, 64, 16, dtype=e4m3), "c": meta(1, 32, 16)}
-    d |= {n: meta(1, 1, 1, **one) for n in ("descale_a", "descale_b")}
-    d |= {n: meta(1, 2, 8, 16, dtype=e4m3) for n in ("q8", "k8", "v8", "o8")}
-    d |= {
-        n: meta(1, 1, 1, 1, **one)
-        for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o", "amax_s", "amax_o")
-    }
-    ns, made = _page("plot_14_fp8_hopper.py", {"FLOAT", "new_graph", "output", "fp8_matmul", "fp8_attention"})
-    ns["fp8_matmul"](d)
-    ns["fp8_attention"](d)
-    mm = fp8.Fp8MatmulProblem(m=32, n=16, k=64)
-    assert _signature(made[0]) == _signature(fp8.fp8_matmul_graph(mm, d))
-    att = attention.SdpaProblem(batch=1, heads=2, seq=8, head_dim=16, causal=True)
-    assert _signature(made[1]) == _signature(fp8.sdpa_fp8_graph(att, d))
 
 
 # --- on the GPU (marker gpu; skipped without one) ---

@@ -266,3 +266,22 @@ def test_the_comparison_plot_puts_the_best_first_with_its_interval_and_the_candi
         c, per=lambda e: {k: 1e3 / v for k, v in e.items() if k in ("value", "low", "high")}, xlabel="calls/ms"
     )
     assert [t.get_text() for t in per_s.get_yticklabels()][0] == "cudnn"  # a rate: the largest first
+
+
+def test_one_launch_cost_rule_applies_to_every_contender(monkeypatch):
+    """plot_11's old verdict: 4.1 µs subtracted from cuDNN's 8.5 µs event, nothing from its rival's 8.2 µs."""
+
+    def fake(fn, *, label, **kw):
+        if label.startswith("cudnn"):  # short enough that the harness subtracted the launch cost
+            return measurement.Measurement(label, [0.0044] * 5, "cold-L2 events − launch cost", launch_cost_ms=0.0041)
+        return measurement.Measurement(label, [0.0082] * 5, "cold-L2 events")  # too short: kept raw
+
+    monkeypatch.setattr(compare, "benchmark", fake)
+    c = compare.compare({"cudnn": None, "compiled": None}, candidate="cudnn", l2="cold", rounds=5)
+    assert c.versus["compiled"]["verdict"] == "slower"  # 8.5 µs raw against 8.2 µs raw, not "1.86× faster"
+    assert c.versus["compiled"]["value"] == pytest.approx(0.0082 / 0.0085)
+    for m in c.measurements.values():
+        assert m.launch_cost_ms == 0.0 and "launch cost" not in m.mode
+        assert compare.RAW_EVENTS_NOTE in m.warnings
+    same = {"a": [measurement.Measurement("a", [0.05], "e − launch cost", launch_cost_ms=0.004)]}
+    assert compare.one_launch_rule(same) == same  # one rule already held: untouched

@@ -277,6 +277,20 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
         ),
     ),
     "plot_20_dropout_deterministic": (
+        # plot_20:41 B, H, S, D = 2, 16, 4096, 128: deterministic training step, cuDNN against FA4
+        Rule(
+            r"^deterministic training step:",
+            _const(
+                feature="backward",
+                features=("causal", "backward"),
+                head_dim="128",
+                phase="bwd",
+                seq_len=4096,
+                detail="deterministic backward, B2 H16",
+                candidate="cuDNN graph, forward + deterministic backward",
+                tag="deterministic step",
+            ),
+        ),
         Rule(r".", _const(), excluded="cuDNN with and without an option, not two backends"),
     ),
     # plot_24:44 B, H, S, D = 4, 16, 4096, 128; plot_24:211 DQK, DV = 192, 128 (MLA, forward and backward)

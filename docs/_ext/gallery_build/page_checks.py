@@ -34,12 +34,6 @@ __all__ = [
 
 HEALTH_EXCEPTIONS: dict[str, str] = {
     # "plot_name": "why this page may lack a figure/output/record",
-    "plot_26_vendor_llama_fa4": (
-        "its lesson checks cuDNN and FlashAttention-4 with torch.testing.assert_close, which raises and stops "
-        "the page on a mismatch (the recorded output prints each error), so its record registers no "
-        "cudnn_guide.check result; at its next re-recording it registers them through check.check and leaves "
-        "this list"
-    ),
 }
 """Example stems exempt from the build-health rules, each with its reason."""
 
