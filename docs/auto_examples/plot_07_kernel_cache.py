@@ -2,15 +2,17 @@
 Dynamic shapes with a kernel cache
 ==================================
 
-A serving process sees many batch sizes. Without help, each new shape is a new graph with its
-own build — heuristics, and for runtime-fused kernels, compilation. ``cudnn.create_kernel_cache()``
-lets graphs that differ only in shape share compiled kernels: build the graphs with
-``kernel_cache=cache`` and ``is_dynamic_shape_enabled=True``.
+A serving process sees many batch sizes. Without help, each new shape is a new graph
+with its own build — heuristics, and for runtime-fused kernels, compilation.
+``cudnn.create_kernel_cache()`` lets graphs that differ only in shape share compiled
+kernels: build the graphs with ``kernel_cache=cache`` and
+``is_dynamic_shape_enabled=True``.
 
-Build times are easy to fool yourself with: the first graph of any process pays for loading
-cuDNN's libraries, so "the second build was faster" proves nothing. This page builds the same
-sequence of batch sizes four ways, **each in a fresh process**: with and without the cache, in
-ascending and descending order. The cache's own effect is the difference between matching runs.
+Build times are easy to fool yourself with: the first graph of any process pays for
+loading cuDNN's libraries, so "the second build was faster" proves nothing. This page
+builds the same sequence of batch sizes four ways, **each in a fresh process**: with
+and without the cache, in ascending and descending order. The cache's own effect is
+the difference between matching runs.
 
 What you will learn:
 
@@ -30,98 +32,138 @@ env = environment.collect()
 env
 
 # %%
-# The API, in this process
-# ------------------------
-# ``cudnn.create_kernel_cache()`` makes a cache; graphs built with ``kernel_cache=`` and
-# ``is_dynamic_shape_enabled=True`` share it: a graph that differs from one built before only in
-# its tensor shapes can reuse that graph's kernels. Here the matmul-epilogue graph (without the
-# AMAX) is built at batch 8, then 16, on one cache, and each is checked. The build times below
-# come from this page's warm process; the fresh-process runs after them are the measurement.
+# The lesson: two batch sizes, one kernel cache
+# ---------------------------------------------
+# ``cudnn.create_kernel_cache()`` makes a cache; graphs built with ``kernel_cache=``
+# and ``is_dynamic_shape_enabled=True`` share it: a graph that differs from one built
+# before only in its tensor shapes can reuse that graph's kernels. Here the
+# matmul-epilogue graph ``gelu(alpha · (a @ b) + bias)`` is built at batch 8, then 16,
+# on one cache, and each is checked against PyTorch. The build times printed here come
+# from this page's warm process; the fresh-process runs after them are the
+# measurement.
 import time
 
 import cudnn
 import torch
 
-from cudnn_guide import check, graphs
-from cudnn_guide.graphs import matmul
-
-handle = graphs.handle_for_current_device()
-FLOAT = cudnn.data_type.FLOAT
+m, k, n, alpha = 512, 1024, 512, 0.5  # each batch: (m×k) @ (k×n), bf16, row-major
+handle = cudnn.create_handle()
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+BF16, F32 = cudnn.data_type.BFLOAT16, cudnn.data_type.FLOAT
+TYPES = dict(io_data_type=BF16, intermediate_data_type=F32, compute_data_type=F32)
 kernel_cache = cudnn.create_kernel_cache()
-api_checks = []
+
+
+def epilogue_graph(a, b, bias, y):
+    """Declare and build the graph on the shared kernel cache; return it, its pack."""
+    g = cudnn.pygraph(
+        handle=handle, kernel_cache=kernel_cache, is_dynamic_shape_enabled=True, **TYPES
+    )
+    A, B, BIAS = g.tensor_like(a), g.tensor_like(b), g.tensor_like(bias)
+    ALPHA = g.tensor(dim=[1] * 3, stride=[1] * 3, is_pass_by_value=True, data_type=F32)
+    scaled = g.mul(a=g.matmul(A, B, compute_data_type=F32), b=ALPHA)
+    Y = g.gelu(input=g.add(a=scaled, b=BIAS))
+    Y.set_output(True).set_data_type(BF16)
+    Y.set_dim(list(y.shape)).set_stride(list(y.stride()))
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    return g, {A: a, B: b, BIAS: bias, ALPHA: torch.full((1, 1, 1), alpha), Y: y}
+
+
+outputs = {}
 for batch in (8, 16):
-    p = matmul.MatmulProblem(batch=batch, m=512, k=1024, n=512)
-    ins = p.make_inputs(seed=batch)
-    g = cudnn.pygraph(handle=handle, name=f"matmul_epilogue_batch{batch}", io_data_type=cudnn.data_type.BFLOAT16,
-                      intermediate_data_type=FLOAT, compute_data_type=FLOAT,
-                      kernel_cache=kernel_cache, is_dynamic_shape_enabled=True)
-    A, B, BIAS = (g.tensor_like(ins[n], name=n) for n in ("a", "b", "bias"))
-    ALPHA = g.tensor(name="alpha", dim=[1, 1, 1], stride=[1, 1, 1], is_pass_by_value=True, data_type=FLOAT)
-    scaled = g.mul(a=g.matmul(A, B, compute_data_type=FLOAT, name="matmul"), b=ALPHA, name="scale")
-    Y = g.gelu(input=g.add(a=scaled, b=BIAS, name="bias"), name="gelu")
-    y = ins["y"]
-    Y.set_output(True).set_data_type(y.dtype).set_dim(list(y.shape)).set_stride(list(y.stride()))
+    a = torch.randn(batch, m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(batch, k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
+    bias = torch.randn(1, 1, n, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(batch, m, n, device="cuda", dtype=torch.bfloat16)
     t0 = time.perf_counter()
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g, pack = epilogue_graph(a, b, bias, y)
     build_ms = (time.perf_counter() - t0) * 1e3
-    cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
-    check.poison(y)
-    g.execute({A: ins["a"], B: ins["b"], BIAS: ins["bias"], ALPHA: torch.full((1, 1, 1), p.alpha), Y: y},
-              torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8), handle=handle)
-    api_checks.append(check.check(y, check.reference(p.torch_forward, ins["a"], ins["b"], ins["bias"])[0],
-                                  name=f"batch {batch}, kernel cache shared"))
-    print(f"batch {batch}: built in {build_ms:.0f} ms (this warm process); {api_checks[-1]}")
+    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    g.execute(pack, ws, handle=handle)
+    ref = torch.nn.functional.gelu(alpha * (a.float() @ b.float()) + bias.float())
+    torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=2e-2)
+    outputs[batch] = (y, ref)
+    err = (y.float() - ref).abs().max()
+    print(f"batch {batch}: built in {build_ms:.0f} ms, max abs error {err:.2e}")
 
 # %%
-# Four runs, four fresh processes
-# -------------------------------
-# :func:`cudnn_guide.measure.dynamic_shapes.run_fresh_sequence` builds the same graph, as above, for each
-# batch size in order, checks each output against PyTorch (a failed check stops the page), and times each
-# build and each execution. Each run gets a new interpreter; the four are started together and import torch
-# before the first run (:class:`~cudnn_guide.measure.fresh_process.InterpreterPool`).
+# Measuring build times in four fresh processes
+# ---------------------------------------------
+# First the lesson's two outputs join the page's record as checks (relative L2 error).
+# :func:`cudnn_guide.studies.dynamic_shapes.run_fresh_sequence` builds the same graph,
+# as above, for each batch size in order, checks each output against PyTorch (a failed
+# check stops the page), and times each build and each execution. Each run gets a new
+# interpreter; the four are started together and import torch before the first run
+# (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`).
+from cudnn_guide import check
 from cudnn_guide.studies import dynamic_shapes, fresh_process
+
+api_checks = [
+    check.check(y, ref, name=f"batch {batch}, kernel cache shared")
+    for batch, (y, ref) in outputs.items()
+]
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 runs = {}
 with fresh_process.InterpreterPool(4, preload=dynamic_shapes.PRELOAD) as pool:
-    for name, order, kernel_cache in (("cache, ascending", batches, True), ("no cache, ascending", batches, False),
-                                      ("cache, descending", batches[::-1], True),
-                                      ("no cache, descending", batches[::-1], False)):
-        runs[name] = dynamic_shapes.run_fresh_sequence(order, kernel_cache=kernel_cache, label=name, pool=pool)
+    for name, order, use_cache in (
+        ("cache, ascending", batches, True),
+        ("no cache, ascending", batches, False),
+        ("cache, descending", batches[::-1], True),
+        ("no cache, descending", batches[::-1], False),
+    ):
+        runs[name] = dynamic_shapes.run_fresh_sequence(
+            order, kernel_cache=use_cache, label=name, pool=pool
+        )
 for name, rows in runs.items():
-    print(f"{name:22s} builds (ms): " + " ".join(f"{r['batch']}:{r['build_s'] * 1e3:.0f}" for r in rows))
-print(f"all {sum(len(r) for r in runs.values())} graphs passed their check "
-      f"(largest rel. error {max(r['rel_error'] for rows in runs.values() for r in rows):.1e})")
+    print(
+        f"{name:22s} builds (ms): "
+        + " ".join(f"{r['batch']}:{r['build_s'] * 1e3:.0f}" for r in rows)
+    )
+largest = max(r["rel_error"] for rows in runs.values() for r in rows)
+n_graphs = sum(len(r) for r in runs.values())
+print(f"all {n_graphs} graphs passed their check (largest rel. error {largest:.1e})")
 
 # %%
-# Build time per graph
-# --------------------
-# Left: each run in the order it built its graphs. Right: the same builds arranged by batch
-# size. The first graph of every process is slow whatever the cache; the question is what
-# happens to the graphs after it.
+# Measuring build time per graph
+# ------------------------------
+# Left: each run in the order it built its graphs. Right: the same builds arranged by
+# batch size. The first graph of every process is slow whatever the cache; the
+# question is what happens to the graphs after it.
 import matplotlib.pyplot as plt
 
 dynamic_shapes.plot_build_times(runs)
 plt.show()
 
 # %%
-# Execution: do dynamic-shape kernels cost anything?
-# --------------------------------------------------
+# Measuring execution: do dynamic-shape kernels cost anything?
+# ------------------------------------------------------------
 # Median execution time with and without the cache (ascending runs), cold L2.
 import statistics
 
 from cudnn_guide.report import ComparisonTable
 
-rows = [r["measurement"] for name in ("cache, ascending", "no cache, ascending") for r in runs[name]]
-ComparisonTable(rows, row="impl", column="batch", metric="median_us", title="execution time (µs)")
+rows = [
+    r["measurement"]
+    for name in ("cache, ascending", "no cache, ascending")
+    for r in runs[name]
+]
+ComparisonTable(
+    rows, row="impl", column="batch", metric="median_us", title="execution time (µs)"
+)
 
 # %%
-# The speed-up, batch by batch
-# ----------------------------
-# One median would hide the shape of these data: later builds fall into a fast group and a slow
-# group, and which group a graph lands in depends on the batch and on what was built before it.
-# So the table gives every batch's build times and the cache's speed-up for that batch, in both
-# orders (the first build of each process is marked: it pays for everything the process loads).
+# Measuring the speed-up, batch by batch
+# --------------------------------------
+# One median would hide the shape of these data: later builds fall into a fast group
+# and a slow group, and which group a graph lands in depends on the batch and on what
+# was built before it. So the table gives every batch's build times and the cache's
+# speed-up for that batch, in both orders (the first build of each process is marked:
+# it pays for everything the process loads).
 import pandas as pd
 
 from cudnn_guide.report import html_table
@@ -140,8 +182,8 @@ for b in batches:
 html_table(pd.DataFrame(table), precision=1)
 
 # %%
-# Takeaways
-# ---------
+# Conclusions
+# -----------
 # "Later builds" are every build after the first of its process; the build-order effect,
 # too, compares only later builds (batch sizes that come first in neither order).
 # Computed from the runs above when the page is recorded.
@@ -158,26 +200,37 @@ def no_cache_build(order, b):
     return next(r["build_s"] for r in runs[f"no cache, {order}"] if r["batch"] == b)
 
 
-exec_ratios = [a["exec_median_ms"] / b["exec_median_ms"]
-               for a, b in zip(runs["cache, ascending"], runs["no cache, ascending"])]
+exec_ratios = [
+    a["exec_median_ms"] / b["exec_median_ms"]
+    for a, b in zip(runs["cache, ascending"], runs["no cache, ascending"])
+]
 exec_ratio = statistics.median(exec_ratios)
 sentences = []
 for order in ("ascending", "descending"):
     r = later_ratios(order)
     sentences.append(
-        f"* {order}: the cache speeds later builds up by {min(r):.2f}× to "
-        f"{max(r):.2f}× depending on the batch (median {statistics.median(r):.2f}× "
-        f"over {len(r)} batches); first builds take "
+        f"* {order}: the cache's speed-up of later builds is {min(r):.2f}× to "
+        f"{max(r):.2f}× depending on the batch (below 1: slower with the cache; "
+        f"median {statistics.median(r):.2f}× over {len(r)} batches); first builds take "
         f"{runs[f'cache, {order}'][0]['build_s'] * 1e3:.0f} ms with the cache and "
-        f"{runs[f'no cache, {order}'][0]['build_s'] * 1e3:.0f} ms without.")
+        f"{runs[f'no cache, {order}'][0]['build_s'] * 1e3:.0f} ms without."
+    )
 firsts = {runs[f"no cache, {o}"][0]["batch"] for o in ("ascending", "descending")}
-order_effect = {b: no_cache_build("descending", b) / no_cache_build("ascending", b)
-                for b in batches if b not in firsts}
+order_effect = {
+    b: no_cache_build("descending", b) / no_cache_build("ascending", b)
+    for b in batches
+    if b not in firsts
+}
 worst = max(order_effect, key=lambda b: max(order_effect[b], 1 / order_effect[b]))
 ratio_o = max(order_effect[worst], 1 / order_effect[worst])
 cache_gain = statistics.median(later_ratios("ascending") + later_ratios("descending"))
-weight = ("more than" if ratio_o > 2 * cache_gain
-          else "less than" if 2 * ratio_o < cache_gain else "about as much as")
+weight = (
+    "more than"
+    if ratio_o > 2 * cache_gain
+    else "less than"
+    if 2 * ratio_o < cache_gain
+    else "about as much as"
+)
 direction = "slower" if order_effect[worst] > 1 else "faster"
 sentences += [
     f"* Without the cache, build order changes batch {worst}'s build time "
@@ -187,17 +240,38 @@ sentences += [
     f"{cache_gain:.1f}× speed-up of later builds.",
     f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time of the "
     f"static ones (median over batch sizes; {min(exec_ratios):.2f}× to "
-    f"{max(exec_ratios):.2f}×)."]
+    f"{max(exec_ratios):.2f}×).",
+]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline
+
 for order in ("ascending", "descending"):
     r = later_ratios(order)
-    headline(f"later-build speed-up from the kernel cache, {order}", statistics.median(r), "x", low=min(r),
-             high=max(r), kind="cache", interval="min–max across batch sizes")
-headline("build-order effect on one graph's build time, no cache", ratio_o, "x",
-         batch=worst, kind="cache", excludes="the first build of each process")
-headline("dynamic / static execution time", exec_ratio, "x", low=min(exec_ratios), high=max(exec_ratios),
-         interval="min–max across batch sizes")
+    headline(
+        f"later-build speed-up from the kernel cache, {order}",
+        statistics.median(r),
+        "x",
+        low=min(r),
+        high=max(r),
+        kind="cache",
+        interval="min–max across batch sizes",
+    )
+headline(
+    "build-order effect on one graph's build time, no cache",
+    ratio_o,
+    "x",
+    batch=worst,
+    kind="cache",
+    excludes="the first build of each process",
+)
+headline(
+    "dynamic / static execution time",
+    exec_ratio,
+    "x",
+    low=min(exec_ratios),
+    high=max(exec_ratios),
+    interval="min–max across batch sizes",
+)
 # sphinx_gallery_end_ignore
 Prose(*sentences)

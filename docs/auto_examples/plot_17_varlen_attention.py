@@ -1,26 +1,25 @@
 """
-Variable-length batches: padding masks and packed (ragged) sequences
-====================================================================
+Variable-length batches: packed (ragged) sequences
+==================================================
 
-A batch of real requests has sequences of different lengths. Padding them all to the longest
-wastes work on tokens that do not exist; cuDNN offers two ways not to:
-
-* **padding mask**: keep the padded B×H×S×D layout, pass each sequence's true length in
-  ``seq_len_q`` / ``seq_len_kv`` and set ``use_padding_mask=True``; keys past a sequence's
-  length are masked (how much of the padding's work the kernel skips is measured below);
-* **packed (THD)**: store only the real tokens, T×H×D, and give each tensor a *ragged
-  offset* (``set_ragged_offset``): where each sequence starts, in elements. This is the layout
-  of FlashAttention's ``varlen`` API and of PyTorch's nested tensors.
+A batch of real requests has sequences of different lengths, and padding them all to
+the longest wastes work on tokens that do not exist. cuDNN attention can read *packed*
+sequences instead: only the real tokens, T×H×D, with a *ragged offset* per sequence
+(where it starts, in elements) and its true length. This is the layout of
+FlashAttention's ``varlen`` API and of PyTorch's nested tensors. Here you build the
+packed causal graph, check it sequence by sequence, then time it, forward and backward,
+against the same attention on padded tensors and against PyTorch's varlen paths.
 
 What you will learn:
 
-* both declarations, each checked sequence by sequence against an fp32 reference;
-* the backward graphs on packed sequences (``sdpa_backward`` with ragged offsets) and on padded
-  ones (a padding mask), checked and timed;
-* the edge cases users report: a zero-length sequence and a one-token sequence;
-* the clear errors for lengths and offsets that cuDNN would misread;
-* the work saved against padding, and the cuDNN graph against PyTorch's varlen paths and
-  FlashAttention-4's ``flash_attn_varlen_func``.
+* how to declare packed (THD) tensors: B×H×S_max×D dims with token-major strides, one
+  ragged-offset tensor, and ``seq_len_q`` / ``seq_len_kv`` with ``use_padding_mask``;
+* how to check ragged output against an fp32 reference, one sequence at a time;
+* what packing saves against padded tensors with a padding mask (the same kernel told
+  the lengths), and what a zero-length or a one-token sequence does;
+* the cuDNN graph, forward and backward, against PyTorch's padded SDPA, nested
+  tensors, ``varlen_attn``, FlexAttention and FlashAttention-4's
+  ``flash_attn_varlen_func``.
 """
 
 # %%
@@ -30,457 +29,483 @@ from cudnn_guide import environment
 
 environment.require_sm((8, 0), "cuDNN fused attention")
 env = environment.collect()
-print(env.stamp())
+env
 
 # %%
-# A batch of realistic lengths
-# ----------------------------
-# 16 sequences whose lengths are drawn (seed 0) from a log-normal distribution with median 1024
-# tokens, clipped to [32, 4096]: a stand-in with the long right tail of chat and instruction
-# data, not lengths measured from a dataset.
+# The lesson: causal attention over packed sequences
+# --------------------------------------------------
+# 16 sequences whose lengths are drawn (seed 0) from a log-normal distribution with
+# median 1024 tokens, clipped to [32, 4096]: a stand-in with the long right tail of chat
+# data, not lengths measured from a dataset. Q, K, V and O hold only the T real tokens,
+# T×H×D. cuDNN reads the lengths (int32, B×1×1×1) and the offsets (int64, B+1 prefix
+# sums in elements) as raw integers: a wrong dtype or shape is misread, not refused.
+import cudnn
 import torch
 
 torch.manual_seed(0)
-lengths = torch.distributions.LogNormal(torch.log(torch.tensor(1024.0)), 0.8).sample((16,)).clamp(32, 4096).int()
+log_normal = torch.distributions.LogNormal(torch.log(torch.tensor(1024.0)), 0.8)
+lengths = log_normal.sample((16,)).clamp(32, 4096).int()
 B, H, D, S_MAX = len(lengths), 16, 128, int(lengths.max())
-cu_seqlens = torch.cat([torch.zeros(1, dtype=torch.int32), lengths.cumsum(0).int()]).cuda()
-T = int(cu_seqlens[-1])
-print(f"lengths: {lengths.tolist()}")
-print(f"{T} real tokens; padded to the longest, {B * S_MAX} token slots "
-      f"({100 * (1 - T / (B * S_MAX)):.0f}% padding)")
+cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).int().cuda()
+T = int(cu_seqlens[-1])  # real tokens
+q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+o = torch.full_like(q, float("nan"))  # NaN until cuDNN writes it
+offsets = (cu_seqlens.long() * H * D).reshape(B + 1, 1, 1, 1)  # sequence b starts here
+seq_lens = lengths.cuda().reshape(B, 1, 1, 1)
+handle = cudnn.create_handle()
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
 
 # %%
-# The packed (THD) graph
-# ----------------------
-# Q, K, V and O hold T×H×D real tokens. Declared to cuDNN as B×H×S_max×D with token-major
-# strides, plus one ragged-offset tensor: sequence ``b`` starts at element ``cu_seqlens[b]·H·D``.
-# The padding mask (the true lengths) must be set too: it tells cuDNN where each sequence ends.
-import cudnn
-
-from cudnn_guide.graphs import attention_inputs
-from cudnn_guide import check, graphs
-
-handle = graphs.handle_for_current_device()
-gen = torch.Generator(device="cuda").manual_seed(1)
-q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
-o = torch.empty_like(q)
-offsets = attention_inputs.ragged_offsets(cu_seqlens, H * D)  # int64, (B+1)×1×1×1
-seq_lens = lengths.cuda().reshape(B, 1, 1, 1)
-attention_inputs.check_seq_lens(seq_lens, B, S_MAX)
-
-g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                  intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-RAGGED = g.tensor(name="ragged_offsets", dim=[B + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
-dims, strides = [B, H, S_MAX, D], [S_MAX * H * D, D, H * D, 1]  # token-major, like T×H×D
-Q, K, V = (g.tensor(name=n, dim=dims, stride=strides, data_type=cudnn.data_type.BFLOAT16, ragged_offset=RAGGED)
-           for n in "qkv")
-LEN_Q, LEN_KV = g.tensor_like(seq_lens, name="seq_len_q"), g.tensor_like(seq_lens, name="seq_len_kv")
-O, _ = g.sdpa(name="sdpa_varlen", q=Q, k=K, v=V, attn_scale=D ** -0.5, generate_stats=False,
-              use_padding_mask=True, seq_len_q=LEN_Q, seq_len_kv=LEN_KV,
-              diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+# Declared to cuDNN, each packed tensor is B×H×S_max×D with token-major strides (the
+# strides of T×H×D) and the ragged-offset tensor; the batch stride is never used. The
+# padding mask (the true lengths) must be set too: it tells cuDNN where each sequence
+# ends.
+g = cudnn.pygraph(
+    handle=handle,
+    io_data_type=cudnn.data_type.BFLOAT16,
+    intermediate_data_type=cudnn.data_type.FLOAT,
+    compute_data_type=cudnn.data_type.FLOAT,
+)
+RAGGED = g.tensor_like(offsets, name="ragged_offsets")
+dims, strides = [B, H, S_MAX, D], [S_MAX * H * D, D, H * D, 1]  # token-major
+thd = dict(dim=dims, stride=strides, ragged_offset=RAGGED)
+Q = g.tensor(name="q", data_type=cudnn.data_type.BFLOAT16, **thd)
+K = g.tensor(name="k", data_type=cudnn.data_type.BFLOAT16, **thd)
+V = g.tensor(name="v", data_type=cudnn.data_type.BFLOAT16, **thd)
+LEN_Q = g.tensor_like(seq_lens, name="seq_len_q")
+LEN_KV = g.tensor_like(seq_lens, name="seq_len_kv")
+padding = dict(use_padding_mask=True, seq_len_q=LEN_Q, seq_len_kv=LEN_KV)
+# causal within each sequence: key j is visible to query i when j ≤ i
+top_left = cudnn.diagonal_alignment.TOP_LEFT
+causal = dict(diagonal_alignment=top_left, diagonal_band_right_bound=0)
+O, _ = g.sdpa(
+    q=Q, k=K, v=V, attn_scale=D**-0.5, generate_stats=False, **padding, **causal
+)
 O.set_output(True).set_dim(dims).set_stride(strides).set_ragged_offset(RAGGED)
 g.validate()
 g.build_operation_graph()
 g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
 g.check_support()
 g.build_plans()
-ragged_pack = {Q: q, K: k, V: v, O: o, LEN_Q: seq_lens, LEN_KV: seq_lens, RAGGED: offsets}
 workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
-check.poison(o)
-g.execute(ragged_pack, workspace, handle=handle)
-
-
-def per_sequence_check(out_of, label):
-    """Check every sequence's output against the fp32 reference on that sequence alone (causal)."""
-    worst = None
-    for b in range(B):
-        a, e = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
-        seq = [t[a:e].transpose(0, 1)[None] for t in (q, k, v)]
-        r = check.check(out_of(b, a, e), attention_inputs.reference(*seq, visible=attention_inputs.band(e - a, e - a,
-                        device="cuda")), name=f"{label}, sequence {b} ({e - a} tokens)")
-        worst = r if worst is None or r.rel_error > worst.rel_error else worst
-    return worst
-
-
-checks = [per_sequence_check(lambda b, a, e: o[a:e].transpose(0, 1)[None], "packed THD")]
-print(checks[-1], "(the worst of", B, "sequences)")
+pack = {Q: q, K: k, V: v, O: o, LEN_Q: seq_lens, LEN_KV: seq_lens, RAGGED: offsets}
+g.execute(pack, workspace, handle=handle)
 
 # %%
-# The padded graph with a padding mask
-# ------------------------------------
-# Same lengths, padded B×H×S_max×D tensors: no ragged offsets, only ``seq_len_q/kv``.
+# The check: each sequence alone, causal attention in fp32 with plain PyTorch.
+ref = torch.empty(T, H, D, device="cuda")
+for a, e in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()):
+    seq = [t[a:e].transpose(0, 1)[None].float() for t in (q, k, v)]  # 1×H×n×D
+    out = torch.nn.functional.scaled_dot_product_attention(*seq, is_causal=True)
+    ref[a:e] = out[0].transpose(0, 1)
+torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
+print(f"max |cuDNN - fp32 reference| = {(o.float() - ref).abs().max():.1e}")
+
+# %%
+# Measuring packing against padding
+# ---------------------------------
+# The same causal attention on padded B×H×S_max×D tensors, told the lengths by the
+# same padding mask but with no ragged offsets, is the cuDNN contender packing must
+# beat. ``sdpa_graph`` below declares either layout, forward or backward, as the
+# lesson does, and binds it for timing. Every output is checked sequence by sequence
+# against the fp32 reference; the worst sequence is printed.
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import attention_inputs
+
+F32, BF16 = cudnn.data_type.FLOAT, cudnn.data_type.BFLOAT16
+spans = list(enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())))
+print(f"{T} real tokens in {B} sequences; {B * S_MAX} slots padded to the longest")
+
+
+def sdpa_graph(x, lens, offsets=None, backward=False):
+    """Causal SDPA with a padding mask over ``x``, built, as a zero-argument launcher.
+
+    Packed T×H×D tensors (declared as in the lesson) when ``offsets`` is given, padded
+    B×H×S×D ones otherwise. The forward reads q, k, v and writes o (and stats, if ``x``
+    has them); the backward reads q, k, v, o, d_o, stats and writes dq, dk, dv.
+    """
+    g = cudnn.pygraph(
+        handle=handle,
+        io_data_type=BF16,
+        intermediate_data_type=F32,
+        compute_data_type=F32,
+    )
+    t = {n: g.tensor_like(lens, name=n) for n in ("seq_len_q", "seq_len_kv")}
+    pack = {t["seq_len_q"]: lens, t["seq_len_kv"]: lens}
+    ragged = None if offsets is None else g.tensor_like(offsets, name="ragged_offsets")
+    if ragged is not None:
+        pack[ragged] = offsets
+    as_is = {"stats"} if ragged is not None else set(x)  # stats stay B×H×S_max×1
+    ins = ("q", "k", "v", "o", "d_o", "stats") if backward else ("q", "k", "v")
+    for n in ins:
+        t[n] = (
+            g.tensor_like(x[n], name=n)
+            if n in as_is
+            else g.tensor(
+                name=n, data_type=BF16, dim=dims, stride=strides, ragged_offset=ragged
+            )
+        )
+        pack[t[n]] = x[n]
+    mask = dict(
+        use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"]
+    )
+    mask |= dict(attn_scale=D**-0.5, **causal)
+    if backward:
+        qkvo = dict(
+            q=t["q"], k=t["k"], v=t["v"], o=t["o"], dO=t["d_o"], stats=t["stats"]
+        )
+        outs = dict(zip(("dq", "dk", "dv"), g.sdpa_backward(**qkvo, **mask)))
+    else:
+        train = "stats" in x
+        O, STATS = g.sdpa(q=t["q"], k=t["k"], v=t["v"], generate_stats=train, **mask)
+        outs = {"o": O, "stats": STATS} if train else {"o": O}
+    for n, node_out in outs.items():
+        node_out.set_output(True).set_data_type(F32 if n == "stats" else BF16)
+        if n in as_is:
+            node_out.set_dim(list(x[n].shape)).set_stride(list(x[n].stride()))
+        else:
+            node_out.set_dim(dims).set_stride(strides).set_ragged_offset(ragged)
+        pack[node_out] = x[n]
+    return graphs.build(g, handle=handle).bind(pack)
+
+
 def padded(t):
+    """Packed T×H×D to padded B×H×S_max×D, zeros past each length."""
     out = torch.zeros(B, S_MAX, H, D, device="cuda", dtype=t.dtype)
-    for b in range(B):
-        out[b, : lengths[b]] = t[cu_seqlens[b]: cu_seqlens[b + 1]]
+    for b, (a, e) in spans:
+        out[b, : e - a] = t[a:e]
     return out.transpose(1, 2).contiguous()
 
 
+def packed_rows(y, b, a, e):  # sequence b of a packed T×H×D output, as 1×H×n×D
+    return y[a:e].transpose(0, 1)[None]
+
+
+def padded_rows(y, b, a, e):  # sequence b of a padded B×H×S×D output
+    return y[b : b + 1, :, : e - a]
+
+
+def per_sequence_check(label, outputs, rows, expected):
+    """Each sequence's ``rows`` of each output against ``expected[name][b]``."""
+    worst = max(
+        (
+            check.check(rows(y, b, a, e), expected[n][b], name=f"{label} {n}, seq. {b}")
+            for n, y in outputs.items()
+            for b, (a, e) in spans
+        ),
+        key=lambda r: r.rel_error,
+    )
+    checks.append(worst)
+    print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
+
+
+checks = []
+expected_o = {"O": [packed_rows(ref, b, a, e) for b, (a, e) in spans]}
+per_sequence_check("packed THD", {"O": o}, packed_rows, expected_o)
 qp, kp, vp = padded(q), padded(k), padded(v)
 op = torch.empty_like(qp)
-gp = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-QP, KP, VP = gp.tensor_like(qp, name="q"), gp.tensor_like(kp, name="k"), gp.tensor_like(vp, name="v")
-LQ, LK = gp.tensor_like(seq_lens, name="seq_len_q"), gp.tensor_like(seq_lens, name="seq_len_kv")
-OP, _ = gp.sdpa(name="sdpa_padded", q=QP, k=KP, v=VP, attn_scale=D ** -0.5, generate_stats=False,
-                use_padding_mask=True, seq_len_q=LQ, seq_len_kv=LK,
-                diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
-OP.set_output(True).set_dim(list(op.shape)).set_stride(list(op.stride()))
-gp.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])  # the same five steps, in one call
-padded_pack = {QP: qp, KP: kp, VP: vp, OP: op, LQ: seq_lens, LK: seq_lens}
+padded_run = sdpa_graph(dict(q=qp, k=kp, v=vp, o=op), seq_lens)
 check.poison(op)
-gp.execute(padded_pack, torch.empty(gp.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
-checks.append(per_sequence_check(lambda b, a, e: op[b:b + 1, :, : e - a], "padding mask"))
-print(checks[-1], "(the worst of", B, "sequences)")
-pad_rows = torch.cat([op[b, :, lengths[b]:].flatten() for b in range(B)])
-print(f"rows past each length: {pad_rows.isnan().sum().item()} NaN, max |value| {pad_rows.nan_to_num().abs().max().item():g}")
+padded_run()
+per_sequence_check("padding mask", {"O": op}, padded_rows, expected_o)
+pad_rows = torch.cat([op[b, :, e - a :].flatten() for b, (a, e) in spans])
+print(f"padded rows past each length: {pad_rows.isnan().sum().item()} NaN, ", end="")
+print(f"max |value| {pad_rows.nan_to_num().abs().max().item():g}")
 
 # %%
-# Edge cases: a zero-length sequence and a one-token sequence
-# -----------------------------------------------------------
-# Both are legal padding-mask inputs. A one-token sequence is ordinary attention over one key.
-# A zero-length sequence has no query rows at all, so cuDNN has nothing to write: below, its
-# output slots are poisoned (NaN) before the call, and we look at what is left in them.
-edge_lens = torch.tensor([S_MAX, 1, 0, 37], dtype=torch.int32, device="cuda").reshape(4, 1, 1, 1)
+# Edge cases: a zero-length and a one-token sequence
+# --------------------------------------------------
+# Both are legal padding-mask inputs. A one-token sequence is ordinary attention over
+# one key. A zero-length sequence has no query rows at all, so cuDNN has nothing to
+# write: its output slots are poisoned (NaN) before the call, and we look at what is
+# left in them.
+edge_lens = torch.tensor([S_MAX, 1, 0, 37], dtype=torch.int32, device="cuda")
+edge_lens = edge_lens.reshape(4, 1, 1, 1)
 attention_inputs.check_seq_lens(edge_lens, 4, S_MAX)
 eq, ek, ev = (t[:4].contiguous() for t in (qp, kp, vp))
 eo = torch.empty_like(eq)
-ge = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-EQ, EK, EV = ge.tensor_like(eq, name="q"), ge.tensor_like(ek, name="k"), ge.tensor_like(ev, name="v")
-EL, ELK = ge.tensor_like(edge_lens, name="seq_len_q"), ge.tensor_like(edge_lens, name="seq_len_kv")
-EO, _ = ge.sdpa(name="sdpa_edges", q=EQ, k=EK, v=EV, attn_scale=D ** -0.5, generate_stats=False,
-                use_padding_mask=True, seq_len_q=EL, seq_len_kv=ELK,
-                diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
-EO.set_output(True).set_dim(list(eo.shape)).set_stride(list(eo.stride()))
-ge.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+edges = sdpa_graph(dict(q=eq, k=ek, v=ev, o=eo), edge_lens)
 check.poison(eo)
-ge.execute({EQ: eq, EK: ek, EV: ev, EO: eo, EL: edge_lens, ELK: edge_lens},
-           torch.empty(ge.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
+edges()
 for b, n in enumerate(edge_lens.flatten().tolist()):
     if n == 0:
         left = eo[b].isnan().float().mean().item()
-        what = ("cuDNN does not write them, so zero them yourself if anything reads them" if left == 1.0 else
-                "cuDNN wrote them" if left == 0.0 else "cuDNN wrote some of them")
-        print(f"sequence {b}, 0 tokens: {100 * left:.0f}% of its output slots still hold the poison: {what}")
+        print(f"sequence {b}, 0 tokens: {left:.0%} of its output slots still NaN")
         continue
-    seq = [t[b:b + 1, :, :n] for t in (eq, ek, ev)]
-    checks.append(check.check(eo[b:b + 1, :, :n], attention_inputs.reference(*seq, visible=attention_inputs.band(
-        n, n, device="cuda")), name=f"edge case: {n}-token sequence"))
-    print(checks[-1])
+    seq = [t[b : b + 1, :, :n] for t in (eq, ek, ev)]
+    visible = attention_inputs.band(n, n, device="cuda")
+    expected = attention_inputs.reference(*seq, visible=visible)
+    checks.append(check.check(eo[b : b + 1, :, :n], expected, name=f"{n}-token edge"))
+    print(f"sequence {b}, {n} tokens: rel. error {checks[-1].rel_error:.1e}")
 zero_len_poison_left = eo[2].isnan().float().mean().item()
 
 # %%
-# Bad lengths and offsets are refused before cuDNN sees them
-# ----------------------------------------------------------
-# cuDNN reads lengths and offsets as raw integers: an int64 length tensor or a decreasing
-# prefix sum would be misread, not rejected. The helpers used above check them first:
-from cudnn_guide import InputError
-
-for bad in (lambda: attention_inputs.check_seq_lens(seq_lens.long(), B, S_MAX),
-            lambda: attention_inputs.check_seq_lens(seq_lens.flatten(), B, S_MAX),
-            lambda: attention_inputs.ragged_offsets(cu_seqlens.flip(0), H * D)):
-    try:
-        bad()
-    except InputError as exc:
-        print("InputError:", exc)
-
-# %%
-# Against PyTorch's varlen paths
-# ------------------------------
-# Every contender computes causal attention within each sequence, checked sequence by sequence:
+# Measuring against PyTorch's varlen paths
+# ----------------------------------------
+# Every contender computes causal attention within each sequence, checked sequence by
+# sequence:
 #
-# * **PyTorch padded SDPA** (flash, forced; PyTorch's flash backend is
-#   FlashAttention-2): the padded tensors with ``is_causal=True``.
-#   With right padding, causal attention never lets a real query see a padded key, so the real
-#   rows are right; the kernel still computes every padded tile.
-# * **PyTorch nested tensors**: ``scaled_dot_product_attention`` on jagged nested tensors.
-# * **PyTorch varlen_attn** (``torch.nn.attention.varlen``), if this torch has a causal form.
+# * **PyTorch padded SDPA (flash)**: PyTorch's flash backend (FlashAttention-2),
+#   forced, on the padded tensors with ``is_causal=True``. With right padding, causal
+#   attention never lets a real query see a padded key, so the real rows are right;
+#   the kernel is not told the lengths and computes every padded tile.
+# * **PyTorch nested tensors**: ``scaled_dot_product_attention`` on jagged nested
+#   tensors.
+# * **PyTorch varlen_attn** (``torch.nn.attention.varlen``), if this torch has it.
 # * **FlexAttention** (compiled) with a document mask over the packed tokens.
-# * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with the
-#   same ``cu_seqlens`` (int32), if it is installed.
+# * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with
+#   the same ``cu_seqlens`` (int32), if it is installed.
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cudnn_guide.measure import baselines, compare
+from cudnn_guide.measure import baselines, compare, fa4
 
-contenders = {"cuDNN packed (THD)": graphs.adopt(g, handle, name="varlen").bind(ragged_pack),
-              "cuDNN padding mask": graphs.adopt(gp, handle, name="padded").bind(padded_pack)}
+contenders = {
+    "cuDNN packed (THD)": graphs.adopt(g, handle, name="varlen").bind(pack),
+    "cuDNN padding mask": padded_run,
+}
 unavailable = {}
-
-
-def flash_padded():
-    return baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)(qp, kp, vp)
-
-
-nested = [torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2) for t in (q, k, v)]
+flash = baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
+nested = [
+    torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2)
+    for t in (q, k, v)
+]
 doc = torch.repeat_interleave(torch.arange(B, device="cuda"), lengths.cuda())
-block_mask = create_block_mask(lambda b, h, qi, ki: (doc[qi] == doc[ki]) & (ki <= qi), None, None, T, T)
+
+
+def doc_mask(b, h, qi, ki):  # the same sequence, and causal
+    return (doc[qi] == doc[ki]) & (ki <= qi)
+
+
+block_mask = create_block_mask(doc_mask, None, None, T, T)
 flex = torch.compile(flex_attention, fullgraph=True)
 packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
 candidates = {
-    "PyTorch padded SDPA (flash)": (flash_padded, lambda y, b, a, e: y[b:b + 1, :, : e - a]),
-    "PyTorch nested tensors": (lambda: F.scaled_dot_product_attention(*nested, is_causal=True),
-                               lambda y, b, a, e: y.transpose(1, 2).values()[a:e].transpose(0, 1)[None]),
-    "FlexAttention, document mask": (lambda: flex(*packed_bhsd, block_mask=block_mask),
-                                     lambda y, b, a, e: y[:, :, a:e]),
+    "PyTorch padded SDPA (flash)": (lambda: flash(qp, kp, vp), padded_rows),
+    "PyTorch nested tensors": (
+        lambda: F.scaled_dot_product_attention(*nested, is_causal=True),
+        lambda y, b, a, e: packed_rows(y.transpose(1, 2).values(), b, a, e),
+    ),
+    "FlexAttention, document mask": (
+        lambda: flex(*packed_bhsd, block_mask=block_mask),
+        lambda y, b, a, e: y[:, :, a:e],
+    ),
 }
+window = dict(window_size=(-1, 0))  # causal
 try:
     from torch.nn.attention.varlen import varlen_attn
 
-    candidates["PyTorch varlen_attn"] = (
-        lambda: varlen_attn(q, k, v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, window_size=(-1, 0)),
-        lambda y, b, a, e: y[a:e].transpose(0, 1)[None])
+    def varlen(q, k, v):
+        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, **window)
+
+    candidates["PyTorch varlen_attn"] = (lambda: varlen(q, k, v), packed_rows)
 except ImportError as exc:
     unavailable["PyTorch varlen_attn"] = str(exc)
-from cudnn_guide.measure import fa4
 
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
 if FA4_OK:
     from flash_attn.cute import flash_attn_varlen_func
 
+    fa4_kw = dict(
+        cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, softmax_scale=D**-0.5
+    )
+
     def fa4_varlen(q, k, v):
-        r = flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens,
-                                   cu_seqlens_k=cu_seqlens, max_seqlen_q=S_MAX,
-                                   max_seqlen_k=S_MAX, causal=True,
-                                   softmax_scale=D ** -0.5)
+        r = flash_attn_varlen_func(
+            q, k, v, **fa4_kw, max_seqlen_q=S_MAX, max_seqlen_k=S_MAX, causal=True
+        )
         return r[0] if isinstance(r, tuple) else r  # out, or (out, lse)
 
-    candidates[f"{FA4}, varlen"] = (lambda: fa4_varlen(q, k, v),
-                                    lambda y, b, a, e: y[a:e].transpose(0, 1)[None])
+    candidates[f"{FA4}, varlen"] = (lambda: fa4_varlen(q, k, v), packed_rows)
 else:
-    print(f"{FA4}: {FA4_DETAIL}")
     unavailable[FA4] = FA4_DETAIL
-for name, (fn, rows_of) in candidates.items():  # each one checked sequence by sequence; one that cannot run is said
-    if why := baselines.admit(contenders, name, fn, check=lambda y, rows_of=rows_of, name=name: per_sequence_check(
-            lambda b, a, e: rows_of(y, b, a, e), name)):
+for name, (fn, rows) in candidates.items():  # one that cannot run is said, not dropped
+    if why := baselines.admit(
+        contenders,
+        name,
+        fn,
+        check=lambda y, rows=rows, name=name: per_sequence_check(
+            name, {"O": y}, rows, expected_o
+        ),
+    ):
         unavailable[name] = why
 
 real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
-result = compare.compare(contenders, candidate="cuDNN packed (THD)", l2="cold", rounds=9, flops=real_flops)
-print(result)
+result = compare.compare(
+    contenders, candidate="cuDNN packed (THD)", l2="cold", rounds=9, flops=real_flops
+)
 
 # %%
 import pandas as pd
 
 from cudnn_guide.report import html_table
 
-rows = [{"implementation": n, "µs": result.estimate(n)["value"],
-         "useful TFLOP/s": result.estimate(n, "TFLOP/s")["value"]} for n in result.measurements]
-html_table(pd.DataFrame(rows).sort_values("µs"), {"µs": "{:.1f}", "useful TFLOP/s": "{:.0f}"})
+rows = [
+    {
+        "implementation": n,
+        "µs": result.estimate(n)["value"],
+        "useful TFLOP/s": result.estimate(n, "TFLOP/s")["value"],
+    }
+    for n in result.measurements
+]
+formats = {"µs": "{:.1f}", "useful TFLOP/s": "{:.0f}"}
+html_table(pd.DataFrame(rows).sort_values("µs"), formats)
 
 # %%
-# Plot
-# ----
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_comparison
-plot_comparison(result, "µs", logx=True, xlabel="µs per forward call", title=f"causal attention over {B} sequences, {T} real tokens")
+
+plot_comparison(
+    result,
+    "µs",
+    logx=True,
+    xlabel="µs per forward call",
+    title=f"causal attention over {B} sequences, {T} real tokens",
+)
 plt.show()
 
 # %%
-# The backward pass on packed sequences
-# -------------------------------------
-# Training on packed sequences needs the forward to save its softmax statistics and a
-# ``sdpa_backward`` graph with the same ragged offsets on Q, K, V, O, dO and the three
-# gradients. The statistics keep the padded B×H×S_max×1 layout (fp32). Each sequence's dQ, dK
-# and dV are checked against fp32 autograd on that sequence alone.
-gen_b = torch.Generator(device="cuda").manual_seed(2)
-d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen_b)
-o_train = torch.empty_like(q)
-stats = torch.empty(B, H, S_MAX, 1, device="cuda", dtype=torch.float32)
-grads = {n: torch.empty_like(q) for n in ("dq", "dk", "dv")}
-causal = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+# Measuring the backward pass
+# ---------------------------
+# Training on packed sequences needs the forward to save its softmax statistics (fp32,
+# in the padded B×H×S_max×1 layout) and an ``sdpa_backward`` graph with the same ragged
+# offsets on Q, K, V, O, dO and the three gradients. The same pair on the padded
+# tensors is the control. Each contender's dQ, dK and dV are checked sequence by
+# sequence against fp32 autograd on that sequence alone. The PyTorch, FlexAttention
+# and FlashAttention-4 gradients come from one retained autograd graph
+# (``retain_graph=True``), so only the backward is timed.
+d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16)
 
-gf = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-RAGGED_F = gf.tensor(name="ragged_offsets", dim=[B + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
-QF, KF, VF = (gf.tensor(name=n, dim=dims, stride=strides, data_type=cudnn.data_type.BFLOAT16, ragged_offset=RAGGED_F)
-              for n in "qkv")
-LQF, LKF = gf.tensor_like(seq_lens, name="seq_len_q"), gf.tensor_like(seq_lens, name="seq_len_kv")
-OF, STATS = gf.sdpa(name="sdpa_varlen_train", q=QF, k=KF, v=VF, attn_scale=D ** -0.5, generate_stats=True,
-                    use_padding_mask=True, seq_len_q=LQF, seq_len_kv=LKF, **causal)
-OF.set_output(True).set_dim(dims).set_stride(strides).set_ragged_offset(RAGGED_F)
-STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim(list(stats.shape)).set_stride(list(stats.stride()))
-gf.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-train_pack = {QF: q, KF: k, VF: v, OF: o_train, STATS: stats, LQF: seq_lens, LKF: seq_lens, RAGGED_F: offsets}
-gf.execute(train_pack, torch.empty(gf.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
 
-gb = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                   intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-RAGGED_B = gb.tensor(name="ragged_offsets", dim=[B + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
-QB, KB, VB, OB, DOB = (gb.tensor(name=n, dim=dims, stride=strides, data_type=cudnn.data_type.BFLOAT16,
-                                 ragged_offset=RAGGED_B) for n in ("q", "k", "v", "o", "dO"))
-STATS_B = gb.tensor_like(stats, name="stats")
-LQB, LKB = gb.tensor_like(seq_lens, name="seq_len_q"), gb.tensor_like(seq_lens, name="seq_len_kv")
-DQ, DK, DV = gb.sdpa_backward(name="sdpa_varlen_backward", q=QB, k=KB, v=VB, o=OB, dO=DOB, stats=STATS_B,
-                              attn_scale=D ** -0.5, use_padding_mask=True, seq_len_q=LQB, seq_len_kv=LKB, **causal)
-for grad in (DQ, DK, DV):
-    grad.set_output(True).set_dim(dims).set_stride(strides).set_ragged_offset(RAGGED_B)
-gb.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-backward_pack = {QB: q, KB: k, VB: v, OB: o_train, DOB: d_o, STATS_B: stats, LQB: seq_lens, LKB: seq_lens,
-                 RAGGED_B: offsets, DQ: grads["dq"], DK: grads["dk"], DV: grads["dv"]}
-check.poison(*grads.values())
-gb.execute(backward_pack, torch.empty(gb.get_workspace_size(), device="cuda", dtype=torch.uint8), handle=handle)
+def training_tensors(qq, kk, vv, dd):
+    """Forward outputs, statistics and gradients for q, k, v, d_o of one layout."""
+    x = dict(q=qq, k=kk, v=vv, d_o=dd, o=torch.empty_like(qq))
+    x["stats"] = torch.empty(B, H, S_MAX, 1, device="cuda", dtype=torch.float32)
+    return x | {n: torch.empty_like(qq) for n in ("dq", "dk", "dv")}
 
-torch.cuda.set_device(q.device)  # autograd's backward thread needs this device's context
-reference_grads = []
-for b in range(B):
-    a, e = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
-    leaf = [t[a:e].transpose(0, 1)[None].float().requires_grad_() for t in (q, k, v)]
+
+torch.cuda.set_device(
+    q.device
+)  # autograd's backward thread needs this device's context
+expected_grads = {n: [] for n in ("dq", "dk", "dv")}
+for b, (a, e) in spans:
+    leaf = [packed_rows(t, b, a, e).float().requires_grad_() for t in (q, k, v)]
     with check.full_precision():
-        F.scaled_dot_product_attention(*leaf, is_causal=True).backward(d_o[a:e].transpose(0, 1)[None].float())
-    reference_grads.append([t.grad for t in leaf])
+        out = F.scaled_dot_product_attention(*leaf, is_causal=True)
+        out.backward(packed_rows(d_o, b, a, e).float())
+    for n, t in zip(expected_grads, leaf):
+        expected_grads[n].append(t.grad)
+
+backward_contenders = {}
+for name, x, offs, rows in (
+    (
+        "cuDNN packed (THD) backward",
+        training_tensors(q, k, v, d_o),
+        offsets,
+        packed_rows,
+    ),
+    (
+        "cuDNN padding mask backward (control)",
+        training_tensors(qp, kp, vp, padded(d_o)),
+        None,
+        padded_rows,
+    ),
+):
+    sdpa_graph(x, seq_lens, offs)()  # the forward, once: o and stats
+    backward_contenders[name] = sdpa_graph(x, seq_lens, offs, backward=True)
+    check.poison(x["dq"], x["dk"], x["dv"])
+    backward_contenders[name]()
+    grads = {n: x[n] for n in ("dq", "dk", "dv")}
+    per_sequence_check(name, grads, rows, expected_grads)
 
 
-def per_sequence_grad_check(grads_of, label):
-    """The worst of every sequence's dQ, dK, dV against fp32 autograd on that sequence alone."""
-    worst = None
-    for b in range(B):
-        a, e = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
-        for i, name in enumerate(("dq", "dk", "dv")):
-            r = check.check(grads_of(name, b, a, e), reference_grads[b][i],
-                            name=f"{label} {name}, sequence {b} ({e - a} tokens)")
-            worst = r if worst is None or r.rel_error > worst.rel_error else worst
-    return worst
-
-
-checks.append(per_sequence_grad_check(lambda n, b, a, e: grads[n][a:e].transpose(0, 1)[None], "packed THD backward"))
-print(checks[-1], f"(the worst of {3 * B} gradients)")
-
-# %%
-# The backward against PyTorch: each contender's gradients come from one retained autograd
-# graph (``retain_graph=True``), so only the backward is timed. The padded flash backward,
-# FlexAttention's document mask, ``varlen_attn`` and FlashAttention-4's varlen backward
-# are checked the same way first.
-d_op = padded(d_o)
-backward_contenders = {"cuDNN packed (THD) backward": graphs.adopt(gb, handle, name="varlen_bwd").bind(backward_pack)}
-
-# The same backward on the padded B×H×S_max×D tensors: a padding mask, no ragged offsets.
-op_train, stats_p = torch.empty_like(qp), torch.empty(B, H, S_MAX, 1, device="cuda", dtype=torch.float32)
-grads_p = {n: torch.empty_like(qp) for n in ("dq", "dk", "dv")}
-gpf = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                    intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-TP = {n: gpf.tensor_like(t, name=n) for n, t in (("q", qp), ("k", kp), ("v", vp), ("seq_len_q", seq_lens),
-                                                  ("seq_len_kv", seq_lens))}
-OPT, STP = gpf.sdpa(name="sdpa_padded_train", q=TP["q"], k=TP["k"], v=TP["v"], attn_scale=D ** -0.5,
-                    generate_stats=True, use_padding_mask=True, seq_len_q=TP["seq_len_q"],
-                    seq_len_kv=TP["seq_len_kv"], **causal)
-OPT.set_output(True).set_dim(list(op_train.shape)).set_stride(list(op_train.stride()))
-STP.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim(list(stats_p.shape)).set_stride(list(stats_p.stride()))
-gpf.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-gpf.execute({TP["q"]: qp, TP["k"]: kp, TP["v"]: vp, TP["seq_len_q"]: seq_lens, TP["seq_len_kv"]: seq_lens,
-             OPT: op_train, STP: stats_p}, torch.empty(gpf.get_workspace_size(), device="cuda", dtype=torch.uint8),
-            handle=handle)
-gpb = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                    intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-TB = {n: gpb.tensor_like(t, name=n) for n, t in (("q", qp), ("k", kp), ("v", vp), ("o", op_train), ("dO", d_op),
-                                                  ("stats", stats_p), ("seq_len_q", seq_lens),
-                                                  ("seq_len_kv", seq_lens))}
-DQP, DKP, DVP = gpb.sdpa_backward(name="sdpa_padded_backward", q=TB["q"], k=TB["k"], v=TB["v"], o=TB["o"],
-                                  dO=TB["dO"], stats=TB["stats"], attn_scale=D ** -0.5, use_padding_mask=True,
-                                  seq_len_q=TB["seq_len_q"], seq_len_kv=TB["seq_len_kv"], **causal)
-for grad, t in zip((DQP, DKP, DVP), grads_p.values()):
-    grad.set_output(True).set_dim(list(t.shape)).set_stride(list(t.stride()))
-gpb.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-padded_bwd_pack = {TB["q"]: qp, TB["k"]: kp, TB["v"]: vp, TB["o"]: op_train, TB["dO"]: d_op, TB["stats"]: stats_p,
-                   TB["seq_len_q"]: seq_lens, TB["seq_len_kv"]: seq_lens, DQP: grads_p["dq"], DKP: grads_p["dk"],
-                   DVP: grads_p["dv"]}
-padded_bwd = graphs.adopt(gpb, handle, name="padded_bwd")
-check.poison(*grads_p.values())
-padded_bwd.execute(padded_bwd_pack)
-checks.append(per_sequence_grad_check(lambda n, b, a, e: grads_p[n][b:b + 1, :, : e - a], "padding mask backward"))
-print(checks[-1], f"(the worst of {3 * B} gradients)")
-backward_contenders["cuDNN padding mask backward (control)"] = padded_bwd.bind(padded_bwd_pack)
-leaves_p = [t.detach().requires_grad_() for t in (qp, kp, vp)]
-with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-    y_flash = F.scaled_dot_product_attention(*leaves_p, is_causal=True)
-flash_grads = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(y_flash, leaves_p, d_op, retain_graph=True)))
-checks.append(per_sequence_grad_check(lambda n, b, a, e: flash_grads[n][b:b + 1, :, : e - a],
-                                      "PyTorch padded SDPA (flash) backward"))
-print(checks[-1])
-backward_contenders["PyTorch padded SDPA (flash) backward"] = (
-    lambda: torch.autograd.grad(y_flash, leaves_p, d_op, retain_graph=True))
-from cudnn_guide import CheckFailedError
-
-leaves_f = [t.detach().requires_grad_() for t in packed_bhsd]
-d_o_bhsd = d_o.transpose(0, 1)[None]
-try:
-    y_flex = flex(*leaves_f, block_mask=block_mask)
-    flex_grads = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(y_flex, leaves_f, d_o_bhsd, retain_graph=True)))
-    checks.append(per_sequence_grad_check(lambda n, b, a, e: flex_grads[n][:, :, a:e],
-                                          "FlexAttention, document mask, backward"))
-    print(checks[-1])
-    backward_contenders["FlexAttention, document mask, backward"] = (
-        lambda: torch.autograd.grad(y_flex, leaves_f, d_o_bhsd, retain_graph=True))
-except CheckFailedError:  # a wrong result stops the page
-    raise
-except Exception as exc:  # cannot run here: shown, not hidden
-    unavailable["FlexAttention backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
-    print("FlexAttention backward: unavailable", unavailable["FlexAttention backward"])
-if "PyTorch varlen_attn" in contenders:  # the forward's strongest baseline, differentiable too
-    leaves_v = [t.detach().requires_grad_() for t in (q, k, v)]
+def autograd_contender(name, forward, inputs, grad_out, rows):
+    """Admit ``name``'s backward (from one retained autograd graph), checked first."""
+    leaves = [t.detach().requires_grad_() for t in inputs]
     try:
-        y_var = varlen_attn(*leaves_v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, window_size=(-1, 0))
-        var_grads = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(y_var, leaves_v, d_o, retain_graph=True)))
-        checks.append(per_sequence_grad_check(lambda n, b, a, e: var_grads[n][a:e].transpose(0, 1)[None],
-                                              "PyTorch varlen_attn backward"))
-        print(checks[-1])
-        backward_contenders["PyTorch varlen_attn backward"] = (
-            lambda: torch.autograd.grad(y_var, leaves_v, d_o, retain_graph=True))
-    except CheckFailedError:  # a wrong result stops the page
-        raise
+        y = forward(*leaves)
+        grads = torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
     except Exception as exc:  # cannot run here: shown, not hidden
-        unavailable["PyTorch varlen_attn backward"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
-        print("PyTorch varlen_attn backward: unavailable", unavailable["PyTorch varlen_attn backward"])
+        first = (str(exc).splitlines() or [""])[0][:140]
+        unavailable[name] = f"{type(exc).__name__}: {first}"
+        print(f"{name}: unavailable here ({type(exc).__name__})")
+        return
+    per_sequence_check(name, dict(zip(expected_grads, grads)), rows, expected_grads)
+    backward_contenders[name] = lambda: torch.autograd.grad(
+        y, leaves, grad_out, retain_graph=True
+    )
+
+
+autograd_contender(
+    "PyTorch padded SDPA (flash) backward",
+    flash,
+    (qp, kp, vp),
+    padded(d_o),
+    padded_rows,
+)
+autograd_contender(
+    "FlexAttention, document mask, backward",
+    lambda *t: flex(*t, block_mask=block_mask),
+    packed_bhsd,
+    d_o.transpose(0, 1)[None],
+    lambda y, b, a, e: y[:, :, a:e],
+)
+if "PyTorch varlen_attn" in contenders:
+    backward = "PyTorch varlen_attn backward"
+    autograd_contender(backward, varlen, (q, k, v), d_o, packed_rows)
 if f"{FA4}, varlen" in contenders:  # its varlen backward, timed the same way
-    leaves_4 = [t.detach().requires_grad_() for t in (q, k, v)]
-
-    def fa4_backward():
-        return torch.autograd.grad(y_fa4, leaves_4, d_o, retain_graph=True)
-
-    def fa4_grad_check(dqkv):
-        fa4_grads = dict(zip(("dq", "dk", "dv"), dqkv))
-        checks.append(per_sequence_grad_check(
-            lambda n, b, a, e: fa4_grads[n][a:e].transpose(0, 1)[None],
-            f"{FA4}, varlen backward"))
-        return checks[-1]
-
-    FA4_BWD = f"{FA4}, varlen backward"
-    try:
-        y_fa4 = fa4_varlen(*leaves_4)
-        fa4_backward()  # a first backward: the checked one below repeats it, as timed
-    except Exception as exc:  # cannot run here: shown, not hidden
-        unavailable[FA4_BWD] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
-        print(f"{FA4_BWD}: unavailable", unavailable[FA4_BWD])
-    else:
-        if why := baselines.admit(backward_contenders, FA4_BWD, fa4_backward,
-                                  check=fa4_grad_check):
-            unavailable[FA4_BWD] = why
-backward_result = compare.compare(backward_contenders, candidate="cuDNN packed (THD) backward", l2="cold", rounds=9,
-                                  flops=2.5 * real_flops)
-print(backward_result)
+    autograd_contender(
+        f"{FA4}, varlen backward", fa4_varlen, (q, k, v), d_o, packed_rows
+    )
+backward_result = compare.compare(
+    backward_contenders,
+    candidate="cuDNN packed (THD) backward",
+    l2="cold",
+    rounds=9,
+    flops=2.5 * real_flops,
+)
 
 # %%
-# What the measurements say
-# -------------------------
-# Computed from the comparisons above when the page is recorded.
+# The verdicts, forward and backward (above 1: the packed cuDNN graph is faster):
+from cudnn_guide.measure import sweep
+
+passes = {"forward": result, "backward": backward_result}
+verdicts = sweep.SweepResult.from_comparisons("pass", passes).verdicts()
+html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
+
+# %%
+# Conclusions
+# -----------
+# Computed from the comparisons above when the page is recorded. Had the padding mask
+# made the kernel skip every padded tile, the padded graph would take the packed
+# graph's time; had it skipped none, about the padded work's ratio of it.
 from cudnn_guide.report.prose import Prose
 
 padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
 work_ratio = padded_flops / real_flops
-time_ratio = (result.estimate("cuDNN padding mask")["value"]
-              / result.estimate("cuDNN packed (THD)")["value"])
+packed_us = result.estimate("cuDNN packed (THD)")["value"]
+time_ratio = result.estimate("cuDNN padding mask")["value"] / packed_us
 if time_ratio <= 1 or result.versus["cuDNN padding mask"]["verdict"] == "tie":
-    skip = "so the kernel skips the padding's tiles: they cost no measurable time."
+    skip = "so the padding costs no measurable time: its tiles are skipped."
 elif time_ratio < work_ratio:
-    skip = "so the kernel skips part of the padding's tiles, not all of them."
+    avoided = (work_ratio - time_ratio) / (work_ratio - 1)
+    skip = (
+        f"between a full skip (1×) and none ({work_ratio:.2f}×): the padding mask "
+        f"avoids about {avoided:.0%} of the padding's extra time, not all of it."
+    )
 else:
-    skip = "so this timing shows no padding tiles skipped."
+    skip = "no less than the extra work: this timing shows no padding skipped."
 best, best_bwd = result.best_baseline, backward_result.best_baseline
+bwd_us = backward_result.estimate("cuDNN packed (THD) backward")["value"]
+control = "cuDNN padding mask backward (control)"
+unwritten = (
+    " (cuDNN does not write them: zero them yourself if anything reads them)"
+    if zero_len_poison_left == 1.0
+    else ""
+)
 sentences = [
     f"Padding to the longest sequence would do {work_ratio:.2f}× the attention work "
     f"of the real tokens ({T} real of {B * S_MAX} slots).",
@@ -489,28 +514,34 @@ sentences = [
     f"The packed cuDNN graph: against the fastest contender ({best}) it is "
     f"{result.describe(best)}; against the padded tensors with a padding mask it is "
     f"{result.describe('cuDNN padding mask')}.",
-    f"Backward (dQ, dK, dV) on the packed layout: "
-    f"{backward_result.estimate('cuDNN packed (THD) backward')['value']:.0f} µs; "
-    f"against the fastest contender ({best_bwd}) it is "
-    f"{backward_result.describe(best_bwd)}; "
+    f"Backward (dQ, dK, dV) on the packed layout: {bwd_us:.0f} µs; against the "
+    f"fastest contender ({best_bwd}) it is {backward_result.describe(best_bwd)}; "
     f"against the padded layout with a padding mask it is "
-    f"{backward_result.describe('cuDNN padding mask backward (control)')}.",
-    f"A zero-length sequence: {100 * zero_len_poison_left:.0f}% of its output slots "
-    "still held the poison after the call; a one-token sequence is checked like any "
-    "other.",
+    f"{backward_result.describe(control)}.",
+    f"A zero-length sequence: {zero_len_poison_left:.0%} of its output slots still "
+    f"held the poison after the call{unwritten}; a one-token sequence is checked "
+    "like any other.",
 ]
-for c, name in ((result, f"{FA4}, varlen"),
-                (backward_result, f"{FA4}, varlen backward")):
+for c, name in (
+    (result, f"{FA4}, varlen"),
+    (backward_result, f"{FA4}, varlen backward"),
+):
     if name in c.versus:
         sentences.append(f"* Against {name}: cuDNN is {c.describe(name)}.")
-sentences += [f"* Not available here: {name}: {why}"
-              for name, why in unavailable.items()]
+sentences += [
+    f"* Not available here: {name}: {why}" for name, why in unavailable.items()
+]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
+
 comparison("packed THD: speed-up over the fastest contender", result)
 headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
 comparison("packed THD backward: speed-up over the fastest contender", backward_result)
-headline("packed THD backward", unit="µs", **backward_result.estimate("cuDNN packed (THD) backward"))
+headline(
+    "packed THD backward",
+    unit="µs",
+    **backward_result.estimate("cuDNN packed (THD) backward"),
+)
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -1,22 +1,24 @@
 """
-Attention masks: sliding windows, bottom-right alignment, paged chunked prefill, bias and ALiBi
-===============================================================================================
+Attention masks: sliding windows, bottom-right alignment, paged prefill, bias, ALiBi
+====================================================================================
 
-Causal is one mask among several that models use. cuDNN's SDPA describes the common ones
-without a mask tensor, as a *diagonal band*, and takes the rest as an additive bias:
+Causal is one mask among several that models use. cuDNN's SDPA describes the common
+ones without a mask tensor, as a *diagonal band*, and takes the rest as an additive
+bias. This page builds a sliding-window attention graph with the frontend, checks it
+against PyTorch, then measures each mask against the other ways to compute it.
+
+What you will learn:
 
 * ``diagonal_band_right_bound=0``: no key after the query's diagonal position (causal);
 * ``diagonal_band_left_bound=W``: only the W most recent keys (a sliding window, as in
   Mistral or Gemma's local layers);
-* ``diagonal_alignment=BOTTOM_RIGHT``: the diagonal ends at the last key, so Sq new queries
-  attend to a longer prefix (chunked prefill, or decoding after a prompt);
-* ``bias=``: an additive tensor broadcast over the scores; ``use_alibi_mask=True``: ALiBi's
-  per-head linear bias, computed in the kernel.
-
-What you will learn: each declaration, checked against an fp32 reference with the same mask
-written out; how the time falls as the window shrinks, against the dense causal kernel,
-PyTorch's FlexAttention and FlashAttention-4's ``window_size``; chunked prefill over a
-paged K/V cache; what a bias costs.
+* ``diagonal_alignment=BOTTOM_RIGHT``: the diagonal ends at the last key, so Sq new
+  queries attend to a longer prefix (chunked prefill, or decoding after a prompt);
+* ``bias=``: an additive tensor broadcast over the scores; ``use_alibi_mask=True``:
+  ALiBi's per-head linear bias, computed in the kernel;
+* how the time falls as the window shrinks, against the dense causal kernel, PyTorch's
+  FlexAttention and FlashAttention-4's ``window_size``; chunked prefill over a paged K/V
+  cache; what a bias costs.
 """
 
 # %%
@@ -26,36 +28,46 @@ from cudnn_guide import environment
 
 environment.require_sm((8, 0), "cuDNN fused attention")
 env = environment.collect()
-print(env.stamp())
+env
 
 # %%
-# One declaration for every mask
-# ------------------------------
-# ``masked_attention`` declares and builds SDPA with any of the mask arguments (the page passes
-# them straight through to ``g.sdpa``) and returns the graph and its variant pack. ``run`` is one
-# checked execution: a workspace of the graph's size, the handle bound to torch's stream, then
-# ``execute``. For timing, ``graphs.adopt(g, handle).bind(pack)`` gives a launcher that does the same.
+# The lesson: a sliding window as a diagonal band
+# -----------------------------------------------
+# ``diagonal_band_left_bound=W`` keeps key ``j`` for query ``i`` when ``i - W < j ≤ i``:
+# the query itself and the W - 1 keys before it. ``masked_attention`` passes its mask
+# keywords straight to ``g.sdpa``; a tensor among them (a bias, sequence lengths, page
+# tables) becomes an input of the graph. It returns the built graph and its variant
+# pack; ``run`` gives it a workspace and executes it on torch's stream.
 import cudnn
 import torch
 
-from cudnn_guide.graphs import attention_inputs
-from cudnn_guide import check, graphs
-
-handle = graphs.handle_for_current_device()
 B, H, S, D = 4, 16, 4096, 128
+W = 512
+q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in "qkv")
+o = torch.empty_like(q)
+
+handle = cudnn.create_handle()
+TOP_LEFT = cudnn.diagonal_alignment.TOP_LEFT
+BOTTOM_RIGHT = cudnn.diagonal_alignment.BOTTOM_RIGHT
 
 
 def masked_attention(q, k, v, o, **mask):
-    """Build SDPA with the given mask arguments; tensors in ``mask`` become graph inputs."""
-    g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16,
-                      intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
-    Q, K, V = g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v")
+    g = cudnn.pygraph(
+        handle=handle,
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    Q = g.tensor_like(q, name="q")
+    K = g.tensor_like(k, name="k")
+    V = g.tensor_like(v, name="v")
     pack = {Q: q, K: k, V: v}
     for name, value in list(mask.items()):
-        if isinstance(value, torch.Tensor):  # bias, lengths, page tables: inputs of the graph
+        if isinstance(value, torch.Tensor):  # bias, lengths, page tables
             mask[name] = g.tensor_like(value, name=name)
             pack[mask[name]] = value
-    O, _ = g.sdpa(name="sdpa", q=Q, k=K, v=V, attn_scale=D ** -0.5, generate_stats=False, **mask)
+    scale = q.shape[-1] ** -0.5
+    O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=scale, generate_stats=False, **mask)
     O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
     pack[O] = o
     g.validate()
@@ -72,95 +84,123 @@ def run(g, pack):
     g.execute(pack, workspace, handle=handle)
 
 
+CAUSAL = dict(diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0)
+window, window_pack = masked_attention(q, k, v, o, **CAUSAL, diagonal_band_left_bound=W)
+run(window, window_pack)
+
+# %%
+# The same mask written out for PyTorch, in fp32.
+i = torch.arange(S, device="cuda")
+visible = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - W)
+scores = (q.float() @ k.float().transpose(-1, -2)) * D**-0.5
+ref = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1) @ v.float()
+torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
+print(f"window W={W}: max abs error {(o.float() - ref).abs().max().item():.1e}")
+
+# %%
+# Measuring how the time falls with the window
+# --------------------------------------------
+# The page's checks (relative error against the fp32 reference, by dtype) come first. At
+# each width, the cuDNN window graph races FlexAttention (compiled, with a block mask
+# for the same window), FlashAttention-4 (``window_size=(W - 1, 0)``: the W - 1 keys
+# before the query, and none after it) and, as a control, cuDNN's dense causal graph, in
+# interleaved rounds. The useful work is the number of visible (query, key) pairs.
+import textwrap
+
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from cudnn_guide import check, graphs
+from cudnn_guide.graphs import attention_inputs
+from cudnn_guide.measure import baselines, compare, fa4
+
+checks = [check.check(o, ref, name=f"sliding window W={W}")]
+print(checks[-1])
+del ref
+
+
 def launcher(g, pack):
     return graphs.adopt(g, handle, name="masked attention").bind(pack)
 
 
-gen = torch.Generator(device="cuda").manual_seed(0)
-q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
-o = torch.empty_like(q)
-TOP_LEFT, BOTTOM_RIGHT = cudnn.diagonal_alignment.TOP_LEFT, cudnn.diagonal_alignment.BOTTOM_RIGHT
-checks = []
-
-# %%
-# Sliding window
-# --------------
-# ``diagonal_band_left_bound=W`` keeps key ``j`` for query ``i`` when ``i - W < j ≤ i``: the
-# query itself and the W - 1 keys before it.
-W = 512
-attention_inputs.check_window(W, S)
-window, window_pack = masked_attention(q, k, v, o, diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0,
-                                       diagonal_band_left_bound=W)
-check.poison(o)
-run(window, window_pack)
-visible = attention_inputs.band(S, S, left=W, device="cuda")
-checks.append(check.check(o, attention_inputs.reference(q, k, v, visible=visible), name=f"sliding window W={W}"))
-print(checks[-1])
-
-# %%
-# How the time falls with the window
-# ----------------------------------
-# At each width, the cuDNN window graph races FlexAttention (compiled, with a block
-# mask for the same window), FlashAttention-4 (``window_size=(W - 1, 0)``: the W - 1
-# keys before the query, and none after it) and, as a control, cuDNN's dense causal
-# graph, in interleaved rounds. The useful work is the number of visible (query, key)
-# pairs.
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-from cudnn_guide.measure import baselines, compare, fa4
-
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
 if not FA4_OK:
-    print(f"{FA4}: {FA4_DETAIL}")
+    print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
 
 flex = torch.compile(flex_attention, fullgraph=True)
-WINDOW = torch.tensor(0, device="cuda")  # read by the mask at run time: one compiled kernel serves every width
+# read by the mask at run time: one compiled kernel serves every width
+WINDOW = torch.tensor(0, device="cuda")
 
 
 def window_mod(b, h, qi, ki):
     return (ki <= qi) & (qi - ki < WINDOW)
 
 
-causal, causal_pack = masked_attention(q, k, v, torch.empty_like(q), diagonal_alignment=TOP_LEFT,
-                                       diagonal_band_right_bound=0)
+causal, causal_pack = masked_attention(
+    q,
+    k,
+    v,
+    torch.empty_like(q),
+    diagonal_alignment=TOP_LEFT,
+    diagonal_band_right_bound=0,
+)
 CAND, CONTROL = "cuDNN window", "cuDNN causal, no window (control)"
 windows, by_window = [4096, 2048, 1024, 512, 256, 128], {}
 for w in windows:
     attention_inputs.check_window(w, S)
     o_w = torch.empty_like(q)
-    gw, pack_w = masked_attention(q, k, v, o_w, diagonal_alignment=TOP_LEFT,
-                                  diagonal_band_right_bound=0, diagonal_band_left_bound=w)
+    gw, pack_w = masked_attention(
+        q,
+        k,
+        v,
+        o_w,
+        diagonal_alignment=TOP_LEFT,
+        diagonal_band_right_bound=0,
+        diagonal_band_left_bound=w,
+    )
     WINDOW.fill_(w)
     mask_w = create_block_mask(window_mod, None, None, S, S)
-    ref = attention_inputs.reference(q, k, v, visible=attention_inputs.band(S, S, left=w, device="cuda"))
+    ref = attention_inputs.reference(
+        q, k, v, visible=attention_inputs.band(S, S, left=w, device="cuda")
+    )
     launch = launcher(gw, pack_w)
     launch()
     checks.append(check.check(o_w, ref, name=f"cuDNN window W={w}"))
-    checks.append(check.check(flex(q, k, v, block_mask=mask_w), ref, name=f"FlexAttention window W={w}"))
+    checks.append(
+        check.check(
+            flex(q, k, v, block_mask=mask_w), ref, name=f"FlexAttention window W={w}"
+        )
+    )
     pairs = int(attention_inputs.band(S, S, left=w, device="cuda").sum())
     contenders = {
         CAND: launch,
         "FlexAttention (compiled)": lambda m=mask_w: flex(q, k, v, block_mask=m),
-        CONTROL: launcher(causal, causal_pack)}
+        CONTROL: launcher(causal, causal_pack),
+    }
     if FA4_OK:  # prints why FA4 cannot run this window, if it cannot
-        run_fa4 = fa4.forward(q, k, v, causal=True, scale=D ** -0.5,
-                              window_size=(w - 1, 0))
+        run_fa4 = fa4.forward(
+            q, k, v, causal=True, scale=D**-0.5, window_size=(w - 1, 0)
+        )
         baselines.admit(contenders, FA4, run_fa4, ref)
     by_window[w] = compare.compare(
-        contenders, candidate=CAND, l2="cold", rounds=7, flops=4 * B * H * D * pairs,
-        tag=f"W={w}")
+        contenders,
+        candidate=CAND,
+        l2="cold",
+        rounds=7,
+        flops=4 * B * H * D * pairs,
+        tag=f"W={w}",
+    )
 
 # %%
-# One comparison per window, read as one sweep (``SweepResult.from_comparisons``): the time per
-# call of each implementation, then the cuDNN graph's speed-up over each other one.
+# One comparison per window, read as one sweep (``SweepResult.from_comparisons``): the
+# time per call of each implementation, then the cuDNN graph's speed-up over each other
+# one.
 import pandas as pd
 
 from cudnn_guide.measure import sweep
-from cudnn_guide.report import html_table
+from cudnn_guide.report import html_table, sweep_table
 
 windows_result = sweep.SweepResult.from_comparisons("window W", by_window)
-from cudnn_guide.report import sweep_table
 sweep_table(windows_result, "median_us", title="µs per call (median)")
 
 # %%
@@ -170,58 +210,96 @@ html_table(pd.DataFrame(windows_result.verdicts()), {"speed-up": "{:.2f}×"})
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_sweep
-plot_sweep(windows_result, "median_us", logx=True, title=f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}")
+
+plot_sweep(
+    windows_result,
+    "median_us",
+    logx=True,
+    title=f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}",
+)
 plt.show()
 
 # %%
-# Bottom-right alignment: chunked prefill
-# ---------------------------------------
-# A prompt of 4096 tokens is prefilled in chunks; the last chunk's 512 queries attend to all
-# 4096 keys, causally *from the bottom right*: query ``i`` of the chunk sits at position
-# ``i + 3584``. PyTorch spells the same mask ``causal_lower_right``.
+# Measuring chunked prefill: bottom-right alignment
+# -------------------------------------------------
+# A prompt of 4096 tokens is prefilled in chunks; the last chunk's 512 queries attend to
+# all 4096 keys, causally *from the bottom right*: query ``i`` of the chunk sits at
+# position ``i + 3584``. PyTorch spells the same mask ``causal_lower_right``.
 from torch.nn.attention.bias import causal_lower_right
 
 CHUNK = 512
 q_chunk = q[:, :, -CHUNK:].contiguous()
 o_chunk = torch.empty_like(q_chunk)
-chunked, chunked_pack = masked_attention(q_chunk, k, v, o_chunk, diagonal_alignment=BOTTOM_RIGHT,
-                                         diagonal_band_right_bound=0)
+chunked, chunked_pack = masked_attention(
+    q_chunk, k, v, o_chunk, diagonal_alignment=BOTTOM_RIGHT, diagonal_band_right_bound=0
+)
 check.poison(o_chunk)
 run(chunked, chunked_pack)
-ref_chunk = attention_inputs.reference(q_chunk, k, v, visible=attention_inputs.band(CHUNK, S, bottom_right=True,
-                                                                                      device="cuda"))
-checks.append(check.check(o_chunk, ref_chunk, name="bottom-right causal, 512 queries over 4096 keys"))
+ref_chunk = attention_inputs.reference(
+    q_chunk,
+    k,
+    v,
+    visible=attention_inputs.band(CHUNK, S, bottom_right=True, device="cuda"),
+)
+checks.append(
+    check.check(
+        o_chunk, ref_chunk, name="bottom-right causal, 512 queries over 4096 keys"
+    )
+)
 print(checks[-1])
 lower_right = causal_lower_right(CHUNK, S)
-checks.append(check.check(torch.nn.functional.scaled_dot_product_attention(q_chunk, k, v, attn_mask=lower_right),
-                          ref_chunk, name="PyTorch SDPA, causal_lower_right"))
+checks.append(
+    check.check(
+        torch.nn.functional.scaled_dot_product_attention(
+            q_chunk, k, v, attn_mask=lower_right
+        ),
+        ref_chunk,
+        name="PyTorch SDPA, causal_lower_right",
+    )
+)
 
 # %%
-# Chunked prefill over a paged K/V cache
-# --------------------------------------
-# In a serving engine the 4096 keys live in a paged cache: fixed-size pages scattered in one
-# pool, found through a page table. cuDNN reads them in place: the pools stand in for K and V,
-# ``paged_attention_k_table`` / ``_v_table`` map each sequence's pages, and the padding mask
-# gives each sequence's true lengths (``seq_len_q`` new queries, ``seq_len_kv`` keys so far).
+# Measuring chunked prefill over a paged K/V cache
+# ------------------------------------------------
+# In a serving engine the 4096 keys live in a paged cache: fixed-size pages scattered in
+# one pool, found through a page table. cuDNN reads them in place: the pools stand in
+# for K and V, ``paged_attention_k_table`` / ``_v_table`` map each sequence's pages, and
+# the padding mask gives each sequence's true lengths (``seq_len_q`` new queries,
+# ``seq_len_kv`` keys so far).
 PAGE = 64
 pages_per_seq = S // PAGE
 pool_pages = B * pages_per_seq + 13  # more pages than the batch uses, as in a real pool
-perm = torch.randperm(pool_pages, generator=torch.Generator().manual_seed(1))[: B * pages_per_seq]
+perm = torch.randperm(pool_pages, generator=torch.Generator().manual_seed(1))[
+    : B * pages_per_seq
+]
 page_table = perm.to(torch.int32).cuda().reshape(B, 1, pages_per_seq, 1)
 k_pool = torch.zeros(pool_pages, H, PAGE, D, device="cuda", dtype=torch.bfloat16)
 v_pool = torch.zeros_like(k_pool)
 for b in range(B):  # scatter each sequence's keys and values into its pages
-    k_pool[page_table[b, 0, :, 0].long()] = k[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
-    v_pool[page_table[b, 0, :, 0].long()] = v[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
+    k_pool[page_table[b, 0, :, 0].long()] = (
+        k[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
+    )
+    v_pool[page_table[b, 0, :, 0].long()] = (
+        v[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
+    )
 len_q = torch.full((B, 1, 1, 1), CHUNK, dtype=torch.int32, device="cuda")
 len_kv = torch.full((B, 1, 1, 1), S, dtype=torch.int32, device="cuda")
 attention_inputs.check_seq_lens(len_q, B, CHUNK)
 o_paged = torch.empty_like(q_chunk)
-paged, paged_pack = masked_attention(q_chunk, k_pool, v_pool, o_paged, diagonal_alignment=BOTTOM_RIGHT,
-                                     diagonal_band_right_bound=0, use_padding_mask=True, seq_len_q=len_q,
-                                     seq_len_kv=len_kv, paged_attention_k_table=page_table,
-                                     paged_attention_v_table=page_table,
-                                     paged_attention_max_seq_len_kv=pages_per_seq * PAGE)
+paged, paged_pack = masked_attention(
+    q_chunk,
+    k_pool,
+    v_pool,
+    o_paged,
+    diagonal_alignment=BOTTOM_RIGHT,
+    diagonal_band_right_bound=0,
+    use_padding_mask=True,
+    seq_len_q=len_q,
+    seq_len_kv=len_kv,
+    paged_attention_k_table=page_table,
+    paged_attention_v_table=page_table,
+    paged_attention_max_seq_len_kv=pages_per_seq * PAGE,
+)
 check.poison(o_paged)
 run(paged, paged_pack)
 checks.append(check.check(o_paged, ref_chunk, name="paged chunked prefill"))
@@ -229,48 +307,85 @@ print(checks[-1])
 
 
 def gather_then_sdpa():
-    """The PyTorch way: gather each sequence's pages into contiguous K/V, then SDPA (lower-right causal)."""
+    """The PyTorch way: gather each sequence's pages into contiguous K/V, then SDPA
+    (lower-right causal)."""
     idx = page_table.reshape(B, pages_per_seq).long()
     kc = k_pool[idx].permute(0, 2, 1, 3, 4).reshape(B, H, S, D)
     vc = v_pool[idx].permute(0, 2, 1, 3, 4).reshape(B, H, S, D)
-    return torch.nn.functional.scaled_dot_product_attention(q_chunk, kc, vc, attn_mask=lower_right)
+    return torch.nn.functional.scaled_dot_product_attention(
+        q_chunk, kc, vc, attn_mask=lower_right
+    )
 
 
-checks.append(check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA"))
+checks.append(
+    check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA")
+)
 prefill = compare.compare(
-    {"cuDNN paged": launcher(paged, paged_pack), "cuDNN contiguous K/V (control)": launcher(chunked, chunked_pack),
-     "PyTorch gather pages + SDPA": gather_then_sdpa,
-     "PyTorch SDPA, contiguous K/V (control)": lambda: torch.nn.functional.scaled_dot_product_attention(
-         q_chunk, k, v, attn_mask=lower_right)},
-    candidate="cuDNN paged", l2="cold", rounds=9, flops=4 * B * H * D * int(attention_inputs.band(
-        CHUNK, S, bottom_right=True).sum()), tag="chunked prefill")
-for name in prefill.versus:
-    print(f"cuDNN paged vs {name}: {prefill.describe(name)}")
+    {
+        "cuDNN paged": launcher(paged, paged_pack),
+        "cuDNN contiguous K/V (control)": launcher(chunked, chunked_pack),
+        "PyTorch gather pages + SDPA": gather_then_sdpa,
+        "PyTorch SDPA, contiguous K/V (control)": lambda: (
+            torch.nn.functional.scaled_dot_product_attention(
+                q_chunk, k, v, attn_mask=lower_right
+            )
+        ),
+    },
+    candidate="cuDNN paged",
+    l2="cold",
+    rounds=9,
+    flops=4 * B * H * D * int(attention_inputs.band(CHUNK, S, bottom_right=True).sum()),
+    tag="chunked prefill",
+)
+for name, s in prefill.versus.items():
+    print(f"cuDNN paged vs {name}: {s['value']:.2f}× ({s['verdict']})")
 
 # %%
-# Bias and ALiBi
-# --------------
-# A bias tensor is read from memory for every score tile (here 1×H×S×S bf16, broadcast over
-# the batch); ALiBi's bias ``slope_h · (j − i)`` is computed in the kernel, with the standard
-# slopes ``2^(−8(h+1)/H)``. Both with the causal band.
+# Measuring bias and ALiBi
+# -------------------------
+# A bias tensor is read from memory for every score tile (here 1×H×S×S bf16, broadcast
+# over the batch); ALiBi's bias ``slope_h · (j − i)`` is computed in the kernel, with
+# the standard slopes ``2^(−8(h+1)/H)``. Both with the causal band.
+gen = torch.Generator(device="cuda").manual_seed(0)
 bias = torch.randn(1, H, S, S, device="cuda", dtype=torch.bfloat16, generator=gen)
-with_bias, bias_pack = masked_attention(q, k, v, o, bias=bias, diagonal_alignment=TOP_LEFT,
-                                        diagonal_band_right_bound=0)
+with_bias, bias_pack = masked_attention(
+    q, k, v, o, bias=bias, diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0
+)
 check.poison(o)
 run(with_bias, bias_pack)
 causal_visible = attention_inputs.band(S, S, device="cuda")
-checks.append(check.check(o, attention_inputs.reference(q, k, v, visible=causal_visible, bias=bias), name="bias"))
+checks.append(
+    check.check(
+        o,
+        attention_inputs.reference(q, k, v, visible=causal_visible, bias=bias),
+        name="bias",
+    )
+)
 print(checks[-1])
 
-alibi, alibi_pack = masked_attention(q, k, v, o, use_alibi_mask=True, diagonal_alignment=TOP_LEFT,
-                                     diagonal_band_right_bound=0)
+alibi, alibi_pack = masked_attention(
+    q,
+    k,
+    v,
+    o,
+    use_alibi_mask=True,
+    diagonal_alignment=TOP_LEFT,
+    diagonal_band_right_bound=0,
+)
 check.poison(o)
 run(alibi, alibi_pack)
 slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
 positions = torch.arange(S, device="cuda")
-alibi_bias = (slopes[:, None, None] * (positions[None, :] - positions[:, None])[None]).unsqueeze(0)
-checks.append(check.check(o, attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
-                          name="ALiBi"))
+alibi_bias = (
+    slopes[:, None, None] * (positions[None, :] - positions[:, None])[None]
+).unsqueeze(0)
+checks.append(
+    check.check(
+        o,
+        attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
+        name="ALiBi",
+    )
+)
 print(checks[-1])
 
 
@@ -279,20 +394,33 @@ def alibi_mod(score, b, h, qi, ki):
 
 
 causal_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
-checks.append(check.check(flex(q, k, v, score_mod=alibi_mod, block_mask=causal_block),
-                          attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
-                          name="FlexAttention ALiBi"))
+checks.append(
+    check.check(
+        flex(q, k, v, score_mod=alibi_mod, block_mask=causal_block),
+        attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
+        name="FlexAttention ALiBi",
+    )
+)
 bias_cmp = compare.compare(
-    {"cuDNN ALiBi": launcher(alibi, alibi_pack), "FlexAttention ALiBi (compiled)":
-        lambda: flex(q, k, v, score_mod=alibi_mod, block_mask=causal_block),
-     "cuDNN bias tensor (control)": launcher(with_bias, bias_pack), "cuDNN causal, no bias (control)": launcher(causal, causal_pack)},
-    candidate="cuDNN ALiBi", l2="cold", rounds=9, tag="alibi")
-for name in bias_cmp.versus:
-    print(f"cuDNN ALiBi vs {name}: {bias_cmp.describe(name)}")
+    {
+        "cuDNN ALiBi": launcher(alibi, alibi_pack),
+        "FlexAttention ALiBi (compiled)": lambda: flex(
+            q, k, v, score_mod=alibi_mod, block_mask=causal_block
+        ),
+        "cuDNN bias tensor (control)": launcher(with_bias, bias_pack),
+        "cuDNN causal, no bias (control)": launcher(causal, causal_pack),
+    },
+    candidate="cuDNN ALiBi",
+    l2="cold",
+    rounds=9,
+    tag="alibi",
+)
+for name, s in bias_cmp.versus.items():
+    print(f"cuDNN ALiBi vs {name}: {s['value']:.2f}× ({s['verdict']})")
 
 # %%
-# What the comparisons say
-# ------------------------
+# Conclusions
+# -----------
 # Computed from the comparisons above when the page is recorded. Whether
 # FlashAttention-4 takes ALiBi or a bias tensor is read from ``flash_attn_func``'s
 # signature.
@@ -305,14 +433,18 @@ if FA4_OK:
 
     fa4_args = set(inspect.signature(flash_attn_func).parameters)
     if "alibi_slopes" in fa4_args:
-        fa4_masks = (f"{FA4}'s flash_attn_func takes alibi_slopes, but this page does "
-                     "not time it.")
+        fa4_masks = (
+            f"{FA4}'s flash_attn_func takes alibi_slopes, but this page does "
+            "not time it."
+        )
     else:
         no_bias = "" if "attn_bias" in fa4_args else ", nor a bias tensor"
-        fa4_masks = (f"FA4: not supported (no ALiBi in flash_attn_func: {FA4} takes no "
-                     f"alibi_slopes{no_bias}), so it is not in the ALiBi race. A "
-                     "score_mod written in the CuTe DSL could add ALiBi; this page "
-                     "does not attempt it.")
+        fa4_masks = (
+            f"FA4: not supported (no ALiBi in flash_attn_func: {FA4} takes no "
+            f"alibi_slopes{no_bias}), so it is not in the ALiBi race. A "
+            "score_mod written in the CuTe DSL could add ALiBi; this page "
+            "does not attempt it."
+        )
 else:
     fa4_masks = f"{FA4} was not timed: {FA4_DETAIL}."
 full, narrow = by_window[windows[0]], by_window[windows[-1]]
@@ -322,15 +454,18 @@ sentences = [
     f"{narrow.estimate(CAND)['value']:.0f} µs; the dense causal graph takes "
     f"{narrow.estimate(CONTROL)['value']:.0f} µs.",
 ]
-sentences += [f"* W={w}: cuDNN is {c.describe('FlexAttention (compiled)')}"
-              for w, c in by_window.items()]
+sentences += [
+    f"* W={w}: cuDNN is {c.describe('FlexAttention (compiled)')}"
+    for w, c in by_window.items()
+]
 fa = {w: c for w, c in by_window.items() if FA4 in c.versus}
 if fa:
     verdicts = [c.versus[FA4]["verdict"] for c in fa.values()]
     sentences.append(
         f"Against {FA4} with window_size, cuDNN is faster at "
         f"{verdicts.count('faster')}, ties at {verdicts.count('tie')} and is slower at "
-        f"{verdicts.count('slower')} of {len(verdicts)} widths.")
+        f"{verdicts.count('slower')} of {len(verdicts)} widths."
+    )
     sentences += [f"* W={w}: cuDNN is {c.describe(FA4)}" for w, c in fa.items()]
 elif FA4_OK:
     sentences.append(f"{FA4} ran at none of the widths (the reasons are above).")
@@ -346,8 +481,19 @@ sentences += [
 ]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison
-comparison(f"window W={windows[-1]}: speed-up over FlexAttention", narrow, "FlexAttention (compiled)")
-comparison("paged chunked prefill: speed-up over gather + SDPA", prefill, "PyTorch gather pages + SDPA")
-comparison("ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)")
+
+comparison(
+    f"window W={windows[-1]}: speed-up over FlexAttention",
+    narrow,
+    "FlexAttention (compiled)",
+)
+comparison(
+    "paged chunked prefill: speed-up over gather + SDPA",
+    prefill,
+    "PyTorch gather pages + SDPA",
+)
+comparison(
+    "ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)"
+)
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -2,21 +2,26 @@
 A transformer block trained with cuDNN attention
 ================================================
 
-The attention operator of the custom-op page (``torch.ops.cudnn_guide.sdpa``: a cuDNN forward
-graph that saves its softmax statistics, and a cuDNN ``sdpa_backward`` graph as its autograd
-formula) inside a pre-norm transformer block: RMSNorm, attention, RMSNorm, a SwiGLU MLP, two
-residual adds. The norms, projections and MLP stay PyTorch: the page measures what swapping
-the attention does to a whole training step.
+You build the two cuDNN graphs behind the custom-op page's attention operator
+(``torch.ops.cudnn_guide.sdpa``): a causal SDPA forward that also saves its softmax
+statistics, and the ``sdpa_backward`` that reads them, and check both against PyTorch.
+Then the operator goes into a pre-norm transformer block (RMSNorm, attention, RMSNorm, a
+SwiGLU MLP, two residual adds) and a whole training step is measured. The norms,
+projections and MLP stay PyTorch: the page measures what swapping the attention does.
 
 What you will learn:
 
-* how the op drops into an ``nn.Module`` and trains under ``torch.compile(fullgraph=True)``;
-* how to check a whole block, output and every weight gradient, against an fp32 reference;
+* the forward-with-statistics and backward graphs that make attention trainable;
+* how the op drops into an ``nn.Module`` and trains under
+  ``torch.compile(fullgraph=True)``;
+* how to check a whole block, output and every weight gradient, against an fp32
+  reference;
 * tokens per second for a training step (forward, backward, AdamW), like for like:
-  eager against eager PyTorch, compiled against ``torch.compile``, with intervals,
-  verdicts, host time per step, and the peak memory of each;
-* frontend 1.32's ``cudnn.torch`` provider, which serves PyTorch's own cuDNN SDPA backend from
-  the frontend's Python API, in the same block.
+  eager against eager (PyTorch's SDPA and FlashAttention-4), compiled against
+  ``torch.compile``, with intervals and verdicts on GPU time and on a wall-clock loop,
+  host time per step, and the peak memory of each;
+* frontend 1.32's ``cudnn.torch`` provider, which serves PyTorch's own cuDNN SDPA
+  backend from the frontend's Python API, in the same block.
 """
 
 # %%
@@ -26,22 +31,92 @@ from cudnn_guide import environment
 
 environment.require_sm((8, 0), "cuDNN fused attention")
 env = environment.collect()
-print(env.stamp())
+env
 
 # %%
-# The block
-# ---------
-# ``attend`` is the only thing that differs between the variants below: the cuDNN op, or
-# PyTorch's ``scaled_dot_product_attention`` (with whichever backend PyTorch picks).
+# The lesson: the block's attention as two cuDNN graphs
+# -----------------------------------------------------
+# The forward writes O and, with ``generate_stats=True``, one fp32 log-sum-exp per
+# query row (``stats``, B×H×S×1). The backward reads Q, K, V, O, dO and those
+# statistics, and writes dQ, dK, dV without recomputing the softmax's normalisation.
+# Both are causal with cuDNN's own band: top-left diagonal, nothing to the right of it.
+import cudnn
+import torch
+
+B, S, H, D = 8, 2048, 16, 128
+handle = cudnn.create_handle()
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+torch.manual_seed(0)
+q, k, v, d_o = torch.randn(4, B, H, S, D, device="cuda", dtype=torch.bfloat16)
+o, dq, dk, dv = (torch.empty_like(t) for t in (q, q, k, v))
+stats = torch.empty(B, H, S, 1, device="cuda", dtype=torch.float32)
+TOP_LEFT = cudnn.diagonal_alignment.TOP_LEFT
+causal = dict(diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0)
+
+
+def new_graph():
+    return cudnn.pygraph(
+        handle=handle,
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+
+
+def build(g):
+    """The five build steps; returns the graph's workspace."""
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    return torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+
+
+fwd = new_graph()
+Q, K, V = (fwd.tensor_like(t, name=n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+O, STATS = fwd.sdpa(q=Q, k=K, v=V, attn_scale=D**-0.5, generate_stats=True, **causal)
+O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
+STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+STATS.set_dim(list(stats.shape)).set_stride(list(stats.stride()))
+fwd.execute({Q: q, K: k, V: v, O: o, STATS: stats}, build(fwd), handle=handle)
+
+bwd = new_graph()
+io = dict(q=q, k=k, v=v, o=o, dO=d_o, stats=stats)
+T = {n: bwd.tensor_like(t, name=n) for n, t in io.items()}
+DQ, DK, DV = bwd.sdpa_backward(name="sdpa_backward", **T, attn_scale=D**-0.5, **causal)
+for node, t in zip((DQ, DK, DV), (dq, dk, dv)):
+    node.set_output(True).set_dim(list(t.shape)).set_stride(list(t.stride()))
+bwd_pack = {**{T[n]: t for n, t in io.items()}, DQ: dq, DK: dk, DV: dv}
+bwd.execute(bwd_pack, build(bwd), handle=handle)
+
+# The fp32 reference: PyTorch's own attention on fp32 copies, with autograd.
+# autograd's backward thread needs this device's context
+torch.cuda.set_device(q.device)
+leaves = [t.float().requires_grad_() for t in (q, k, v)]
+ref = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+ref.backward(d_o.float())
+for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leaves]):
+    want = want.detach() if name == "O" else want.grad
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    print(f"{name}: max |cuDNN − fp32| = {(got.float() - want).abs().max():.1e}")
+
+# %%
+# Measuring a training step of the block
+# --------------------------------------
+# ``attend`` is the only thing that differs between the variants below: the guide's op
+# (``torch_ops.attention``, the two graphs above behind ``torch.library.custom_op``),
+# PyTorch's ``scaled_dot_product_attention`` (with whichever backend PyTorch picks), or
+# FlashAttention-4's ``flash_attn_func``. FlashAttention-4 takes B×S×H×D tensors, so its
+# block splits the projection in that layout: every variant makes the same one copy.
 import copy
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from cudnn_guide.graphs import torch_ops
+from cudnn_guide.measure import fa4
 
-B, S, H, D = 8, 2048, 16, 128
 DIM, HIDDEN = H * D, 5632
 
 
@@ -56,15 +131,23 @@ def torch_attention(q, k, v):
 class Block(nn.Module):
     def __init__(self, attend):
         super().__init__()
-        self.attend = attend
+        self.attend, self.bshd = attend, False  # bshd: attend takes B×S×H×D
         self.norm1, self.norm2 = nn.RMSNorm(DIM), nn.RMSNorm(DIM)
-        self.qkv, self.out = nn.Linear(DIM, 3 * DIM, bias=False), nn.Linear(DIM, DIM, bias=False)
-        self.gate_up, self.down = nn.Linear(DIM, 2 * HIDDEN, bias=False), nn.Linear(HIDDEN, DIM, bias=False)
+        self.qkv = nn.Linear(DIM, 3 * DIM, bias=False)
+        self.out = nn.Linear(DIM, DIM, bias=False)
+        self.gate_up = nn.Linear(DIM, 2 * HIDDEN, bias=False)
+        self.down = nn.Linear(HIDDEN, DIM, bias=False)
 
     def forward(self, x):
         b, s, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, H, D).permute(2, 0, 3, 1, 4).contiguous()
-        x = x + self.out(self.attend(q, k, v).transpose(1, 2).reshape(b, s, DIM))
+        qkv = self.qkv(self.norm1(x)).view(b, s, 3, H, D)
+        if self.bshd:
+            q, k, v = qkv.permute(2, 0, 1, 3, 4).contiguous()
+            attn = self.attend(q, k, v)
+        else:
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).contiguous()
+            attn = self.attend(q, k, v).transpose(1, 2)
+        x = x + self.out(attn.reshape(b, s, DIM))
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
@@ -76,20 +159,32 @@ x = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
 dy = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
 
 
-def variant(attend):
+def variant(attend, bshd=False):
     """A copy of the same initial block with ``attend`` as its attention."""
     block = copy.deepcopy(template)
-    block.attend = attend
+    block.attend, block.bshd = attend, bshd
     return block
+
+
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = fa4.label()
+if FA4_OK:
+    from flash_attn.cute import flash_attn_func
+
+    def fa4_attention(q, k, v):  # B×S×H×D in and out
+        out = flash_attn_func(q, k, v, softmax_scale=D**-0.5, causal=True)
+        return out[0] if isinstance(out, tuple) else out
 
 
 # %%
 # Check forward and every weight gradient
 # ---------------------------------------
-# The reference is the same block in float32 with TF32 off. Rounding to bf16 compounds through
-# two norms, five projections and attention, so the gradients get twice the bf16 tolerance;
-# PyTorch's own bf16 block must pass the same check, which shows the bound is fair.
-from cudnn_guide import check
+# The reference is the same block in float32 with TF32 off. Rounding to bf16 compounds
+# through two norms, five projections and attention, so the gradients get twice the bf16
+# tolerance; PyTorch's own bf16 block must pass the same check, which shows the bound is
+# fair. A FlashAttention-4 block that cannot run here is shown with its error; one that
+# runs and computes a wrong result stops the page.
+from cudnn_guide import CheckFailedError, check
 
 reference = copy.deepcopy(template).float()
 with check.full_precision():
@@ -107,32 +202,58 @@ def check_block(block, label):
     y = block(x)
     y.backward(dy)
     checks.append(check.check(y, ref_y, name=f"{label}: output"))
-    worst = max((check.check(p.grad, ref_grads[n.removeprefix("_orig_mod.")], name=f"{label}: d{n.removeprefix('_orig_mod.')}", tol=GRAD_TOL)
-                 for n, p in block.named_parameters()), key=lambda r: r.rel_error)
-    checks.append(worst)
+    grads = []
+    for n, p in block.named_parameters():
+        n = n.removeprefix("_orig_mod.")
+        grads.append(
+            check.check(p.grad, ref_grads[n], name=f"{label}: d{n}", tol=GRAD_TOL)
+        )
+    checks.append(max(grads, key=lambda r: r.rel_error))
     print(checks[-2])
-    print(worst, f"(the worst of {len(ref_grads)} weight gradients)")
+    print(checks[-1], f"(the worst of {len(ref_grads)} weight gradients)")
 
 
 eager_cudnn, eager_torch = variant(cudnn_attention), variant(torch_attention)
 check_block(eager_cudnn, "block with the cuDNN op")
 check_block(eager_torch, "PyTorch block (SDPA)")
+FA4_EAGER = f"{FA4}, eager"
+fa4_why = None if FA4_OK else FA4_DETAIL
+if FA4_OK:
+    eager_fa4 = variant(fa4_attention, bshd=True)
+    try:
+        check_block(eager_fa4, f"block with {FA4}")
+    except CheckFailedError:  # a wrong result stops the page
+        raise
+    except (
+        Exception
+    ) as exc:  # FlashAttention-4 cannot run this block here: said, not hidden
+        fa4_why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        print(f"{FA4}: unavailable here ({fa4_why})")
 
 # %%
-# Which kernel does PyTorch's default SDPA run here? Its output is compared bit for bit with
-# each backend forced in turn (forward kernels are deterministic):
+# Which kernel does PyTorch's default SDPA run here? Its output is compared bit for bit
+# with each backend forced in turn (forward kernels are deterministic):
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-q_, k_, v_ = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+q_, k_, v_ = (
+    torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    for _ in range(3)
+)
 with torch.no_grad():
     default_out = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
     picked = []
-    for b in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+    for b in (
+        SDPBackend.CUDNN_ATTENTION,
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+    ):
         with sdpa_kernel([b]):
-            if torch.equal(default_out, F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)):
+            forced = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+            if torch.equal(default_out, forced):
                 picked.append(b.name)
-print(f"PyTorch's default SDPA matches, bit for bit: {', '.join(picked) or 'none of the forced backends'}")
-del q_, k_, v_, default_out
+print("PyTorch's default SDPA matches, bit for bit:")
+print(" ", ", ".join(picked) or "none of the forced backends")
+del q_, k_, v_, default_out, forced
 
 # %%
 # The same blocks compiled. The cuDNN op is a ``torch.library.custom_op`` with a fake
@@ -143,12 +264,21 @@ check_block(compiled_cudnn, "block with the cuDNN op, compiled")
 check_block(compiled_torch, "PyTorch block, compiled")
 
 # %%
-# A training step, timed
-# ----------------------
-# One step is forward, backward of ``dy`` and a fused AdamW update (learning rate 1e-5, so the
-# weights barely move across the thousands of timed steps). Each variant has its own copy of
-# the weights and its own optimizer; the contenders run in interleaved rounds.
+# A training step, timed on the GPU
+# ---------------------------------
+# One step is forward, backward of ``dy`` and a fused AdamW update (learning rate 1e-5,
+# so the weights barely move across the timed steps). Each variant has its own copy of
+# the weights and its own optimizer; all contenders run in the same interleaved rounds,
+# so each like-for-like pair is judged on its own per-round ratios: eager against eager,
+# compiled against compiled.
+import dataclasses
+import statistics
+
+import pandas as pd
+
 from cudnn_guide.measure import compare
+from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge
+from cudnn_guide.report import html_table
 
 
 def training_step(block):
@@ -158,24 +288,140 @@ def training_step(block):
         block(x).backward(dy)
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
-contenders = {"cuDNN op, compiled": training_step(compiled_cudnn),
-              "cuDNN op, eager": training_step(eager_cudnn),
-              "PyTorch, compiled (default mode)": training_step(compiled_torch),
-              "PyTorch eager": training_step(eager_torch)}
-CAND = "cuDNN op, compiled"
+CAND, EAGER = "cuDNN op, compiled", "cuDNN op, eager"
+COMPILED = "PyTorch, compiled (default mode)"
+contenders = {
+    CAND: training_step(compiled_cudnn),
+    EAGER: training_step(eager_cudnn),
+    COMPILED: training_step(compiled_torch),
+    "PyTorch eager": training_step(eager_torch),
+}
+if fa4_why is None:
+    contenders[FA4_EAGER] = training_step(eager_fa4)
 tokens = B * S
-linear_flops = 2 * tokens * DIM * (3 * DIM + DIM + 2 * HIDDEN) + 2 * tokens * HIDDEN * DIM
+linear_flops = (
+    2 * tokens * DIM * (3 * DIM + DIM + 2 * HIDDEN) + 2 * tokens * HIDDEN * DIM
+)
 attention_flops = 4 * B * H * S * S * D / 2  # causal
-step_flops = 3 * linear_flops + 3.5 * attention_flops  # backward: 2× the linears, 2.5× attention
-result = compare.compare(contenders, candidate=CAND, l2="cold", rounds=9, flops=step_flops, tag="training step")
-print(result)
+step_flops = (
+    3 * linear_flops + 3.5 * attention_flops
+)  # backward: 2× linears, 2.5× attention
+result = compare.compare(
+    contenders,
+    candidate=CAND,
+    l2="cold",
+    rounds=5,
+    min_reps=3,
+    flops=step_flops,
+    tag="training step",
+)
+
+
+def rejudged(cmp, candidate, baselines):
+    """The same rounds, ``candidate`` judged against ``baselines``: per-round ratios."""
+    versus = {}
+    for b in baselines:
+        rounds = zip(cmp.round_medians_ms[b], cmp.round_medians_ms[candidate])
+        ratios = [t_b / t_c for t_b, t_c in rounds]
+        lo, hi = bootstrap_median_ci(ratios)
+        versus[b] = {
+            "value": statistics.median(ratios),
+            "low": lo,
+            "high": hi,
+            "verdict": judge(lo, hi, cmp.tie_band),
+        }
+    return dataclasses.replace(cmp, candidate=candidate, versus=versus)
+
+
+EAGER_BASELINES = ["PyTorch eager", *([FA4_EAGER] if FA4_EAGER in contenders else [])]
+eager_cmp = rejudged(result, EAGER, EAGER_BASELINES)
+compiled_cmp = rejudged(result, CAND, [COMPILED])
+
+
+def verdict_rows(eager, compiled, measure):
+    """One row per like-for-like pair: the cuDNN op's speed-up, interval, verdict."""
+    pairs = [(eager, b) for b in EAGER_BASELINES] + [(compiled, COMPILED)]
+    return [
+        {
+            "cuDNN op": c.candidate,
+            "against": b,
+            measure: c.versus[b]["value"],
+            "in-run 95% interval": "{low:.2f}–{high:.2f}".format(**c.versus[b]),
+            "verdict": c.versus[b]["verdict"],
+        }
+        for c, b in pairs
+    ]
+
+
+html_table(
+    pd.DataFrame(verdict_rows(eager_cmp, compiled_cmp, "GPU-time speed-up")),
+    {"GPU-time speed-up": "{:.2f}×"},
+)
 
 # %%
-# Peak memory of one step, above what the weights, optimizer state and inputs already hold
-# (``torch.cuda.max_memory_allocated``, an exact count, not a sample).
+# A training loop, timed on the wall clock
+# ----------------------------------------
+# The GPU times above leave out the host: a step whose Python and launches take longer
+# than its kernels leaves the GPU idle, and a loop of such steps is host-bound. So each
+# step is also timed the way a training loop that reads its loss every step runs it:
+# one step, then ``torch.cuda.synchronize()``, timed with ``time.perf_counter``
+# (``compare.compare_host``, the same interleaved rounds and verdicts). Beside it, the
+# host time to enqueue one step on an idle GPU, from the GPU timing's first round.
+
+
+def synchronized(step):
+    def call():
+        step()
+        torch.cuda.synchronize()
+
+    return call
+
+
+wall = compare.compare_host(
+    {name: synchronized(step) for name, step in contenders.items()},
+    candidate=CAND,
+    rounds=5,
+    calls=2,
+    batches=2,
+    tag="wall-clock step",
+)
+wall_eager = rejudged(wall, EAGER, EAGER_BASELINES)
+wall_compiled = rejudged(wall, CAND, [COMPILED])
+wall_rows = verdict_rows(wall_eager, wall_compiled, "wall-clock speed-up")
+
+
+def host_us(name):
+    host_ms = result.measurements[name].host_median_ms
+    return None if host_ms is None else host_ms * 1e3
+
+
+times = pd.DataFrame(
+    [
+        {
+            "training step": name,
+            "GPU µs": result.estimate(name)["value"],
+            "host µs to enqueue": host_us(name),
+            "wall-clock µs": statistics.median(wall.round_medians_ms[name]) * 1e3,
+        }
+        for name in contenders
+    ]
+)
+html_table(pd.DataFrame(wall_rows), {"wall-clock speed-up": "{:.2f}×"})
+
+# %%
+# Each step's GPU time (median over rounds), host time to enqueue it on an idle GPU, and
+# wall-clock time with the synchronize:
+html_table(
+    times, {c: "{:,.0f}" for c in ("GPU µs", "host µs to enqueue", "wall-clock µs")}
+)
+
+# %%
+# Peak memory of one step, above what the weights, optimizer state and inputs already
+# hold (``torch.cuda.max_memory_allocated``, an exact count, not a sample).
 peak_mib = {}
 for name, step in contenders.items():
     torch.cuda.synchronize()
@@ -183,54 +429,60 @@ for name, step in contenders.items():
     torch.cuda.reset_peak_memory_stats()
     step()
     torch.cuda.synchronize()
-    peak_mib[name] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
-
-import pandas as pd
-
-from cudnn_guide.report import html_table
+    peak_mib[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def tokens_per_s(est):
-    return {"value": tokens / (est["value"] * 1e-6), "low": tokens / (est["high"] * 1e-6),
-            "high": tokens / (est["low"] * 1e-6)}
+    return {
+        "value": tokens / (est["value"] * 1e-6),
+        "low": tokens / (est["high"] * 1e-6),
+        "high": tokens / (est["low"] * 1e-6),
+    }
 
 
 rows = []
 for name in result.measurements:
     t = tokens_per_s(result.estimate(name))
-    rows.append({"training step": name, "ms": result.estimate(name)["value"] / 1e3,
-                 "tokens/s": t["value"],
-                 "in-run interval": f"{t['low']:,.0f}–{t['high']:,.0f}",
-                 "TFLOP/s": result.estimate(name, "TFLOP/s")["value"], "peak MiB": peak_mib[name]})
-html_table(pd.DataFrame(rows).sort_values("ms"), {"ms": "{:.2f}", "tokens/s": "{:,.0f}", "TFLOP/s": "{:.0f}",
-                                                  "peak MiB": "{:.0f}"})
+    rows.append(
+        {
+            "training step": name,
+            "ms": result.estimate(name)["value"] / 1e3,
+            "tokens/s": t["value"],
+            "in-run interval": f"{t['low']:,.0f}–{t['high']:,.0f}",
+            "TFLOP/s": result.estimate(name, "TFLOP/s")["value"],
+            "peak MiB": peak_mib[name],
+        }
+    )
+html_table(
+    pd.DataFrame(rows).sort_values("ms"),
+    {"ms": "{:.2f}", "tokens/s": "{:,.0f}", "TFLOP/s": "{:.0f}", "peak MiB": "{:.0f}"},
+)
 
 # %%
 # The ``cudnn.torch`` provider
 # ----------------------------
 # Frontend 1.32 can serve PyTorch's *own* cuDNN SDPA backend from its Python API:
 # ``cudnn.torch.install_sdpa_overrides()`` replaces the CUDA kernels of
-# ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle whose
-# ``remove()`` undoes it. The model code does not change: it selects PyTorch's cuDNN backend.
-# It is timed against this guide's op in the same (eager) block, and PyTorch's flash
-# backend (FlashAttention-2).
+# ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle
+# whose ``remove()`` undoes it. The model code does not change: it selects PyTorch's
+# cuDNN backend. It is timed against this guide's op in the same (eager) block, and
+# PyTorch's flash backend (FlashAttention-2).
 import warnings
 
 import cudnn.torch
 
-from cudnn_guide import CheckFailedError
-
-
 from cudnn_guide.measure import baselines
 
 
-def backend(b):
-    return baselines.forced_sdpa(b, is_causal=True)  # F.sdpa under sdpa_kernel([b]): a refusal raises
+def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
+    return baselines.forced_sdpa(b, is_causal=True)
 
 
-provider_block, flash_block = variant(backend(SDPBackend.CUDNN_ATTENTION)), variant(backend(SDPBackend.FLASH_ATTENTION))
+provider_block = variant(backend(SDPBackend.CUDNN_ATTENTION))
+flash_block = variant(backend(SDPBackend.FLASH_ATTENTION))
 provider_cmp, provider_error, served = None, "", 0
-with warnings.catch_warnings():  # PyTorch warns that a kernel is overridden: that is what the provider does
+# PyTorch warns that a kernel is overridden: that is what the provider does
+with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Warning only once for all operators")
     overrides = cudnn.torch.install_sdpa_overrides()
 try:
@@ -240,18 +492,26 @@ try:
     print(f"forward calls the provider served on the Python API: {served}")
     check_block(flash_block, "PyTorch block, flash backend")
     provider_cmp = compare.compare(
-        {"cudnn.torch provider (eager)": training_step(provider_block), "cuDNN op, eager": training_step(eager_cudnn),
-         "PyTorch eager, flash backend": training_step(flash_block)},
-        candidate="cudnn.torch provider (eager)", l2="cold", rounds=7, flops=step_flops, tag="provider")
+        {
+            "cudnn.torch provider (eager)": training_step(provider_block),
+            EAGER: training_step(eager_cudnn),
+            "PyTorch eager, flash backend": training_step(flash_block),
+        },
+        candidate="cudnn.torch provider (eager)",
+        l2="cold",
+        rounds=5,
+        min_reps=3,
+        flops=step_flops,
+        tag="provider",
+    )
 except CheckFailedError:  # a wrong result stops the page
     raise
-except Exception as exc:  # the provider cannot serve this torch: shown with its error, not hidden
+except Exception as exc:  # the provider cannot serve this torch: shown with its error
     provider_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    print("cudnn.torch provider unavailable here:", provider_error)
+    print("cudnn.torch provider unavailable here:")
+    print(" ", provider_error)
 finally:
     overrides.remove()
-if provider_cmp:
-    print(provider_cmp)
 
 # %%
 # Plot
@@ -259,84 +519,112 @@ if provider_cmp:
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_comparison
-plot_comparison(result, per=tokens_per_s, xlabel="tokens per second, training step",
-            title=f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}")
+
+plot_comparison(
+    result,
+    per=tokens_per_s,
+    xlabel="tokens per second, training step",
+    title=f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}",
+)
 plt.show()
 
 # %%
-# Takeaways
-# ---------
-# Like for like: the eager block with the cuDNN op against eager PyTorch, and the
-# compiled one against ``torch.compile``; both pairs were timed in the same interleaved
-# rounds above, so the eager pair's ratio is taken per round from those rounds. Beside
-# each GPU verdict, the host time to enqueue one step: where it exceeds the GPU time, a
-# loop of steps is host-bound. Computed from the data when the page is recorded.
-import dataclasses
-import statistics
-
-from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge
+# Conclusions
+# -----------
+# Like for like: the eager block with the cuDNN op against eager PyTorch and eager
+# FlashAttention-4, and the compiled one against ``torch.compile``, on GPU time and on
+# the wall clock. Computed from the data when the page is recorded.
 from cudnn_guide.report.prose import Prose
 
-EAGER, COMPILED = "cuDNN op, eager", "PyTorch, compiled (default mode)"
-eager_ratios = [b / c for b, c in zip(result.round_medians_ms["PyTorch eager"],
-                                      result.round_medians_ms[EAGER])]
-e_lo, e_hi = bootstrap_median_ci(eager_ratios)
-eager_cmp = dataclasses.replace(  # the same rounds, the eager cuDNN block as candidate
-    result, candidate=EAGER, versus={"PyTorch eager": {
-        "value": statistics.median(eager_ratios), "low": e_lo, "high": e_hi,
-        "verdict": judge(e_lo, e_hi, result.tie_band)}})
 
-
-def host_note(cmp, name):
-    host_ms, gpu_us = cmp.measurements[name].host_median_ms, cmp.estimate(name)["value"]
+def loop_note(cmp, name, wall=None):
+    """Whether a loop of this step is host-bound: host enqueue time against GPU time."""
+    host_ms, gpu = cmp.measurements[name].host_median_ms, cmp.estimate(name)["value"]
     if host_ms is None:
-        return f"* {name}: host time per step not measured; GPU {gpu_us:,.0f} µs."
-    bound = ("host-bound" if host_ms * 1e3 > gpu_us
-             else "GPU-bound (host time fits under it)")
-    return (f"* {name}: host {host_ms * 1e3:,.0f} µs to enqueue one step, GPU "
-            f"{gpu_us:,.0f} µs: a loop of steps is {bound}.")
+        return f"* {name}: host time per step not measured; GPU {gpu:,.0f} µs."
+    bound = (
+        "host-bound" if host_ms * 1e3 > gpu else "GPU-bound (host time fits under it)"
+    )
+    clock = ""
+    if wall is not None:
+        wall_us = statistics.median(wall.round_medians_ms[name]) * 1e3
+        clock = f", wall clock {wall_us:,.0f} µs"
+    return (
+        f"* {name}: host {host_ms * 1e3:,.0f} µs to enqueue one step, GPU {gpu:,.0f} µs"
+        f"{clock}: a loop of steps is {bound}."
+    )
 
 
 cand = tokens_per_s(result.estimate(CAND))
 sentences = [
     "Eager against eager: the block with the cuDNN op is "
-    f"{eager_cmp.describe('PyTorch eager')}.",
+    f"{eager_cmp.describe('PyTorch eager')} on GPU time, and "
+    f"{wall_eager.describe('PyTorch eager')} on the wall clock.",
     "Compiled against compiled: the block with the cuDNN op is "
-    f"{result.describe(COMPILED)}.",
+    f"{compiled_cmp.describe(COMPILED)} on GPU time, and "
+    f"{wall_compiled.describe(COMPILED)} on the wall clock.",
+]
+if FA4_EAGER in eager_cmp.versus:
+    sentences.append(
+        f"Against {FA4} as the block's attention (eager): the block with the cuDNN op "
+        f"is {eager_cmp.describe(FA4_EAGER)} on GPU time, and "
+        f"{wall_eager.describe(FA4_EAGER)} on the wall clock."
+    )
+else:
+    sentences.append(f"{FA4} was not timed in the block: {fa4_why}.")
+sentences += [
     f"The compiled block with the cuDNN op trains at {cand['value']:,.0f} tokens/s "
     f"(in-run interval {cand['low']:,.0f}–{cand['high']:,.0f}); torch.compile's own "
     "share, the same op eager against compiled: the compiled block is "
     f"{result.describe(EAGER)}.",
-    "Host time per step, beside the GPU time of the comparison above:",
-    *(host_note(result, name) for name in result.measurements),
+    "Host time per step against GPU time:",
+    *(loop_note(result, name, wall) for name in result.measurements),
     f"Peak memory of a step: {peak_mib[CAND]:.0f} MiB with the cuDNN op compiled, "
     f"{peak_mib[EAGER]:.0f} MiB eager; {peak_mib['PyTorch eager']:.0f} MiB eager "
-    f"PyTorch, {peak_mib[COMPILED]:.0f} MiB compiled PyTorch."]
+    f"PyTorch, {peak_mib[COMPILED]:.0f} MiB compiled PyTorch"
+    + (
+        f", {peak_mib[FA4_EAGER]:.0f} MiB with {FA4}." if FA4_EAGER in peak_mib else "."
+    ),
+]
 if "CUDNN_ATTENTION" in picked:
     sentences.append(
         "PyTorch's default SDPA runs cuDNN's attention kernel on this GPU: the "
         "PyTorch baselines already use cuDNN attention, and the comparison measures "
-        "how the op is called, not another kernel.")
+        "how the op is called, not another kernel."
+    )
 else:
-    sentences.append("PyTorch's default SDPA runs the "
-                     f"{', '.join(picked) or 'unidentified'} kernel on this GPU.")
+    sentences.append(
+        "PyTorch's default SDPA runs the "
+        f"{', '.join(picked) or 'unidentified'} kernel on this GPU."
+    )
 if provider_cmp:
     sentences += [
         f"The cudnn.torch provider served {served} forward call(s) in the checks; "
         f"against this guide's op it is {provider_cmp.describe(EAGER)}; against "
         "PyTorch's flash backend (FlashAttention-2) it is "
         f"{provider_cmp.describe('PyTorch eager, flash backend')}.",
-        *(host_note(provider_cmp, name) for name in provider_cmp.measurements)]
+        *(loop_note(provider_cmp, name) for name in provider_cmp.measurements),
+    ]
 else:
     sentences.append(f"The cudnn.torch provider could not run here: {provider_error}")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
-comparison("training step: eager cuDNN op's speed-up over eager PyTorch", eager_cmp,
-           "PyTorch eager")
-comparison("training step: speed-up over torch.compile", result, "PyTorch, compiled (default mode)")
-headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **tokens_per_s(result.estimate(CAND)))
+
+comparison(
+    "training step: eager cuDNN op's speed-up over eager PyTorch",
+    eager_cmp,
+    "PyTorch eager",
+)
+comparison("training step: speed-up over torch.compile", result, COMPILED)
+headline(
+    "training tokens/s, cuDNN op compiled",
+    unit="tokens/s",
+    **tokens_per_s(result.estimate(CAND)),
+)
 if provider_cmp:
-    comparison("cudnn.torch provider: speed-up over this guide's op", provider_cmp, "cuDNN op, eager")
+    comparison(
+        "cudnn.torch provider: speed-up over this guide's op", provider_cmp, EAGER
+    )
 # sphinx_gallery_end_ignore
 Prose(*sentences)
