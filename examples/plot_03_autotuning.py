@@ -243,9 +243,9 @@ ComparisonTable(
 # but each still gets its warm-up and timed run). Successive halving first screens every
 # plan with a single timed call and drops those more than 3× slower than the best
 # screened; it then times the rest 10 times each, keeps the faster half, doubles the
-# calls, and repeats; the last two get the full 200. We compare the plan it picks with
-# the exhaustive winner (both timed in the exhaustive passes) and its cost with one
-# exhaustive pass.
+# calls, and repeats; the last two get the full 200. Its pick is compared with the
+# exhaustive winner (printed: each plan's faster exhaustive pass; the conclusions: pass
+# 1 only, with an interval), and its cost with one exhaustive pass.
 halving = autotune.tune(
     built,
     pack,

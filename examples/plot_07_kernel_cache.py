@@ -94,11 +94,12 @@ for batch in (8, 16):
 # Measuring build times in four fresh processes
 # ---------------------------------------------
 # First the lesson's two outputs join the page's record as checks (relative L2 error).
-# :func:`cudnn_guide.studies.dynamic_shapes.run_fresh_sequence` builds the same graph,
-# as above, for each batch size in order, checks each output against PyTorch (a failed
-# check stops the page), and times each build and each execution. Each run gets a new
-# interpreter; the four are started together and import torch before the first run
-# (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`).
+# :func:`cudnn_guide.studies.dynamic_shapes.run_fresh_sequence` builds the same graph
+# for each batch size in order, checks each output against PyTorch (a failed check
+# stops the page), and times each build and execution. Each run is a new interpreter
+# (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`), run in the order below;
+# each with the CUDA JIT disk cache off (``CUDA_CACHE_DISABLE=1``): no run reuses
+# kernels the lesson or an earlier run compiled: run order cannot pose as build order.
 from cudnn_guide import check
 from cudnn_guide.studies import dynamic_shapes, fresh_process
 
@@ -109,7 +110,12 @@ api_checks = [
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 runs = {}
-with fresh_process.InterpreterPool(4, preload=dynamic_shapes.PRELOAD) as pool:
+NO_JIT_CACHE = {
+    "CUDA_CACHE_DISABLE": "1"
+}  # no process reuses another's compiled kernels
+with fresh_process.InterpreterPool(
+    4, preload=dynamic_shapes.PRELOAD, env=NO_JIT_CACHE
+) as pool:
     for name, order, use_cache in (
         ("cache, ascending", batches, True),
         ("no cache, ascending", batches, False),
@@ -184,9 +190,9 @@ html_table(pd.DataFrame(table), precision=1)
 # %%
 # Conclusions
 # -----------
-# "Later builds" are every build after the first of its process; the build-order effect,
-# too, compares only later builds (batch sizes that come first in neither order).
-# Computed from the runs above when the page is recorded.
+# "Later builds" are every build after the first of its process; the build-order effect
+# compares only later builds. The four runs had the CUDA JIT disk cache off, so a
+# run's builds cannot borrow kernels an earlier run compiled.
 from cudnn_guide.report.prose import Prose
 
 

@@ -171,8 +171,8 @@ html_table(pd.DataFrame(table), {"host µs per call": "{:.2f}"})
 # Measuring an eager loop against graph replay, across sizes
 # ----------------------------------------------------------
 # For each size: the GPU time of one call (the harness hides the host behind a GPU spin
-# and subtracts the launch cost, so this is the kernel alone; for the smallest sizes
-# that cost is most of the event time, and the harness says so); the per-call time of a
+# and subtracts the launch cost; where that cost is over half the event time it keeps
+# the raw event time, an upper bound on the kernel, and says so); the per-call time of a
 # loop of 100 eager calls, wall clock to the end of a synchronize (what a loop really
 # costs); and the same for one replay of a CUDA graph holding those 100 calls (one
 # launch for 100 calls: the replay's own launch cost is shared by the 100). All hot L2:
@@ -252,8 +252,8 @@ ComparisonTable(
 # Measuring in fresh processes: a host-bound number is one process's draw
 # -----------------------------------------------------------------------
 # Everything host-bound above ran in this one process. On the GPU builder the same
-# launches run at one of two host speeds: fresh processes land on either, and a
-# process can switch (the methodology page measures both), so a re-recording can move
+# launches run at one of several host speeds: fresh processes land on any, and a
+# process can switch (the methodology page measures them), so a re-recording can move
 # an eager loop far beyond its noise with nothing changed. At s=64, in five fresh
 # interpreters one after another, each builds and checks the graph, then times the
 # host cost of ``graph.execute`` the same way as above, the 100-call eager loop, the

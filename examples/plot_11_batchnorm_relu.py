@@ -16,7 +16,7 @@ What you will learn:
 * inference two ways: cuDNN's ``batchnorm_inference`` node, and the folded form
   ``relu(x · a + b)`` that inference frameworks use;
 * how the four stage shapes of a ResNet-50 compare against PyTorch eager and
-  ``torch.compile``, in GB/s against the measured copy bandwidth.
+  ``torch.compile`` (default), in GB/s against the measured copy bandwidth.
 """
 
 # %%
@@ -39,8 +39,8 @@ env
 # shift computed once: ``a = γ/√(var+ε)``, ``b = β − mean·a``. The graph is ``relu(x · a
 # + b)``: a ``mul`` and an ``add`` that broadcast the 1×C×1×1 parameters, and a
 # ``relu``, fused into one pass over the activation. (cuDNN's own
-# ``batchnorm_inference`` node gets no engine on this cuDNN; the measuring part shows
-# its refusal.)
+# ``batchnorm_inference`` node followed by a ReLU is tried in the measuring part; this
+# cuDNN refused it.)
 import cudnn
 import torch
 import torch.nn.functional as F
@@ -99,8 +99,8 @@ print(f"relu(batchnorm(x)): max error {err:.1e}; plan {g.get_plan_name_at_index(
 # statistics as inputs and returns the output, the saved batch statistics and the *next*
 # running statistics; binding those to the same buffers updates them in place.
 # ``epsilon`` and ``momentum`` are pass-by-value scalars. Then cuDNN's
-# ``batchnorm_inference`` node is tried: if this cuDNN has no engine for it followed by
-# a ReLU, the page shows the refusal and times the folded graph of the lesson.
+# ``batchnorm_inference`` node is tried: if this cuDNN refuses it followed by a ReLU,
+# the page prints the form used and times the folded graph of the lesson.
 from cudnn_guide import check
 from cudnn_guide.graphs import batchnorm, tensors
 
@@ -191,7 +191,9 @@ def inference_graph(p, d):
 
 
 form, infer, infer_data = inference_graph(problem, data)
-print("inference graph:", form.split(" (")[0])
+import textwrap
+
+print("inference graph:", *textwrap.wrap(form, 84), sep="\n  ")
 check.poison(data["y"])
 infer.execute(infer.pack(**infer_data))
 ref_inf = check.reference(
@@ -260,7 +262,7 @@ for name, fn in (
 # ------------------------------
 # The BatchNorm → ReLU after each stage's 3×3 convolution at batch 64, channels 64 → 512
 # as the resolution halves. Bytes: read x, write y (counted once: a two-pass training
-# forward shows at most half the copy bandwidth). Each stage compiles its own
+# forward reads x twice, so from DRAM it shows at most 2/3). Each stage compiles its own
 # ``torch.compile`` with ``dynamic=False``, for that stage's shape as a model with these
 # layers would; left at ``dynamic=None``, Dynamo would compile the later stages once for
 # symbolic shapes (:doc:`/methodology`, "Fair baselines").
@@ -398,14 +400,6 @@ verdicts = [
     for c_ in r.comparisons.values()
     for v in c_.versus.values()
 ]
-Prose(
-    f"Against PyTorch eager and torch.compile (default), the cuDNN graph was faster in "
-    f"{verdicts.count('faster')}, tied in {verdicts.count('tie')} and slower in "
-    f"{verdicts.count('slower')} of {len(verdicts)} stage comparisons. Inference graph "
-    f"used: {form}.",
-    *items,
-)
-
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 
@@ -419,3 +413,11 @@ for mode, res in results.items():
     )
     comparison(f"BN→ReLU {mode} at {first}, speed-up over best PyTorch", cmp)
 # sphinx_gallery_end_ignore
+
+Prose(
+    f"Against PyTorch eager and torch.compile (default), the cuDNN graph was faster in "
+    f"{verdicts.count('faster')}, tied in {verdicts.count('tie')} and slower in "
+    f"{verdicts.count('slower')} of {len(verdicts)} stage comparisons. Inference graph "
+    f"used: {form}.",
+    *items,
+)

@@ -247,8 +247,8 @@ result = sweep.sweep(
 )
 
 # %%
-# Decode only reads K and V, so its ceiling is the read bandwidth (a 2 GiB
-# ``torch.sum``), not the copy bandwidth, which counts bytes read plus written.
+# Decode only reads K and V, so its ceiling is the read bandwidth of a 2 GiB
+# ``torch.sum`` (a measured reference, not a hard limit), not the copy bandwidth.
 import matplotlib.pyplot as plt
 
 from cudnn_guide.measure import ceilings

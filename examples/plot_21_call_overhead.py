@@ -25,7 +25,7 @@ from cudnn_guide import environment
 
 environment.require_sm((8, 0), "cuDNN fused attention")
 env = environment.collect()
-print(env.stamp())
+env
 
 # %%
 # The lesson: one decode graph, every way to launch it
@@ -64,7 +64,7 @@ ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.f
 # Each launch path is a zero-argument function doing exactly what a serving loop would
 # per token: a pack keyed by graph tensors, by their UIDs, or an ordered buffer list
 # with ``tensor_uids``; ``execute_plan_at_index`` with the plan's index; and
-# ``cudnn.set_stream`` before every call (needed only when the stream changes).
+# ``cudnn.set_stream`` on torch's current stream every call (needed only on a change).
 by_tensor = {Q: q, K: k, V: v, O: o}
 by_uid = {t.get_uid(): data for t, data in by_tensor.items()}
 uids, buffers = list(by_uid), list(by_uid.values())

@@ -3,8 +3,8 @@ Environment, libcudnn and this GPU's ceilings
 =============================================
 
 Before any graph: what is this machine, where does cuDNN come from, and how fast can
-this GPU move bytes and multiply matrices at best? Every later page compares its results
-with the two ceilings measured here, rather than with datasheet numbers.
+this GPU move bytes and multiply matrices at best? Later pages give their results as a
+share of the two ceilings measured here; their floors use the datasheet peaks.
 
 What you will learn:
 
@@ -53,8 +53,8 @@ env
 # With a **cold** L2 (a buffer of twice the L2 size written before every call, outside
 # the timed region) they report what a kernel reading fresh data sees. The sweep shows
 # both, timed the **same way** (one call between two CUDA events, the launch cost
-# subtracted): only the L2's state differs. Where a call is too short to time per call,
-# the harness reports its raw event time as an upper bound and says so.
+# subtracted). A call too short for the subtraction keeps its raw event time (an upper
+# bound, listed in the conclusions), not comparable with the other row at that size.
 import torch
 
 sizes_mib = [1, 4, 16, 64, 256, 1024, 4096]
@@ -130,9 +130,9 @@ matrices.clear()
 torch.cuda.empty_cache()
 
 # %%
-# The two ceilings every other page uses are measured by
-# :func:`~cudnn_guide.measure.ceilings.measure_ceilings`: a 2 GiB copy, and the best of
-# 4096³, 6144³ and 8192³ bf16 matmuls, all with a cold L2.
+# The ceilings other pages use: :func:`~cudnn_guide.measure.ceilings.measure_ceilings`
+# times a 2 GiB copy and takes the best of 4096³, 6144³ and 8192³ bf16 matmuls, cold L2
+# (its 4096³ is a second, separate run of the sweep's n=4096 point above).
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceilings = measure_ceilings()

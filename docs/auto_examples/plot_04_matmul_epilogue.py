@@ -6,8 +6,8 @@ A transformer MLP's first projection, followed by what FP8 training needs: the o
 absolute maximum (AMAX), to choose the next scaling factor. In eager PyTorch that is six
 kernels (matmul, multiply, add, GELU, absolute value and a max reduction, plus a
 one-element cast), each reading, and all but the last writing, the whole activation. As
-one cuDNN graph the scale, bias and GELU run in the matmul's epilogue and the AMAX is
-reduced on the way out.
+one cuDNN graph, cuDNN can run the scale, bias and GELU in the matmul's epilogue and
+reduce the AMAX on the way out; the timings below say what that buys, and where not.
 
 What you will learn:
 

@@ -271,10 +271,10 @@ plans_dir.cleanup()
 # %%
 # Conclusions
 # -----------
-# Computed from the fresh-process runs above when the page is recorded. "Time to first
-# result" starts after the CUDA context and cuDNN handle exist; each ratio is given both
-# without them and with them (``context_s``, measured in each fresh process, added to
-# each run).
+# Computed from the fresh-process runs above. "Time to first result" starts after the
+# CUDA context and cuDNN handle exist; each ratio is given without and with them
+# (``context_s``, added to each run). Every plan-from-disk run has the warm JIT cache:
+# a plan shipped to a fresh machine and loaded with a cold one is not measured here.
 from cudnn_guide.report.prose import Prose
 
 first = {

@@ -94,11 +94,11 @@ for batch in (8, 16):
 # Measuring build times in four fresh processes
 # ---------------------------------------------
 # First the lesson's two outputs join the page's record as checks (relative L2 error).
-# :func:`cudnn_guide.studies.dynamic_shapes.run_fresh_sequence` builds the same graph,
-# as above, for each batch size in order, checks each output against PyTorch (a failed
-# check stops the page), and times each build and each execution. Each run gets a new
-# interpreter; the four are started together and import torch before the first run
-# (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`).
+# :func:`cudnn_guide.studies.dynamic_shapes.run_fresh_sequence` builds the same graph
+# for each batch size in order, checks each output against PyTorch (a failed check
+# stops the page), and times each build and execution. Each run is a new interpreter
+# (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`), run in the order below;
+# all four and the lesson share one CUDA JIT disk cache, not reset between runs.
 from cudnn_guide import check
 from cudnn_guide.studies import dynamic_shapes, fresh_process
 
@@ -184,9 +184,9 @@ html_table(pd.DataFrame(table), precision=1)
 # %%
 # Conclusions
 # -----------
-# "Later builds" are every build after the first of its process; the build-order effect,
-# too, compares only later builds (batch sizes that come first in neither order).
-# Computed from the runs above when the page is recorded.
+# "Later builds" are every build after the first of its process; the build-order effect
+# compares only later builds. The descending runs ran after the ascending ones on the
+# same JIT disk cache: these data do not separate build order from run order.
 from cudnn_guide.report.prose import Prose
 
 

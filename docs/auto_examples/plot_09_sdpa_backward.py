@@ -165,8 +165,8 @@ del q32, k32, v32, ref
 # PyTorch computes the same step through autograd: ``scaled_dot_product_attention``
 # forward, then ``backward(d_o)``. ``sdpa_kernel`` pins one backend at a time; gradients
 # are reset to ``None`` before each step so no step pays for accumulating into the
-# previous one's. Each backend is named for what it runs: on this torch, SDPA's flash
-# backend is FlashAttention-2.
+# previous one's. On this torch the flash backend is FlashAttention-2; the cuDNN backend
+# calls cuDNN's own fused kernels, so a tie with it is expected, not a rival's result.
 from cudnn_guide.measure import baselines
 
 NAMES = {
@@ -376,7 +376,7 @@ html_table(pd.DataFrame(result.verdicts()), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# Computed from the measurements above when the page is recorded.
+# Computed from the measurements above; the verdicts compare GPU time, not host time.
 from cudnn_guide.report.prose import Prose
 
 peak_s = max(seqs, key=lambda s: result.comparisons[s].measurements[CAND].tflops)

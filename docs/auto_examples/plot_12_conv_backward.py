@@ -211,8 +211,8 @@ ComparisonTable(
 )
 
 # %%
-# Plot
-# ----
+# Measuring, as a plot
+# --------------------
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_bars

@@ -251,7 +251,7 @@ zero_len_poison_left = eo[2].isnan().float().mean().item()
 #   the kernel is not told the lengths and computes every padded tile.
 # * **PyTorch nested tensors**: ``scaled_dot_product_attention`` on jagged nested
 #   tensors.
-# * **PyTorch varlen_attn** (``torch.nn.attention.varlen``), if this torch has it.
+# * **PyTorch varlen_attn** (``torch.nn.attention.varlen``, FlashAttention-2 inside).
 # * **FlexAttention** (compiled) with a document mask over the packed tokens.
 # * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with
 #   the same ``cu_seqlens`` (int32), if it is installed.
@@ -479,9 +479,9 @@ html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# Computed from the comparisons above when the page is recorded. Had the padding mask
-# made the kernel skip every padded tile, the padded graph would take the packed
-# graph's time; had it skipped none, about the padded work's ratio of it.
+# Computed from the comparisons above (GPU time only). Had the padding mask made the
+# kernel skip every padded tile, the padded graph would take the packed graph's time;
+# had it skipped none, about the padded work's ratio of it (time linear in FLOPs).
 from cudnn_guide.report.prose import Prose
 
 padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2

@@ -353,10 +353,10 @@ plt.show()
 # Measuring the host side: a loop of calls
 # ----------------------------------------
 # The verdicts above are GPU time per call. A loop of calls is bound by the longer of
-# the GPU time and the host time each call keeps the CPU busy. Each contender's host µs
-# per call was measured in its first round above. A second race times loops of ``LOOP``
-# back-to-back calls with GPU events around the whole loop, so any gap while the GPU
-# waits for the host counts (L2 hot, as in a serving loop; no launch-cost subtraction).
+# the GPU time and the host time per call. The host µs per call is from the first round
+# above, one call after a synchronize, and can exceed what a call costs inside a loop:
+# the loop race decides. It times loops of ``LOOP`` calls with GPU events around the
+# whole loop, so any GPU wait on the host counts (L2 hot; no launch-cost subtraction).
 LOOP = 10
 loops, host_rows = {}, []
 for mask, contenders in races.items():

@@ -232,9 +232,9 @@ if FA4_STEP in steps:
 # %%
 # Measuring dropout
 # -----------------
-# Dropout at a training shape, 4 × 2048 tokens, 16 heads of 128, so that the kernel runs
-# long enough for launch overhead not to matter. Seed and offset are int64 1×1×1×1
-# tensors on the GPU. The forward also writes the softmax statistics.
+# Dropout at a training shape, 4 × 2048 tokens, 16 heads of 128, no mask (not causal),
+# so that the kernel runs long enough for launch overhead not to matter; forward only.
+# Seed and offset are int64 1×1×1×1 tensors on the GPU. It also writes the statistics.
 from cudnn_guide.graphs import attention_inputs
 
 B, H, S, D, P = 4, 16, 2048, 128, 0.1

@@ -3,7 +3,7 @@ cuDNN against FlashAttention-4 at NVIDIA's Llama 3.1 shapes
 ===========================================================
 
 NVIDIA publishes its own H200 comparison of cuDNN and FlashAttention-4 (cudnn-frontend's
-``benchmark/attention_training``): Llama 3.1 405B attention, batch 2, 64 query heads,
+``benchmark/attention_training``): the heads of Llama 3.1 70B, batch 2, 64 query heads,
 8 key/value heads, head dim 128, 2k to 32k tokens, causal and not, forward and backward.
 This page builds that layer with the frontend, runs the same tensors through
 FlashAttention-4, checks both against PyTorch, and then re-measures every one of the
@@ -91,9 +91,9 @@ del ref
 # Measuring against FlashAttention-4: the training pair, checked
 # --------------------------------------------------------------
 # NVIDIA's table times the forward with statistics (what training runs) and the
-# backward. Both graphs are built for any mask; at the lesson's shape each output is
-# filled with NaN first, then checked against fp32 PyTorch autograd by relative norm,
-# before anything is timed.
+# backward. Both graphs are built for any mask; the causal pair at the lesson's shape
+# is filled with NaN, then checked against fp32 PyTorch autograd by relative norm,
+# before anything is timed (the unmasked pairs below are timed without a check).
 import torch.nn.functional as F
 
 from cudnn_guide import check
@@ -222,9 +222,9 @@ print(f"torch {torch.__version__} SDPA routed to FA4: {torch_route}")
 # Measuring the vendor's shapes
 # -----------------------------
 # Every bf16 row of NVIDIA's table: 2k to 32k tokens, causal and not, forward and
-# backward. Each pair is timed in interleaved rounds on the GPU clock (kernel time, as
-# the vendor's CUPTI timing is), with cold L2, and judged against the run's tie band.
-# A call at 32k tokens takes 50-300 ms, so there each round times 3 calls per
+# backward. Each pair is timed in interleaved rounds with CUDA events (GPU time, close
+# to the vendor's CUPTI kernel time), cold L2, and judged against the run's tie band.
+# A call at 32k tokens takes about 50-320 ms, so there each round times 3 calls per
 # contender instead of 5; from 16k tokens on, the host cost is sampled from 2 calls.
 from functools import partial
 
@@ -501,7 +501,7 @@ html_table(pd.DataFrame(first_rows))
 # %%
 # Conclusions
 # -----------
-# Computed from the rows above when the page is recorded.
+# Computed from the rows above; clock and power-cap warnings are in Measurement notes.
 from cudnn_guide.report.prose import Prose
 
 

@@ -28,6 +28,9 @@ def test_skip_page_is_healthy_and_says_why(tmp_path, root):
     assert "skipped: needs SM 8.0 or newer (cuDNN fused attention)" in text
     assert "Tesla T4 (SM 7.5)" in text
     assert "What you will learn:" in text and "diagonal_band_right_bound=0" in text  # the topic is still explained
+    first = text.index(".. literalinclude:: plot_05_sdpa_causal.py")  # and its code is shown, not run
+    start = int(text[first:].split(":lines: ")[1].split("-")[0])
+    assert src.read_text().splitlines()[start - 1 :][0].strip() in ("", "# %%")
     assert (gal / "images" / "thumb" / "sphx_glr_plot_05_sdpa_causal_thumb.png").stat().st_size > 1000
     with zipfile.ZipFile(gal / "plot_05_sdpa_causal.zip") as z:  # the zipped download holds today's script
         assert z.read("plot_05_sdpa_causal.py") == src.read_bytes() and "plot_05_sdpa_causal.ipynb" in z.namelist()

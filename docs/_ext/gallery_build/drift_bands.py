@@ -438,6 +438,8 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
             r = for_label(bands, page, h["measurement"])
         else:
             r = for_headline(bands, page, h["name"])
+        if h.get("interval") and h["interval"] != WIDENED:  # what the page's own interval was (min–max, ...)
+            h["run_interval"] = h["interval"]
         h.update(run_low=float(low), run_high=float(high), drift=r, interval=WIDENED)
         h.update(low=float(low) * math.exp(-r), high=float(high) * math.exp(r))
         if h.get("kind") == "comparison" and "verdict" in h and "tie_band" in h:

@@ -17,7 +17,7 @@ from typing import Any
 
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import drift_bands, skip_pages
+from . import drift_bands, skip_pages, wheel
 from .manifest import write_manifest
 from .page_checks import DATA_PAGES, data_digest, read_record, recorded_page_problems, validate_data
 from .schema import rst_text
@@ -413,6 +413,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     ...     connect(app, gallery=GALLERY, examples=EXAMPLES, mode='render', started=time.perf_counter())
     """
     gallery_doc = gallery.name
+    root = gallery.parent.parent  # the repository: pyproject.toml and the package
 
     def on_source_read(app: Any, docname: str, source: list[str]) -> None:
         prefix = f"{gallery_doc}/plot_"
@@ -422,6 +423,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             source[0] = _insert_stamp(source[0], stamp_rst(record, stem)) + notes_rst(record)
             if stem != ENVIRONMENT_PAGE:
                 source[0] = fold_environment_table(source[0])
+            source[0] = wheel.install_rst(source[0], wheel.wheel_name(root), depth=docname.count("/"))
             record_path = gallery / f"{stem}{RECORD_SUFFIX}"
             if record_path.exists():  # the stamp and the warnings note come from the record: rebuild when it changes
                 app.env.note_dependency(str(record_path.resolve()))
@@ -455,6 +457,15 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             lines += ["", f".. minigallery:: {name}", "   :add-heading: Examples using this", ""]
 
     def on_finished(app: Any, exc: Exception | None) -> None:
+        if exc is None and app.builder.format == "html" and not partial:  # the wheel the pages' install line names
+            try:
+                built = wheel.build_wheel(root, Path(app.outdir))
+            except RuntimeError as err:
+                from sphinx.errors import ExtensionError
+
+                raise ExtensionError(str(err)) from None
+            for nb in Path(app.outdir, "_downloads").rglob("plot_*.ipynb"):
+                wheel.add_install_cell(nb, built.name)
         if exc is None and mode == "record" and not partial:
             from cudnn_guide import environment
 

@@ -63,7 +63,8 @@ def _figure_problem(path: Path) -> str | None:
 def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, str] | None = None) -> list[str]:
     """Every way a recorded example page falls short; empty when all are healthy.
 
-    Checked per page: the page, its captured output, at least one figure (and that every figure
+    Checked per page: the page, its captured output, its rendered conclusions (a
+    :class:`~cudnn_guide.report.prose.Prose`), at least one figure (and that every figure
     and thumbnail decodes), a non-zero run time, its run-time file (``.cost.json``), its JSON
     record, that the record names this page (not another), and that its checks passed.
 
@@ -114,6 +115,11 @@ def recorded_page_problems(gallery: Path, examples: Path, exceptions: dict[str, 
             continue  # a skipped page has no output, figure or checks by design
         if "sphx-glr-script-out" not in text:
             problems.append(f"{stem}: the recorded page has no captured output")
+        if 'class="guide-prose"' not in text:  # Prose must be the last expression of its cell to render
+            problems.append(
+                f"{stem}: the recorded page renders no conclusions (make the Prose object its cell's last "
+                "expression, after any sphinx_gallery_start_ignore block, and re-record)"
+            )
         if not [f for f in figures if "thumb" not in f.parts]:
             problems.append(f"{stem}: the recorded page has no figure")
         m = _RUNTIME.search(text)

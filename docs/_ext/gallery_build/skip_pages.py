@@ -146,6 +146,7 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
         f"   This page was not run on {gpu}, which lacks what it needs; it shows no numbers. "
         f"Rebuild on a GPU that has it to record the page.\n\n"
         f"{explanation}"
+        f"{_code_section(example)}"
         f":download:`Download the script <{example.name}>`\n"
     )
     (gallery_dir / f"{stem}.rst").write_text(page, encoding="utf-8")
@@ -175,6 +176,21 @@ def write_skip_page(example: Path, gallery_dir: Path, needs: list[str], environm
     rec = Record(stem, title=title, environment=environment)
     rec.extra["skipped"] = f"needs {reason}"
     rec.write(gallery_dir)
+
+
+def _code_section(example: Path) -> str:
+    """The page's code after its docstring, shown (not run) so that a skipped page still teaches it."""
+    import ast
+
+    source = example.read_text(encoding="utf-8")
+    body = ast.parse(source).body
+    first = body[0].end_lineno + 1 if body and isinstance(body[0], ast.Expr) else 1
+    if first > len(source.splitlines()):
+        return ""
+    return (
+        "The code\n--------\n\nWhat the page runs on a GPU that has what it needs (not run here):\n\n"
+        f".. literalinclude:: {example.name}\n   :language: python\n   :lines: {first}-\n\n"
+    )
 
 
 def _docstring_body(doc: str, title: str) -> str:
