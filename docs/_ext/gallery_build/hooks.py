@@ -423,7 +423,8 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             source[0] = _insert_stamp(source[0], stamp_rst(record, stem)) + notes_rst(record)
             if stem != ENVIRONMENT_PAGE:
                 source[0] = fold_environment_table(source[0])
-            source[0] = wheel.install_rst(source[0], wheel.wheel_name(root), depth=docname.count("/"))
+            if not partial and (root / "pyproject.toml").exists():  # the site's pages, not a page's recording
+                source[0] = wheel.install_rst(source[0], wheel.wheel_name(root), depth=docname.count("/"))
             record_path = gallery / f"{stem}{RECORD_SUFFIX}"
             if record_path.exists():  # the stamp and the warnings note come from the record: rebuild when it changes
                 app.env.note_dependency(str(record_path.resolve()))
