@@ -25,7 +25,7 @@ from cudnn_guide import environment
 
 environment.require_sm((8, 0), "cuDNN fused attention")
 env = environment.collect()
-env
+print(env.stamp())
 
 # %%
 # The lesson: one decode graph, every way to launch it

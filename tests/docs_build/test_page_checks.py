@@ -49,3 +49,18 @@ def test_output_a_reader_should_not_see_is_noted_per_page(tmp_path):
         "plot_02_noisy: a table shows 'nan' where a value is missing",
         "plot_02_noisy: a bare number (1.0011987761040242) is printed at the end of the page",
     ]
+
+
+def test_a_page_whose_conclusions_did_not_render_is_refused_unless_it_awaits_a_recording(tmp_path, root):
+    gal = tmp_path / "auto_examples"
+    shutil.copytree(root / "docs" / "auto_examples", gal)
+    stem = "plot_05_sdpa_causal"
+    rst = gal / f"{stem}.rst"
+    rst.write_text(rst.read_text().replace('class="guide-prose"', 'class="something-else"'))
+    problems = page_checks.recorded_page_problems(gal, root / "examples")
+    assert problems == [
+        f"{stem}: the recorded page renders no conclusions (make the Prose object its cell's last expression, "
+        "after any sphinx_gallery_start_ignore block, and re-record)"
+    ]
+    for pending in page_checks.CONCLUSIONS_PENDING:  # each still renders none, and says why it may not
+        assert 'class="guide-prose"' not in (gal / f"{pending}.rst").read_text(), f"{pending} left the list"

@@ -253,3 +253,30 @@ def test_ctrl_c_keeps_the_finished_pages_and_names_the_one_cut_short(tmp_path, r
     out = capsys.readouterr().out
     assert f"cudnn-guide: interrupted: kept {PAGE_A}; not finished: {PAGE_B} (cut short)" in out
     assert "1 of 2 page(s) recorded" in out and f"not recorded: {PAGE_B}" in out
+
+
+def test_a_time_limits_sigterm_keeps_the_pages_a_shard_finished(tmp_path, root, monkeypatch, capsys):
+    """`timeout 300 python -m gallery_build.shards record ...`: the pages done before SIGTERM reach the shard."""
+    from gallery_build import shards
+
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
+
+    def sigterm_during_page_b(example):
+        if example == PAGE_B:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+    monkeypatch.setattr(recording, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(
+        recording, "interpreter_pool", lambda size, env: FakePool(previous, on_run=sigterm_during_page_b)
+    )
+    shard = tmp_path / "shard"
+    previous_handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(RuntimeError, match="recording interrupted"):  # not killed by the signal
+            shards._main(["record", str(shard), PAGE_A, PAGE_B])
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    kept = shards.read_shard(shard)
+    assert PAGE_A in kept.pages, kept.pages  # the shard was written, with the page finished before SIGTERM
+    assert (shard / "auto_examples" / "plot_02_conv_bias_relu.record.json").exists()

@@ -398,14 +398,24 @@ def _recorded_in(gallery_dir: Path) -> dict[str, float]:
     return dict(manifest.get("last_run_seconds", {}))
 
 
-def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
+def stop_on_sigterm() -> None:
+    """Make a time limit's SIGTERM end a recording like Ctrl-C, so the pages it finished are kept.
+
+    Both command lines (``recording`` and ``shards record``) call it first: without it, ``timeout``
+    kills a shard's recording before it writes the shard, and every page it recorded is lost.
+    """
     import signal
-    import sys
 
     def interrupted(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # a time limit's SIGTERM ends the run like Ctrl-C: recorded pages are kept
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+
+
+def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
+    import sys
+
+    stop_on_sigterm()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "restamp":  # a text-only edit: carried into the recorded pages, no GPU
         for name in argv[1:]:

@@ -761,6 +761,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
 
     argv = sys.argv[1:] if argv is None else argv
     root = recording.REPO_ROOT
+    recording.stop_on_sigterm()  # `timeout` ends a shard's recording like Ctrl-C: finished pages are kept
     if argv[:1] == ["merge"]:
         allow = ALLOW_OTHER_ENVIRONMENT in argv
         paths = [Path(p) for p in argv[1:] if p != ALLOW_OTHER_ENVIRONMENT]
