@@ -90,11 +90,13 @@ def site(tmp_path_factory) -> Path:
 
 
 def copy_project(dest: Path) -> Path:
-    """Copy what a docs build reads (docs, examples, the package, tools) into ``dest``; return ``dest``."""
+    """Copy what a docs build reads (docs, examples, the package, tools, pyproject) into ``dest``; return ``dest``."""
     shutil.copytree(ROOT / "docs", dest / "docs", ignore=shutil.ignore_patterns("_build", "generated"))
     shutil.copytree(ROOT / "examples", dest / "examples")
     shutil.copytree(ROOT / "cudnn_guide", dest / "cudnn_guide")
     shutil.copytree(ROOT / "tools", dest / "tools")  # the docs include its scripts (recording at scale)
+    for name in ("pyproject.toml", "README.md"):  # the site builds the package's wheel for its downloads
+        shutil.copy(ROOT / name, dest / name)
     return dest
 
 

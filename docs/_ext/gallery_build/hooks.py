@@ -458,7 +458,8 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             lines += ["", f".. minigallery:: {name}", "   :add-heading: Examples using this", ""]
 
     def on_finished(app: Any, exc: Exception | None) -> None:
-        if exc is None and app.builder.format == "html" and not partial:  # the wheel the pages' install line names
+        # the wheel the pages' install line names (a copy of the docs without the project has neither)
+        if exc is None and app.builder.format == "html" and not partial and (root / "pyproject.toml").exists():
             try:
                 built = wheel.build_wheel(root, Path(app.outdir))
             except RuntimeError as err:

@@ -51,7 +51,7 @@ def install_rst(rst: str, wheel: str, depth: int = 1) -> str:
     """``rst`` with a "to run this page" note inserted above sphinx-gallery's download box.
 
     ``depth`` is how many folders the page sits below the site's root (the wheel is at the root).
-    A page without a download box is returned unchanged.
+    A skipped page gets it above its script download; a page with neither is returned unchanged.
 
     Example
     -------
@@ -59,6 +59,8 @@ def install_rst(rst: str, wheel: str, depth: int = 1) -> str:
     True
     """
     at = rst.find(FOOTER_LABEL)
+    if at < 0:  # a page recorded as skipped has its own download line at the end
+        at = rst.find(":download:`Download the script")
     if at < 0:
         return rst
     link = "../" * depth + wheel
