@@ -17,7 +17,7 @@ from typing import Any
 
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import drift_bands, skip_pages, wheel
+from . import drift_bands, sections, skip_pages, wheel
 from .manifest import write_manifest
 from .page_checks import DATA_PAGES, data_digest, read_record, recorded_page_problems, validate_data
 from .schema import rst_text
@@ -416,6 +416,9 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     root = gallery.parent.parent  # the repository: pyproject.toml and the package
 
     def on_source_read(app: Any, docname: str, source: list[str]) -> None:
+        if docname == f"{gallery_doc}/index":  # the flat grid, in sections (gallery_build.sections)
+            source[0] = sections.group_index(source[0])
+            return
         prefix = f"{gallery_doc}/plot_"
         if docname.startswith(prefix):
             stem = docname.split("/", 1)[1]
