@@ -14,3 +14,27 @@ document.addEventListener("DOMContentLoaded", () => {
     details.append(summary, table);
   });
 });
+
+// Each cuDNN Frontend name in a page's code (`cudnn.pygraph`, `g.sdpa`, `O.set_output`) links to
+// its row in the frontend API index, which lists the pages that use it. The names and row ids
+// come from the build (_static/frontend-names.json); without them the code stays as it is.
+document.addEventListener("DOMContentLoaded", () => {
+  if (!/\/auto_examples\/plot_/.test(window.location.pathname)) return;
+  const root = document.documentElement.dataset.content_root || "../";
+  fetch(`${root}_static/frontend-names.json`)
+    .then((r) => (r.ok ? r.json() : {}))
+    .then((ids) => {
+      document.querySelectorAll("div.highlight-Python pre span.n, div.highlight-python pre span.n, div.highlight-Python pre span.nf").forEach((span) => {
+        const dot = span.previousElementSibling;
+        const id = ids[span.textContent];
+        if (!id || !dot || dot.textContent !== "." || span.closest("a")) return;
+        const a = document.createElement("a");
+        a.className = "cg-fe";
+        a.href = `${root}frontend_api.html#${id}`;
+        a.title = "cuDNN Frontend API index: the pages that use it";
+        span.replaceWith(a);
+        a.append(span);
+      });
+    })
+    .catch(() => {});
+});

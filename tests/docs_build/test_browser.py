@@ -274,3 +274,18 @@ def test_no_code_or_output_block_scrolls_sideways_on_any_page(browser, server, s
     finally:
         browser.set_window_size(1280, 1000)
     assert not problems, "\n".join(problems[:30]) + (f"\n... {len(problems)} in all" if len(problems) > 30 else "")
+
+
+def test_frontend_names_in_a_pages_code_link_to_their_row_in_the_api_index(browser, server):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    links = "return Array.from(document.querySelectorAll('a.cg-fe')).map(a => [a.textContent, a.href])"
+    browser.get(server + "auto_examples/plot_05_sdpa_causal.html")
+    WebDriverWait(browser, 20).until(lambda d: d.execute_script(links))
+    found = dict(browser.execute_script(links))
+    for name in ("pygraph", "sdpa", "set_output", "build_plans", "execute"):
+        assert name in found, f"plot_05's code does not link {name!r} (docs/_static/cudnn-guide.js)"
+    target = found["pygraph"]
+    assert target.endswith("frontend_api.html#fe-pygraph"), target
+    browser.get(target)
+    assert browser.execute_script("return document.getElementById('fe-pygraph') !== null")

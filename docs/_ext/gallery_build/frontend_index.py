@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["frontend_vocabulary", "frontend_index", "api_pages", "page_links", "helper_links"]
+__all__ = ["frontend_vocabulary", "frontend_index", "api_pages", "page_links", "helper_links", "anchor", "code_links"]
 
 # one-word graph methods that also name common torch or Python calls (add, max, relu, ...):
 # counted only when called on something named as a graph (g, graph, fused.built.graph, ...)
@@ -317,3 +317,26 @@ def helper_links(qualnames: Iterable[str], pages: Mapping[str, str], public: Any
             label = f'<a href="{html.escape(pages[module])}.html#{html.escape(qualname)}">{label}</a>'
         out.append(label)
     return ", ".join(out)
+
+
+def anchor(name: str) -> str:
+    """The id of a frontend name's row in the index, which code on the pages links to.
+
+    Example
+    -------
+    >>> anchor("cudnn.pygraph"), anchor("sink_token=")
+    ('fe-pygraph', 'fe-sink_token')
+    """
+    return "fe-" + re.sub(r"[^A-Za-z0-9_]", "", name.removeprefix("cudnn."))
+
+
+def code_links(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Name as it stands in code after a dot (``pygraph``, ``sdpa``, ``set_output``) → its row's id, for
+    the pages' code links (``_static/cudnn-guide.js``); options (``name=``) are not linked.
+
+    Example
+    -------
+    >>> code_links([{"name": "cudnn.pygraph", "kind": "module"}, {"name": "bias=", "kind": "option"}])
+    {'pygraph': 'fe-pygraph'}
+    """
+    return {r["name"].removeprefix("cudnn."): anchor(r["name"]) for r in rows if r["kind"] != "option"}

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import time
 from pathlib import Path
@@ -471,6 +472,11 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
                 raise ExtensionError(str(err)) from None
             for nb in Path(app.outdir, "_downloads").rglob("plot_*.ipynb"):
                 wheel.add_install_cell(nb, built.name)
+        if exc is None and app.builder.format == "html" and not partial:  # code → frontend index rows
+            from .frontend_index import code_links, frontend_index
+
+            links = code_links(frontend_index(root))
+            Path(app.outdir, "_static", "frontend-names.json").write_text(json.dumps(links), encoding="utf-8")
         if exc is None and mode == "record" and not partial:
             from cudnn_guide import environment
 
