@@ -148,8 +148,8 @@ def test_every_footer_names_the_site_commit_and_the_recording_commit(site, root)
 def test_a_search_for_a_frontend_call_finds_the_frontend_index_and_its_pages(site):
     page = (site / "frontend_api.html").read_text()
     for name in ("sdpa_backward", "conv_dgrad", "deserialize", "execute_plan_at_index", "create_kernel_cache"):
-        assert f"<code>{name}</code>" in page or f"<code>cudnn.{name}</code>" in page, name
-    row = re.search(r"<code>sdpa_backward</code>.*?</tr>", page, re.S).group(0)
+        assert re.search(rf'<code id="fe-{name}">(cudnn\.)?{name}</code>', page), name  # its row, with its id
+    row = re.search(r'<code id="fe-sdpa_backward">sdpa_backward</code>.*?</tr>', page, re.S).group(0)
     assert 'href="auto_examples/plot_09_sdpa_backward.html">09 · Attention for training' in row  # number and title
     assert re.search(r'href="api/graphs\.html#cudnn_guide\.graphs\.attention\.sdpa_backward_graph"', row)
     index = (site / "searchindex.js").read_text()
