@@ -34,3 +34,18 @@ def test_a_lesson_is_the_code_before_the_measuring_cell():
     src = lesson.lesson_source(ROOT / "examples" / "plot_05_sdpa_causal.py")
     assert src is not None and "pygraph(" in src and "# Measuring" not in src
     compile(src, "lesson", "exec")
+
+
+@pytest.mark.parametrize(
+    "line, counts",
+    [
+        ("Y = g.relu(input=biased)", True),
+        ("ws = torch.empty(g.get_workspace_size(), device='cuda')", True),
+        ("g = cudnn.pygraph(handle=handle)", True),
+        ("ref = torch.relu(ref)", False),
+        ("ref = F.relu(x)", False),
+        ("y = x.float()", False),
+    ],
+)
+def test_a_frontend_call_is_a_graphs_method_not_torchs_of_the_same_name(line, counts):
+    assert bool(lesson.FRONTEND_CALL.search(line)) is counts

@@ -22,8 +22,8 @@ MIN_SHARE = 0.40
 MAX_LINES = 80
 WIDTH = 88
 
-FRONTEND_CALL = re.compile(
-    r"\bcudnn\.|\.(tensor|tensor_like|sdpa|sdpa_backward|sdpa_fp8|conv_fprop|conv_dgrad|conv_wgrad|matmul|"
+FRONTEND_CALL = re.compile(  # a graph's own methods; torch's of the same name (torch.relu, F.relu) do not count
+    r"\bcudnn\.|(?<!torch)(?<!\bF)\.(tensor|tensor_like|sdpa|sdpa_backward|sdpa_fp8|conv_fprop|conv_dgrad|conv_wgrad|matmul|"
     r"pointwise|layernorm|rmsnorm|batchnorm|batchnorm_inference|batchnorm_backward|relu|add|mul|bias|"
     r"reduction|set_output|set_dim|set_stride|set_data_type|set_uid|set_name|validate|"
     r"build_operation_graph|create_execution_plans|check_support|build_plans|build|execute|"
