@@ -42,10 +42,10 @@ env
 # ----------------------------------------
 # C = A · Wᵀ, with the activations A (M×K) and the weights W (N×K, as a checkpoint
 # stores them) in MXFP8: E4M3 values and one E8M0 scale (a byte, 127 + the exponent)
-# per 32 values along K. ``to_mxfp8`` picks each block's power of two so that its
-# largest value lands at or below E4M3's largest, 448. The tensor cores read the scales
-# in cuDNN's ``F8_128x4`` order (tiles of 128 rows × 4 scales, each stored as 32 × 16
-# bytes), which ``swizzle`` lays out.
+# per 32 values along K. ``to_mxfp8`` picks each block's power of two as OCP MX does:
+# its largest value lands in [256, 512) and saturates at E4M3's largest, 448. The scales
+# are read in cuDNN's ``F8_128x4`` order (tiles of 128 rows × 4 scales, 32 × 16 bytes
+# each), which ``swizzle`` lays out.
 import cudnn
 import torch
 
