@@ -38,3 +38,15 @@ document.addEventListener("DOMContentLoaded", () => {
     })
     .catch(() => {});
 });
+
+// On a phone, a multi-panel figure shrunk to the screen cannot be read: each gallery figure
+// sits in its own box that scrolls sideways, at a readable width (CSS: .cg-figure).
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("img.sphx-glr-single-img, img.sphx-glr-multi-img").forEach((img) => {
+    if (img.parentElement.classList.contains("cg-figure")) return;
+    const box = document.createElement("div");
+    box.className = "cg-figure";
+    img.parentNode.insertBefore(box, img);
+    box.append(img);
+  });
+});

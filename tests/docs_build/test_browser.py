@@ -289,3 +289,21 @@ def test_frontend_names_in_a_pages_code_link_to_their_row_in_the_api_index(brows
     assert target.endswith("frontend_api.html#fe-pygraph"), target
     browser.get(target)
     assert browser.execute_script("return document.getElementById('fe-pygraph') !== null")
+
+
+def test_on_a_phone_each_figure_keeps_a_readable_width_in_a_box_that_scrolls(browser, server):
+    figures = (
+        "return Array.from(document.querySelectorAll('img.sphx-glr-single-img, img.sphx-glr-multi-img'))"
+        ".map(i => [i.parentElement.className, Math.round(i.getBoundingClientRect().width)])"
+    )
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        browser.set_window_size(390, 844)
+        browser.get(server + "auto_examples/plot_16_gqa_mqa.html")
+        shown = WebDriverWait(browser, 20).until(lambda d: d.execute_script(figures))
+    finally:
+        browser.set_window_size(1280, 1000)
+    assert shown, "plot_16 shows no figure"
+    for box, width in shown:
+        assert box == "cg-figure" and width >= 600, (box, width)  # not shrunk to 358 px (cudnn-guide.js/.css)
