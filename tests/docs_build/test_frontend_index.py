@@ -139,3 +139,14 @@ def test_every_linked_helper_is_documented_on_its_page(index, root):
         assert page == pages[module] + ".html" and public(module, name), link
         entry = f".. automodule:: {module}\n"
         assert entry in (root / "docs" / f"{pages[module]}.md").read_text(), f"{link}: no {entry!r} on that page"
+
+
+def test_a_frontend_name_is_described_from_the_installed_frontends_own_docstring():
+    from gallery_build.frontend_index import describe
+
+    line, url = describe("set_output", "tensor method")
+    assert line.startswith("Mark this tensor as an output") and url.endswith("/python/cudnn/graph_types.py")
+    assert describe("cudnn.heur_mode", "module")[0].startswith("Enumeration: A, B, FALLBACK")
+    assert describe("cudnn.cudnnGraphNotSupportedError", "module") == ("", "")  # only Exception's docstring
+    assert describe("bias=", "option") == ("", "")
+    assert describe("not_a_frontend_name", "graph method") == ("", "")

@@ -18,7 +18,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["frontend_vocabulary", "frontend_index", "api_pages", "page_links", "helper_links", "anchor", "code_links"]
+__all__ = [
+    "frontend_vocabulary",
+    "frontend_index",
+    "api_pages",
+    "page_links",
+    "helper_links",
+    "anchor",
+    "code_links",
+    "describe",
+]
 
 # one-word graph methods that also name common torch or Python calls (add, max, relu, ...):
 # counted only when called on something named as a graph (g, graph, fused.built.graph, ...)
@@ -340,3 +349,44 @@ def code_links(rows: list[dict[str, Any]]) -> dict[str, str]:
     {'pygraph': 'fe-pygraph'}
     """
     return {r["name"].removeprefix("cudnn."): anchor(r["name"]) for r in rows if r["kind"] != "option"}
+
+
+SOURCE = "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/"
+"""Where the frontend's Python sources live (the main branch: file paths, not line numbers)."""
+
+
+def describe(name: str, kind: str) -> tuple[str, str]:
+    """One line on what a frontend name does, from the installed frontend's own docstring, and a
+    link to the file that defines it in NVIDIA's repository (``("", "")`` when either is unknown).
+
+    Example
+    -------
+    >>> describe("set_output", "tensor method")[0]
+    'Mark this tensor as an output (non-virtual) or intermediate (virtual).'
+    """
+    try:
+        import cudnn
+        from cudnn import _pygraph
+    except ImportError:
+        return "", ""
+    if kind == "option":
+        return "", ""
+    owner = {"graph method": _pygraph.pygraph, "tensor method": getattr(_pygraph, "Tensor", None)}.get(kind, cudnn)
+    obj = getattr(owner, name.removeprefix("cudnn."), None)
+    if obj is None:
+        return "", ""
+    import enum
+
+    members = getattr(obj, "__members__", None)
+    if isinstance(obj, type) and (issubclass(obj, enum.Enum) or members):  # an enumeration: name its values
+        values = list(members or {})
+        return f"Enumeration: {', '.join(values[:6])}{', …' if len(values) > 6 else ''}.", ""
+    text = inspect.getdoc(obj) or ""
+    if isinstance(obj, type) and len(obj.__mro__) > 1 and text == inspect.getdoc(obj.__mro__[1]):
+        text = ""  # only its base class's docstring (an exception's "Common base class ...")
+    doc = re.sub(r":\w+:`~?([^`]*)`", r"\1", " ".join(text.split("\n\n")[0].split())).replace("``", "")
+    line = doc.split(". ")[0].rstrip(".") + "." if doc and not re.match(r"^\w+\(", doc) else ""
+    module = inspect.getmodule(obj)
+    path = getattr(module, "__file__", "") or ""
+    url = SOURCE + "cudnn/" + path.split("/cudnn/", 1)[1] if "/cudnn/" in path and path.endswith(".py") else ""
+    return line, url
