@@ -232,3 +232,15 @@ def test_records_read_for_the_home_page_are_checked_first(tmp_path):
     (tmp_path / "plot_01_x.record.json").write_text('{"headlines": [')
     with pytest.raises(CorruptDataError, match="plot_01_x.record.json"):
         read_records(tmp_path)
+
+
+def test_the_site_answer_says_how_many_ties_are_with_cudnn_itself_through_pytorch():
+    rows = [
+        dict(_row("implementation", "tie"), baseline="PyTorch SDPA, cuDNN backend, d=64"),
+        dict(_row("implementation", "tie"), baseline="torch.cudnn_convolution_relu"),
+        dict(_row("implementation", "tie"), baseline="FlashAttention-4 (flash-attn-4 4.0.0b36)"),
+        dict(_row("implementation", "slower", 0.9), baseline="PyTorch SDPA, cuDNN backend"),  # not a tie
+    ]
+    answer = site_answer(rows)
+    assert "2 of the ties are with cuDNN itself, called through PyTorch" in answer, answer
+    assert "ties are with cuDNN itself" not in site_answer(rows[2:])

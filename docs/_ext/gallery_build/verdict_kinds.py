@@ -28,6 +28,7 @@ from typing import Any
 from .schema import check_record, validate_file
 
 __all__ = [
+    "cudnn_through_pytorch",
     "KINDS",
     "KIND_TITLES",
     "UnclassifiedComparison",
@@ -295,6 +296,23 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+_THROUGH_PYTORCH = re.compile(
+    r"cuDNN backend|PyTorch cuDNN\b|cudnn_convolution|torch\.ops\.cudnn|cudnn\.benchmark", re.IGNORECASE
+)
+
+
+def cudnn_through_pytorch(baseline: str) -> bool:
+    """Whether a baseline is cuDNN itself, called through PyTorch (SDPA's cuDNN backend, ``torch.cudnn_*``
+    convolutions, ``torch.ops.cudnn``): a tie with it is expected, not a second implementation matched.
+
+    Example
+    -------
+    >>> cudnn_through_pytorch("PyTorch SDPA, cuDNN backend, d=64"), cudnn_through_pytorch("FlashAttention-4")
+    (True, False)
+    """
+    return bool(_THROUGH_PYTORCH.search(baseline))
+
+
 def site_answer(rows: list[Mapping[str, Any]]) -> str:
     """The site's finding in one or two plain-text sentences, computed from :func:`classify`'s rows.
 
@@ -332,6 +350,12 @@ def site_answer(rows: list[Mapping[str, Any]]) -> str:
                 f"({short_label(top['name'], top['title'])})"
             )
         first += "."
+        itself = [r for r in impl if r["verdict"] == "tie" and cudnn_through_pytorch(r.get("baseline") or "")]
+        if itself:
+            first += (
+                f" {len(itself)} of the ties are with cuDNN itself, called through PyTorch "
+                "(its SDPA cuDNN backend or its cuDNN convolutions)."
+            )
     apart = [
         f"{KIND_TITLES[kind]} ({_count(len(kind_rows), 'comparison')})"
         for kind in KINDS[1:]
