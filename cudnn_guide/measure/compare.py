@@ -37,7 +37,7 @@ from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
-__all__ = ["Comparison", "compare", "compare_host", "one_launch_rule"]
+__all__ = ["Comparison", "compare", "compare_host", "compare_loops", "host_bound", "HOST_BOUND", "one_launch_rule"]
 
 _REPEAT = " (repeat)"
 
@@ -65,6 +65,9 @@ class Comparison:
     versus: dict[str, dict[str, Any]]
     tie_band: float
     same_code: dict[str, float] = field(default_factory=dict)
+    wall: Comparison | None = None
+    """The same contenders raced in back-to-back loops (:func:`compare_loops`), wall-clock time per call:
+    set when a contender's host time per call may bound such a loop (:data:`HOST_BOUND`)."""
 
     @property
     def best_baseline(self) -> str:
@@ -83,10 +86,16 @@ class Comparison:
             f"{self.rounds} rounds"
         )
         if s["verdict"] == "tie":
-            return f"a tie with {baseline} ({s['value']:.2f}×, {interval})"
-        if s["verdict"] == "faster":
-            return f"{s['value']:.2f}× faster than {baseline} ({interval})"
-        return f"{1 / s['value']:.2f}× slower than {baseline} (speed-up {s['value']:.2f}×, {interval})"
+            text = f"a tie with {baseline} ({s['value']:.2f}×, {interval})"
+        elif s["verdict"] == "faster":
+            text = f"{s['value']:.2f}× faster than {baseline} ({interval})"
+        else:
+            text = f"{1 / s['value']:.2f}× slower than {baseline} (speed-up {s['value']:.2f}×, {interval})"
+        if self.wall is not None and baseline in self.wall.versus:
+            w = self.wall.versus[baseline]
+            loop = f"{w['verdict']} ({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f})"
+            text += f"; in a back-to-back loop, host time included: {loop}"
+        return text
 
     def __str__(self) -> str:
         """One line per baseline: ``<candidate> vs <baseline>: <describe(baseline)>``."""
@@ -115,6 +124,7 @@ class Comparison:
             "same_code": self.same_code,
             "versus": self.versus,
             "round_medians_ms": self.round_medians_ms,
+            **({"wall": self.wall.to_dict()} if self.wall is not None else {}),
         }
 
 
@@ -151,6 +161,7 @@ def compare(
     params: Mapping[str, Any] | None = None,
     tag: str = "",
     seed: int = 0,
+    wall_clock: bool | None = None,
     **bench_kwargs: Any,
 ) -> Comparison:
     """Time ``contenders`` in interleaved rounds and judge ``candidate`` against each other one, with an interval.
@@ -178,6 +189,10 @@ def compare(
         comparisons of a sweep keep distinct labels in the record and the history.
     seed
         Seed of the round orders and of the bootstrap.
+    wall_clock
+        Also race the contenders in back-to-back loops (:func:`compare_loops`) and keep that verdict
+        in :attr:`Comparison.wall`. ``None`` (default): only when a contender's host time may bound
+        such a loop (:func:`host_bound`).
     bench_kwargs
         More keywords for :func:`~cudnn_guide.measure.bench.benchmark` (``cuda_graph``, ``warmup_ms``, ...).
 
@@ -222,7 +237,115 @@ def compare(
 
     with collector.paused():
         runs = _rounds(contenders, candidate, rounds, seed, time_one)
-    return _judged(one_launch_rule(runs), contenders, candidate, rounds, tag, seed)
+    result = _judged(one_launch_rule(runs), contenders, candidate, rounds, tag, seed)
+    if wall_clock is None:
+        wall_clock = bool(host_bound(result))
+    if wall_clock:
+        result.wall = compare_loops(
+            contenders, candidate=candidate, rounds=max(MIN_ROUNDS, min(rounds, 7)), tag=tag, seed=seed
+        )
+    return result
+
+
+HOST_BOUND = 0.8
+"""A contender whose host time per call reaches this share of its GPU time may bound a loop of calls:
+:func:`compare` then also races the contenders in back-to-back loops (:func:`compare_loops`)."""
+
+
+def host_bound(result: Comparison) -> list[str]:
+    """The contenders of a comparison whose host time per call reaches :data:`HOST_BOUND` of their GPU time.
+
+    Parameters
+    ----------
+    result
+        A :class:`Comparison` whose measurements carry host samples.
+
+    Returns
+    -------
+    list[str]
+        Their names, in the comparison's order; empty when no host time was measured.
+
+    Example
+    -------
+    >>> host_bound(c)  # e.g. ['torch.compile (default)'] when its launch costs more CPU than its kernel GPU
+    """
+    out = []
+    for name, m in result.measurements.items():
+        host = m.host_median_ms
+        if host is not None and m.samples_ms and host >= HOST_BOUND * m.median_ms:
+            out.append(name)
+    return out
+
+
+def _time_loop(fn: Callable[[], Any], calls: int) -> float:
+    """Milliseconds per call of ``calls`` back-to-back calls, from a synchronized start to a synchronized end."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / calls
+
+
+@collector.spending("timing")
+def compare_loops(
+    contenders: Mapping[str, Callable[[], Any]],
+    *,
+    candidate: str,
+    rounds: int = 7,
+    calls: int = 50,
+    loops: int = 3,
+    tag: str = "",
+    seed: int = 0,
+) -> Comparison:
+    """Like :func:`compare`, for the **wall-clock** time per call of a back-to-back loop, host time included.
+
+    What a training or serving loop sees: a path whose host cost exceeds its GPU time bounds the
+    loop by the CPU, which GPU-time verdicts do not show. Each round times every contender (and
+    the candidate twice) in a shuffled order: ``loops`` loops of ``calls`` calls, each from a
+    synchronized start to a synchronized end. Verdicts as in :func:`compare`.
+
+    Parameters
+    ----------
+    contenders
+        Name → zero-argument launcher (checked beforehand).
+    candidate
+        The path being judged.
+    rounds
+        Rounds (at least :data:`MIN_ROUNDS`).
+    calls
+        Calls per loop.
+    loops
+        Timed loops per contender per round (the samples of its measurement).
+    tag
+        Appended to each measurement's label, after "wall-clock loop".
+    seed
+        Seed of the round orders and of the bootstrap.
+
+    Returns
+    -------
+    Comparison
+        Measurements in mode ``"wall-clock loop"`` (samples: ms per call), speed-ups, verdicts.
+
+    Example
+    -------
+    >>> c = compare_loops({"cuDNN": fused, "torch.compile": compiled}, candidate="cuDNN")
+    >>> print(c.describe())
+    """
+    _check_setup("compare_loops", contenders, candidate, rounds)
+    label = f"wall-clock loop {tag}".strip()
+
+    def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
+        samples = [_time_loop(fn, calls) for _ in range(loops)]
+        return Measurement(f"{name} {label}", samples, "wall-clock loop", params={"impl": name})
+
+    with collector.paused():
+        runs = _rounds(contenders, candidate, rounds, seed, time_one)
+    return _judged(runs, contenders, candidate, rounds, label, seed)
 
 
 RAW_EVENTS_NOTE = (

@@ -147,10 +147,23 @@ class Record:
         """Register the candidate's speed-up over ``baseline`` (default: the best) of a
         :class:`~cudnn_guide.measure.compare.Comparison` as a headline with ``low``, ``high`` and ``verdict``,
         and add the comparison's measurements. The headline names the two measurements whose ratio
-        it is (``candidate_measurement``, ``baseline_measurement``)."""
+        it is (``candidate_measurement``, ``baseline_measurement``), and, when the comparison also raced
+        back-to-back loops (:attr:`~cudnn_guide.measure.compare.Comparison.wall`), that verdict
+        (``wall_value``, ``wall_low``, ``wall_high``, ``wall_verdict``)."""
         baseline = baseline or result.best_baseline
         s = result.versus[baseline]
         self.add(result.measurements.values())
+        wall = getattr(result, "wall", None)  # the same race in back-to-back loops, host time included
+        loop = {}
+        if wall is not None and baseline in wall.versus:
+            w = wall.versus[baseline]
+            self.add(wall.measurements.values())
+            loop = {
+                "wall_value": w["value"],
+                "wall_low": w["low"],
+                "wall_high": w["high"],
+                "wall_verdict": w["verdict"],
+            }
         self.headline(
             name,
             s["value"],
@@ -164,6 +177,7 @@ class Record:
             kind="comparison",
             candidate_measurement=result.measurements[result.candidate].label,
             baseline_measurement=result.measurements[baseline].label,
+            **loop,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -285,3 +285,35 @@ def test_one_launch_cost_rule_applies_to_every_contender(monkeypatch):
         assert compare.RAW_EVENTS_NOTE in m.warnings
     same = {"a": [measurement.Measurement("a", [0.05], "e − launch cost", launch_cost_ms=0.004)]}
     assert compare.one_launch_rule(same) == same  # one rule already held: untouched
+
+
+def test_a_host_bound_contender_brings_a_wall_clock_loop_race_beside_the_gpu_verdict(monkeypatch, tmp_path):
+    """torch.compile with 150 µs of host time for 100 µs of GPU work: faster on the GPU, slower in a loop."""
+
+    def fake(fn, *, label, **kw):
+        gpu, host = (0.120, 0.040) if label.startswith("cudnn") else (0.100, 0.150)
+        return measurement.Measurement(label, [gpu] * 5, "cold-L2 events", host_samples_ms=[host] * 3)
+
+    loops = {"cudnn": 0.121, "compiled": 0.152}  # a loop runs at the larger of host and GPU time
+    monkeypatch.setattr(compare, "benchmark", fake)
+    monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: loops[fn()])
+    c = compare.compare(
+        {"cudnn": lambda: "cudnn", "compiled": lambda: "compiled"}, candidate="cudnn", l2="cold", rounds=5
+    )
+    assert compare.host_bound(c) == ["compiled"]
+    assert c.versus["compiled"]["verdict"] == "slower"  # on GPU time
+    assert c.wall is not None and c.wall.versus["compiled"]["verdict"] == "faster"  # in a loop
+    text = c.describe()
+    assert "slower than compiled" in text and "in a back-to-back loop, host time included: faster (1.26×" in text
+    rec = Record("plot_99_x")
+    rec.comparison("speed-up over compiled", c)
+    h = rec.to_dict()["headlines"][0]
+    assert h["verdict"] == "slower" and h["wall_verdict"] == "faster" and h["wall_low"] <= h["wall_value"]
+    assert any(m["label"] == "compiled wall-clock loop" for m in rec.to_dict()["measurements"])
+
+
+def test_no_loop_race_when_no_contender_is_host_bound(monkeypatch):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: pytest.fail("no loop race was needed"))
+    c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=5)
+    assert c.wall is None and "loop" not in c.describe()
