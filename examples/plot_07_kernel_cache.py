@@ -98,7 +98,8 @@ for batch in (8, 16):
 # for each batch size in order, checks each output against PyTorch (a failed check
 # stops the page), and times each build and execution. Each run is a new interpreter
 # (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`), run in the order below;
-# all four and the lesson share one CUDA JIT disk cache, not reset between runs.
+# each with the CUDA JIT disk cache off (``CUDA_CACHE_DISABLE=1``): no run reuses
+# kernels the lesson or an earlier run compiled: run order cannot pose as build order.
 from cudnn_guide import check
 from cudnn_guide.studies import dynamic_shapes, fresh_process
 
@@ -109,7 +110,12 @@ api_checks = [
 
 batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 runs = {}
-with fresh_process.InterpreterPool(4, preload=dynamic_shapes.PRELOAD) as pool:
+NO_JIT_CACHE = {
+    "CUDA_CACHE_DISABLE": "1"
+}  # no process reuses another's compiled kernels
+with fresh_process.InterpreterPool(
+    4, preload=dynamic_shapes.PRELOAD, env=NO_JIT_CACHE
+) as pool:
     for name, order, use_cache in (
         ("cache, ascending", batches, True),
         ("no cache, ascending", batches, False),
@@ -185,8 +191,8 @@ html_table(pd.DataFrame(table), precision=1)
 # Conclusions
 # -----------
 # "Later builds" are every build after the first of its process; the build-order effect
-# compares only later builds. The descending runs ran after the ascending ones on the
-# same JIT disk cache: these data do not separate build order from run order.
+# compares only later builds. The four runs had the CUDA JIT disk cache off, so a
+# run's builds cannot borrow kernels an earlier run compiled.
 from cudnn_guide.report.prose import Prose
 
 

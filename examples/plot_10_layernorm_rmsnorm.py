@@ -449,8 +449,6 @@ for label in ("LayerNorm", "RMSNorm"):
         f"(eager moves {eager_moves / fused_moves:.2f}× the bytes), and "
         f"{res.describe('torch.compile (default)')}."
     )
-Prose(*items)
-
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 
@@ -463,3 +461,5 @@ for label in ("LayerNorm", "RMSNorm"):
     )
     comparison(f"{label} training step, speed-up over best PyTorch", res)
 # sphinx_gallery_end_ignore
+
+Prose(*items)

@@ -25,7 +25,7 @@ from cudnn_guide import environment
 
 environment.require_sm((8, 0), "cuDNN fused attention")
 env = environment.collect()
-print(env.stamp())
+env
 
 # %%
 # The lesson: one decode graph, every way to launch it

@@ -421,6 +421,14 @@ else:
         f"Against {wall_best}, the two clocks disagree: by GPU time the op is "
         f"{training.describe(wall_best)}; in a loop it is {wall.describe(wall_best)}."
     )
+# sphinx_gallery_start_ignore
+from cudnn_guide.report.records import comparison, headline
+
+comparison("training step: speed-up over best alternative", training)
+comparison("training step, wall-clock loop: speed-up over best alternative", wall)
+headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
+# sphinx_gallery_end_ignore
+
 Prose(
     f"The op traces with {explained.graph_break_count} graph break(s) under "
     "torch.compile(fullgraph=True), replays inside a CUDA graph (both checked above), "
@@ -442,11 +450,3 @@ Prose(
         for n, row in per_step.items()
     ),
 )
-
-# sphinx_gallery_start_ignore
-from cudnn_guide.report.records import comparison, headline
-
-comparison("training step: speed-up over best alternative", training)
-comparison("training step, wall-clock loop: speed-up over best alternative", wall)
-headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
-# sphinx_gallery_end_ignore

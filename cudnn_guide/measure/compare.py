@@ -11,6 +11,11 @@ and the interval of that same-code ratio (which should be 1) shows how far from 
 code can appear under this run's noise. The candidate is ``faster`` or ``slower`` than a
 baseline only when the whole interval lies outside ``1 ± band``; otherwise it is a ``tie``.
 
+**Adaptive rounds.** ``rounds`` is a cap. From :data:`ADAPTIVE_MIN_ROUNDS` rounds on, the
+comparison stops as soon as every baseline's interval is settled (:func:`settled`): wholly
+outside ``1 ± band`` or wholly inside it, and no wider than ±:data:`ADAPTIVE_HALF_WIDTH` of its
+value. An interval that straddles a band edge runs to the cap. ``min_rounds=rounds`` turns this off.
+
 Each contender's host time per call is measured in its first round only (it does not change
 between rounds, and each such call waits for the GPU).
 
@@ -37,9 +42,25 @@ from cudnn_guide.measure.bench import benchmark
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
-__all__ = ["Comparison", "compare", "compare_host", "compare_loops", "host_bound", "HOST_BOUND", "one_launch_rule"]
+__all__ = [
+    "ADAPTIVE_HALF_WIDTH",
+    "ADAPTIVE_MIN_ROUNDS",
+    "settled",
+    "Comparison",
+    "compare",
+    "compare_host",
+    "compare_loops",
+    "host_bound",
+    "HOST_BOUND",
+    "one_launch_rule",
+]
 
 _REPEAT = " (repeat)"
+
+ADAPTIVE_MIN_ROUNDS = 7
+""":func:`compare` may stop after this many rounds (or ``min_rounds``), once every verdict is settled."""
+ADAPTIVE_HALF_WIDTH = 0.05
+"""A settled interval is no wider than ±5% of its value (the site's headline aim is ±15%)."""
 
 
 @dataclass
@@ -65,6 +86,8 @@ class Comparison:
     versus: dict[str, dict[str, Any]]
     tie_band: float
     same_code: dict[str, float] = field(default_factory=dict)
+    rounds_cap: int | None = None
+    """The most rounds the comparison could have run (:func:`compare`'s ``rounds``); ``rounds`` ran."""
     wall: Comparison | None = None
     """The same contenders raced in back-to-back loops (:func:`compare_loops`), wall-clock time per call:
     set when a contender's host time per call may bound such a loop (:data:`HOST_BOUND`)."""
@@ -120,6 +143,7 @@ class Comparison:
         return {
             "candidate": self.candidate,
             "rounds": self.rounds,
+            **({"rounds_cap": self.rounds_cap} if self.rounds_cap is not None else {}),
             "tie_band": self.tie_band,
             "same_code": self.same_code,
             "versus": self.versus,
@@ -155,6 +179,7 @@ def compare(
     candidate: str,
     l2: str,
     rounds: int = 11,
+    min_rounds: int | None = None,
     round_budget_ms: float = 25.0,
     flops: float | None = None,
     bytes: float | None = None,
@@ -175,7 +200,11 @@ def compare(
     l2
         ``"cold"`` or ``"hot"``, as in :func:`~cudnn_guide.measure.bench.benchmark`.
     rounds
-        Rounds; each times every contender (and the candidate twice) in a shuffled order.
+        The most rounds; each times every contender (and the candidate twice) in a shuffled order.
+    min_rounds
+        The fewest rounds (default ``min(rounds, ADAPTIVE_MIN_ROUNDS)``). Between the two, the
+        comparison stops once every verdict is :func:`settled`; ``min_rounds=rounds`` always runs
+        ``rounds``. :attr:`Comparison.rounds` says how many ran, ``rounds_cap`` the cap.
     round_budget_ms
         Timing budget of one contender in one round.
     flops
@@ -235,14 +264,27 @@ def compare(
             **bench_kwargs,
         )
 
+    floor = min(rounds, ADAPTIVE_MIN_ROUNDS) if min_rounds is None else min_rounds
+    if not MIN_ROUNDS <= floor <= rounds:
+        raise BenchmarkError(f"compare: min_rounds={floor} must lie between {MIN_ROUNDS} and rounds={rounds}")
+
+    def enough(runs: dict[str, list[Measurement]]) -> bool:
+        medians = {n: [m.median_ms for m in ms] for n, ms in one_launch_rule(runs).items()}
+        if any(min(ms) <= 0 for ms in medians.values()):
+            return False  # _judged says why
+        band, _, versus = _ratios(medians, contenders, candidate, seed)
+        return all(settled(v, band) for v in versus.values())
+
     with collector.paused():
-        runs = _rounds(contenders, candidate, rounds, seed, time_one)
-    result = _judged(one_launch_rule(runs), contenders, candidate, rounds, tag, seed)
+        runs = _rounds(contenders, candidate, rounds, seed, time_one, floor=floor, enough=enough)
+    done = len(runs[candidate])
+    result = _judged(one_launch_rule(runs), contenders, candidate, done, tag, seed)
+    result.rounds_cap = rounds
     if wall_clock is None:
         wall_clock = bool(host_bound(result))
     if wall_clock:
         result.wall = compare_loops(
-            contenders, candidate=candidate, rounds=max(MIN_ROUNDS, min(rounds, 7)), tag=tag, seed=seed
+            contenders, candidate=candidate, rounds=max(MIN_ROUNDS, min(done, 7)), tag=tag, seed=seed
         )
     return result
 
@@ -401,17 +443,40 @@ def _rounds(
     rounds: int,
     seed: int,
     time_one: Callable[[str, Callable[[], Any]], Measurement],
+    *,
+    floor: int | None = None,
+    enough: Callable[[dict[str, list[Measurement]]], bool] | None = None,
 ) -> dict[str, list[Measurement]]:
-    """Interleaved rounds: each times every contender, and the candidate a second time, in a shuffled order."""
+    """Interleaved rounds: each times every contender, and the candidate a second time, in a shuffled order.
+
+    With ``enough``, stop after any round from ``floor`` on where ``enough(runs)`` holds."""
     names = [*contenders, candidate + _REPEAT]
     runs: dict[str, list[Measurement]] = {n: [] for n in names}
     rng = random.Random(seed)
-    for _ in range(rounds):
+    for done in range(1, rounds + 1):
         order = names[:]
         rng.shuffle(order)
         for name in order:
             runs[name].append(time_one(name, contenders[name.removesuffix(_REPEAT)]))
+        if enough is not None and done >= (floor or rounds) and done < rounds and enough(runs):
+            break
     return runs
+
+
+def settled(speed_up: Mapping[str, float], band: float) -> bool:
+    """Whether one speed-up interval already gives its verdict: wholly outside ``1 ± band`` (faster or
+    slower) or wholly inside it (a tie), and no wider than ±:data:`ADAPTIVE_HALF_WIDTH` of its value.
+
+    Example
+    -------
+    >>> settled({"value": 1.30, "low": 1.27, "high": 1.33}, 0.02)  # faster, ±2.3%
+    True
+    >>> settled({"value": 1.02, "low": 0.99, "high": 1.05}, 0.02)  # astride the band's upper edge
+    False
+    """
+    lo, hi, value = speed_up["low"], speed_up["high"], speed_up["value"]
+    decided = lo > 1 + band or hi < 1 - band or (1 - band <= lo and hi <= 1 + band)
+    return decided and (hi - lo) / 2 <= ADAPTIVE_HALF_WIDTH * value
 
 
 def _check_setup(who: str, contenders: Mapping[str, Any], candidate: str, rounds: int) -> None:
@@ -434,6 +499,24 @@ def _judged(
                 f"compare: {n!r} has a non-positive round median ({min(ms):.3g} ms): too short to "
                 "time per call; use cuda_graph=True"
             )
+    band, same, versus = _ratios(medians, contenders, candidate, seed)
+    pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
+    collector.add_measurements(pooled.values())  # the rounds were timed paused: the record keeps these
+    return Comparison(
+        candidate,
+        rounds,
+        pooled,
+        {n: medians[n] for n in contenders},
+        versus,
+        band,
+        same,
+    )
+
+
+def _ratios(
+    medians: Mapping[str, list[float]], contenders: Mapping[str, Any], candidate: str, seed: int
+) -> tuple[float, dict[str, float], dict[str, dict[str, Any]]]:
+    """The tie band (from the candidate's repeat), the same-code ratio, and each baseline's speed-up and verdict."""
     cand = medians[candidate]
     same = [r / c for c, r in zip(cand, medians[candidate + _REPEAT])]
     same_lo, same_hi = bootstrap_median_ci(same, seed=seed)
@@ -445,17 +528,7 @@ def _judged(
         ratios = [b / c for b, c in zip(medians[name], cand)]
         lo, hi = bootstrap_median_ci(ratios, seed=seed)
         versus[name] = {"value": statistics.median(ratios), "low": lo, "high": hi, "verdict": judge(lo, hi, band)}
-    pooled = {n: _pooled(f"{n} {tag}".strip(), runs[n]) for n in contenders}
-    collector.add_measurements(pooled.values())  # the rounds were timed paused: the record keeps these
-    return Comparison(
-        candidate,
-        rounds,
-        pooled,
-        {n: medians[n] for n in contenders},
-        versus,
-        band,
-        {"value": statistics.median(same), "low": same_lo, "high": same_hi},
-    )
+    return band, {"value": statistics.median(same), "low": same_lo, "high": same_hi}, versus
 
 
 @collector.spending("timing")

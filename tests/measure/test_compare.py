@@ -63,7 +63,9 @@ class _FakeGPU:
 def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     fake = _FakeGPU({"cudnn": 0.080, "torch": 0.100, "twin": 0.1003})
     monkeypatch.setattr(compare, "benchmark", fake)
-    c = compare.compare({"cudnn": None, "torch": None, "twin": None}, candidate="cudnn", l2="cold", rounds=11)
+    c = compare.compare(
+        {"cudnn": None, "torch": None, "twin": None}, candidate="cudnn", l2="cold", rounds=11, min_rounds=11
+    )
     assert len(fake.calls) == 11 * 4  # every contender and the baseline's repeat, each round
     orders = [tuple(fake.calls[i : i + 4]) for i in range(0, len(fake.calls), 4)]
     assert len(set(orders)) > 1  # shuffled per round
@@ -76,6 +78,51 @@ def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     assert text.startswith("1.2") and "faster than torch" in text and "in-run 95% interval" in text
     est = c.estimate("cudnn", "µs")
     assert est["low"] <= est["value"] <= est["high"] and 60 < est["value"] < 100  # 80 µs under a drifting clock
+
+
+def test_a_clear_verdict_stops_early_and_keeps_the_verdict_of_the_full_run(monkeypatch):
+    times = {"cudnn": 0.080, "torch": 0.100, "eager": 0.2}
+    fake = _FakeGPU(times)
+    monkeypatch.setattr(compare, "benchmark", fake)
+    early = compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=15)
+    assert early.rounds == compare.ADAPTIVE_MIN_ROUNDS and early.rounds_cap == 15
+    assert len(fake.calls) == compare.ADAPTIVE_MIN_ROUNDS * 4
+    assert early.to_dict()["rounds_cap"] == 15 and "7 rounds" in early.describe()
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU(times))
+    full = compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=15, min_rounds=15)
+    assert full.rounds == 15
+    for b in ("torch", "eager"):
+        assert early.versus[b]["verdict"] == full.versus[b]["verdict"] == "faster"
+        assert early.versus[b]["low"] <= full.versus[b]["value"] <= early.versus[b]["high"]
+
+
+def test_an_interval_on_the_tie_band_edge_runs_to_the_cap(monkeypatch):
+    seen = []
+
+    def fake(fn, *, label, l2, flops=None, bytes=None, budget_ms, precision, params, **kw):
+        seen.append(label)
+        t = 0.100 if label != "torch" else (0.100, 0.103)[seen.count("torch") % 2]  # 1.00× or 1.03×: astride 1.01
+        return measurement.Measurement(label, [t] * 10, "cold-L2 events", flops, bytes, dict(params))
+
+    monkeypatch.setattr(compare, "benchmark", fake)
+    c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=13)
+    assert c.tie_band == verdicts.MIN_TIE_BAND and c.versus["torch"]["low"] < 1.01 < c.versus["torch"]["high"]
+    assert c.rounds == 13 and len(seen) == 13 * 3
+
+
+@pytest.mark.parametrize("low", [4, 12])
+def test_a_floor_outside_five_to_the_cap_is_refused(monkeypatch, low):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1, "torch": 0.2}))
+    with pytest.raises(BenchmarkError, match="min_rounds"):
+        compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11, min_rounds=low)
+
+
+def test_settled_needs_a_decided_and_narrow_interval():
+    assert compare.settled({"value": 1.30, "low": 1.27, "high": 1.33}, 0.02)  # faster
+    assert compare.settled({"value": 0.70, "low": 0.68, "high": 0.72}, 0.02)  # slower
+    assert compare.settled({"value": 1.00, "low": 0.99, "high": 1.01}, 0.02)  # a tie, wholly in the band
+    assert not compare.settled({"value": 1.02, "low": 0.99, "high": 1.05}, 0.02)  # straddles the band edge
+    assert not compare.settled({"value": 2.0, "low": 1.5, "high": 2.5}, 0.02)  # decided but ±25%
 
 
 def test_host_times_are_taken_in_each_contenders_first_round_only(monkeypatch):
