@@ -29,6 +29,14 @@ FRONTEND_CALL = re.compile(  # a graph's own methods; torch's of the same name (
     r"build_operation_graph|create_execution_plans|check_support|build_plans|build|execute|"
     r"get_workspace_size|serialize|deserialize|execute_plan_at_index)\("
 )
+# The narrower count a reviewer applies (the project's before-stop check): the graph's declaration,
+# build and execution steps only; pointwise ops (g.bias, g.relu, ...) and get_workspace_size do not
+# count. A lesson clears MIN_SHARE by both counts.
+CORE_CALL = re.compile(
+    r"\bcudnn\.|\.(tensor|tensor_like|sdpa|sdpa_backward|conv_fprop|conv_dgrad|conv_wgrad|matmul|"
+    r"pointwise|layernorm|rmsnorm|batchnorm|set_output|set_dim|set_stride|set_data_type|validate|"
+    r"build_operation_graph|create_execution_plans|check_support|build_plans|build|execute)\("
+)
 HELPERS = re.compile(
     r"cudnn_guide\.(graphs|measure|check|report|studies)|from cudnn_guide(\.\w+)* import (?!environment\b)"
 )
@@ -44,6 +52,7 @@ class LessonStats:
     has_measuring: bool
     code_lines: int
     frontend_lines: int
+    core_lines: int
     uses_helpers: bool
     page_lines: int
     wide_lines: int
@@ -51,6 +60,11 @@ class LessonStats:
     @property
     def share(self) -> float:
         return self.frontend_lines / max(self.code_lines, 1)
+
+    @property
+    def core_share(self) -> float:
+        """The share by :data:`CORE_CALL`: building and running steps only, no pointwise ops."""
+        return self.core_lines / max(self.code_lines, 1)
 
     def problems(self) -> list[str]:
         out = []
@@ -65,6 +79,11 @@ class LessonStats:
             out.append(f"lesson has {self.code_lines} code lines (at most {MAX_LINES})")
         if self.share < MIN_SHARE:
             out.append(f"{self.share:.0%} of the lesson's code lines call the frontend (at least {MIN_SHARE:.0%})")
+        elif self.core_share < MIN_SHARE:
+            out.append(
+                f"{self.core_share:.0%} of the lesson's code lines declare, build or run a graph, without "
+                f"pointwise ops (at least {MIN_SHARE:.0%})"
+            )
         if self.uses_helpers:
             out.append("the lesson imports cudnn_guide helpers (only cudnn, torch, numpy)")
         return out
@@ -114,6 +133,7 @@ def lesson_stats(path: str | Path) -> LessonStats:
         has_measuring=cut is not None,
         code_lines=len(code),
         frontend_lines=sum(bool(FRONTEND_CALL.search(line)) for line in code),
+        core_lines=sum(bool(CORE_CALL.search(line)) for line in code),
         uses_helpers=bool(HELPERS.search(text)),
         page_lines=len(lines),
         wide_lines=wide,
@@ -171,7 +191,7 @@ def main(argv: list[str]) -> int:
         failed += bool(problems)
         print(
             f"{s.page}: page {s.page_lines} lines; lesson {s.code_lines} code lines, "
-            f"{s.frontend_lines} call the frontend ({s.share:.0%})"
+            f"{s.frontend_lines} call the frontend ({s.share:.0%}; {s.core_share:.0%} without pointwise ops)"
             + (f"; {'; '.join(problems)}" if problems else "; ok")
         )
     return 1 if failed else 0
