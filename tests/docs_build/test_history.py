@@ -158,6 +158,24 @@ def test_a_change_of_the_examples_code_is_not_a_move_nor_drift(tmp_path):
     assert history.comparable(b, c) is None
 
 
+def test_a_change_of_the_lesson_alone_keeps_two_recordings_comparable_and_says_so():
+    lesson_a = "import torch\nx = torch.ones(2)\ny = x + 1\n"
+    lesson_b = "import torch\ny = torch.ones(2) + 1\n"  # the same lesson, trimmed
+    measuring = "# %%\n# Measuring the add\n# -------------\nt = time_it(y)\n"
+    other = "# %%\n# Measuring the add\n# -------------\nt = time_it(y, rounds=3)\n"
+    b, c, d = _entry("2026-12-01T02", 1.0, 0.0), _entry("2026-12-01T03", 1.01, 0.0), _entry("2026-12-01T04", 1.0, 0.0)
+    for entry, page in ((b, lesson_a + measuring), (c, lesson_b + measuring), (d, lesson_b + other)):
+        entry["code_md5"], entry["measure_md5"] = history.code_digest(page), history.measuring_digest(page)
+    assert b["code_md5"] != c["code_md5"] and history.comparable(b, c) is None and history.lesson_only(b, c)
+    report = history.reproducibility([b, c])
+    assert report["pages"] == 1 and report["lesson_only"] == ["plot_x"]
+    assert "lesson edited, measuring code unchanged: plot_x" in history.format_reproducibility(report)
+    assert history.comparable(c, d).startswith("the example's code changed")  # the measuring code changed
+    assert history.measuring_digest(lesson_a) is None  # a page without a "Measuring" cell: whole-code rule only
+    del b["measure_md5"]
+    assert history.comparable(b, c).startswith("the example's code changed")
+
+
 def test_history_entries_carry_the_digest_of_the_example_copy_that_ran(tmp_path):
     import json
 
@@ -167,7 +185,10 @@ def test_history_entries_carry_the_digest_of_the_example_copy_that_ran(tmp_path)
     assert "code_md5" not in entry  # no copy of the example beside the record
     (tmp_path / "plot_x.py").write_text("x = 1\n")
     (entry,) = history.entries_from_gallery(tmp_path)
-    assert entry["code_md5"] == history.code_digest("x = 1\n")
+    assert entry["code_md5"] == history.code_digest("x = 1\n") and "measure_md5" not in entry
+    (tmp_path / "plot_x.py").write_text("x = 1\n# %%\n# Measuring x\ny = 2\n")
+    (entry,) = history.entries_from_gallery(tmp_path)
+    assert entry["measure_md5"] == history.code_digest("# %%\n# Measuring x\ny = 2\n")
 
 
 def test_every_committed_history_line_carries_its_code_digest():

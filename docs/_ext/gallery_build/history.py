@@ -40,6 +40,7 @@ from typing import Any
 
 from cudnn_guide import datafiles
 from cudnn_guide.report.records import RECORD_SUFFIX
+from gallery_build import lesson
 
 __all__ = [
     "SOFTWARE_KEYS",
@@ -95,6 +96,24 @@ def code_digest(source: str) -> str:
     return hashlib.md5(_canonical(tree).encode()).hexdigest()
 
 
+def measuring_digest(source: str) -> str | None:
+    """:func:`code_digest` of the page's code from its first "Measuring ..." cell on: what produces its
+    numbers. ``None`` for a page without such a cell.
+
+    Two recordings whose examples differ only in the lesson before that cell (the copyable code a
+    reader learns from, checked but not timed) measured the same thing, and are compared.
+
+    Example
+    -------
+    >>> page = "x = 1\n# %%\n# Measuring it\ny = 2\n"
+    >>> measuring_digest(page) == measuring_digest(page.replace("x = 1", "x = 3"))
+    True
+    """
+    lines = source.splitlines()
+    cut = lesson.measuring_cut(lines)
+    return None if cut is None else code_digest("\n".join(lines[cut:]) + "\n")
+
+
 def _canonical(node: Any) -> str:
     """A syntax tree as text: each node's type and its non-empty fields, in order."""
     if isinstance(node, ast.AST):
@@ -106,8 +125,16 @@ def _canonical(node: Any) -> str:
 
 
 def _same_code(prev: dict[str, Any], cur: dict[str, Any]) -> bool:
-    """Whether two entries ran the same example code (:func:`code_digest`); true where either does not say."""
-    return not prev.get("code_md5") or not cur.get("code_md5") or prev["code_md5"] == cur["code_md5"]
+    """Whether two entries ran the same measuring code: the same example (:func:`code_digest`), or one
+    whose only change is its lesson (:func:`measuring_digest`); true where either does not say."""
+    if not prev.get("code_md5") or not cur.get("code_md5") or prev["code_md5"] == cur["code_md5"]:
+        return True
+    return bool(prev.get("measure_md5")) and prev.get("measure_md5") == cur.get("measure_md5")
+
+
+def lesson_only(prev: dict[str, Any], cur: dict[str, Any]) -> bool:
+    """Whether two entries' examples differ in their lesson alone (their measuring code is the same)."""
+    return bool(prev.get("code_md5")) and prev.get("code_md5") != cur.get("code_md5") and _same_code(prev, cur)
 
 
 def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +203,11 @@ def entries_from_gallery(gallery_dir: Path, names: Iterable[str] | None = None) 
             entry = entry_from_record(record)
             source = Path(gallery_dir) / f"{record['example']}.py"  # the copy of the example that ran
             if source.exists():
-                entry["code_md5"] = code_digest(source.read_text(encoding="utf-8"))
+                text = source.read_text(encoding="utf-8")
+                entry["code_md5"] = code_digest(text)
+                measuring = measuring_digest(text)
+                if measuring:
+                    entry["measure_md5"] = measuring
             out.append(entry)
     return out
 
@@ -475,7 +506,8 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
     -------
     dict[str, Any]
         ``pages``, ``measurements``, ``moved``, ``headlines_with_interval``, ``headlines_inside``,
-        ``outside`` (rows), ``verdicts``, ``flipped`` (rows), ``not_compared`` (rows).
+        ``outside`` (rows), ``verdicts``, ``flipped`` (rows), ``not_compared`` (rows), and
+        ``lesson_only``: the examples compared although their lesson changed (the measuring code did not).
 
     Example
     -------
@@ -491,6 +523,7 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
         "verdicts": 0,
         "flipped": [],
         "not_compared": [],
+        "lesson_only": [],
     }
     for example, entries in sorted(by_example(history).items()):
         if len(entries) < 2:
@@ -501,6 +534,8 @@ def reproducibility(history: list[dict[str, Any]]) -> dict[str, Any]:
             out["not_compared"].append({"example": example, "reason": why})
             continue
         out["pages"] += 1
+        if lesson_only(prev, cur):
+            out["lesson_only"].append(example)
         rows = [r for r in compare(prev, cur) if r["same_method"]]
         out["measurements"] += len(rows)
         out["moved"] += [r for r in rows if r["moved"]]
@@ -575,6 +610,8 @@ def format_reproducibility(report: dict[str, Any]) -> str:
     lines += [
         f"  verdict changed: {f['example']} / {f['headline']}: {f['previous']} -> {f['latest']}" for f in r["flipped"]
     ]
+    if r.get("lesson_only"):
+        lines.append(f"  compared, lesson edited, measuring code unchanged: {', '.join(r['lesson_only'])}")
     lines += [f"  not compared: {n['example']}: {n['reason']}" for n in r["not_compared"]]
     return "\n".join(lines)
 

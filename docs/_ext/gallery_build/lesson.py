@@ -114,13 +114,7 @@ def lesson_stats(path: str | Path) -> LessonStats:
     lines = path.read_text(encoding="utf-8").splitlines()
     wide = sum(len(line) > WIDTH for line in lines)
     builds = any("pygraph(" in line for line in lines)
-    cut = None
-    for i, line in enumerate(lines):
-        if line.startswith("# %%"):
-            following = next((m for m in lines[i + 1 : i + 3] if m.strip()), "")
-            if MEASURING.match(following):
-                cut = i
-                break
+    cut = measuring_cut(lines)
     lesson = lines[: cut if cut is not None else len(lines)]
     docs = _docstring_lines("\n".join(lesson))
     code = [
@@ -140,15 +134,21 @@ def lesson_stats(path: str | Path) -> LessonStats:
     )
 
 
-def lesson_source(path: str | Path) -> str | None:
-    """The page's code before its first "Measuring ..." cell (``None`` when it has none)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+def measuring_cut(lines: list[str]) -> int | None:
+    """The index of the line that opens the page's first "Measuring ..." cell (``None`` when it has none)."""
     for i, line in enumerate(lines):
         if line.startswith("# %%"):
             following = next((m for m in lines[i + 1 : i + 3] if m.strip()), "")
             if MEASURING.match(following):
-                return "\n".join(lines[:i]) + "\n"
+                return i
     return None
+
+
+def lesson_source(path: str | Path) -> str | None:
+    """The page's code before its first "Measuring ..." cell (``None`` when it has none)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    cut = measuring_cut(lines)
+    return None if cut is None else "\n".join(lines[:cut]) + "\n"
 
 
 def _run_one(path: str, timeout: float) -> tuple[bool, list[str]]:
