@@ -139,6 +139,22 @@ class Comparison:
         )
         return {**out, "measurement": m.label}
 
+    def added(self, name: str, scale: float = 1e3) -> dict[str, float]:
+        """What ``name`` adds per call over the candidate: the median over rounds of the paired difference
+        of their round medians (``scale`` 1e3: µs), with its bootstrap 95% interval (in-run).
+
+        Paired within each round, the difference sees through the drift between rounds that an
+        unpaired difference of two medians carries.
+
+        Example
+        -------
+        >>> c = compare_host({"raw": raw, "launcher": launcher}, candidate="raw")
+        >>> c.added("launcher")  # {"value": 0.3, "low": -0.2, "high": 0.8}, µs per call
+        """
+        diffs = [scale * (x - c) for x, c in zip(self.round_medians_ms[name], self.round_medians_ms[self.candidate])]
+        low, high = bootstrap_median_ci(diffs)
+        return {"value": statistics.median(diffs), "low": low, "high": high}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "candidate": self.candidate,
@@ -466,6 +482,18 @@ def _rounds(
 def settled(speed_up: Mapping[str, float], band: float) -> bool:
     """Whether one speed-up interval already gives its verdict: wholly outside ``1 ± band`` (faster or
     slower) or wholly inside it (a tie), and no wider than ±:data:`ADAPTIVE_HALF_WIDTH` of its value.
+
+    Parameters
+    ----------
+    speed_up
+        ``{"value", "low", "high"}``: a speed-up and its interval, as in :attr:`Comparison.versus`.
+    band
+        The tie band, as a fraction.
+
+    Returns
+    -------
+    bool
+        ``False`` while more rounds could still change the verdict or narrow a too-wide interval.
 
     Example
     -------

@@ -364,3 +364,16 @@ def test_no_loop_race_when_no_contender_is_host_bound(monkeypatch):
     monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: pytest.fail("no loop race was needed"))
     c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=5)
     assert c.wall is None and "loop" not in c.describe()
+
+
+def test_what_a_contender_adds_is_the_paired_difference_of_round_medians_with_its_interval():
+    c = compare.Comparison(
+        "raw",
+        5,
+        {},
+        {"raw": [0.010, 0.020, 0.010, 0.020, 0.010], "wrap": [0.0103, 0.0203, 0.0103, 0.0203, 0.0103]},
+        {},
+        0.01,
+    )
+    added = c.added("wrap")  # µs: the drift between rounds (10 ↔ 20 µs) cancels in each pair
+    assert added["value"] == pytest.approx(0.3) and added["low"] == pytest.approx(0.3) == added["high"]
