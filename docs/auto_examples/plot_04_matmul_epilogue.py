@@ -69,13 +69,7 @@ def matmul_epilogue(a, b, bias, y, amax, alpha):
     A = g.tensor_like(a, name="a")
     B = g.tensor_like(b, name="b")
     BIAS = g.tensor_like(bias, name="bias")
-    ALPHA = g.tensor(
-        name="alpha",
-        dim=[1, 1, 1],
-        stride=[1, 1, 1],
-        is_pass_by_value=True,
-        data_type=FLOAT,
-    )
+    ALPHA = g.tensor(name="alpha", dim=[1] * 3, is_pass_by_value=True, data_type=FLOAT)
     mm = g.matmul(A, B, compute_data_type=FLOAT, name="matmul")
     scaled = g.mul(a=mm, b=ALPHA, name="scale")
     biased = g.add(a=scaled, b=BIAS, name="bias")
@@ -103,11 +97,8 @@ g.execute(pack, workspace, handle=handle)
 # %%
 # Check both outputs against the chain computed in float32 (TF32 off by default).
 ref = torch.nn.functional.gelu(torch.matmul(a.float(), b.float()) * 0.5 + bias.float())
-ref_amax = ref.abs().amax().reshape(1, 1, 1)
 torch.testing.assert_close(y.float(), ref, atol=5e-2, rtol=2e-2)
-torch.testing.assert_close(amax, ref_amax, atol=0.0, rtol=1e-2)
-print(f"max abs error of y: {(y.float() - ref).abs().max().item():.3g}")
-print(f"amax: cuDNN {amax.item():.5f}, float32 PyTorch {ref_amax.item():.5f}")
+torch.testing.assert_close(amax, ref.abs().amax().view(1, 1, 1), atol=0.0, rtol=1e-2)
 
 # %%
 # Measuring the fused graph against PyTorch

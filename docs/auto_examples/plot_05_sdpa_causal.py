@@ -42,6 +42,7 @@ env
 # that one is supported, and build it.
 import cudnn
 import torch
+import torch.nn.functional as F
 
 torch.manual_seed(0)
 b, h, s, d = 4, 16, 4096, 128  # batch, heads, tokens, head dim
@@ -56,7 +57,6 @@ def causal_sdpa(q, k, v, o):
     """Declare and build causal attention reading q, k, v and writing o."""
     g = cudnn.pygraph(
         handle=handle,
-        name="sdpa",
         io_data_type=cudnn.data_type.BFLOAT16,
         intermediate_data_type=cudnn.data_type.FLOAT,
         compute_data_type=cudnn.data_type.FLOAT,
@@ -65,7 +65,6 @@ def causal_sdpa(q, k, v, o):
     K = g.tensor_like(k, name="k")
     V = g.tensor_like(v, name="v")
     O, _stats = g.sdpa(
-        name="sdpa",
         q=Q,
         k=K,
         v=V,
@@ -91,11 +90,8 @@ g.execute(pack, workspace, handle=handle)
 print(f"plan {g.get_plan_name_at_index(0)}, workspace {g.get_workspace_size()} B")
 
 # The reference: PyTorch's attention on fp32 copies of the same tensors.
-ref = torch.nn.functional.scaled_dot_product_attention(
-    q.float(), k.float(), v.float(), is_causal=True
-)
+ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
 torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
-print(f"max abs error against fp32 PyTorch: {(o.float() - ref).abs().max().item():.1e}")
 
 # %%
 # Measuring the graph against every backend
@@ -305,12 +301,22 @@ html_table(pd.DataFrame(verdict_rows), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# Computed from the verdicts above; "every contender" includes PyTorch's cuDNN backend.
+# From the verdicts above; PyTorch's cuDNN backend is cuDNN itself: not counted.
 from cudnn_guide.report.prose import Prose
 
 
 def count(verdicts, word):
     return sum(v == word for v in verdicts)
+
+
+def others(cmp):
+    """Verdicts against the other implementations: PyTorch's cuDNN backend calls cuDNN's
+    own fused attention, so a tie with it is expected and it is not counted."""
+    return {n: v["verdict"] for n, v in cmp.versus.items() if "cuDNN backend" not in n}
+
+
+def fastest_other(cmp):
+    return min(others(cmp), key=lambda n: cmp.measurements[n].median_ms)
 
 
 peaks, sentences = {}, []
@@ -319,21 +325,16 @@ for d in dims:
     cmps = sweeps[d].comparisons
     peak_s = max(seqs, key=lambda s: cmps[s].measurements[cand].tflops)
     peaks[d] = (peak_s, cmps[peak_s].estimate(cand, "TFLOP/s"))
-    fastest = sum(
-        all(v["verdict"] == "faster" for v in cmps[s].versus.values()) for s in seqs
-    )
-    tied = (
-        sum(
-            all(v["verdict"] != "slower" for v in cmps[s].versus.values()) for s in seqs
-        )
-        - fastest
-    )
+    fastest = sum(all(v == "faster" for v in others(cmps[s]).values()) for s in seqs)
+    tied = sum(all(v != "slower" for v in others(cmps[s]).values()) for s in seqs)
+    tied -= fastest
     share = 100 * peaks[d][1]["value"] / ceil.peak_bf16_tflops
     sentences.append(
         f"At head dim {d} the cuDNN graph (heuristics A) peaks at "
         f"{peaks[d][1]['value']:.0f} TFLOP/s (S={peak_s}, {share:.0f}% of the "
-        f"datasheet bf16 peak). It is faster than every contender at {fastest} of "
-        f"{len(seqs)} lengths, and at least ties all of them at {tied} more."
+        f"datasheet bf16 peak). It is faster than every other implementation at "
+        f"{fastest} of {len(seqs)} lengths, and at least ties all of them at {tied} "
+        "more (PyTorch's cuDNN backend runs cuDNN's own kernel and is not counted)."
     )
     key = f"{FA4}, d={d}"
     fa = [cmps[s].versus[key]["verdict"] for s in seqs if key in cmps[s].versus]
@@ -358,10 +359,12 @@ for d in dims:
         seq_len=peaks[d][0],
         **peaks[d][1],
     )
-    for s in seqs:  # each length's verdict against the fastest contender there
+    for s in seqs:  # each length's verdict against the fastest other implementation
+        cmp = sweeps[d].comparisons[s]
         comparison(
-            f"d={d}, S={s}: speed-up over the fastest contender",
-            sweeps[d].comparisons[s],
+            f"d={d}, S={s}: speed-up over the fastest other implementation",
+            cmp,
+            fastest_other(cmp),
         )
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -239,15 +239,6 @@ for p, res in results.items():
     )
 backward_share = (ms["dgrad"] + ms["wgrad"]) / ms["forward"]
 verdicts = [v["verdict"] for res in results.values() for v in res.versus.values()]
-Prose(
-    f"Against PyTorch's own cuDNN calls, the graphs were faster in "
-    f"{verdicts.count('faster')}, tied in {verdicts.count('tie')} and slower in "
-    f"{verdicts.count('slower')} of {len(verdicts)} comparisons.",
-    *items,
-    f"The backward passes together take {backward_share:.2f}× the forward's time; the "
-    f"whole step runs at {step.measurements[CUDNN].tflops:.0f} TFLOP/s.",
-)
-
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 
@@ -256,3 +247,12 @@ headline(
 )
 comparison("training step, speed-up over best PyTorch", step)
 # sphinx_gallery_end_ignore
+
+Prose(
+    f"Against PyTorch's own cuDNN calls, the graphs were faster in "
+    f"{verdicts.count('faster')}, tied in {verdicts.count('tie')} and slower in "
+    f"{verdicts.count('slower')} of {len(verdicts)} comparisons.",
+    *items,
+    f"The backward passes together take {backward_share:.2f}× the forward's time; the "
+    f"whole step runs at {step.measurements[CUDNN].tflops:.0f} TFLOP/s.",
+)

@@ -42,14 +42,13 @@ import cudnn
 import torch
 
 b, h, d, page, pages = 32, 32, 128, 64, 128  # 128 pages of 64: up to 8192 tokens
-lens = torch.randint(1024, 8193, (b, 1, 1, 1), device="cuda", dtype=torch.int32)
 data = dict(
     q=torch.randn(b, h, 1, d, device="cuda", dtype=torch.bfloat16),
     k_pool=torch.randn(b * pages, h, page, d, device="cuda", dtype=torch.bfloat16),
     v_pool=torch.randn(b * pages, h, page, d, device="cuda", dtype=torch.bfloat16),
     page_table=torch.randperm(b * pages, device="cuda").int().view(b, 1, pages, 1),
-    seq_len_q=torch.ones_like(lens),  # one query per sequence
-    seq_len_kv=lens,
+    seq_len_q=torch.ones(b, 1, 1, 1, device="cuda", dtype=torch.int32),  # 1 query
+    seq_len_kv=torch.randint(1024, 8193, (b, 1, 1, 1), device="cuda").int(),  # 1k-8k
     o=torch.full((b, h, 1, d), float("nan"), device="cuda", dtype=torch.bfloat16),
 )
 handle = cudnn.create_handle()
@@ -61,8 +60,11 @@ cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
 # (``paged_attention_k_table`` / ``_v_table``, one table for both here);
 # ``seq_len_kv`` gives each sequence's true length and ``use_padding_mask=True`` hides
 # the rest of its last page. The function is reused below at other context lengths.
-def paged_decode(d, max_seq_len_kv):
-    """Declare and build one decode step over the paged K/V in ``d``; graph and pack."""
+def paged_decode(d, max_kv):
+    """Declare and build one decode step over the paged K/V in ``d``; graph and pack.
+
+    ``max_kv`` is the longest K/V a sequence can have: pages per sequence × page size.
+    """
     g = cudnn.pygraph(
         handle=handle,
         io_data_type=cudnn.data_type.BFLOAT16,
@@ -77,11 +79,10 @@ def paged_decode(d, max_seq_len_kv):
     LEN_KV = g.tensor_like(d["seq_len_kv"], name="seq_len_kv")
     # fmt: off
     O, _ = g.sdpa(
-        name="sdpa_paged", q=Q, k=K, v=V, generate_stats=False,
-        attn_scale=d["q"].shape[-1] ** -0.5, compute_data_type=cudnn.data_type.FLOAT,
-        use_padding_mask=True, seq_len_q=LEN_Q, seq_len_kv=LEN_KV,  # true lengths
+        q=Q, k=K, v=V, generate_stats=False, attn_scale=d["q"].shape[-1] ** -0.5,
+        compute_data_type=cudnn.data_type.FLOAT, use_padding_mask=True,
+        seq_len_q=LEN_Q, seq_len_kv=LEN_KV, paged_attention_max_seq_len_kv=max_kv,
         paged_attention_k_table=TABLE, paged_attention_v_table=TABLE,  # the pages
-        paged_attention_max_seq_len_kv=max_seq_len_kv,  # pages per sequence × page
     )
     # fmt: on
     O.set_output(True).set_data_type(d["o"].dtype)
@@ -106,11 +107,10 @@ g.execute(pack, workspace, handle=handle)
 # order, or ignored a length, would fail here.
 table = data["page_table"].flatten(1).long()  # B × pages
 k, v = (data[n][table].transpose(1, 2).flatten(2, 3) for n in ("k_pool", "v_pool"))
-mask = torch.arange(pages * page, device="cuda") < lens  # B×1×1×S: the valid keys
+mask = torch.arange(pages * page, device="cuda") < data["seq_len_kv"]  # B×1×1×S
 sdpa = torch.nn.functional.scaled_dot_product_attention
 ref = sdpa(data["q"].float(), k.float(), v.float(), attn_mask=mask)
 torch.testing.assert_close(data["o"].float(), ref, atol=2e-2, rtol=2e-2)
-print(f"max |cuDNN - fp32 reference|: {(data['o'].float() - ref).abs().max():.1e}")
 
 # %%
 # Measuring the decode step against PyTorch and FlashAttention-4

@@ -268,6 +268,26 @@ att_impls = {
     "cuDNN bf16 graph": lambda s: att_setup(s)[3],
     FLASH: flash,
 }
+
+# FlashAttention-4 in bf16, the kernel Hopper users ship, checked at each length
+from cudnn_guide.measure import fa4
+
+FA4_OK, FA4_DETAIL = fa4.status()
+FA4 = f"{fa4.label()}, bf16"
+
+
+def fa4_at(s):
+    p, d, _, _ = att_setup(s)
+    run = fa4.forward(d["q"], d["k"], d["v"], causal=True, scale=p.scale)
+    ref = check.reference(p.torch_forward, d["q"], d["k"], d["v"])
+    check.check(run(), ref, name=f"FA4 bf16 S={s}")
+    return run
+
+
+if FA4_OK:
+    att_impls[FA4] = fa4_at
+else:
+    print(f"{FA4}: {FA4_DETAIL}")
 att_result = sweep.sweep(
     seqs,
     att_impls,
@@ -352,25 +372,6 @@ def peak(impl):
     return f"{best.tflops:.0f} TFLOP/s (S={best.params['seq_len']})"
 
 
-Prose(
-    f"* Matmul, cuDNN FP8 against torch._scaled_mm across {len(sizes)} sizes: "
-    + ", ".join(f"{v_} at {n_}" for v_, n_ in sorted(tally.items()))
-    + "; "
-    + "; ".join(f"{n_}³ {mm_result.comparisons[n_].describe(SCALED)}" for n_ in sizes)
-    + ".",
-    f"* At 8192³ cuDNN FP8 runs at {m8.measurements['cuDNN FP8 graph'].tflops:.0f} "
-    f"TFLOP/s and is {m8.describe('torch.matmul bf16 (cuBLAS)')}; its relative error "
-    f"is "
-    f"{mm_checks[0].rel_error:.1e} against bf16's {mm_checks[2].rel_error:.1e} "
-    f"({error_ratio(mm_checks[0], mm_checks[2])}).",
-    f"* Attention at S=2048: cuDNN FP8 is {a2.describe('cuDNN bf16 graph')} and "
-    f"{a2.describe(FLASH)}; relative error {att_checks[0].rel_error:.1e} against "
-    f"bf16's "
-    f"{att_checks[1].rel_error:.1e} ({error_ratio(att_checks[0], att_checks[1])}).",
-    f"* Peak attention throughput: FP8 {peak('cuDNN FP8 graph')}, "
-    f"bf16 {peak('cuDNN bf16 graph')}.",
-)
-
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 
@@ -388,3 +389,28 @@ for n in sizes:
 comparison("FP8 attention S=2048, speed-up over cuDNN bf16", a2, "cuDNN bf16 graph")
 headline("FP8 attention relative error", att_checks[0].rel_error, "")
 # sphinx_gallery_end_ignore
+
+Prose(
+    f"* Matmul, cuDNN FP8 against torch._scaled_mm across {len(sizes)} sizes: "
+    + ", ".join(f"{v_} at {n_}" for v_, n_ in sorted(tally.items()))
+    + "; "
+    + "; ".join(f"{n_}³ {mm_result.comparisons[n_].describe(SCALED)}" for n_ in sizes)
+    + ".",
+    f"* At 8192³ cuDNN FP8 runs at {m8.measurements['cuDNN FP8 graph'].tflops:.0f} "
+    f"TFLOP/s and is {m8.describe('torch.matmul bf16 (cuBLAS)')}; its relative error "
+    f"is "
+    f"{mm_checks[0].rel_error:.1e} against bf16's {mm_checks[2].rel_error:.1e} "
+    f"({error_ratio(mm_checks[0], mm_checks[2])}).",
+    f"* Attention at S=2048: cuDNN FP8 is {a2.describe('cuDNN bf16 graph')} and "
+    f"{a2.describe(FLASH)}; relative error {att_checks[0].rel_error:.1e} against "
+    f"bf16's "
+    f"{att_checks[1].rel_error:.1e} ({error_ratio(att_checks[0], att_checks[1])}).",
+    f"* Peak attention throughput: FP8 {peak('cuDNN FP8 graph')}, "
+    f"bf16 {peak('cuDNN bf16 graph')}" + (f", {FA4} {peak(FA4)}." if FA4_OK else "."),
+    (
+        f"* Against {FA4} at S=2048, cuDNN FP8 is {a2.describe(FA4)}: the gain mixes "
+        "the precision change with the implementation."
+        if FA4_OK
+        else f"* {FA4} was not timed: {FA4_DETAIL}."
+    ),
+)

@@ -18,7 +18,8 @@ What you will learn:
   ALiBi's per-head linear bias, computed in the kernel;
 * how the time falls as the window shrinks, against the dense causal kernel, PyTorch's
   FlexAttention and FlashAttention-4's ``window_size``; chunked prefill over a paged K/V
-  cache; what a bias costs.
+  cache, against gathering the pages for PyTorch and FlashAttention-4 reading them in
+  place; what a bias costs.
 """
 
 # %%
@@ -41,8 +42,7 @@ env
 import cudnn
 import torch
 
-B, H, S, D = 4, 16, 4096, 128
-W = 512
+B, H, S, D, W = 4, 16, 4096, 128, 512  # W: the window, in keys
 q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in "qkv")
 o = torch.empty_like(q)
 
@@ -66,8 +66,7 @@ def masked_attention(q, k, v, o, **mask):
         if isinstance(value, torch.Tensor):  # bias, lengths, page tables
             mask[name] = g.tensor_like(value, name=name)
             pack[mask[name]] = value
-    scale = q.shape[-1] ** -0.5
-    O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=scale, generate_stats=False, **mask)
+    O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=D**-0.5, generate_stats=False, **mask)
     O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
     pack[O] = o
     g.validate()
@@ -89,13 +88,12 @@ window, window_pack = masked_attention(q, k, v, o, **CAUSAL, diagonal_band_left_
 run(window, window_pack)
 
 # %%
-# The same mask written out for PyTorch, in fp32.
-i = torch.arange(S, device="cuda")
-visible = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - W)
+# The same mask written out for PyTorch, in fp32: ``tril`` keeps the keys ``j ≤ i``,
+# ``triu(1 - W)`` the keys ``j > i - W``.
+visible = torch.ones(S, S, dtype=torch.bool, device="cuda").tril().triu(1 - W)
 scores = (q.float() @ k.float().transpose(-1, -2)) * D**-0.5
 ref = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1) @ v.float()
 torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
-print(f"window W={W}: max abs error {(o.float() - ref).abs().max().item():.1e}")
 
 # %%
 # Measuring how the time falls with the window
@@ -265,7 +263,10 @@ checks.append(
 # one pool, found through a page table. cuDNN reads them in place: the pools stand in
 # for K and V, ``paged_attention_k_table`` / ``_v_table`` map each sequence's pages, and
 # the padding mask gives each sequence's true lengths (``seq_len_q`` new queries,
-# ``seq_len_kv`` keys so far).
+# ``seq_len_kv`` keys so far). FlashAttention-4 reads the same pages through its
+# ``page_table`` (``seqused_k`` giving the keys so far); it takes its pools laid out
+# pages × page × H × D, a copy made once, outside the timed calls. Its ``causal=True``
+# aligns the diagonal bottom-right when the queries are fewer than the keys, as here.
 PAGE = 64
 pages_per_seq = S // PAGE
 pool_pages = B * pages_per_seq + 13  # more pages than the batch uses, as in a real pool
@@ -320,17 +321,43 @@ def gather_then_sdpa():
 checks.append(
     check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA")
 )
+
+
+def fa4_paged():
+    """A launcher of FlashAttention-4 over the same pages (bottom-right causal), its
+    output seen as B×H×CHUNK×D."""
+    from flash_attn.cute import flash_attn_varlen_func
+
+    q_fa = q_chunk.transpose(1, 2).contiguous()  # B × CHUNK × H × D
+    k_fa, v_fa = (t.permute(0, 2, 1, 3).contiguous() for t in (k_pool, v_pool))
+    table = page_table.reshape(B, pages_per_seq).contiguous()  # B × pages, int32
+    used = len_kv.reshape(B).contiguous()  # keys so far, per sequence
+    kw = dict(page_table=table, seqused_k=used, softmax_scale=D**-0.5, causal=True)
+
+    def launch():
+        r = flash_attn_varlen_func(q_fa, k_fa, v_fa, **kw)  # out, or (out, lse)
+        return (r[0] if isinstance(r, tuple) else r).transpose(1, 2)
+
+    return launch
+
+
+prefill_contenders = {
+    "cuDNN paged": launcher(paged, paged_pack),
+    "cuDNN contiguous K/V (control)": launcher(chunked, chunked_pack),
+    "PyTorch gather pages + SDPA": gather_then_sdpa,
+    "PyTorch SDPA, contiguous K/V (control)": lambda: (
+        torch.nn.functional.scaled_dot_product_attention(
+            q_chunk, k, v, attn_mask=lower_right
+        )
+    ),
+}
+if FA4_OK:  # checked against ref_chunk first; a refusal is printed, not fatal
+    fa4_prefill = baselines.admit(prefill_contenders, FA4, fa4_paged(), ref_chunk)
+else:
+    fa4_prefill = FA4_DETAIL
+    print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
 prefill = compare.compare(
-    {
-        "cuDNN paged": launcher(paged, paged_pack),
-        "cuDNN contiguous K/V (control)": launcher(chunked, chunked_pack),
-        "PyTorch gather pages + SDPA": gather_then_sdpa,
-        "PyTorch SDPA, contiguous K/V (control)": lambda: (
-            torch.nn.functional.scaled_dot_product_attention(
-                q_chunk, k, v, attn_mask=lower_right
-            )
-        ),
-    },
+    prefill_contenders,
     candidate="cuDNN paged",
     l2="cold",
     rounds=9,
@@ -472,9 +499,18 @@ elif FA4_OK:
 gather, contiguous = "PyTorch gather pages + SDPA", "cuDNN contiguous K/V (control)"
 flex_alibi = "FlexAttention ALiBi (compiled)"
 bias_tensor = "cuDNN bias tensor (control)"
+if FA4 in prefill.versus:
+    fa4_paged_says = (
+        f"Against {FA4} reading the same pages, cuDNN paged is {prefill.describe(FA4)}."
+    )
+elif FA4_OK:
+    fa4_paged_says = f"{FA4} did not run the paged chunked prefill: {fa4_prefill}."
+else:  # not installed: the last sentence gives the install command
+    fa4_paged_says = f"{FA4} was not in the chunked-prefill race: not installed."
 sentences += [
     f"Chunked prefill over a paged cache: cuDNN is {prefill.describe(gather)}; reading "
     f"pages in place against contiguous K/V: {prefill.describe(contiguous)}.",
+    fa4_paged_says,
     f"ALiBi in the kernel: {bias_cmp.describe(flex_alibi)}; against reading a bias "
     f"tensor instead: {bias_cmp.describe(bias_tensor)}.",
     fa4_masks,

@@ -385,20 +385,6 @@ elif FA4_OK:
     fa4_sentence = f"* {FA4_STEP} could not run here (its reason is printed above)."
 else:
     fa4_sentence = f"* {FA4} was not timed: {FA4_DETAIL}."
-Prose(
-    f"Both switches are measured at training shapes: the backward at "
-    f"{BWD_SHAPE[0]}×{BWD_SHAPE[1]} tokens, dropout at {B}×{S} tokens, "
-    f"{H} heads of {D}.",
-    f"* The deterministic backward gave {distinct[True]} bit pattern(s) in 10 runs "
-    f"(the default gave {distinct[False]}); it is {det_cost.describe()}, and needs "
-    f"{ws[True] / 2**20:.0f} MiB of workspace instead of {ws[False] / 2**20:.0f} MiB.",
-    fa4_sentence,
-    f"* Dropout p={P}: the mean of 64 runs with different seeds is within "
-    f"{errors[64]:.3f} (relative) of attention without dropout, falling {falls:.1f}× "
-    f"from one run, as an unbiased mask should; the forward with dropout is "
-    f"{dropout_cost.describe()}.",
-)
-
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, keep
 
@@ -416,3 +402,17 @@ keep(
 if fa4_distinct is not None:
     keep(fa4_distinct_bit_patterns=fa4_distinct)
 # sphinx_gallery_end_ignore
+
+Prose(
+    f"Both switches are measured at training shapes: the backward at "
+    f"{BWD_SHAPE[0]}×{BWD_SHAPE[1]} tokens, dropout at {B}×{S} tokens, "
+    f"{H} heads of {D}.",
+    f"* The deterministic backward gave {distinct[True]} bit pattern(s) in 10 runs "
+    f"(the default gave {distinct[False]}); it is {det_cost.describe()}, and needs "
+    f"{ws[True] / 2**20:.0f} MiB of workspace instead of {ws[False] / 2**20:.0f} MiB.",
+    fa4_sentence,
+    f"* Dropout p={P}: the mean of 64 runs with different seeds is within "
+    f"{errors[64]:.3f} (relative) of attention without dropout, falling {falls:.1f}× "
+    f"from one run, as an unbiased mask should; the forward with dropout is "
+    f"{dropout_cost.describe()}.",
+)

@@ -217,7 +217,7 @@ attempt(
     sdpa_graph()[0],
     modes=("FALLBACK",),
 )
-attempt("heuristics: A, then FALLBACK", "—", sdpa_graph()[0])
+_ = attempt("heuristics: A, then FALLBACK", "—", sdpa_graph()[0])
 
 # %%
 # Three matmuls that users write by accident: A sliced so that neither of its two inner
@@ -425,7 +425,7 @@ lines = [
     for ln in (collect.stdout + collect.stderr).splitlines()
     if any(w in ln.lower() for w in words) and "brand=" not in ln
 ]
-print("\n".join(ln[:88] for ln in lines[:25]))
+print("\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in lines[:25]))
 
 # %%
 # Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
@@ -534,9 +534,13 @@ logged = subprocess.run(
     env=dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE="stdout"),
 )
 log_lines = [
-    ln for ln in logged.stdout.splitlines() if ln.startswith("[cudnn_frontend]")
+    ln
+    for ln in logged.stdout.splitlines()
+    if ln.startswith("[cudnn_frontend]") and "Inferrencing" not in ln
 ]
-print("\n".join(ln[:88] for ln in log_lines[:30]))
+print(
+    "\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in log_lines[:30])
+)
 version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 
 # %%
@@ -695,10 +699,10 @@ sentences = [
 if version_notes:
     note_text = version_notes[0].split("INFO:", 1)[-1].strip()[:160]
     sentences.append(f"The frontend's log notes: {note_text}")
-Prose(*sentences)
-
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import keep
 
 keep(outcomes=outcomes)
 # sphinx_gallery_end_ignore
+
+Prose(*sentences)

@@ -93,7 +93,8 @@ del ref
 # NVIDIA's table times the forward with statistics (what training runs) and the
 # backward. Both graphs are built for any mask; the causal pair at the lesson's shape
 # is filled with NaN, then checked against fp32 PyTorch autograd by relative norm,
-# before anything is timed (the unmasked pairs below are timed without a check).
+# before anything is timed. The timing loop below checks every length and both masks
+# the same way before it times them.
 import torch.nn.functional as F
 
 from cudnn_guide import check
@@ -173,6 +174,63 @@ for n in "qkv":
     print(passed(check.check(got, ref_grads[n], name=f"{CUDNN} d{n.upper()}")))
 
 # %%
+# PyTorch's fp32 reference holds all ``B·H·S²`` attention scores, several times over
+# for autograd: at 4096 tokens one copy is 8 GiB, at 32k tokens 512 GiB, more than the
+# GPU has. The timing loop therefore checks against a reference computed in blocks:
+# the query rows ``i0:i1`` of the 8 query heads that share one K/V head. Each block
+# holds complete rows of scores (every key a row can see), so its softmax, output and
+# dQ rows are exact, and its share of dK and dV is added to the K/V head's sums. At
+# most two fp32 score blocks of up to 1 GiB each are alive at a time. Computed in fp32
+# with TF32 off, it must match PyTorch's dense fp32 autograd at S=4096 to fp32
+# accuracy (the tolerance for fp32 outputs).
+import time
+
+REF_BLOCK = 2**28  # fp32 values in one block of scores: 1 GiB
+
+
+def block_reference(q, k, v, d_o, causal):
+    """fp32 output and gradients ("o", "q", "k", "v"), B×S×H×D like the inputs."""
+    batch, s, h, d = q.shape
+    group = h // k.shape[2]  # query heads per K/V head
+    rows = max(1, min(s, REF_BLOCK // (group * s)))
+    like = zip("oqkv", (q, q, k, v))
+    ref = {n: torch.empty(x.shape, device=x.device) for n, x in like}  # fp32
+    with check.full_precision():  # fp32 matmuls, TF32 off
+        for b in range(batch):
+            for g in range(k.shape[2]):
+                heads = slice(g * group, (g + 1) * group)
+                kg, vg = k[b, :, g].float(), v[b, :, g].float()  # S×D
+                dk, dv = torch.zeros_like(kg), torch.zeros_like(vg)
+                for i0 in range(0, s, rows):
+                    i1 = min(i0 + rows, s)
+                    n = i1 if causal else s  # causal: keys after row i1-1 are masked
+                    qs = q[b, i0:i1, heads].transpose(0, 1).float() * d**-0.5
+                    do = d_o[b, i0:i1, heads].transpose(0, 1).float()  # group×rows×D
+                    p = qs @ kg[:n].T  # scaled scores, group×rows×n
+                    if causal:
+                        i = torch.arange(i0, i1, device=q.device)[:, None]
+                        later = i < torch.arange(n, device=q.device)  # key j > row i
+                        p.masked_fill_(later, -torch.inf)
+                    p = p.softmax(-1)
+                    o = p @ vg[:n]
+                    # dS = P ⊙ (dO·Vᵀ − rowsum(dO ⊙ O)), in place
+                    ds = (do @ vg[:n].T).sub_((do * o).sum(-1, keepdim=True)).mul_(p)
+                    ref["o"][b, i0:i1, heads] = o.transpose(0, 1)
+                    ref["q"][b, i0:i1, heads] = (ds @ kg[:n] * d**-0.5).transpose(0, 1)
+                    dk[:n] += ds.reshape(-1, n).T @ qs.reshape(-1, d)
+                    dv[:n] += p.reshape(-1, n).T @ do.reshape(-1, d)
+                ref["k"][b, :, g], ref["v"][b, :, g] = dk, dv
+    return ref
+
+
+blocks = block_reference(t["q"], t["k"], t["v"], t["d_o"], causal=True)
+dense = {"o": ref_o, **ref_grads}  # B×H×S×D: bhsd() swaps them back to B×S×H×D
+for n, name in zip("oqkv", ("O", "dQ", "dK", "dV")):
+    block_check = check.check(blocks[n], bhsd(dense[n]), name=f"block reference {name}")
+    print(passed(block_check))
+blocks = dense = None
+
+# %%
 # The same layer in FlashAttention-4
 # ----------------------------------
 # ``flash_attn_func`` takes the ``B×S×H×D`` tensors as they are, and is checked against
@@ -222,7 +280,10 @@ print(f"torch {torch.__version__} SDPA routed to FA4: {torch_route}")
 # Measuring the vendor's shapes
 # -----------------------------
 # Every bf16 row of NVIDIA's table: 2k to 32k tokens, causal and not, forward and
-# backward. Each pair is timed in interleaved rounds with CUDA events (GPU time, close
+# backward. Before a shape is timed, the block reference above computes its fp32 output
+# and gradients, and cuDNN's and FlashAttention-4's O, dQ, dK and dV (cuDNN's filled
+# with NaN first) are checked against them; a failure stops the page there.
+# Each pair is timed in interleaved rounds with CUDA events (GPU time, close
 # to the vendor's CUPTI kernel time), cold L2, and judged against the run's tie band.
 # A call at 32k tokens takes about 50-320 ms, so there each round times 3 calls per
 # contender instead of 5; from 16k tokens on, the host cost is sampled from 2 calls.
@@ -231,7 +292,8 @@ from functools import partial
 from cudnn_guide.measure import compare
 
 SEQS = [2048, 4096, 8192, 16384, 32768]
-results = {}
+OUTPUTS = {"O": "o", "dQ": "q", "dK": "k", "dV": "v"}  # output → reference entry
+results, checked = {}, []
 
 
 def layer_flops(s, causal, backward):
@@ -250,22 +312,62 @@ def timing(s):
     return {"rounds": 5, "min_reps": 3, "host_reps": 2}
 
 
+def reference_at(t, causal):
+    """The block reference for these tensors, with its wall time and peak memory."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    held, start = torch.cuda.memory_allocated(), time.perf_counter()
+    ref = block_reference(t["q"], t["k"], t["v"], t["d_o"], causal)
+    torch.cuda.synchronize()
+    cost = {
+        "fp32 reference (s)": time.perf_counter() - start,
+        "fp32 reference peak (GiB)": (torch.cuda.max_memory_allocated() - held) / 2**30,
+    }
+    return ref, cost
+
+
+def worst_error(ref, outputs, who, where):
+    """Check O, dQ, dK and dV against the reference; the largest relative error."""
+    done = [
+        check.check(out, ref[OUTPUTS[n]], name=f"{who} {n} {where}")
+        for n, out in zip(OUTPUTS, outputs)
+    ]
+    return max(c.rel_error for c in done)
+
+
 for s in SEQS:
     t = layer_tensors(s)
     for causal in (True, False):
         fwd, bwd = attention_graphs(CAUSAL if causal else {}, **t)
+        mask = "causal" if causal else "no mask"
+        ref, cost = reference_at(t, causal)  # first: the check, before any timing
+        check.poison(t["o"], t["stats"], t["dq"], t["dk"], t["dv"])
         fwd()
+        bwd()
+        tol = check.tolerance(t["o"].dtype)
+        row = {"S": s, "mask": mask, "checked": ", ".join(OUTPUTS), "tolerance": tol}
+        outs = [t[n] for n in ("o", "dq", "dk", "dv")]
+        row[f"{CUDNN}: worst rel. error"] = worst_error(
+            ref, outs, CUDNN, f"@ S={s} {mask}"
+        )
         contenders = {"fwd": {CUDNN: fwd}, "bwd": {CUDNN: bwd}}
         if FA4_OK:
             leaves = [t[n].detach().clone().requires_grad_() for n in "qkv"]
             out4 = flash_attn_func(*leaves, causal=causal)
             out4 = out4[0] if isinstance(out4, tuple) else out4
+            grads4 = torch.autograd.grad(out4, leaves, t["d_o"], retain_graph=True)
+            outs = [out4, *grads4]
+            row[f"{FA4}: worst rel. error"] = worst_error(
+                ref, outs, FA4, f"@ S={s} {mask}"
+            )
             contenders["fwd"][FA4] = partial(
                 flash_attn_func, t["q"], t["k"], t["v"], causal=causal
             )
             contenders["bwd"][FA4] = partial(
                 torch.autograd.grad, out4, leaves, t["d_o"], retain_graph=True
             )
+        checked.append(row | cost)
+        ref = outs = grads4 = None  # the reference and the checked copies: not timed
         for phase in ("fwd", "bwd"):
             if len(contenders[phase]) < 2:
                 continue
@@ -280,6 +382,18 @@ for s in SEQS:
             )
     t = contenders = leaves = out4 = None  # free this length's tensors before the next
     torch.cuda.empty_cache()
+
+# %%
+# What was checked before each shape was timed, against the block fp32 reference
+# (the largest relative L2 error of the four outputs, and the bf16 tolerance), and what
+# the reference cost: its wall time and its peak memory on top of the layer's tensors.
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+formats = {c: "{:.1e}" for c in checked[0] if "error" in c or c == "tolerance"}
+formats |= {"fp32 reference (s)": "{:.1f}", "fp32 reference peak (GiB)": "{:.2f}"}
+html_table(pd.DataFrame(checked), formats)
 
 # %%
 # The vendor's table
@@ -321,10 +435,6 @@ for line in VENDOR_CSV.split():
 # %%
 # Ours beside theirs: each backend's median time (ms) with its interval over rounds,
 # the vendor's time, and the speed-up of cuDNN over FlashAttention-4 in both.
-import pandas as pd
-
-from cudnn_guide.report import html_table
-
 rows = []  # empty without FlashAttention-4: then the vendor's table is all there is
 for (s, causal, phase), c in sorted(results.items()):
     ours_cudnn, ours_fa4 = c.estimate(CUDNN, "ms"), c.estimate(FA4, "ms")
@@ -554,6 +664,46 @@ elif first_cudnn:
 else:
     first_sentence = "No fresh process finished its first call: see the table above."
 
+judged = [c.removesuffix(": worst rel. error") for c in checked[0] if "error" in c]
+lengths = ", ".join(str(s) for s in sorted({r["S"] for r in checked}))
+largest_error = max(r[f"{who}: worst rel. error"] for r in checked for who in judged)
+check_sentence = (
+    f"Before each of the {len(checked)} shapes was timed (S={lengths}, causal and "
+    f"not), the forward output and dQ, dK and dV of {' and '.join(judged)} were "
+    f"checked against the block fp32 reference: the largest relative error was "
+    f"{largest_error:.1e} (tolerance {checked[0]['tolerance']:.1e}), and the reference "
+    f"needed at most {max(r['fp32 reference peak (GiB)'] for r in checked):.1f} GiB "
+    f"and {max(r['fp32 reference (s)'] for r in checked):.1f} s for one shape."
+)
+read = [
+    m.clocks
+    for c in results.values()
+    for m in c.measurements.values()
+    if m.clocks.get("read_with")
+]
+if read:
+    ends = sorted({x["sm_mhz_end"] for x in read})
+    span = f"{ends[0]}–{ends[-1]}" if len(ends) > 1 else f"{ends[0]}"
+    capped = [x["power_capped_fraction"] for x in read if "power_capped_fraction" in x]
+    clock_sentence = (
+        f"The H200 that built this page may run at a different power cap and clock "
+        f"than NVIDIA's, whose CSV records neither: here the SM clock at the end of "
+        f"each contender's first timed round was {span} MHz (maximum "
+        f"{max(x['max_sm_mhz'] for x in read)} MHz)"
+        + (
+            f", and the power cap held it during up to {100 * max(capped):.0f}% of "
+            "such a round."
+            if capped
+            else "."
+        )
+    )
+else:
+    clock_sentence = (
+        "The H200 that built this page may run at a different power cap and clock "
+        "than NVIDIA's; neither NVIDIA's CSV nor this run (its clocks could not be "
+        "read) records them."
+    )
+
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, keep
 
@@ -570,6 +720,8 @@ keep(first_calls=first_calls, torch_fa4_route=torch_route)
     Prose(
         f"{FA4} was not measured here ({FA4_DETAIL}); NVIDIA's table above is all "
         f"this page shows of it.",
+        check_sentence,
+        clock_sentence,
         first_sentence,
         f"PyTorch's own route to FlashAttention-4 {torch_route}.",
     )
@@ -591,6 +743,8 @@ keep(first_calls=first_calls, torch_fa4_route=torch_route)
         f"names neither its L2 policy nor its FlashAttention-4 build, so the cuDNN "
         f"version, the FA4 build, L2 and the two H200s' clocks are all candidates for "
         f"the gaps, and this page cannot separate them.",
+        clock_sentence,
+        check_sentence,
         first_sentence,
         f"PyTorch's own route to FlashAttention-4 {torch_route}.",
     )

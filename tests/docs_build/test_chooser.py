@@ -211,7 +211,7 @@ SOURCE_SHAPES = {
     "plot_13_paged_decode": [r"PagedDecodeProblem\(batch=32, heads=32, head_dim=128, max_context=8192"],
     "plot_16_gqa_mqa": [r"B, HQ, S, D = 4, 32, 4096, 128", r'"decode": \(32, 1, 8192\)'],
     "plot_17_varlen_attention": [r"B, H, D, S_MAX = len\(lengths\), 16, 128", r"\(16,\)\)\.clamp\(32, 4096\)"],
-    "plot_18_attention_masks": [r"B, H, S, D = 4, 16, 4096, 128", r"CHUNK = 512"],
+    "plot_18_attention_masks": [r"B, H, S, D, W = 4, 16, 4096, 128", r"CHUNK = 512"],
     "plot_19_flex_attention_oss": [r"B, H, S, D, W = 4, 16, 4096, 128, 512"],
     "plot_24_softcap_sinks_mla": [r"B, H, S, D = 4, 16, 4096, 128", r"DQK, DV = 192, 128"],
     "plot_25_transformer_block": [r"B, S, H, D = 8, 2048, 16, 128"],

@@ -219,7 +219,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_18:44 B, H, S, D = 4, 16, 4096, 128; chunked prefill: 512 queries over 4096 keys
+    # plot_18:45 B, H, S, D, W = 4, 16, 4096, 128, 512; chunked prefill: 512 queries over 4096 keys
     "plot_18_attention_masks": (
         Rule(
             r"^window W=(?P<w>\d+):",

@@ -38,23 +38,7 @@ HEALTH_EXCEPTIONS: dict[str, str] = {
 }
 """Example stems exempt from the build-health rules, each with its reason."""
 
-_PROSE_FIX = (
-    "its Prose conclusions were computed but not rendered at 9f40453 (the object was not its cell's last "
-    "expression); the fix (bc4e0a8) was recorded but lost when the GPU call timed out, so the page waits "
-    "for its next recording"
-)
-CONCLUSIONS_PENDING: dict[str, str] = {
-    stem: _PROSE_FIX
-    for stem in (
-        "plot_10_layernorm_rmsnorm",
-        "plot_11_batchnorm_relu",
-        "plot_12_conv_backward",
-        "plot_14_fp8_hopper",
-        "plot_20_dropout_deterministic",
-        "plot_22_troubleshooting",
-        "plot_23_pytorch_custom_op",
-    )
-}
+CONCLUSIONS_PENDING: dict[str, str] = {}
 """Pages allowed, each with its reason, to lack rendered conclusions until they are re-recorded
 (every other health rule still applies to them). A re-recorded page leaves this list."""
 
