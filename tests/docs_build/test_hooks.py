@@ -166,3 +166,13 @@ def test_rst_text_keeps_plain_names_readable():
     assert _shown(_html(f"* {schema.rst_text('flash-attn 4 (B=2, S=4096) vs *SDPA*')}")) == (
         "flash-attn 4 (B=2, S=4096) vs *SDPA*"
     )
+
+
+def test_a_headline_widened_by_no_drift_is_called_in_run_not_widened():
+    record = _hostile_record("plain")
+    for h in record["headlines"]:
+        h.update(drift=0.0, run_low=h["low"], run_high=h["high"], interval="widened")
+    assert drift_bands.widened_rst(record) == ""  # no note claims a widening that did not happen
+    assert not any(drift_bands.is_widened(h) for h in record["headlines"])
+    record["headlines"][0]["drift"] = 0.05
+    assert drift_bands.widened_rst(record).count("\n   * ") == 1

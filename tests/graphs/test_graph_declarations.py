@@ -263,9 +263,8 @@ def _tensor(t):
 
 
 def _signature(graph):
-    return [
+    return [  # a node's name is a label (the frontend numbers unnamed ones): what it computes is the rest
         (
-            n.name,
             str(n.node_type),
             sorted((k, repr(v)) for k, v in n.params.items()),
             sorted((port, _tensor(t)) for port, t in n.inputs.items()),

@@ -12,7 +12,8 @@ Where each number comes from, in order: the measurement's ``params`` (``seq_len`
 as its example declares it (:data:`PAGE_RULES`, each citing the line it was read from; the tests
 check those lines still say so). A number none of them holds is said as :data:`MISSING`, never
 guessed. A comparison headline's ``value``/``low``/``high``/``verdict`` are read as published
-(widened for re-recording drift where the record says ``interval: "widened"``); other fields are
+(widened for re-recording drift where the record says ``interval: "widened"`` with a drift above 0:
+:func:`~gallery_build.drift_bands.is_widened`); other fields are
 tolerated.
 """
 
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import drift_bands
 from .verdict_kinds import distinct_comparisons
 
 __all__ = [
@@ -510,7 +512,7 @@ def _row(
     verdict = str(h.get("verdict", "")) if h else ""
     winner = {"faster": candidate, "slower": baseline, "tie": "tie"}.get(verdict, MISSING)
     low, high = (_number(h.get("low")), _number(h.get("high"))) if h else (None, None)
-    interval = "" if low is None or high is None else ("widened" if h and h.get("interval") == "widened" else "in-run")
+    interval = "" if low is None or high is None else ("widened" if h and drift_bands.is_widened(h) else "in-run")
     contenders = tuple(_contenders(ms, candidate, first))
     return ChooserRow(
         feature=feature,

@@ -35,6 +35,7 @@ __all__ = [
     "for_ratio",
     "widen_headlines",
     "widened_rst",
+    "is_widened",
 ]
 
 DRIFT_PAIRS = 4
@@ -448,6 +449,24 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
     return headlines
 
 
+def is_widened(headline: dict[str, Any]) -> bool:
+    """Whether a recorded headline's interval is wider than its in-run one: widened by a ``drift`` above 0
+    (or, in a record without ``drift``, labelled widened with an interval other than its ``run_`` one).
+
+    A page whose code has no comparable past recording has no drift to widen by (``drift: 0``):
+    its interval is the run's own, and is called in-run, not widened.
+
+    Example
+    -------
+    >>> is_widened({"interval": "widened", "drift": 0.0}), is_widened({"interval": "widened", "drift": 0.03})
+    (False, True)
+    """
+    if "drift" in headline:
+        return float(headline["drift"] or 0.0) > 0.0
+    wider = (headline.get("low"), headline.get("high")) != (headline.get("run_low"), headline.get("run_high"))
+    return headline.get("interval") == WIDENED and "run_low" in headline and wider
+
+
 def widened_rst(record: dict[str, Any] | None) -> str:
     """A note for a recorded page's *Measurement notes*: each comparison's recorded interval, widened for drift.
 
@@ -462,7 +481,7 @@ def widened_rst(record: dict[str, Any] | None) -> str:
     Returns
     -------
     str
-        reST for the note; empty when no comparison headline was widened.
+        reST for the note; empty when no comparison headline was widened (a drift above 0).
 
     Example
     -------
@@ -471,7 +490,7 @@ def widened_rst(record: dict[str, Any] | None) -> str:
     """
     rows = []
     for h in (record or {}).get("headlines", []):
-        if h.get("kind") != "comparison" or "drift" not in h:
+        if h.get("kind") != "comparison" or not is_widened(h):
             continue
         in_run = f"; in-run {h['run_low']:.2f}–{h['run_high']:.2f}" if "run_low" in h else ""
         rows.append(
