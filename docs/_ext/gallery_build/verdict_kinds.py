@@ -84,7 +84,8 @@ def kind_of(name: str, baseline: str, page: str = "") -> str:
 
     * ``implementation``: the name says "best" or "fastest" (the best of several baselines,
       whichever won), or the baseline is another library's (PyTorch, ``torch.compile``,
-      FlexAttention, cuBLAS ...) and not eager alone, with no feature named;
+      FlexAttention, cuBLAS ...) and not eager alone, with no feature named, or with the same
+      feature named on both sides (a deterministic step against another library's deterministic step);
     * ``feature``: not a best-of, and a feature is named (dropout, deterministic, ``set_stream``,
       provider, bf16) or the baseline is cuDNN's own path (its label starts with ``cuDNN``);
     * ``compiled``: not a best-of, no feature named, and the baseline is eager PyTorch alone.
@@ -114,9 +115,16 @@ def kind_of(name: str, baseline: str, page: str = "") -> str:
     'feature'
     >>> kind_of("speed-up over best baseline", "torch.cudnn_convolution_relu")
     'implementation'
+    >>> kind_of("deterministic training step: speed-up over FlashAttention-4", "FlashAttention-4, deterministic")
+    'implementation'
     """
     best_of = bool(_BEST_OF.search(name))
     feature_named = bool(_FEATURE.search(name) or _FEATURE.search(baseline))
+    # the same feature on both sides of another library's baseline ("deterministic step over FA4,
+    # deterministic"): two implementations of that feature, like for like
+    same_feature = {m.lower() for m in _FEATURE.findall(name)} & {m.lower() for m in _FEATURE.findall(baseline)}
+    if same_feature and _OTHER_IMPLEMENTATION.search(baseline) and not _EAGER.search(baseline):
+        feature_named = False
     cudnn_itself = baseline.strip().lower().startswith(("cudnn", "heuristic"))  # cuDNN's own plans
     eager = bool(_EAGER.search(baseline)) and not _EAGER_BOTH.search(name)
     matched = [
