@@ -1,4 +1,4 @@
-"""FlashAttention-4 as a baseline: the attention kernel Hopper and Blackwell users ship, or why it cannot run.
+"""FlashAttention-4 as a baseline (flash-attn-4, a beta with Hopper and Blackwell kernels), or why it cannot run.
 
 FlashAttention-4 (PyPI ``flash-attn-4``, imported as ``flash_attn.cute``) is written in the CuTe
 DSL and compiles each kernel configuration on its first call. It takes tensors laid out

@@ -16,8 +16,8 @@ What you will learn:
 * the five build steps, the variant pack and ``execute``;
 * how to check attention against an fp32 PyTorch reference;
 * how to force PyTorch's SDPA backends one at a time (flash, memory-efficient, cuDNN) so
-  each baseline is what it says it is, and how cuDNN compares with FlashAttention-4, the
-  kernel Hopper users ship (PyTorch's own flash backend is FlashAttention-2);
+  each baseline is what it says it is, and how cuDNN compares with FlashAttention-4
+  (a beta; FlashAttention-3 is not measured here; PyTorch's flash backend is FA2);
 * how the throughput develops from 1k to 16k tokens at head dims 64 and 128.
 """
 

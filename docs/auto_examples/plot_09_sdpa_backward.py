@@ -14,8 +14,8 @@ What you will learn:
   dV), with the same mask and scale as the forward;
 * how to check gradients against PyTorch autograd in fp32;
 * forward-plus-backward throughput from 1k to 16k tokens against each of PyTorch's SDPA
-  backends, each forced and checked, and against FlashAttention-4, the kernel Hopper
-  users ship (PyTorch's own flash backend is FlashAttention-2).
+  backends, each forced and checked, and against FlashAttention-4 (a beta;
+  FlashAttention-3 is not measured here; PyTorch's flash backend is FlashAttention-2).
 """
 
 # %%
@@ -203,7 +203,7 @@ for name, backend in BACKENDS.items():
     baselines.admit({}, name, step, check=grads)
 
 # %%
-# FlashAttention-4, the kernel Hopper users ship: the same step through its autograd
+# FlashAttention-4 (flash-attn-4, a beta): the same step through its autograd
 # function, on its own B×S×H×D copies, its gradients checked against the same fp32
 # reference. Its CuTe DSL compiler warns that an ``aux_data`` argument "cannot be
 # converted to a JitArgument" on every new kernel; the warning says nothing about the
