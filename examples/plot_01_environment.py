@@ -53,8 +53,8 @@ env
 # With a **cold** L2 (a buffer of twice the L2 size written before every call, outside
 # the timed region) they report what a kernel reading fresh data sees. The sweep shows
 # both, timed the **same way**: one call between two CUDA events, raw event times (the
-# launch cost is not subtracted from either row, so the smallest copies read as a little
-# slower than their kernel alone, the same for hot and cold).
+# launch cost is not subtracted from either row: at 1-4 MiB it is most of the event, so
+# those rows show launch cost more than bandwidth, for hot and cold alike).
 import torch
 
 sizes_mib = [1, 4, 16, 64, 256, 1024, 4096]

@@ -154,8 +154,8 @@ for r in checks:
 # -----------------------------------------
 # PyTorch runs the same training step through autograd: ``F.layer_norm``/``F.rms_norm``
 # with ``requires_grad`` inputs (so the forward saves its statistics, as in training),
-# then ``backward(dy)``. ``torch.compile`` (default mode: these are reductions, not
-# GEMMs, so autotuning matmuls would not change them) generates fused Triton kernels for
+# then ``backward(dy)``. ``torch.compile`` (default mode; max-autotune, which also tunes
+# reductions, is not timed on this page) generates fused Triton kernels for
 # both passes. Each baseline's gradients are checked too.
 from cudnn_guide.measure import baselines
 

@@ -36,7 +36,7 @@ env
 # ---------------------------------------------
 # ``cudnn.create_kernel_cache()`` makes a cache; graphs built with ``kernel_cache=``
 # and ``is_dynamic_shape_enabled=True`` share it: a graph that differs from one built
-# before only in its tensor shapes can reuse that graph's kernels. Here the
+# before only in its tensor shapes may reuse that graph's kernels. Here the
 # matmul-epilogue graph ``gelu(alpha · (a @ b) + bias)`` is built at batch 8, then 16,
 # on one cache, and each is checked against PyTorch. The build times printed here come
 # from this page's warm process; the fresh-process runs after them are the
