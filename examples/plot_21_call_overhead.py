@@ -388,7 +388,9 @@ headline(
     interval="bootstrap 95% CI of the median paired difference",
 )
 comparison(
-    "host time: set_stream every call vs once", host, "set_stream + execute, every call"
+    "host time: set_stream once, speed-up over set_stream every call",
+    host,
+    "set_stream + execute, every call",
 )
 # sphinx_gallery_end_ignore
 Prose(*sentences)
