@@ -163,8 +163,21 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             },
         ),
     ),
-    # plot_13:68 PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64)
+    # plot_13:68 PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64);
+    # its pages-of-128 race (8k context, cuDNN against FlashAttention-4) is dataclasses.replace(p64, page_size=128)
     "plot_13_paged_decode": (
+        Rule(
+            r"at (?P<k>\d+)k context, pages of (?P<p>\d+):",
+            lambda m, rec: {
+                "feature": "paged decode",
+                "head_dim": "128",
+                "phase": "decode",
+                "seq_len": int(m["k"]) * 1024,
+                "detail": f"32 sequences, pages of {m['p']} tokens",
+                "candidate": "cuDNN paged",
+                "tag": f"pages of {m['p']}",
+            },
+        ),
         Rule(
             r"at (?P<k>\d+)k context, speed-up",
             lambda m, rec: {
