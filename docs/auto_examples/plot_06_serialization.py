@@ -23,7 +23,7 @@ What you will learn:
   UID**;
 * why in-process timing misstates the gain, and how fresh processes measure it;
 * what makes a saved plan invalid (another GPU architecture, another cuDNN), and how
-  :class:`~cudnn_guide.graphs.plan_cache.PlanCache` keys, checks and rebuilds entries.
+  this guide's ``PlanCache`` (its API reference) keys, checks and rebuilds entries.
 """
 
 # %%

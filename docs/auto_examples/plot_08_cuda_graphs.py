@@ -91,9 +91,9 @@ for new_inputs in (False, True):  # the inputs of the capture, then new data cop
     outputs.append((y.clone(), ref))
 
 # %%
-# The launchers of :meth:`~cudnn_guide.graphs.BuiltGraph.bind`, used for timing on this
-# site, do the same on every call: they rebind the handle to torch's *current* stream if
-# it changed (:func:`~cudnn_guide.graphs.bind_to_current_stream`), so they capture
+# The launchers of this guide's ``BuiltGraph.bind`` (its API reference), used for timing
+# on this site, do the same on every call: they rebind the handle to torch's *current*
+# stream if it changed (``bind_to_current_stream``), so they capture
 # correctly too.
 
 # %%
