@@ -308,3 +308,19 @@ def test_on_a_phone_each_figure_keeps_a_readable_width_in_a_box_that_scrolls(bro
     assert shown, "plot_16 shows no figure"
     for box, width in shown:
         assert box == "cg-figure" and width >= 600, (box, width)  # not shrunk to 358 px (cudnn-guide.js/.css)
+
+
+def test_in_dark_mode_figures_are_inverted_and_in_light_mode_left_as_drawn(browser, server):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    filters = (
+        "document.body.dataset.theme = arguments[0];"
+        "return Array.from(document.querySelectorAll('img.sphx-glr-single-img, img.sphx-glr-multi-img'))"
+        ".map(i => getComputedStyle(i).filter)"
+    )
+    browser.get(server + "auto_examples/plot_05_sdpa_causal.html")
+    dark = WebDriverWait(browser, 20).until(lambda d: d.execute_script(filters, "dark"))
+    light = browser.execute_script(filters, "light")
+    browser.execute_script("document.body.dataset.theme = 'auto'")
+    assert dark and all("invert" in f and "hue-rotate" in f for f in dark), dark  # light lines on a dark ground
+    assert all(f == "none" for f in light), light
