@@ -49,17 +49,3 @@ def test_a_lesson_is_the_code_before_the_measuring_cell():
 )
 def test_a_frontend_call_is_a_graphs_method_not_torchs_of_the_same_name(line, counts):
     assert bool(lesson.FRONTEND_CALL.search(line)) is counts
-
-
-def test_the_narrower_count_leaves_out_pointwise_ops_and_torchs_namesakes(tmp_path):
-    page = tmp_path / "plot_99_x.py"
-    page.write_text(
-        "import cudnn\nimport torch\n"
-        "g = cudnn.pygraph()\n"  # both counts
-        "Y = g.relu(input=g.bias(input=X, bias=B))\n"  # the broad count only
-        "t = torch.tensor([1.0])\n"  # neither
-        "y = torch.matmul(a, b)\n"  # neither
-        "# %%\n# Measuring it\nx = 1\n"
-    )
-    s = lesson.lesson_stats(page)
-    assert (s.code_lines, s.frontend_lines, s.core_lines) == (6, 2, 1)  # broad: pygraph, relu; narrow: pygraph

