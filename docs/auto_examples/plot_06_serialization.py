@@ -141,14 +141,19 @@ print(
 # The CUDA driver keeps a disk cache of the kernels it compiled
 # (``~/.nv/ComputeCache``), so a "cold" build on a machine that ran the graph before
 # is not cold. Each process here gets its cache folder through ``CUDA_CACHE_PATH``,
-# set before CUDA starts, in three cases:
+# set before CUDA starts, in four cases:
 #
 # * **cold**: a new, empty JIT cache, and a build (a first deployment on a fresh
 #   machine);
 # * **warm JIT**: a build, with the JIT cache that the first cold build filled (a
 #   restart);
 # * **plan from disk**: a deserialized plan, with that warm JIT cache (a restart with a
-#   plan cache).
+#   plan cache);
+# * **plan from disk, cold JIT**: a deserialized plan, with a new, empty JIT cache (a
+#   first deployment on a fresh machine that ships the saved plan).
+#
+# So each way of getting a plan, built or loaded, is timed with a cold and with a warm
+# JIT cache, and the saved plan can be compared with a build like for like.
 #
 # Each is a new Python interpreter. They are all started at once, before the first run
 # (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`): each imports torch and
@@ -162,7 +167,8 @@ import pandas as pd
 from cudnn_guide.report import html_table
 from cudnn_guide.studies import coldstart, fresh_process
 
-CASES = ("cold", "warm JIT", "plan from disk")
+COLD_LOAD = "plan from disk, cold JIT"
+CASES = ("cold", "warm JIT", "plan from disk", COLD_LOAD)
 work = tempfile.TemporaryDirectory(prefix="cudnn-guide-")  # removed at the cell's end
 cache_dir = tempfile.mkdtemp(prefix="plans-", dir=work.name)
 REPS = 3
@@ -185,6 +191,10 @@ with fresh_process.InterpreterPool(RUNS, preload=coldstart.PRELOAD) as pool:
         ]
         fresh[(graph, "plan from disk")] = [
             run(graph, "cache", warm_jit, pool) for _ in range(REPS)
+        ]
+        fresh[(graph, COLD_LOAD)] = [  # each with a new, empty JIT cache
+            run(graph, "cache", tempfile.mkdtemp(prefix="jit-", dir=work.name), pool)
+            for _ in range(REPS)
         ]
     print(
         f"{RUNS} interpreters, started together, were ready in "
@@ -218,7 +228,7 @@ html_table(pd.DataFrame(table), precision=1)
 import matplotlib.pyplot as plt
 
 coldstart.plot_first_results(
-    fresh, title="cold JIT cache, warm JIT cache, plan reloaded from disk"
+    fresh, title="built or loaded from disk, each with a cold or a warm JIT cache"
 )
 plt.show()
 
@@ -268,8 +278,13 @@ plans_dir.cleanup()
 # -----------
 # Computed from the fresh-process runs above. "Time to first result" starts after the
 # CUDA context and cuDNN handle exist; each ratio is given without and with them
-# (``context_s``, added to each run). Every plan-from-disk run has the warm JIT cache:
-# a plan shipped to a fresh machine and loaded with a cold one is not measured here.
+# (``context_s``, added to each run). A saved plan is compared with a build like for
+# like: both with a cold JIT cache (a fresh machine), or both with a warm one (a
+# restart). A third ratio, a restart's load against a fresh machine's build, credits
+# the plan with the warm JIT cache's gain as well, and says so. Each ratio comes with
+# its min–max over the runs (slowest build over fastest load, and the reverse): above
+# 1 at both ends, loading won in every pairing of runs; below 1 at both, it lost; a
+# range that spans 1 is a tie at this number of runs.
 from cudnn_guide.report.prose import Prose
 
 first = {
@@ -282,71 +297,110 @@ ctx = {
     for g in coldstart.GRAPHS
     for c in CASES
 }
-speedups = coldstart.first_result_speedups(fresh)  # (graph, case) → speed-up, min–max
+# (graph, build case) → (speed-up, min, max) of a load with a warm, or a cold, JIT cache
+speedups = coldstart.first_result_speedups(fresh)
+cold_speedups = coldstart.first_result_speedups(fresh, cached=COLD_LOAD)
+LIKE_FOR_LIKE = {  # the saved plan against a build, each with the same JIT cache
+    "a fresh machine": ("cold", COLD_LOAD),
+    "a restart": ("warm JIT", "plan from disk"),
+}
 
 
-def with_context(graph, case):
+def with_context(graph, case, load):
     """The plan cache's speed-up counting context and handle creation too."""
     build = [r["context_s"] + r["first_result_s"] for r in fresh[(graph, case)]]
-    load = [
-        r["context_s"] + r["first_result_s"] for r in fresh[(graph, "plan from disk")]
-    ]
+    loaded = [r["context_s"] + r["first_result_s"] for r in fresh[(graph, load)]]
     return (
-        statistics.median(build) / statistics.median(load),
-        min(build) / max(load),
-        max(build) / min(load),
+        statistics.median(build) / statistics.median(loaded),
+        min(build) / max(loaded),
+        max(build) / min(loaded),
     )
+
+
+def verdict(low, high, above="a gain", below="a loss"):
+    """What a ratio's min–max over the runs says: both ends above 1, below 1, or not."""
+    if low > 1:
+        return f"{above} in every pairing of runs"
+    if high < 1:
+        return f"{below} in every pairing of runs"
+    return "a tie: the range spans 1"
+
+
+def shown(ratio, low, high):
+    return f"{ratio:.2f}× ({low:.2f}–{high:.2f}×, {verdict(low, high)})"
 
 
 sentences = []
 for g in coldstart.GRAPHS:
-    (cold, c_lo, c_hi), (warm, w_lo, w_hi) = (
-        speedups[(g, "cold")],
-        speedups[(g, "warm JIT")],
-    )
-    cold_c, cc_lo, cc_hi = with_context(g, "cold")
-    warm_c, wc_lo, wc_hi = with_context(g, "warm JIT")
-    sentences.append(
-        f"* {g}: first result {first[(g, 'cold')] * 1e3:.1f} ms cold, "
-        f"{first[(g, 'warm JIT')] * 1e3:.1f} ms with a warm JIT cache, "
-        f"{first[(g, 'plan from disk')] * 1e3:.1f} ms from a plan on disk, each after "
-        f"{ctx[(g, 'plan from disk')] * 1e3:.0f} ms of context and handle creation "
-        "(median, plan-from-disk runs). The plan cache's speed-up without context "
-        f"and handle is {cold:.2f}× (min–max of the runs {c_lo:.2f}–{c_hi:.2f}×) on a "
-        f"fresh machine and {warm:.2f}× ({w_lo:.2f}–{w_hi:.2f}×) on a restart whose "
-        f"JIT cache is warm; with context and handle it is {cold_c:.2f}× "
-        f"({cc_lo:.2f}–{cc_hi:.2f}×) and {warm_c:.2f}× ({wc_lo:.2f}–{wc_hi:.2f}×) "
-        "(below 1: loading is slower than building)."
-    )
+    like = {
+        where: (cold_speedups if load == COLD_LOAD else speedups)[(g, case)]
+        for where, (case, load) in LIKE_FOR_LIKE.items()
+    }
+    counted = {
+        where: with_context(g, case, load)
+        for where, (case, load) in LIKE_FOR_LIKE.items()
+    }
+    sentences += [
+        f"* {g}: first result {first[(g, 'cold')] * 1e3:.1f} ms from a build with a "
+        f"cold JIT cache, {first[(g, 'warm JIT')] * 1e3:.1f} ms with a warm one; "
+        f"{first[(g, COLD_LOAD)] * 1e3:.1f} ms from the plan on disk with a cold JIT "
+        f"cache, {first[(g, 'plan from disk')] * 1e3:.1f} ms with a warm one; each "
+        f"after {ctx[(g, 'plan from disk')] * 1e3:.0f} ms of context and handle "
+        "creation (medians of the runs; context: the plan-from-disk runs).",
+        f"* {g}, the saved plan's speed-up like for like, without context and handle: "
+        + " and ".join(f"{shown(*like[w])} on {w}" for w in LIKE_FOR_LIKE)
+        + "; with them: "
+        + " and ".join(f"{shown(*counted[w])} on {w}" for w in LIKE_FOR_LIKE)
+        + ". A restart with the plan and the warm JIT cache against a fresh machine's "
+        f"cold build: {shown(*speedups[(g, 'cold')])}.",
+    ]
 gains = [g for g in coldstart.GRAPHS if speedups[(g, "warm JIT")][0] >= 10]
-flat = [g for g in coldstart.GRAPHS if speedups[(g, "warm JIT")][0] < 2]
 if gains:
     sentences.append(
         f"* For {', '.join(gains)}, even with a warm JIT cache the build is dominated "
         "by work the cached plan skips (heuristics, and building runtime-fused "
         "kernels)."
     )
-for g in flat:
-    jit = first[(g, "cold")] / first[(g, "warm JIT")]
-    effect = (
-        f"makes the first result {jit:.2f}× slower"
-        if jit >= 1
-        else f"did not slow the first result, cold taking {jit:.2f}× the time"
+rebuild_ms = statistics.median(rebuild_s) * 1e3
+reload_ms = statistics.median(reload_s) * 1e3
+for g in [g for g in coldstart.GRAPHS if speedups[(g, "warm JIT")][1] <= 1]:
+    loads = [r["plan_s"] * 1e3 for r in fresh[(g, "plan from disk")]]
+    builds = [r["plan_s"] * 1e3 for r in fresh[(g, "warm JIT")]]
+    # the share of a fresh process's plan step that the warm process above did not pay
+    once = (
+        1 - reload_ms / statistics.median(loads),
+        1 - rebuild_ms / statistics.median(builds),
     )
+    per_process = (
+        f", against {reload_ms:.1f} ms to reload and {rebuild_ms:.1f} ms to rebuild in "
+        f"the warm process above: {once[0]:.0%} of a fresh load's median plan step and "
+        f"{once[1]:.0%} of a fresh build's is a cost each new process pays once, "
+        "loading or building alike"
+        if g == "conv" and min(once) > 0.5  # the graph the warm process timed
+        else ""
+    )
+    cold = [r["first_result_s"] for r in fresh[(g, "cold")]]
+    warm_builds = [r["first_result_s"] for r in fresh[(g, "warm JIT")]]
+    jit = first[(g, "cold")] / first[(g, "warm JIT")]
+    jit_range = (min(cold) / max(warm_builds), max(cold) / min(warm_builds))
+    jit_verdict = verdict(*jit_range, above="slower cold", below="faster cold")
     sentences.append(
-        f"* For {g}, with a warm JIT cache the build has little left to skip: a plan "
-        "cache barely helps a restart. On a fresh machine the cold JIT cache alone "
-        f"{effect} (cold against warm JIT, both building; medians of the runs)."
+        f"* For {g}, the saved plan on a restart is "
+        f"{shown(*speedups[(g, 'warm JIT')])}: it does not beat a build. Its plan step "
+        "takes "
+        f"{min(loads):.0f}–{max(loads):.0f} ms to load in a fresh process and "
+        f"{min(builds):.0f}–{max(builds):.0f} ms to build{per_process}. The cold JIT "
+        f"cache's own effect on its build is {jit:.2f}× (cold against warm JIT, both "
+        f"building; {jit_range[0]:.2f}–{jit_range[1]:.2f}×, {jit_verdict})."
     )
 in_process = statistics.median(rebuild_s) / statistics.median(reload_s)
 fresh_conv = first[("conv", "warm JIT")] / first[("conv", "plan from disk")]
 word = "understates" if in_process < fresh_conv else "overstates"
 sentences += [
-    "* Inside one warm process the conv graph rebuilds in "
-    f"{statistics.median(rebuild_s) * 1e3:.1f} ms and reloads in "
-    f"{statistics.median(reload_s) * 1e3:.1f} ms ({in_process:.1f}×); in fresh "
-    "processes with a warm JIT cache the ratio of first results is "
-    f"{fresh_conv:.1f}×: in-process timing {word} the gain for this graph.",
+    f"* Inside one warm process the conv graph rebuilds in {rebuild_ms:.1f} ms and "
+    f"reloads in {reload_ms:.1f} ms ({in_process:.1f}×); in fresh processes with a "
+    f"warm JIT cache the ratio of first results is {fresh_conv:.1f}×: in-process "
+    f"timing {word} the gain for this graph.",
     "* A new interpreter also pays Python's and torch's imports (seconds; see the "
     "methodology page's control), which no plan cache removes.",
 ]
@@ -354,17 +408,31 @@ sentences += [
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline, keep
 
-for (g, case), (ratio, low, high) in speedups.items():
-    headline(
-        f"{g}: first-result speed-up from a cached plan, against a {case} build",
-        ratio,
-        "x",
-        low=low,
-        high=high,
-        baseline=f"{case} build in a fresh process",
-        kind="cache",
-        interval="min–max of the runs",
-    )
+for g in coldstart.GRAPHS:
+    plan = f"{g}: first-result speed-up from a cached plan"
+    for name, (ratio, low, high), case in (
+        (
+            f"{plan}, against a cold build, cold JIT cache on both",
+            cold_speedups[(g, "cold")],
+            "cold",
+        ),
+        (f"{plan}, against a warm JIT build", speedups[(g, "warm JIT")], "warm JIT"),
+        (
+            f"{plan} and a warm JIT cache, against a cold build",
+            speedups[(g, "cold")],
+            "cold",
+        ),
+    ):
+        headline(
+            name,
+            ratio,
+            "x",
+            low=low,
+            high=high,
+            baseline=f"{case} build in a fresh process",
+            kind="cache",
+            interval="min–max of the runs",
+        )
 keep(fresh_runs={f"{g}/{c}": runs for (g, c), runs in fresh.items()})
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -89,7 +89,8 @@ gf.execute({X: x, W: w, Y: y}, workspace, handle=handle)
 gd.execute({DY_d: dy, W_d: w, DX: dx}, workspace, handle=handle)
 gw.execute({X_w: x, DY_w: dy, DW: dw}, workspace, handle=handle)
 
-# the reference: PyTorch autograd in fp32 on the same values
+# the reference: PyTorch autograd in fp32 (TF32 off) on the same values
+torch.backends.cudnn.allow_tf32 = False
 xr, wr = x.float().requires_grad_(), w.float().requires_grad_()
 y_ref = torch.nn.functional.conv2d(xr, wr, padding=1)
 y_ref.backward(dy.float())
@@ -232,10 +233,16 @@ step = results["training step"]
 items = []
 for p, res in results.items():
     est = res.estimate(CUDNN, "µs")
+    loop = res.wall  # the back-to-back loops, raced when host time may bound a loop
+    band = ""
+    if loop is not None:
+        band = (
+            f"; the loop's tie band ±{100 * loop.tie_band:.1f}%, {loop.rounds} rounds"
+        )
     items.append(
         f"* {p}: the cuDNN graph takes {est['value']:.1f} µs (in-run 95% interval "
         f"{est['low']:.1f}–{est['high']:.1f}), {res.measurements[CUDNN].tflops:.0f} "
-        f"TFLOP/s: {res.describe()}."
+        f"TFLOP/s: {res.describe()}{band}."
     )
 backward_share = (ms["dgrad"] + ms["wgrad"]) / ms["forward"]
 verdicts = [v["verdict"] for res in results.values() for v in res.versus.values()]

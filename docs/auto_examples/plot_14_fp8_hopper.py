@@ -109,6 +109,8 @@ mm_checks = [
 ]
 for r in mm_checks:
     print(r)
+same = torch.equal(c[0], scaled_mm_out)
+print(f"cuDNN's output equals torch._scaled_mm's, bit for bit: {same}")
 del ref, scaled_mm_out
 
 # %%
@@ -117,11 +119,22 @@ del ref, scaled_mm_out
 # Square problems 2k–16k, cold L2, FP8 and bf16 side by side. Each size is a comparison
 # in interleaved rounds (:mod:`cudnn_guide.measure.compare`): the cuDNN graph against
 # each baseline, with the 95% interval of the per-round ratio and a verdict at every
-# size, not one picked size.
+# size, not one picked size. At each size the cuDNN output is also compared bit for bit
+# with ``torch._scaled_mm``'s (untimed): equal bits point to the same kernel.
 from cudnn_guide.measure import sweep
 
 sizes = [2048, 4096, 8192, 16384]
-made = {}
+made, same_bits = {}, {}
+
+
+def scaled_mm_of(d):
+    a, b = d["a8"][0], d["b8"][0]
+    kw = dict(
+        scale_a=d["descale_a"].reshape(()),
+        scale_b=d["descale_b"].reshape(()),
+        out_dtype=torch.bfloat16,
+    )
+    return lambda: torch._scaled_mm(a, b, **kw)
 
 
 def setup(n):
@@ -140,19 +153,13 @@ def setup(n):
             name=f"FP8 {n}³",
             tol=FP8_TOL,
         )
+        same_bits[n] = torch.equal(d["c"][0], scaled_mm_of(d)())
         made[n] = (p, d, launch, torch.empty_like(d["c"]))
     return made[n]
 
 
 def scaled_mm(n):
-    _, d, _, _ = setup(n)
-    a, b = d["a8"][0], d["b8"][0]
-    kw = dict(
-        scale_a=d["descale_a"].reshape(()),
-        scale_b=d["descale_b"].reshape(()),
-        out_dtype=torch.bfloat16,
-    )
-    return lambda: torch._scaled_mm(a, b, **kw)
+    return scaled_mm_of(setup(n)[1])
 
 
 mm_impls = {
@@ -172,6 +179,8 @@ mm_result = sweep.sweep(
 )
 made.clear()
 torch.cuda.empty_cache()
+for n in sizes:
+    print(f"{n}³: cuDNN FP8 equals torch._scaled_mm bit for bit: {same_bits[n]}")
 
 # %%
 # Measuring FP8 attention: the scaled graph, checked
@@ -269,7 +278,7 @@ att_impls = {
     FLASH: flash,
 }
 
-# FlashAttention-4 in bf16, the kernel Hopper users ship, checked at each length
+# FlashAttention-4 in bf16 (flash-attn-4, a beta), checked at each length
 from cudnn_guide.measure import fa4
 
 FA4_OK, FA4_DETAIL = fa4.status()
@@ -359,6 +368,55 @@ SCALED = "torch._scaled_mm FP8 (cuBLASLt)"
 tally = Counter(mm_result.comparisons[n].versus[SCALED]["verdict"] for n in sizes)
 m8 = mm_result.comparisons[8192]
 a2 = att_result.comparisons[2048]
+equal_at = [n for n in sizes if same_bits[n]]
+if len(equal_at) == len(sizes):
+    kernel = (
+        "equals torch._scaled_mm's bit for bit at every size, so the two "
+        "almost certainly run the same kernel, and the GPU-time comparison times that "
+        "kernel against itself"
+    )
+elif equal_at:
+    kernel = (
+        f"equals torch._scaled_mm's bit for bit at "
+        f"{', '.join(f'{n}³' for n in equal_at)} (the same kernel there, almost "
+        f"certainly) and differs at the other sizes (different kernels)"
+    )
+else:
+    kernel = (
+        "differs from torch._scaled_mm's at every size: the two run different kernels"
+    )
+clocks, looped = [], []  # sizes where GPU time and a back-to-back loop disagree
+for n in sizes:
+    c_ = mm_result.comparisons[n]
+    if c_.wall is None or SCALED not in c_.wall.versus:
+        continue
+    looped.append(f"{n}³")
+    gpu, loop = c_.versus[SCALED]["verdict"], c_.wall.versus[SCALED]
+    if gpu != loop["verdict"]:
+        word = {"tie": "a tie", "faster": "faster", "slower": "slower"}
+        clocks.append(
+            f"at {n}³ cuDNN FP8 is {word[gpu]} by GPU time and {word[loop['verdict']]} "
+            f"in a back-to-back loop ({loop['value']:.2f}×, {loop['low']:.2f}–"
+            f"{loop['high']:.2f}; the loop's tie band ±{100 * c_.wall.tie_band:.1f}%)"
+        )
+if clocks:
+    clocks_text = (
+        "* The two clocks disagree: "
+        + "; ".join(clocks)
+        + ". The GPU-time verdict is the one that applies to launches under CUDA "
+        "graphs, where a call's host time is gone; the loop's applies to plain eager "
+        "launching, host time included."
+    )
+elif looped:
+    clocks_text = (
+        f"* At {', '.join(looped)} a back-to-back loop, host time included, was also "
+        "timed: it gives the same verdict as GPU time."
+    )
+else:
+    clocks_text = (
+        "* No back-to-back loop was timed: no contender's host time per call came near "
+        "its GPU time."
+    )
 
 
 def error_ratio(fp8_check, bf16_check):
@@ -392,10 +450,13 @@ headline("FP8 attention relative error", att_checks[0].rel_error, "")
 
 Prose(
     f"* Matmul, cuDNN FP8 against torch._scaled_mm across {len(sizes)} sizes: "
-    + ", ".join(f"{v_} at {n_}" for v_, n_ in sorted(tally.items()))
+    + ", ".join(
+        f"{v_} at {n_} of {len(sizes)} sizes" for v_, n_ in sorted(tally.items())
+    )
     + "; "
     + "; ".join(f"{n_}³ {mm_result.comparisons[n_].describe(SCALED)}" for n_ in sizes)
-    + ".",
+    + f". The cuDNN graph's output {kernel}.",
+    clocks_text,
     f"* At 8192³ cuDNN FP8 runs at {m8.measurements['cuDNN FP8 graph'].tflops:.0f} "
     f"TFLOP/s and is {m8.describe('torch.matmul bf16 (cuBLAS)')}; its relative error "
     f"is "

@@ -205,7 +205,8 @@ for i, c in enumerate(cold):
 # the query, none after it); PyTorch's FlexAttention (compiled) with a block mask;
 # PyTorch's SDPA, flash backend, for the causal case; and the frontend's own
 # ``torch.ops.cudnn.sdpa_fwd``. Each races in interleaved rounds with a bootstrap
-# interval, in GPU time per call.
+# interval, in GPU time per call; ``wall_clock=True`` also races them in back-to-back
+# loops timed by the wall clock (``compare_loops``, below).
 import textwrap
 
 import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
@@ -254,7 +255,7 @@ def graph_sdpa(left_bound):
 
 
 CAND = "cudnn.flex_attention"
-results, races = {}, {}
+results = {}
 for mask, left, plan, ref in (
     ("causal", None, causal_plan, ref_causal),
     (f"window {W}", W, window_plan, ref_window),
@@ -297,7 +298,6 @@ for mask, left, plan, ref in (
         run_fa4 = fa4.forward(qb, kb, vb, causal=True, scale=D**-0.5, **size)
         baselines.admit(contenders, FA4, run_fa4, ref.transpose(1, 2))
     pairs = int(attention_inputs.band(S, S, left=left).sum())
-    races[mask] = contenders
     results[mask] = compare.compare(
         contenders,
         candidate=CAND,
@@ -305,6 +305,7 @@ for mask, left, plan, ref in (
         rounds=7,
         flops=4 * B * H * D * pairs,
         tag=mask,
+        wall_clock=True,
     )
     for name, s in results[mask].versus.items():
         print(f"{mask}: {CAND} vs {name}: {s['value']:.2f}× ({s['verdict']})")
@@ -352,29 +353,18 @@ plt.show()
 # %%
 # Measuring the host side: a loop of calls
 # ----------------------------------------
-# The verdicts above are GPU time per call. A loop of calls is bound by the longer of
-# the GPU time and the host time per call. The host µs per call is from the first round
-# above, one call after a synchronize, and can exceed what a call costs inside a loop:
-# the loop race decides. It times loops of ``LOOP`` calls with GPU events around the
-# whole loop, so any GPU wait on the host counts (L2 hot; no launch-cost subtraction).
-LOOP = 10
-loops, host_rows = {}, []
-for mask, contenders in races.items():
-    c = results[mask]
-    loop_fns = {
-        name: (lambda fn=fn: [fn() for _ in range(LOOP)])
-        for name, fn in contenders.items()
-    }
-    loops[mask] = compare.compare(
-        loop_fns,
-        candidate=CAND,
-        l2="hot",
-        rounds=5,
-        tag=f"{mask} loop of {LOOP}",
-        subtract_launch_cost=False,
-    )
+# The verdicts above are GPU time per call. A loop of plain eager calls, one after
+# another, is bound by the longer of the GPU time and the host time per call. The host
+# µs per call is from the first round above, one call after a synchronize, and can
+# exceed what a call costs inside a loop: the loop race decides. ``wall_clock=True``
+# made each comparison above also race the same contenders in back-to-back loops
+# (``compare.compare_loops``): each loop is timed by the wall clock from a synchronized
+# start to a synchronized end, so every microsecond the host spends launching counts.
+# Its result is ``c.wall``, a comparison of its own.
+host_rows = []
+for mask, c in results.items():
     for name, m in c.measurements.items():
-        gpu, loop = c.versus.get(name), loops[mask].versus.get(name)
+        gpu, loop = c.versus.get(name), c.wall.versus.get(name)
         host_rows.append(
             {
                 "mask": mask,
@@ -383,9 +373,12 @@ for mask, contenders in races.items():
                 if m.host_median_ms
                 else None,
                 "GPU µs per call": c.estimate(name)["value"],
-                "loop µs per call": loops[mask].estimate(name)["value"] / LOOP,
+                "loop µs per call": c.wall.estimate(name)["value"],
                 "GPU verdict": f"{gpu['value']:.2f}× {gpu['verdict']}" if gpu else "",
-                "loop verdict": f"{loop['value']:.2f}× {loop['verdict']}"
+                "loop verdict": (
+                    f"{loop['value']:.2f}× ({loop['low']:.2f}–{loop['high']:.2f}) "
+                    f"{loop['verdict']}"
+                )
                 if loop
                 else "",
             }
@@ -515,18 +508,32 @@ sentences = []
 for mask, c in results.items():
     rate = c.estimate(CAND, "TFLOP/s")["value"]
     best = c.best_baseline
-    gpu, loop = c.versus[best]["verdict"], loops[mask].versus[best]["verdict"]
-    host = {n: m.host_median_ms * 1e3 for n, m in c.measurements.items()}
-    same = "agrees with" if gpu == loop else "differs from"
+    gpu, loop = c.versus[best], c.wall.versus[best]
+    in_loop = c.wall.estimate(CAND)["value"]  # µs of wall clock per call, in the loop
+    on_gpu = c.estimate(CAND)["value"]  # µs of GPU time per call
+    ratio = 1 / loop["value"] if loop["verdict"] == "slower" else loop["value"]
+    how = {"slower": "slower than", "faster": "faster than"}.get(loop["verdict"])
+    how = f"{ratio:.{1 if ratio >= 1.5 else 2}f}× {how}" if how else "a tie with"
+    if loop["verdict"] == gpu["verdict"]:
+        versus_gpu = "the same verdict as GPU time per call"
+    else:
+        word = "a tie" if gpu["verdict"] == "tie" else gpu["verdict"]
+        versus_gpu = f"while in GPU time per call it is {word}"
+    bound = "the host" if in_loop > 1.1 * on_gpu else "the GPU"  # 10% over its GPU time
     sentences.append(
         f"* {mask}: {CAND} runs at {rate:.0f} TFLOP/s; in GPU time per call it is "
-        f"{c.describe()}. In a loop of {LOOP} calls it is "
-        f"{loops[mask].describe(best)}, which {same} the GPU verdict: it spends "
-        f"{host[CAND]:.0f} µs of host time per call against {host[best]:.0f} µs for "
-        f"{best}."
+        f"{c.describe()}. So a plain eager loop of {CAND} calls is {how} a loop of "
+        f"{best} calls ({versus_gpu}): in the loop a call takes {in_loop:.0f} µs of "
+        f"wall clock against {on_gpu:.0f} µs of GPU time, so {bound} bounds it."
     )
     if FA4 in c.versus:
         sentences.append(f"* {mask}, against {FA4}: {c.describe(FA4)}.")
+sentences.append(
+    "Which verdict applies depends on how the calls are launched: GPU time when the "
+    "GPU is the bottleneck (calls replayed from a CUDA graph, where a path can be "
+    "captured, which this page does not try, or a host that stays ahead of the GPU); "
+    "the loop when plain eager Python launches one call after another."
+)
 if not FA4_OK:
     sentences.append(f"{FA4} was not timed: {FA4_DETAIL}.")
 first = [c["first_call_s"] for c in cold]
@@ -549,7 +556,7 @@ from cudnn_guide.report.records import comparison, keep
 for mask, c in results.items():
     comparison(f"{mask}: flex_attention speed-up over best other", c)
 keep(
-    loop_verdicts={mask: c.versus for mask, c in loops.items()},
+    loop_verdicts={mask: c.wall.versus for mask, c in results.items()},
     host_us_per_call={
         r["mask"] + ": " + r["implementation"]: r["host µs per call"] for r in host_rows
     },

@@ -36,7 +36,8 @@ env
 # ----------------------------------------------
 # Causal attention with head dim 100. ``validate``, the first build step, checks the
 # graph before any engine is asked; what it says is printed. The fix follows: pad the
-# head dim with zeros to 128, a head dim this GPU's engines serve.
+# head dim with zeros to the next multiple of 8, which the message asks for (padding to
+# 128 is another option, with more zeros to multiply).
 import cudnn
 import torch
 
@@ -74,7 +75,8 @@ except cudnn.cudnnGraphNotSupportedError as exc:
 # The fix. Zeros add nothing to q·k, V's padded columns come out as zeros in O and are
 # sliced off, and the softmax scale stays 1/√100: the result is attention at head dim
 # 100, checked against PyTorch in fp32.
-qp, kp, vp = (torch.nn.functional.pad(t, (0, 128 - d)) for t in (q, k, v))
+dp = -(-d // 8) * 8  # the next multiple of 8
+qp, kp, vp = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
 g, (Q, K, V, O) = causal_attention_graph(qp, kp, vp)
 g.validate()
 g.build_operation_graph()
@@ -88,7 +90,7 @@ ref = torch.nn.functional.scaled_dot_product_attention(
     q.float(), k.float(), v.float(), is_causal=True
 )
 torch.testing.assert_close(o[..., :d].float(), ref, atol=2e-2, rtol=2e-2)
-print(f"padded to 128: max |error| {(o[..., :d].float() - ref).abs().max():.1e}")
+print(f"padded to {dp}: max |error| {(o[..., :d].float() - ref).abs().max():.1e}")
 
 # %%
 # Measuring where each failure surfaces
@@ -97,6 +99,8 @@ print(f"padded to 128: max |error| {(o[..., :d].float() - ref).abs().max():.1e}"
 # what happened: the step that raised, cuDNN's words and the fix, or the plans it built.
 # ``sdpa_graph`` declares causal attention on 2×8×1024×head-dim tensors with the given
 # head dim, dtype or Q layout.
+import re
+
 from cudnn_guide import check, graphs
 
 STEPS = (
@@ -173,6 +177,16 @@ def outcome(case, what, where, error, message, fix):
     )
 
 
+def compile_failures(message):
+    """How many plans failed to compile their kernel at run time (NVRTC), of how many
+    the message lists (build_plans lists each plan it tried as "[i] name: reason")."""
+    plans = re.split(r"\[\d+\] ", str(message))[1:] or [str(message)]
+    return sum("COMPILATION_FAILED" in p for p in plans), len(plans)
+
+
+compiled = {}  # case -> (plans that failed to compile, plans tried)
+
+
 def attempt(case, fix, g, modes=("A", "FALLBACK")):
     """Run the five steps of ``g``; keep the step that raised and cuDNN's words, or
     the plans it built."""
@@ -180,8 +194,12 @@ def attempt(case, fix, g, modes=("A", "FALLBACK")):
         try:
             call()
         except Exception as exc:
-            outcome(case, "fails with a message", step, type(exc).__name__, exc, fix)
-            print(f"{case}: {type(exc).__name__} at {step}")
+            bad, tried = compile_failures(exc)
+            what = "fails to compile a kernel" if bad else "fails with a message"
+            if bad:  # an engine took the graph; its kernel did not compile
+                compiled[case] = (bad, tried)
+            outcome(case, what, step, type(exc).__name__, exc, fix)
+            print(f"{case}: {type(exc).__name__} at {step} ({what})")
             return None
     plans = g.get_execution_plan_count()
     first = g.get_plan_name_at_index(0)
@@ -194,10 +212,12 @@ def attempt(case, fix, g, modes=("A", "FALLBACK")):
 # The lesson's two cases come first: the head dim cuDNN refused, and the padded graph
 # the lesson built.
 attempt(
-    "head dim 100", "pad the head dim with zeros", causal_attention_graph(q, k, v)[0]
+    f"head dim {d}",
+    "pad the head dim with zeros to a multiple of 8 (or to 128)",
+    causal_attention_graph(q, k, v)[0],
 )
 outcome(
-    "head dim 100, zero-padded to 128",
+    f"head dim {d}, zero-padded to {dp}",
     "builds",
     "—",
     "none",
@@ -359,9 +379,10 @@ print(checks[-1])
 # Wrong strides in the variant pack
 # ---------------------------------
 # A graph is declared with fixed strides. Hand ``execute`` K in another layout (same
-# shape, S-major memory instead of D-major) and look at what comes back: whether execute
-# raises, and the output checked against the reference.
-k_other_layout = kp.transpose(1, 2).contiguous().transpose(1, 2)  # S-major memory
+# shape, B×S×H×D memory instead of the declared B×H×S×D: heads and tokens swapped, the
+# head dim still innermost) and look at what comes back: whether execute raises, and
+# the output checked against the reference.
+k_other_layout = kp.transpose(1, 2).contiguous().transpose(1, 2)  # B×S×H×D memory
 check.poison(o)
 try:
     g.execute({Q: qp, K: k_other_layout, V: vp, O: o}, workspace, handle=handle)
@@ -491,9 +512,9 @@ with tempfile.TemporaryDirectory() as stale:
 
 # %%
 # No ``nvidia-cudnn`` wheel where the frontend looks (a virtual environment on top of
-# this Python: torch and the frontend import, its site-packages has no
-# ``nvidia/cudnn``) and nothing on ``LD_LIBRARY_PATH``: the frontend asks the dynamic
-# linker, which may find none, or a system copy of another version.
+# this Python, with no ``nvidia/cudnn`` in its own site-packages; the probe imports the
+# frontend from this Python's) and nothing on ``LD_LIBRARY_PATH``: the frontend asks
+# the dynamic linker, which may find none, or a system copy of another version.
 import venv
 
 with tempfile.TemporaryDirectory() as bare:
@@ -657,7 +678,7 @@ def listed(rows):
     return ", ".join(r["case"] for r in rows)
 
 
-failed = [o for o in outcomes if o["outcome"] == "fails with a message"]
+failed = [o for o in outcomes if o["outcome"].startswith("fails")]
 built_ok = [o for o in outcomes if o["outcome"] in ("builds", "runs")]
 silent_rows = [o for o in outcomes if o["outcome"].startswith("raises nothing")]
 steps = Counter(o["surfaces at"] for o in failed)
@@ -674,7 +695,20 @@ sentences = [
     + ("; ".join(f"{step}: {n}" for step, n in steps.most_common()) or "nowhere")
     + ". The step says what to change: validate (the graph itself), "
     "create_execution_plans (the heuristics), check_support or build_plans (no engine "
-    "for it here), execute (the buffers), import or handle creation (the library).",
+    "for it here, unless the message says a kernel failed to compile), execute (the "
+    "buffers), import or handle creation (the library).",
+    (
+        "A failed compilation, not a missing engine: "
+        + "; ".join(
+            f"{case}: {bad} of the {tried} plan(s) build_plans tried failed to compile "
+            "their kernel at run time (NVRTC; "
+            "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED)"
+            for case, (bad, tried) in compiled.items()
+        )
+        + "."
+        if compiled
+        else "No plan failed to compile its kernel here."
+    ),
     (
         f"Raised nothing although something was wrong: {listed(silent_rows)}. Only a "
         "check of the output, of the variant pack or of the loaded library's version "

@@ -108,7 +108,10 @@ for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leav
 # (``torch_ops.attention``, the two graphs above behind ``torch.library.custom_op``),
 # PyTorch's ``scaled_dot_product_attention`` (with whichever backend PyTorch picks), or
 # FlashAttention-4's ``flash_attn_func``. FlashAttention-4 takes B×S×H×D tensors, so its
-# block splits the projection in that layout: every variant makes the same one copy.
+# block splits the projection in that layout: every variant copies Q, K and V once, into
+# the layout its attention takes. The way back differs: the attention output is reshaped
+# to B×S×(H·D), a view where its memory is already B×S×H×D and a copy otherwise (which
+# variant copies is measured below).
 import copy
 
 import torch.nn as nn
@@ -231,29 +234,51 @@ if FA4_OK:
         print(f"{FA4}: unavailable here ({fa4_why})")
 
 # %%
-# Which kernel does PyTorch's default SDPA run here? Its output is compared bit for bit
-# with each backend forced in turn (forward kernels are deterministic):
+# Which kernel does PyTorch's default SDPA run here? Its output, eager and under
+# ``torch.compile``, is compared bit for bit with each backend forced in turn (forward
+# kernels are deterministic), on inputs that require gradients, as in training:
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 q_, k_, v_ = (
-    torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    torch.randn(
+        B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen
+    ).requires_grad_()
     for _ in range(3)
 )
-with torch.no_grad():
-    default_out = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
-    picked = []
-    for b in (
-        SDPBackend.CUDNN_ATTENTION,
-        SDPBackend.FLASH_ATTENTION,
-        SDPBackend.EFFICIENT_ATTENTION,
-    ):
-        with sdpa_kernel([b]):
-            forced = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
-            if torch.equal(default_out, forced):
-                picked.append(b.name)
+default_out = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+compiled_out = torch.compile(torch_attention, fullgraph=True)(q_, k_, v_)
+picked, picked_compiled = [], []
+for b in (
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+):
+    with sdpa_kernel([b]):
+        forced = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+    if torch.equal(default_out, forced):
+        picked.append(b.name)
+    if torch.equal(compiled_out, forced):
+        picked_compiled.append(b.name)
 print("PyTorch's default SDPA matches, bit for bit:")
-print(" ", ", ".join(picked) or "none of the forced backends")
-del q_, k_, v_, default_out, forced
+print("  eager:", ", ".join(picked) or "none of the forced backends")
+print("  compiled:", ", ".join(picked_compiled) or "none of the forced backends")
+del q_, k_, v_, default_out, compiled_out, forced
+
+# %%
+# What each block does with the attention output: reshaped back to B×S×(H·D), is it a
+# view of the output's memory or a copy?
+attention_out = {"the cuDNN op": cudnn_attention, "PyTorch SDPA": torch_attention}
+output_copied = {}
+with torch.no_grad():
+    for name, attend in attention_out.items():
+        out = attend(q, k, v).transpose(1, 2)  # the lesson's B×H×S×D tensors
+        output_copied[name] = out.reshape(B, S, DIM).data_ptr() != out.data_ptr()
+    if fa4_why is None:
+        out = fa4_attention(*(t.transpose(1, 2).contiguous() for t in (q, k, v)))
+        output_copied[FA4] = out.reshape(B, S, DIM).data_ptr() != out.data_ptr()
+for name, copied in output_copied.items():
+    print(f"{name}: the output's reshape is {'a copy' if copied else 'a view'}")
+del out
 
 # %%
 # The same blocks compiled. The cuDNN op is a ``torch.library.custom_op`` with a fake
@@ -555,14 +580,36 @@ def loop_note(cmp, name, wall=None):
     )
 
 
+def listed(names):
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def kernel_note(found, how):
+    """What PyTorch's SDPA ran (``how``: eager or compiled), from the check above."""
+    if "CUDNN_ATTENTION" in found:
+        return (
+            f"PyTorch's {how} SDPA here is cuDNN's own attention kernel (its output "
+            "matched the forced cuDNN backend bit for bit), so this pair is cuDNN's "
+            "kernel against itself: the verdict measures how the kernel is called, "
+            "not another kernel."
+        )
+    return (
+        f"PyTorch's {how} SDPA here matched, bit for bit: "
+        f"{listed(found) if found else 'none of the forced backends'}."
+    )
+
+
 cand = tokens_per_s(result.estimate(CAND))
 sentences = [
     "Eager against eager: the block with the cuDNN op is "
     f"{eager_cmp.describe('PyTorch eager')} on GPU time, and "
-    f"{wall_eager.describe('PyTorch eager')} on the wall clock.",
+    f"{wall_eager.describe('PyTorch eager')} on the wall clock. "
+    + kernel_note(picked, "eager"),
     "Compiled against compiled: the block with the cuDNN op is "
     f"{compiled_cmp.describe(COMPILED)} on GPU time, and "
-    f"{wall_compiled.describe(COMPILED)} on the wall clock.",
+    f"{wall_compiled.describe(COMPILED)} on the wall clock. "
+    + kernel_note(picked_compiled, "compiled"),
 ]
 if FA4_EAGER in eager_cmp.versus:
     sentences.append(
@@ -572,6 +619,22 @@ if FA4_EAGER in eager_cmp.versus:
     )
 else:
     sentences.append(f"{FA4} was not timed in the block: {fa4_why}.")
+copied = [n for n, c in output_copied.items() if c]
+viewed = [n for n, c in output_copied.items() if not c]
+out_mib = B * S * DIM * x.element_size() / 2**20  # one attention output
+if copied and viewed:
+    sentences.append(
+        "The blocks are not copy for copy: each copies Q, K and V once into its "
+        "attention's layout, but the attention output's reshape back to B×S×(H·D) is "
+        f"a copy ({out_mib:.0f} MiB per forward) with {listed(copied)} and a view with "
+        f"{listed(viewed)}; the comparisons between them include that copy."
+    )
+else:
+    sentences.append(
+        "Each block copies Q, K and V once into its attention's layout, and the "
+        "attention output's reshape back to B×S×(H·D) is "
+        f"{'a copy' if copied else 'a view'} in every block."
+    )
 sentences += [
     f"The compiled block with the cuDNN op trains at {cand['value']:,.0f} tokens/s "
     f"(in-run interval {cand['low']:,.0f}–{cand['high']:,.0f}); torch.compile's own "
@@ -586,17 +649,6 @@ sentences += [
         f", {peak_mib[FA4_EAGER]:.0f} MiB with {FA4}." if FA4_EAGER in peak_mib else "."
     ),
 ]
-if "CUDNN_ATTENTION" in picked:
-    sentences.append(
-        "PyTorch's default SDPA runs cuDNN's attention kernel on this GPU: the "
-        "PyTorch baselines already use cuDNN attention, and the comparison measures "
-        "how the op is called, not another kernel."
-    )
-else:
-    sentences.append(
-        "PyTorch's default SDPA runs the "
-        f"{', '.join(picked) or 'unidentified'} kernel on this GPU."
-    )
 if provider_cmp:
     sentences += [
         f"The cudnn.torch provider served {served} forward call(s) in the checks; "

@@ -272,9 +272,18 @@ try:
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         F.scaled_dot_product_attention(bhsd(q), bhsd(q), bhsd(q), is_causal=True)
     torch_route = "works"
-except Exception as error:  # the route's failure is the finding: show it
+except Exception as error:  # shown as it is: a failure here is this pair of versions'
     torch_route = f"fails: {type(error).__name__}: {str(error).splitlines()[0]}"
 print(f"torch {torch.__version__} SDPA routed to FA4: {torch_route}")
+if torch_route != "works" and FA4_OK:  # both installed: most likely their versions
+    route_sentence = (
+        f"PyTorch's own route to FlashAttention-4 {torch_route}. Most likely this is a "
+        f"version mismatch between torch {torch.__version__}'s FA4 hook and "
+        f"flash-attn-4 {FA4_DETAIL}, not a property of the route; this page tries no "
+        "other pair of versions."
+    )
+else:
+    route_sentence = f"PyTorch's own route to FlashAttention-4 {torch_route}."
 
 # %%
 # Measuring the vendor's shapes
@@ -287,6 +296,11 @@ print(f"torch {torch.__version__} SDPA routed to FA4: {torch_route}")
 # to the vendor's CUPTI kernel time), cold L2, and judged against the run's tie band.
 # A call at 32k tokens takes about 50-320 ms, so there each round times 3 calls per
 # contender instead of 5; from 16k tokens on, the host cost is sampled from 2 calls.
+# cuDNN's forward writes its softmax statistics for the backward; FlashAttention-4's
+# forward is timed on tensors without ``requires_grad``, so it is asked for its
+# log-sum-exp (``return_lse=True``, where its ``flash_attn_func`` takes it) and writes
+# the same statistics.
+import inspect
 from functools import partial
 
 from cudnn_guide.measure import compare
@@ -294,6 +308,9 @@ from cudnn_guide.measure import compare
 SEQS = [2048, 4096, 8192, 16384, 32768]
 OUTPUTS = {"O": "o", "dQ": "q", "dK": "k", "dV": "v"}  # output → reference entry
 results, checked = {}, []
+FA4_LSE = {}  # FA4's forward keywords: return_lse=True where its signature has it
+if FA4_OK and "return_lse" in inspect.signature(flash_attn_func).parameters:
+    FA4_LSE = {"return_lse": True}
 
 
 def layer_flops(s, causal, backward):
@@ -361,7 +378,7 @@ for s in SEQS:
                 ref, outs, FA4, f"@ S={s} {mask}"
             )
             contenders["fwd"][FA4] = partial(
-                flash_attn_func, t["q"], t["k"], t["v"], causal=causal
+                flash_attn_func, t["q"], t["k"], t["v"], causal=causal, **FA4_LSE
             )
             contenders["bwd"][FA4] = partial(
                 torch.autograd.grad, out4, leaves, t["d_o"], retain_graph=True
@@ -612,6 +629,8 @@ html_table(pd.DataFrame(first_rows))
 # Conclusions
 # -----------
 # Computed from the rows above; clock and power-cap warnings are in Measurement notes.
+import statistics
+
 from cudnn_guide.report.prose import Prose
 
 
@@ -630,6 +649,53 @@ if results:
     worst_cudnn = max(cudnn_gaps, key=lambda key: abs(cudnn_gaps[key]))
     same = zip(sorted(results), table["same direction"])
     disagree = [shape(k) for k, ok in same if not ok]
+    speedups = {key: c.versus[FA4] for key, c in sorted(results.items())}
+    below = [key for key, r in speedups.items() if r["value"] < 1]
+    point_sentence = (
+        f"The point estimate of cuDNN's speed-up is below 1 (cuDNN slower) at "
+        f"{len(below)} of {len(speedups)} shapes; over all of them it runs from "
+        f"{min(r['value'] for r in speedups.values()):.2f}× to "
+        f"{max(r['value'] for r in speedups.values()):.2f}×."
+    )
+    ties = [key for key, r in speedups.items() if r["verdict"] == "tie"]
+    for side, off in (
+        ("below", lambda r: r["high"] < 1),
+        ("above", lambda r: r["low"] > 1),
+    ):
+        lopsided = [key for key in ties if off(speedups[key])]
+        if not lopsided:
+            continue
+        bands = [results[key].tie_band for key in speedups if key not in ties]
+        point_sentence += (
+            f" {len(lopsided)} of the {len(ties)} ties have an interval wholly {side} "
+            f"1: "
+            + "; ".join(
+                f"{shape(key)} ({speedups[key]['value']:.2f}× "
+                f"[{speedups[key]['low']:.2f}, {speedups[key]['high']:.2f}], tie band "
+                f"±{100 * results[key].tie_band:.1f}%)"
+                for key in lopsided
+            )
+            + ". They are ties only because the tie band measured in their own "
+            "rounds (cuDNN against its own repeat) was that wide"
+            + (
+                f", against a median of ±{100 * statistics.median(bands):.1f}% at the "
+                f"{len(bands)} shapes with a verdict"
+                if bands
+                else ""
+            )
+            + ": there the interval of identical code's ratio to itself reached that "
+            "far from 1 (the clock sentence below gives the clocks and the power cap)."
+        )
+
+
+lse_sentence = (
+    f"{FA4}'s forward was timed with return_lse=True, so it writes its log-sum-exp "
+    f"as cuDNN's forward writes its softmax statistics."
+    if FA4_LSE
+    else f"{FA4}'s forward was timed on tensors without requires_grad and without "
+    "return_lse (its flash_attn_func here has no such keyword), so it may skip the "
+    "log-sum-exp that cuDNN's forward writes as its statistics."
+)
 
 
 def largest_gap(gap, key):
@@ -723,7 +789,7 @@ keep(first_calls=first_calls, torch_fa4_route=torch_route)
         check_sentence,
         clock_sentence,
         first_sentence,
-        f"PyTorch's own route to FlashAttention-4 {torch_route}.",
+        route_sentence,
     )
     if not results
     else Prose(
@@ -731,6 +797,8 @@ keep(first_calls=first_calls, torch_fa4_route=torch_route)
         f"was faster than {FA4} at {verdicts.get('faster', 0)}, tied at "
         f"{verdicts.get('tie', 0)} and slower at {verdicts.get('slower', 0)} on this "
         f"{env.gpu} (cuDNN {env.cudnn_backend}).",
+        point_sentence,
+        lse_sentence,
         f"Our verdict points the same way as NVIDIA's table (cuDNN {VENDOR_CUDNN}) at "
         f"{agree} of {len(table)} shapes; a tie counts as agreeing with either "
         f"direction"
@@ -746,6 +814,6 @@ keep(first_calls=first_calls, torch_fa4_route=torch_route)
         clock_sentence,
         check_sentence,
         first_sentence,
-        f"PyTorch's own route to FlashAttention-4 {torch_route}.",
+        route_sentence,
     )
 )

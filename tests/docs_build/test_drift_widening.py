@@ -205,3 +205,107 @@ def test_a_recorded_page_says_its_comparisons_are_widened_for_re_recording_drift
     notes = hooks.notes_rst(record)
     assert "widened for re-recording drift" in notes and "in-run" in notes
     assert drift_bands.widened_rst({"headlines": [{"name": "t", "value": 1.0, "unit": "µs"}]}) == ""
+
+
+def _widened_by_zero(value=0.93, low=0.92, high=0.94, verdict="slower"):
+    """A headline as a staged recording without the drift file wrote it: in-run, labelled widened by 0."""
+    h = {
+        "name": "speed-up",
+        "value": value,
+        "unit": "x",
+        "low": low,
+        "high": high,
+        "verdict": verdict,
+        "kind": "comparison",
+        "tie_band": 0.01,
+        "candidate_measurement": "a",
+        "baseline_measurement": "b",
+    }
+    return drift_bands.widen_headlines([h], {}, "plot_x")[0]
+
+
+def test_a_staged_page_finds_the_drift_file_and_writes_nothing_back(tmp_path):
+    from gallery_build import staging
+
+    docs = tmp_path / "docs"
+    (docs / "data").mkdir(parents=True)
+    (docs / "conf.py").write_text("")
+    (docs / "data" / drift_bands.DRIFT).write_text(json.dumps({"global_p95": 0.1, "examples": {}}))
+    (docs / "data" / "history.jsonl").write_text("")
+    staged = staging.stage_docs(docs, tmp_path, docs / "auto_examples", tmp_path / "stage")
+    copy = staged.parent / "data" / drift_bands.DRIFT
+    assert json.loads(copy.read_text())["global_p95"] == 0.1  # what the record hook widens by
+    assert not copy.is_symlink() and not (staged.parent / "data" / "history.jsonl").exists()
+    h = _widened_by_zero()
+    drift_bands.widen_headlines(
+        [h := {k: v for k, v in h.items() if not k.startswith("run_") and k not in ("drift", "interval")}],
+        drift_bands.load_drift(copy),
+        "plot_x",
+    )
+    assert h["drift"] > 0 and h["low"] < 0.92
+
+
+def test_rewiden_widens_headlines_widened_by_zero_and_leaves_widened_ones_alone():
+    bands = {"global_p95": 0.05, "examples": {}}
+    h = _widened_by_zero()
+    assert h["drift"] == 0 and h["verdict"] == "slower"
+    assert drift_bands.rewiden_headlines([h], bands, "plot_x") == 1
+    assert h["run_low"] == 0.92 and h["run_verdict"] == "slower" and h["drift"] == pytest.approx(math.hypot(0.05, 0.05))
+    assert h["low"] == pytest.approx(0.92 * math.exp(-h["drift"])) and h["verdict"] == "tie"  # 0.86–1.01 meets the band
+    before = dict(h)
+    assert drift_bands.rewiden_headlines([h], {"global_p95": 0.5, "examples": {}}, "plot_x") == 0
+    assert h == before
+
+
+def test_shards_rewiden_widens_a_shards_records_and_history_alike(tmp_path):
+    from gallery_build import shards
+
+    shard = tmp_path / "shard"
+    (shard / "auto_examples").mkdir(parents=True)
+    record = {"example": "plot_x", "headlines": [_widened_by_zero()]}
+    (shard / "auto_examples" / "plot_x.record.json").write_text(json.dumps(record))
+    (shard / "history.jsonl").write_text(json.dumps(dict(_entry(), headlines=[_widened_by_zero()])) + "\n")
+    drift = tmp_path / "drift.json"
+    drift.write_text(json.dumps({"global_p95": 0.05, "examples": {}}))
+    assert shards.rewiden(shard, drift) == {"plot_x": 1}
+    rec = json.loads((shard / "auto_examples" / "plot_x.record.json").read_text())["headlines"][0]
+    line = json.loads((shard / "history.jsonl").read_text())["headlines"][0]
+    assert rec["drift"] > 0 and rec == line
+    with pytest.raises(shards.ShardError, match="does not exist"):
+        shards.rewiden(shard, tmp_path / "missing.json")
+
+
+def _page_entry(stamp, value, low, high, verdict):
+    return dict(
+        _entry(value=value, low=low, high=high, verdict=verdict),
+        recorded_utc=stamp,
+        headlines=[
+            {
+                "name": "speed-up",
+                "value": value,
+                "unit": "x",
+                "low": low,
+                "high": high,
+                "verdict": verdict,
+                "kind": "comparison",
+                "tie_band": 0.01,
+            }
+        ],
+    )
+
+
+def test_headline_backtest_widens_the_earlier_recording_by_the_drift_known_then():
+    hist = [
+        _page_entry("2026-01-01", 1.20, 1.19, 1.21, "faster"),
+        _page_entry("2026-01-02", 1.30, 1.29, 1.31, "faster"),
+        _page_entry("2026-01-03", 1.24, 1.23, 1.25, "faster"),
+    ]
+    # the first pair has no past drift (widened by 0), so 1.30 lies outside 1.19–1.21; by the
+    # second pair the drift of the first (log 1.30/1.20) widens 1.29–1.31 enough to hold 1.24
+    all_pairs = drift_bands.headline_backtest(hist, hist)
+    assert (all_pairs["pairs"], all_pairs["headlines"], all_pairs["inside"]) == (2, 2, 1)
+    assert all_pairs["outside"][0]["value"] == 1.30 and all_pairs["flips"] == 0
+    latest = drift_bands.headline_backtest(hist, hist, latest_only=True)
+    assert (latest["pairs"], latest["inside"], latest["coverage"]) == (1, 1, 1.0)
+    flip = hist[:2] + [_page_entry("2026-01-03", 0.70, 0.69, 0.71, "slower")]
+    assert drift_bands.headline_backtest(flip, flip, latest_only=True)["flips"] == 1

@@ -57,6 +57,7 @@ __all__ = [
     "read_shard",
     "write_shard",
     "merge",
+    "rewiden",
     "gpu_slug",
     "across_gpus",
 ]
@@ -756,6 +757,51 @@ def across_gpus(data_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def rewiden(shard: Path, drift_file: Path) -> dict[str, int]:
+    """Widen a shard's intervals by ``drift_file`` where its recording could not (before merging it).
+
+    A shard recorded while the staged docs lacked ``data/drift.json`` holds every headline with
+    ``drift: 0`` (:func:`gallery_build.drift_bands.rewiden_headlines`). Its records and its
+    history lines are widened again, alike, by the drift file its recording should have read
+    (the one committed when it ran), each file replaced atomically.
+
+    Parameters
+    ----------
+    shard
+        A shard folder (``shards record``'s output).
+    drift_file
+        The drift file to widen by.
+
+    Returns
+    -------
+    dict[str, int]
+        Per page stem, how many headlines were widened again.
+
+    Example
+    -------
+    >>> rewiden(Path("/tmp/shard_A"), Path("docs/data/drift.json"))  # doctest: +SKIP
+    """
+    bands = drift_bands.load_drift(Path(drift_file))
+    if not bands:
+        raise ShardError(
+            f"rewiden: {drift_file} does not exist or is empty; name the drift file the shard should have used"
+        )
+    shard = Path(shard)
+    widened: dict[str, int] = {}
+    for path in sorted((shard / recording.GALLERY_NAME).glob(f"*{RECORD_SUFFIX}")):
+        record = datafiles.read_json(path)
+        stem = path.name[: -len(RECORD_SUFFIX)]
+        widened[stem] = drift_bands.rewiden_headlines(record.get("headlines", []), bands, stem)
+        datafiles.write_json(path, record, separators=(",", ":"))  # as the record hook writes it
+    lines = shard / "history.jsonl"
+    if lines.exists():
+        entries = history.load(lines)
+        for entry in entries:
+            drift_bands.rewiden_headlines(entry.get("headlines", []), bands, entry["example"])
+        datafiles.write_text(lines, "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+    return widened
+
+
 def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     import sys
 
@@ -776,6 +822,19 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         if _every_example(shown, root / "examples"):
             print(f"cudnn-guide: {history.format_reproducibility(datafiles.read_json(report))}")
         return
+    if argv[:1] == ["rewiden"] and len(argv) >= 3:
+        drift_file, paths = Path(argv[1]), [Path(p) for p in argv[2:]]
+        try:
+            for path in paths:
+                counts = rewiden(path, drift_file)
+                print(
+                    f"cudnn-guide: {path}: widened again by {drift_file}: {sum(counts.values())} headline(s) "
+                    f"on {sum(1 for n in counts.values() if n)} page(s)"
+                )
+        except ShardError as exc:
+            print(f"cudnn-guide: shards rewiden refused: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
+        return
     if argv[:1] == ["record"] and len(argv) >= 2:
         shard, rest = Path(argv[1]), argv[2:]
         keep_going = "--keep-going" in rest
@@ -795,7 +854,8 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         return
     raise SystemExit(
         "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [plot_xx.py ...]\n"
-        f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]"
+        f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
+        "       python -m gallery_build.shards rewiden DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
     )
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from cudnn_guide import datafiles
 
+from .drift_bands import DRIFT as DRIFT_FILE
+
 __all__ = ["COLD_CACHES", "cold_caches", "shared_bytecode", "stage_docs", "page_files", "promote_page"]
 
 COLD_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda-jit"}
@@ -84,7 +86,9 @@ def shared_bytecode(folder: Path, dont_write: bool | None = None) -> dict[str, s
 def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root: Path) -> Path:
     """A private copy of the docs source in which one page records; returns the copy's gallery.
 
-    The copy holds ``conf.py``, a link to ``_static``, a link to the examples and a full copy of
+    The copy holds ``conf.py``, a link to ``_static``, a link to the examples, a copy of
+    ``data/drift.json`` (the re-recording drift the record hook widens the page's intervals by:
+    without it a staged page would record in-run intervals labelled widened by 0) and a full copy of
     the gallery, so the page's build writes nothing outside ``stage_root`` until
     :func:`promote_page` moves its files in.
 
@@ -115,6 +119,10 @@ def stage_docs(docs_dir: Path, examples_dir: Path, gallery_dir: Path, stage_root
         shutil.copy2(Path(docs_dir) / "conf.py", docs / "conf.py")
     if (Path(docs_dir) / "_static").is_dir():
         (docs / "_static").symlink_to((Path(docs_dir) / "_static").resolve())
+    drift = Path(docs_dir) / "data" / DRIFT_FILE
+    if drift.is_file():  # the record hook widens the page's intervals by it; a copy, so nothing writes back
+        (docs / "data").mkdir()
+        shutil.copy2(drift, docs / "data" / DRIFT_FILE)
     (stage_root / "examples").symlink_to(Path(examples_dir).resolve())
     staged = docs / Path(gallery_dir).name
     shutil.copytree(gallery_dir, staged) if Path(gallery_dir).exists() else staged.mkdir()
