@@ -160,6 +160,28 @@ def test_a_ratio_whose_measurements_drift_together_is_judged_by_its_own_history(
     assert drift_bands.for_ratio({}, "plot_a", "cudnn", "torch") == 0.0
 
 
+def test_a_ratio_without_its_own_history_takes_the_ratio_drift_of_its_page_or_the_site():
+    steps = [{"cudnn": 0.3, "torch": 0.29}]  # one past pair: too little to trust the ratio's own
+    page = {"p95": 0.3, "labels": {"cudnn": 0.3, "torch": 0.3}, "changes": steps, "ratio_p90": 0.04}
+    bands = {"examples": {"plot_a": page}, "global_ratio_p90": 0.02, "global_p95": 0.3}
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "torch") == 0.04  # the page's, above the site's
+    assert drift_bands.for_ratio(bands, "plot_new", "cudnn", "torch") == 0.02  # a new page: the site's
+    made = drift_bands.drift(
+        [
+            dict(
+                _entry(),
+                recorded_utc=str(i),
+                measurements={
+                    "a": {"median_ms": 1.0 * (1 + i / 10), "q1_ms": 0.99, "q3_ms": 1.01, "n": 10},
+                    "b": {"median_ms": 2.0 * (1 + i / 10), "q1_ms": 1.98, "q3_ms": 2.02, "n": 10},
+                },
+            )
+            for i in range(3)
+        ]
+    )
+    assert made["global_ratio_p90"] == pytest.approx(0.0, abs=1e-12)  # a and b moved together
+
+
 def test_the_drift_backtest_scores_both_models_on_the_recordings_before_the_last():
     def rec(utc, a, b):
         return _recording("plot_a", utc, {"a": a, "b": b})

@@ -300,7 +300,9 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     absolute log change of each measurement's median timed the same way. Per example it keeps
     each label's largest change and the 95th percentile over all its changes, over its last few
     pairs (:data:`DRIFT_PAIRS`; older ones measured older code); ``global_p95`` is the 95th
-    percentile over every example (the fallback for a page with no history). The same is kept
+    percentile over every example (the fallback for a page with no history), and
+    ``global_ratio_p90`` the :data:`RATIO_QUANTILE` quantile of every example's ratio changes (the
+    fallback for a ratio without a history of its own: :func:`for_ratio`). The same is kept
     for the headlines (``headline_p95``, ``headlines``): the numbers a page quotes, which
     :func:`widen_headlines` widens by it.
 
@@ -312,7 +314,7 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     Returns
     -------
     dict[str, Any]
-        ``{"global_p95", "global_headline_p95", "pairs", "examples": {example: {"p95", "labels":
+        ``{"global_p95", "global_headline_p95", "global_ratio_p90", "pairs", "examples": {example: {"p95", "labels":
         {label: max}, "headline_p95", "headlines": {name: max}}}}``, all as absolute natural-log
         changes (0.03 ≈ 3%).
 
@@ -359,6 +361,8 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
             every_headline += head_changes
     out["global_p95"] = _p95(every)
     out["global_headline_p95"] = _p95(every_headline)
+    every_ratio = [c for e in out["examples"].values() for c in _ratio_changes(e["changes"])]
+    out["global_ratio_p90"] = _quantile_of(every_ratio, RATIO_QUANTILE)
     return out
 
 
@@ -464,8 +468,12 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
 
     Two measurements of one recording share its machine, clock and CPU, so much of their drift
     cancels in their ratio. With :data:`RATIO_MIN_PAIRS` or more past pairs holding both, this is
-    the ratio's own largest past change, at least its page's 90th percentile of ratio changes;
-    otherwise the two measurements' drifts combined as independent, ``√(r_a² + r_b²)``.
+    the ratio's own largest past change, at least its page's 90th percentile of ratio changes.
+    Otherwise it is the larger of its page's and the whole site's 90th percentile of ratio changes
+    (``global_ratio_p90``): still a ratio's drift, not two measurements' drifts combined as if
+    they were independent, which widened a ratio new to its page by ±18% where its page's ratios
+    had moved by ±2%. A drift file without ``global_ratio_p90`` (written before it) keeps the
+    independent combination, ``√(r_a² + r_b²)``.
 
     Parameters
     ----------
@@ -495,6 +503,8 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
         seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
         if len(seen) >= RATIO_MIN_PAIRS:
             return max(max(seen), float(entry.get("ratio_p90") or 0.0))
+    if bands and "global_ratio_p90" in bands:
+        return max(float(bands["global_ratio_p90"]), float((entry or {}).get("ratio_p90") or 0.0))
     return math.hypot(for_label(bands, page, a), for_label(bands, page, b))
 
 
