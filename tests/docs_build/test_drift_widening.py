@@ -331,3 +331,15 @@ def test_headline_backtest_widens_the_earlier_recording_by_the_drift_known_then(
     assert (latest["pairs"], latest["inside"], latest["coverage"]) == (1, 1, 1.0)
     flip = hist[:2] + [_page_entry("2026-01-03", 0.70, 0.69, 0.71, "slower")]
     assert drift_bands.headline_backtest(flip, flip, latest_only=True)["flips"] == 1
+
+
+def test_the_notes_count_the_printed_verdicts_that_change_once_widened():
+    slower = _widened_by_zero()  # 0.92–0.94 in-run: slower; widened by ±10% it meets the tie band
+    drift_bands.rewiden_headlines([slower], {"global_p95": 0.1, "global_ratio_p90": 0.1, "examples": {}}, "plot_x")
+    held = _widened_by_zero(value=0.5, low=0.49, high=0.51)
+    drift_bands.rewiden_headlines([held], {"global_p95": 0.1, "global_ratio_p90": 0.1, "examples": {}}, "plot_x")
+    assert (slower["run_verdict"], slower["verdict"], held["verdict"]) == ("slower", "tie", "slower")
+    text = drift_bands.widened_rst({"headlines": [slower, held]})
+    assert "1 of the 2 verdicts printed above (in-run) are a **tie** once widened" in text
+    assert "The verdict printed above holds once widened" in drift_bands.widened_rst({"headlines": [held]})
+    assert "All 2 verdicts printed above hold" in drift_bands.widened_rst({"headlines": [held, dict(held)]})

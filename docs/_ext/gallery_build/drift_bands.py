@@ -660,13 +660,26 @@ def widened_rst(record: dict[str, Any] | None) -> str:
         )
     if not rows:
         return ""
+    widened = [h for h in (record or {}).get("headlines", []) if h.get("kind") == "comparison" and is_widened(h)]
+    moved = [h for h in widened if h.get("run_verdict") and h.get("run_verdict") != h.get("verdict")]
+    moved_text = (
+        f" {len(moved)} of the {len(widened)} verdicts printed above (in-run) are a **{moved[0]['verdict']}** once "
+        "widened: the results page and the backend chooser use the widened verdict."
+        if moved and len({h.get("verdict") for h in moved}) == 1
+        else f" {len(moved)} of the {len(widened)} verdicts printed above (in-run) change once widened: the "
+        "results page and the backend chooser use the widened verdict."
+        if moved
+        else " The verdict printed above holds once widened."
+        if len(widened) == 1
+        else f" All {len(widened)} verdicts printed above hold once widened."
+    )
     head = [
         "\n.. admonition:: Recorded intervals, widened for re-recording drift",
         "   :class: cg-drift note",
         "",
         "   The page's output prints each comparison's in-run 95% interval. The record and the results "
         "page keep it widened by how far this page's measurements moved between past recordings "
-        "(:doc:`/methodology`):",
+        f"(:doc:`/methodology`).{moved_text}",
         "",
     ]
     return "\n".join(head + rows) + "\n\n"
