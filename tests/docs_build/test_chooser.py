@@ -22,8 +22,14 @@ def _record(gallery: Path, stem: str) -> dict:
     return json.loads((gallery / f"{stem}.record.json").read_text(encoding="utf-8"))
 
 
-def _headline(gallery: Path, stem: str, name_part: str) -> dict:
-    hs = [h for h in _record(gallery, stem)["headlines"] if name_part in h["name"] and h.get("kind") == "comparison"]
+def _headline(gallery: Path, stem: str, name_part: str | tuple[str, ...]) -> dict:
+    """The one comparison headline naming ``name_part`` (or any of a tuple of names, old and new)."""
+    parts = (name_part,) if isinstance(name_part, str) else name_part
+    hs = [
+        h
+        for h in _record(gallery, stem)["headlines"]
+        if any(p in h["name"] for p in parts) and h.get("kind") == "comparison"
+    ]
     assert len(hs) == 1, f"{stem}.record.json: expected one comparison headline naming {name_part!r}, found {hs}"
     return hs[0]
 
@@ -49,7 +55,7 @@ def committed():
     [
         (
             "plot_13_paged_decode",
-            "8k context, speed-up",
+            ("8k context, speed-up", "8k context, pages of 64:"),  # the name before and after pages of 64
             "cuDNN paged",
             dict(feature="paged decode", seq_len=8192, phase="decode"),
         ),
@@ -130,6 +136,27 @@ def test_comparisons_that_are_not_a_backend_choice_are_listed_with_their_reason(
     assert all(why for _, _, why in left_out)
 
 
+def test_plot_13_rows_are_the_same_under_the_old_and_the_pages_of_64_names(tmp_path):
+    """plot_13 renamed "at 8k context, speed-up ..." to "at 8k context, pages of 64: speed-up ...": the
+    chooser gives the same rows either way, one per comparison, the 64 and the 128 apart."""
+    rec = _record(GALLERY, "plot_13_paged_decode")
+    for h in rec["headlines"]:
+        h["name"] = re.sub(r"at 8k context, (?!pages of)", "at 8k context, pages of 64: ", h["name"])
+    (tmp_path / "plot_13_paged_decode.record.json").write_text(json.dumps(rec))
+    renamed, _ = chooser_rows(tmp_path)
+    committed_rows = [r for r in chooser_rows(GALLERY)[0] if r.page == "plot_13_paged_decode"]
+
+    def same(r):
+        return {k: v for k, v in r.to_dict().items() if k != "comparison"}
+
+    assert [same(r) for r in renamed] == [same(r) for r in committed_rows]
+    comparisons = [h for h in rec["headlines"] if h.get("kind") == "comparison"]
+    assert len(renamed) == len(comparisons), "one row per plot_13 comparison, none counted twice"
+    by_detail = {r.detail: r for r in renamed}
+    assert set(by_detail) == {"32 sequences, pages of 64 tokens", "32 sequences, pages of 128 tokens"}
+    assert len(by_detail["32 sequences, pages of 64 tokens"].contenders) > 2, "the sweep's contenders at 8k"
+
+
 def test_every_attention_comparison_in_the_committed_records_maps_to_a_rule():
     unmatched = []
     for page in chooser.PAGE_RULES:
@@ -157,6 +184,11 @@ FALLBACK_CASES = [
         "plot_13_paged_decode",
         "paged decode at 8k context, speed-up over the fastest PyTorch decode",
         dict(seq_len=8192),
+    ),
+    (
+        "plot_13_paged_decode",
+        "paged decode at 8k context, pages of 64: speed-up over the fastest contender",
+        dict(seq_len=8192, detail="32 sequences, pages of 64 tokens"),
     ),
     (
         "plot_13_paged_decode",
@@ -230,7 +262,7 @@ SOURCE_SHAPES = {
         r"dataclasses\.replace\(p64, page_size=128\)",
     ],
     "plot_16_gqa_mqa": [r"B, HQ, S, D = 4, 32, 4096, 128", r'"decode": \(32, 1, 8192\)'],
-    "plot_17_varlen_attention": [r"B, H, D, S_MAX = len\(lengths\), 16, 128", r"\(16,\)\)\.clamp\(32, 4096\)"],
+    "plot_17_varlen_attention": [r"B, H, D, S_MAX(, T)? = len\(lengths\), 16, 128", r"\(16,\)\)\.clamp\(32, 4096\)"],
     "plot_18_attention_masks": [r"B, H, S, D, W = 4, 16, 4096, 128", r"CHUNK = 512"],
     "plot_19_flex_attention_oss": [r"B, H, S, D, W = 4, 16, 4096, 128, 512"],
     "plot_24_softcap_sinks_mla": [r"B, H, S, D = 4, 16, 4096, 128", r"DQK, DV = 192, 128"],
