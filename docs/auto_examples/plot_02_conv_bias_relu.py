@@ -202,7 +202,10 @@ for name, fn in {
 # drift. The verdict needs the whole 95% interval outside a tie band measured in the
 # same run, from the cuDNN graph timed twice per round
 # (:mod:`cudnn_guide.measure.compare`). Each line: the cuDNN graph's speed-up over a
-# baseline (above 1: cuDNN is faster).
+# baseline (above 1: cuDNN is faster). ``rounds=15`` is a cap, not a count: past a
+# minimum, ``compare`` stops as soon as every interval is settled (wholly outside or
+# wholly inside the tie band, and narrow), so fewer rounds may run; the last line says
+# how many did and the rule's thresholds.
 from cudnn_guide.measure import compare
 
 result_cmp = compare.compare(
@@ -217,7 +220,15 @@ result_cmp = compare.compare(
 measurements = list(result_cmp.measurements.values())
 for name, v in result_cmp.versus.items():
     print(f"{name}: {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), {v['verdict']}")
-print(f"tie band ±{100 * result_cmp.tie_band:.1f}%, {result_cmp.rounds} rounds")
+print(
+    f"tie band ±{100 * result_cmp.tie_band:.1f}%; {result_cmp.rounds} rounds ran, "
+    f"of a cap of {result_cmp.rounds_cap}:"
+)
+print(
+    f"from {compare.ADAPTIVE_MIN_ROUNDS} rounds on, compare stops once every interval "
+    "lies wholly outside or inside the tie band"
+)
+print(f"and is no wider than ±{100 * compare.ADAPTIVE_HALF_WIDTH:.0f}% of its value")
 
 # %%
 # The median of each contender over all rounds (± half the inter-quartile range):
@@ -235,6 +246,8 @@ ComparisonTable(
 # profiler reports each kernel's own duration (CUPTI timestamps), a clock the harness
 # does not use. If the two agree, the harness is timing the kernels and not launch
 # overhead or an artefact.
+import textwrap
+
 from cudnn_guide.studies import profiling
 
 profiled = {
@@ -258,7 +271,10 @@ for label, prof in profiled.items():
         f"− {m.launch_cost_ms * 1e3:.1f} µs launch cost"
     )
     for kname, ms in prof.top(3):
-        print(f"    {ms / prof.calls * 1e3:8.1f} µs/call  {kname[:58]}")
+        print(f"    {ms / prof.calls * 1e3:8.1f} µs/call")
+        print(
+            textwrap.fill(kname, 88, initial_indent=" " * 8, subsequent_indent=" " * 10)
+        )
 
 # %%
 # Plot

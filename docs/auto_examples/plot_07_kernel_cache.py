@@ -97,7 +97,8 @@ for batch in (64, 128):
     outputs[batch] = (y, ref)
     print(f"batch {batch}: built in {build_ms[batch]:.0f} ms, checked against PyTorch")
 ratio = build_ms[128] / build_ms[64]  # below 1: the second build was faster
-print(f"build time, batch 128 / batch 64: {ratio:.2f}× (second faster: {ratio < 1})")
+faster = "faster" if ratio < 1 else "not faster"
+print(f"build time, batch 128 / batch 64: {ratio:.2f}× (the second build was {faster})")
 
 # %%
 # Measuring build times in four fresh processes
@@ -214,6 +215,7 @@ html_table(pd.DataFrame(table), precision=1)
 # its own: a median over both would fall between them, a speed-up no build showed.
 # The four runs had the CUDA JIT disk cache off, so a run's builds cannot borrow
 # kernels an earlier run compiled.
+from cudnn_guide.measure.verdicts import MIN_TIE_BAND, judge
 from cudnn_guide.report.prose import Prose
 
 
@@ -249,6 +251,26 @@ exec_ratios = [
     for a, b in zip(runs["cache, ascending"], runs["no cache, ascending"])
 ]
 exec_ratio = statistics.median(exec_ratios)
+exec_lo, exec_hi = min(exec_ratios), max(exec_ratios)
+# the same static graphs, timed in the two no-cache runs (two processes): how far
+# identical code moved between processes is the tie band of the execution ratio
+same_code = [
+    a["exec_median_ms"] / b["exec_median_ms"]
+    for a in runs["no cache, ascending"]
+    for b in runs["no cache, descending"]
+    if a["batch"] == b["batch"]
+]
+exec_band = max([MIN_TIE_BAND, *(abs(r - 1) for r in same_code)])
+exec_verdict = judge(exec_lo, exec_hi, exec_band)  # "faster": static is faster
+band_note = (
+    f"1 ± {100 * exec_band:.1f}%, the most the same static graphs moved between the "
+    "two no-cache runs (same code, two processes)."
+)
+exec_words = {
+    "faster": "slower at every batch size: the whole range lies above " + band_note,
+    "slower": "faster at every batch size: the whole range lies below " + band_note,
+    "tie": "a tie: the range across batch sizes reaches into " + band_note,
+}
 sentences = []
 hits, misses = {}, {}
 for order in ("ascending", "descending"):
@@ -284,11 +306,14 @@ worst = max(order_effect, key=lambda b: max(order_effect[b], 1 / order_effect[b]
 ratio_o = max(order_effect[worst], 1 / order_effect[worst])
 
 
+SAME = 2  # two changes within this factor of each other: "about as much as"
+
+
 def weigh(x, y):
-    """How a change of x× compares with one of y× (a factor of 2 either way)."""
-    return (
-        "more than" if x > 2 * y else "less than" if 2 * x < y else "about as much as"
-    )
+    """How a change of x× compares with one of y× (a factor of SAME either way)."""
+    if x > SAME * y:
+        return "more than"
+    return "less than" if SAME * x < y else "about as much as"
 
 
 direction = "slower" if order_effect[worst] > 1 else "faster"
@@ -310,10 +335,15 @@ sentences += [
     f"later build in both, the largest such change over the {len(order_effect)} "
     "batches that come first in neither order)"
     + (": " + ", and ".join(against) if against else "")
-    + ".",
+    + (
+        f" (about as much as: within a factor of {SAME} either way; more or less "
+        "than: beyond it)."
+        if against
+        else "."
+    ),
     f"* Execution with dynamic-shape kernels takes {exec_ratio:.2f}× the time of the "
-    f"static ones (median over batch sizes; {min(exec_ratios):.2f}× to "
-    f"{max(exec_ratios):.2f}×).",
+    f"static ones (median over the {len(exec_ratios)} batch sizes; in-run range "
+    f"{exec_lo:.2f}× to {exec_hi:.2f}× across them): {exec_words[exec_verdict]}",
 ]
 
 # sphinx_gallery_start_ignore

@@ -122,8 +122,10 @@ torch.testing.assert_close(data["o"].float(), ref, atol=2e-2, rtol=2e-2)
 #   FlashAttention-2 reads the pages in place, like cuDNN, where this PyTorch has it;
 # * **gather valid tokens + varlen_attn**: one ``index_select`` copies exactly the valid
 #   tokens into packed K and V, then variable-length FlashAttention-2;
-# * **gather + padded SDPA**: what a framework without either does, copying every
-#   sequence's full page list and attending over the padded maximum with a mask.
+# * **gather + padded SDPA, default dispatch**: what a framework without either does,
+#   copying every sequence's full page list and attending over the padded maximum with
+#   a mask; ``scaled_dot_product_attention`` is called with no backend forced, so
+#   PyTorch's default dispatch picks the kernel.
 #
 # As a **control**, not a baseline, ``varlen_attn`` also runs on K and V packed
 # beforehand (no gather in the timed call): the attention alone, reading exactly the
@@ -176,6 +178,8 @@ def fa4_paged(d):
 
 contexts = [1024, 2048, 4096, 8192, 16384]
 unavailable = {} if FA4_OK else {FA4: FA4_DETAIL}
+PADDED = "PyTorch gather + padded SDPA"  # no SDPA backend forced: say so in its name
+NAMES = {PADDED: f"{PADDED}, default dispatch"}
 made = {}
 
 
@@ -197,7 +201,9 @@ def setup(ctx):
         check.poison(d["o"])
         runs["cuDNN paged"]()
         check.check(d["o"], ref, name=f"paged decode, context {ctx}")
-        builders = paged.torch_decoders(p, d, m)
+        builders = {
+            NAMES.get(n, n): b for n, b in paged.torch_decoders(p, d, m).items()
+        }
         if FA4_OK:
             builders[FA4] = lambda: fa4_paged(d)
         for name, build in builders.items():
@@ -271,8 +277,8 @@ from cudnn_guide.report import sweep_table
 
 sweep_table(
     result,
-    "median_us",
-    title="decode step, µs (32 sequences, 32 heads × 128, pages of 64)",
+    "median_ms",
+    title="decode step, ms (32 sequences, 32 heads × 128, pages of 64)",
 )
 
 # %%
@@ -318,7 +324,14 @@ if FA4 not in unavailable:
         check.poison(d128["o"])
         contenders_128["cuDNN paged"]()
         check.check(d128["o"], ref128, name="cuDNN paged decode, pages of 128")
-        baselines.admit(contenders_128, FA4, fa4_paged(d128), ref128)
+        baselines.admit(
+            contenders_128,
+            FA4,
+            fa4_paged(d128),
+            check=lambda out: check.check(
+                out.reshape(d128["o"].shape), ref128, name=f"{FA4}, pages of 128"
+            ),
+        )
     if len(contenders_128) == 2:
         at_128 = compare.compare(
             contenders_128,
@@ -339,13 +352,24 @@ if FA4 not in unavailable:
 # Computed from the verdicts above when the page is recorded.
 from cudnn_guide.report.prose import Prose
 
-sentences = []
+
+def verdict_text(cmp, baseline=None):
+    """``cmp.describe(baseline)``, with the loop's tie band beside a loop verdict."""
+    baseline = baseline or cmp.best_baseline
+    text = cmp.describe(baseline)
+    if cmp.wall is not None and baseline in cmp.wall.versus:  # "…: tie (v×, lo–hi)"
+        band = f"loop tie band ±{100 * cmp.wall.tie_band:.1f}%"
+        text = f"{text[:-1]}; {band})" if text.endswith(")") else f"{text} ({band})"
+    return text
+
+
+sentences = ["At pages of 64 tokens, by maximum context:"]
 for c in contexts:
     cmp = result.comparisons[c]
     ours = cmp.measurements["cuDNN paged"]
     control = (
         f"; against the control (attention alone on packed K/V) it is "
-        f"{cmp.describe(paged.CONTROL)}"
+        f"{verdict_text(cmp, paged.CONTROL)}"
         if paged.CONTROL in cmp.versus
         else ""
     )
@@ -353,7 +377,7 @@ for c in contexts:
         f"* max context {c}: cuDNN reads K/V at {ours.gbps:.0f} GB/s "
         f"({100 * ours.gbps / read.gbps:.0f}% of the measured read bandwidth); "
         f"against the fastest contender, {cmp.best_baseline}, it is "
-        f"{cmp.describe()}{control}."
+        f"{verdict_text(cmp)}{control}."
     )
 fa = [
     result.comparisons[c].versus[FA4]["verdict"]
@@ -361,10 +385,16 @@ fa = [
     if FA4 in result.comparisons[c].versus
 ]
 if fa:
+    only = (
+        "; this count is for pages of 64 only: at pages of 128 just the 8k context "
+        "was timed (next)"
+        if at_128 is not None
+        else ""
+    )
     sentences.append(
-        f"Against {FA4} at pages of 64, cuDNN is faster at {fa.count('faster')}, "
-        f"ties at {fa.count('tie')} and is slower at {fa.count('slower')} of "
-        f"{len(fa)} contexts."
+        f"At pages of 64 tokens, against {FA4} cuDNN is faster at "
+        f"{fa.count('faster')}, ties at {fa.count('tie')} and is slower at "
+        f"{fa.count('slower')} of the {len(fa)} contexts timed{only}."
     )
 else:
     why = unavailable.get(
@@ -373,7 +403,7 @@ else:
     sentences.append(f"{FA4} was not timed at pages of 64: {why}.")
 if at_128 is not None:
     sentences.append(
-        f"At pages of 128 tokens (8k context), cuDNN is {at_128.describe(FA4)}."
+        f"At pages of 128 tokens (8k context), cuDNN is {verdict_text(at_128, FA4)}."
     )
     if FA4 in result.comparisons[8192].versus:  # the same context at pages of 64
         said = {"faster": "faster", "slower": "slower", "tie": "tied"}
@@ -408,8 +438,10 @@ for c in contexts:
     )
     sentences.append(
         f"At max context {c} the back-to-back loop (host time included) gives a "
-        f"speed-up of {loop['value']:.2f}× ({loop['verdict']}) over {best} where "
-        f"GPU time gives {gpu['value']:.2f}× ({gpu['verdict']})."
+        f"speed-up of {loop['value']:.2f}× ({loop['verdict']}, interval "
+        f"{loop['low']:.2f}–{loop['high']:.2f}, loop tie band ±{100 * band:.1f}%) "
+        f"over {best} where GPU time gives {gpu['value']:.2f}× ({gpu['verdict']}, "
+        f"tie band ±{100 * cmp.tie_band:.1f}%)."
         + (f" Host time per call against GPU time: {spent}." if spent else "")
         + " A loop that launches each call from Python pays the host time; a decode "
         "loop captured in a CUDA graph replays the kernels without it, so the GPU "
@@ -426,11 +458,13 @@ from cudnn_guide.report.records import comparison, headline, keep
 keep(read)  # the ceiling is timed uncollected; the sweep's comparisons are collected
 c8 = result.comparisons[8192]
 headline(
-    "paged decode at 8k context, % of read bandwidth",
+    "paged decode at 8k context, pages of 64: % of read bandwidth",
     unit="%",
     **c8.estimate("cuDNN paged", "GB/s", scale=100 / read.gbps),
 )
-comparison("paged decode at 8k context, speed-up over the fastest contender", c8)
+comparison(
+    "paged decode at 8k context, pages of 64: speed-up over the fastest contender", c8
+)
 if at_128 is not None:  # FA4's tuned page size: the verdict may differ from pages of 64
     comparison(
         "paged decode at 8k context, pages of 128: speed-up over the fastest contender",

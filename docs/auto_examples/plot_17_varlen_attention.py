@@ -243,12 +243,14 @@ zero_len_poison_left = eo[2].isnan().float().mean().item()
 # Every contender computes causal attention within each sequence, checked sequence by
 # sequence:
 #
-# * **PyTorch padded SDPA (flash)**: PyTorch's flash backend (FlashAttention-2),
+# * **PyTorch padded SDPA, flash backend (FlashAttention-2)**: PyTorch's flash backend,
 #   forced, on the padded tensors with ``is_causal=True``. With right padding, causal
 #   attention never lets a real query see a padded key, so the real rows are right;
 #   the kernel is not told the lengths and computes every padded tile.
 # * **PyTorch nested tensors**: ``scaled_dot_product_attention`` on jagged nested
-#   tensors.
+#   tensors, no backend forced: its name says the backend PyTorch's dispatch for
+#   jagged tensors picks here (printed below), or "default dispatch" where this
+#   PyTorch cannot say.
 # * **PyTorch varlen_attn** (``torch.nn.attention.varlen``, FlashAttention-2 inside).
 # * **FlexAttention** (compiled) with a document mask over the packed tokens.
 # * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with
@@ -269,6 +271,21 @@ nested = [
     torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2)
     for t in (q, k, v)
 ]
+try:  # the kernel SDPA's dispatch picks for these jagged tensors (a private function)
+    from torch.nested._internal.sdpa import _select_sdp_backend
+
+    picked = _select_sdp_backend(*nested, None, 0.0, True, False)
+except Exception as exc:  # another PyTorch may lack it: the backend stays unnamed
+    picked = f"not determined ({type(exc).__name__})"
+print(f"nested tensors: SDPA's dispatch picks {picked}")
+KERNELS = {
+    SDPBackend.FLASH_ATTENTION: "flash backend (FlashAttention-2)",
+    SDPBackend.EFFICIENT_ATTENTION: "memory-efficient backend",
+    SDPBackend.MATH: "math backend",
+    SDPBackend.CUDNN_ATTENTION: "cuDNN backend",
+}
+NESTED = f"PyTorch nested tensors, {KERNELS.get(picked, 'default dispatch')}"
+FLASH = "PyTorch padded SDPA, flash backend (FlashAttention-2)"
 doc = torch.repeat_interleave(torch.arange(B, device="cuda"), lengths.cuda())
 
 
@@ -280,8 +297,8 @@ block_mask = create_block_mask(doc_mask, None, None, T, T)
 flex = torch.compile(flex_attention, fullgraph=True)
 packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
 candidates = {
-    "PyTorch padded SDPA (flash)": (lambda: flash(qp, kp, vp), padded_rows),
-    "PyTorch nested tensors": (
+    FLASH: (lambda: flash(qp, kp, vp), padded_rows),
+    NESTED: (
         lambda: F.scaled_dot_product_attention(*nested, is_causal=True),
         lambda y, b, a, e: packed_rows(y.transpose(1, 2).values(), b, a, e),
     ),
@@ -374,7 +391,10 @@ plt.show()
 # tensors is the control. Each contender's dQ, dK and dV are checked sequence by
 # sequence against fp32 autograd on that sequence alone. The PyTorch, FlexAttention
 # and FlashAttention-4 gradients come from one retained autograd graph
-# (``retain_graph=True``), so only the backward is timed.
+# (``retain_graph=True``), so only the backward is timed. The nested tensors drop out
+# here: ``autograd_contender`` below is called for the padded flash SDPA,
+# FlexAttention, ``varlen_attn`` and FlashAttention-4 only, never for them, so they
+# have a forward verdict and no backward one.
 d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16)
 
 
@@ -438,7 +458,7 @@ def autograd_contender(name, forward, inputs, grad_out, rows):
 
 
 autograd_contender(
-    "PyTorch padded SDPA (flash) backward",
+    f"{FLASH} backward",
     flash,
     (qp, kp, vp),
     padded(d_o),
@@ -477,10 +497,23 @@ html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# Computed from the comparisons above (GPU time only). Had the padding mask made the
-# kernel skip every padded tile, the padded graph would take the packed graph's time;
-# had it skipped none, about the padded work's ratio of it (time linear in FLOPs).
+# Computed from the comparisons above. Each verdict is on GPU time; where a back-to-back
+# loop (host time included) was raced too, its verdict follows with its own interval
+# and tie band. Had the padding mask made the kernel skip every padded tile, the padded
+# graph would take the packed graph's time; had it skipped none, about the padded
+# work's ratio of it (time linear in FLOPs).
 from cudnn_guide.report.prose import Prose
+
+
+def verdict_text(cmp, baseline=None):
+    """``cmp.describe(baseline)``, with the loop's tie band beside a loop verdict."""
+    baseline = baseline or cmp.best_baseline
+    text = cmp.describe(baseline)
+    if cmp.wall is not None and baseline in cmp.wall.versus:  # "…: tie (v×, lo–hi)"
+        band = f"loop tie band ±{100 * cmp.wall.tie_band:.1f}%"
+        text = f"{text[:-1]}; {band})" if text.endswith(")") else f"{text} ({band})"
+    return text
+
 
 padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
 work_ratio = padded_flops / real_flops
@@ -504,18 +537,27 @@ unwritten = (
     if zero_len_poison_left == 1.0
     else ""
 )
+squares = sum(n * n for n in lengths.tolist())  # causal work grows with length²
+forward_only = [  # neither timed backward nor refused there (unavailable)
+    n
+    for n in result.measurements
+    if not any(m.startswith(n) for m in [*backward_result.measurements, *unavailable])
+]
 sentences = [
-    f"Padding to the longest sequence would do {work_ratio:.2f}× the attention work "
-    f"of the real tokens ({T} real of {B * S_MAX} slots).",
+    f"Padding to the longest sequence (S_max = {S_MAX}) would do {work_ratio:.2f}× "
+    f"the attention work of the real tokens: causal work grows with each length "
+    f"squared, so the ratio is B·S_max² / Σ n² = {B}·{S_MAX}² / {squares:,} = "
+    f"{B * S_MAX**2:,} / {squares:,}, over the lengths {lengths.tolist()} (in "
+    f"tokens, {T} real of {B * S_MAX} slots).",
     f"The padded cuDNN graph with a padding mask takes {time_ratio:.2f}× the packed "
     f"graph's time for {work_ratio:.2f}× the work, {skip}",
     f"The packed cuDNN graph: against the fastest contender ({best}) it is "
-    f"{result.describe(best)}; against the padded tensors with a padding mask it is "
-    f"{result.describe('cuDNN padding mask')}.",
+    f"{verdict_text(result, best)}; against the padded tensors with a padding mask "
+    f"it is {verdict_text(result, 'cuDNN padding mask')}.",
     f"Backward (dQ, dK, dV) on the packed layout: {bwd_us:.0f} µs; against the "
-    f"fastest contender ({best_bwd}) it is {backward_result.describe(best_bwd)}; "
+    f"fastest contender ({best_bwd}) it is {verdict_text(backward_result, best_bwd)}; "
     f"against the padded layout with a padding mask it is "
-    f"{backward_result.describe(control)}.",
+    f"{verdict_text(backward_result, control)}.",
     f"A zero-length sequence: {zero_len_poison_left:.0%} of its output slots still "
     f"held the poison after the call{unwritten}; a one-token sequence is checked "
     "like any other.",
@@ -525,7 +567,11 @@ for c, name in (
     (backward_result, f"{FA4}, varlen backward"),
 ):
     if name in c.versus:
-        sentences.append(f"* Against {name}: cuDNN is {c.describe(name)}.")
+        sentences.append(f"* Against {name}: cuDNN is {verdict_text(c, name)}.")
+sentences += [
+    f"* {n}: timed forward only, the page builds no backward contender for it."
+    for n in forward_only
+]
 sentences += [
     f"* Not available here: {name}: {why}" for name, why in unavailable.items()
 ]

@@ -150,8 +150,9 @@ for name, fn in paths.items():
 # which kernel PyTorch's default dispatch runs: its output and the graph's, bit for bit
 g.execute(by_tensor, ws, handle=handle)
 sdpa_same = torch.equal(paths["PyTorch SDPA (default dispatch)"](), o)
+same_words = "equals" if sdpa_same else "does not equal"
 print(
-    f"PyTorch SDPA (default dispatch) equals the cuDNN graph bit for bit: {sdpa_same}"
+    f"PyTorch SDPA (default dispatch) {same_words} the cuDNN graph's output bit for bit"
 )
 
 BASE = "execute, pack keyed by tensors"
@@ -369,7 +370,7 @@ sentences = [
         "its default dispatch here runs another kernel. "
     )
     + (
-        f"The cheapest path is {cheapest!r}."
+        f"The cheapest path is {cheapest}."
         if adds[cheapest]["value"] < 0
         else "No path is cheaper than the tensor-keyed execute."
     ),

@@ -164,7 +164,7 @@ def five_steps(g, modes=("A", "FALLBACK")):
 
 
 def outcome(case, what, where, error, message, fix):
-    message = " ".join(str(message).split())[:300]
+    message = " ".join(str(message).split())  # whole, on one line
     outcomes.append(
         {
             "case": case,
@@ -458,10 +458,19 @@ import tempfile
 PROBE = """
 import cudnn
 print("imported; backend version:", cudnn.backend_version())
+maps = [ln.split()[-1] for ln in open("/proc/self/maps") if "/libcudnn" in ln]
+main = [p for p in maps if "/libcudnn.so" in p] + maps + ["not mapped"]
+print("libcudnn file:", main[0])
 cudnn.create_handle()
 print("a handle was created")
 """
 ours = str(cudnn.backend_version())
+our_file = libcudnn.loaded_libcudnn()
+
+
+def dotted(v):
+    """91400 -> 9.14.0 (backend_version is major·10000 + minor·100 + patch)."""
+    return f"{int(v) // 10000}.{int(v) // 100 % 100}.{int(v) % 100}" if v else "?"
 
 
 def probe(case, python, fix, hide="", **env_vars):
@@ -482,17 +491,25 @@ def probe(case, python, fix, hide="", **env_vars):
     version = next(
         (ln.split(":")[-1].strip() for ln in said if "backend version" in ln), None
     )
+    lib = next(
+        (ln.split(":", 1)[1].strip() for ln in said if "libcudnn file:" in ln), "?"
+    )
     last = said[-1] if said else "(nothing)"
     if run.returncode:
         where = "creating a handle" if version else "import cudnn"
         outcome(case, "fails with a message", where, last.split(":")[0], last, fix)
     elif version == ours:
-        outcome(case, "runs", "—", "none", f"loaded backend {version}, as here", "—")
+        what = f"loaded libcudnn {dotted(version)} from {lib}, as here"
+        outcome(case, "runs", "—", "none", what, "—")
     else:
-        what = f"loaded backend {version}; this process runs {ours}"
-        outcome(case, "raises nothing, another libcudnn", "nowhere", "none", what, fix)
+        what = (
+            f"loaded libcudnn {dotted(version)} from {lib}; this process runs "
+            f"{dotted(ours)} from {our_file}"
+        )
+        kind = f"raises nothing, loads another libcudnn ({dotted(version)})"
+        outcome(case, kind, "nowhere", "none", what, fix)
     print(f"{case}: exit code {run.returncode}; the last lines it printed:")
-    print("\n".join("    " + ln[:84] for ln in said[-3:]))
+    print("\n".join(textwrap.fill(ln, 88, initial_indent=" " * 4) for ln in said[-4:]))
 
 
 # %%
@@ -520,7 +537,7 @@ import venv
 with tempfile.TemporaryDirectory() as bare:
     venv.create(bare, system_site_packages=True, with_pip=False)
     probe(
-        "no libcudnn where the frontend looks",
+        "no nvidia-cudnn wheel where the frontend looks",
         os.path.join(bare, "bin", "python"),
         "pip install nvidia-cudnn-cu13 (or torch, which brings it) into the same "
         "environment, or put libcudnn's directory on LD_LIBRARY_PATH",
@@ -615,7 +632,7 @@ filters = {
     "deselect_workspace_greater_than(0)": lambda g: g.deselect_workspace_greater_than(
         0
     ),
-    f"deselect_engines(['{first_plan}'])": lambda g: g.deselect_engines([first_plan]),
+    f"deselect_engines([{first_plan}])": lambda g: g.deselect_engines([first_plan]),
     "deselect_numeric_notes([TENSOR_CORE])": lambda g: g.deselect_numeric_notes(
         [note.TENSOR_CORE]
     ),
@@ -643,7 +660,7 @@ for label, apply in filters.items():
             f"builds; the built plan needs {g3.get_workspace_size()} bytes of workspace"
         )
     except Exception as exc:
-        result = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        result = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     filtered.append({"filter (after create_execution_plans)": label, "result": result})
 html_table(pd.DataFrame(filtered))
 
@@ -728,10 +745,10 @@ sentences = [
     + ".",
     f"{len(emptied)} of the {len(filtered)} plan filters left no plan that builds"
     + (f": {', '.join(emptied)}." if emptied else "."),
-    f"The guide's BuiltGraph, handed the same wrongly strided K: {guarded[:160]}.",
+    f"The guide's BuiltGraph, handed the same wrongly strided K: {guarded}.",
 ]
 if version_notes:
-    note_text = version_notes[0].split("INFO:", 1)[-1].strip()[:160]
+    note_text = version_notes[0].split("INFO:", 1)[-1].strip()
     sentences.append(f"The frontend's log notes: {note_text}")
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import keep

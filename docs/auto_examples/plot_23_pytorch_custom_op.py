@@ -323,6 +323,30 @@ training = compare.compare(
     wall_clock=True,
 )
 
+
+# %%
+# The op, ``torch.ops.cudnn.sdpa_fwd`` and PyTorch SDPA's cuDNN backend all call
+# cuDNN's SDPA. One more training step of each contender, on the same inputs, compared
+# bit for bit (``torch.equal``) with the op's: O, dQ, dK and dV. Bit-identical results
+# mean the same cuDNN kernels, so a GPU-time tie between them is a kernel timed against
+# itself. The op run a second time shows whether its results repeat bit for bit here.
+def results(forward):
+    for t in leaves:
+        t.grad = None
+    o = forward(*leaves)
+    o.backward(d_o)
+    return [o.detach(), *(t.grad for t in leaves)]
+
+
+mine = results(forwards[CAND])
+bitwise = {
+    n: all(torch.equal(a, b) for a, b in zip(mine, results(forwards[n])))
+    for n in contenders
+}
+for n, same_bits in bitwise.items():
+    who = f"{n}, run again" if n == CAND else n
+    print(f"{who}: {'bit-identical to' if same_bits else 'differs from'} the op")
+
 # %%
 # Then what a loop of steps waits on. The host time to launch one step was measured in
 # the first round above (one call at a time, on an idle GPU), and can exceed what a step
@@ -331,6 +355,10 @@ training = compare.compare(
 # the wall clock from a synchronized start to a synchronized end, in interleaved rounds:
 # ``training.wall``, a comparison of its own. Where a step takes longer in the loop than
 # on the GPU, the host is what the loop waits on, and the GPU idles between steps.
+# Each time in the table is the median over rounds of a contender's per-round medians
+# (``Comparison.estimate``), not the median of all its samples pooled, which the
+# record's measurements show; the round medians are kept in the record's ``extra``.
+# The host time is the median of the host calls of the first round.
 wall = training.wall
 MARGIN = 1.1  # a loop waits on the host when a step takes this many times its GPU time
 per_step = {}
@@ -423,7 +451,9 @@ def listed(names):
 def against_each(c):
     """The op against every baseline of ``c``, the ties together."""
     ties = [
-        f"{n} ({v['value']:.2f}×)" for n, v in c.versus.items() if v["verdict"] == "tie"
+        f"{n} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})"
+        for n, v in c.versus.items()
+        if v["verdict"] == "tie"
     ]
     parts = [f"a tie with {listed(ties)}"] if ties else []
     for n, v in c.versus.items():
@@ -437,37 +467,57 @@ def against_each(c):
     )
 
 
-agree = [
-    n
-    for n in training.versus
-    if training.versus[n]["verdict"] == wall.versus[n]["verdict"]
-]
-differ = [n for n in training.versus if n not in agree]
-if not differ:
-    clocks = "The two clocks give the same verdict against every baseline."
-elif not agree:
-    clocks = "The two clocks give a different verdict against every baseline."
-else:
-    clocks = (
-        f"The two clocks give the same verdict against {listed(agree)}, and different "
-        f"verdicts against {listed(differ)}."
+def on_both_clocks(n):
+    """The op against ``n`` by each clock: verdict, speed-up, interval, tie band."""
+    parts = []
+    for clock, c in (("GPU time", training), ("the loop's wall clock", wall)):
+        v = c.versus[n]
+        part = f"by {clock}: {said(v)}, tie band ±{100 * c.tie_band:.1f}%"
+        if v["verdict"] == "tie" and (v["high"] < 1 or v["low"] > 1):
+            slower = v["high"] < 1
+            side = "below 1 (the op slower)" if slower else "above 1 (the op faster)"
+            part += f", but its interval lies wholly {side}: a tie only by the band"
+        parts.append(part)
+    if training.versus[n]["verdict"] != wall.versus[n]["verdict"]:
+        parts.append("the two clocks disagree")
+    return f"* against {n}: " + "; ".join(parts) + "."
+
+
+same_kernels = [n for n, same_bits in bitwise.items() if same_bits and n != CAND]
+if not bitwise[CAND]:
+    kernels = (
+        "The op's results differ between two runs of it here, so bit equality does "
+        "not show which contenders run its kernels."
     )
+elif same_kernels:
+    kernels = (
+        f"{listed(same_kernels)} computed results bit-identical to the op's (O, dQ, "
+        "dK and dV): the same cuDNN kernels, so a GPU-time tie between them is a "
+        "kernel timed against itself, and what differs is the host path around it."
+    )
+else:
+    kernels = "No other contender computed results bit-identical to the op's."
+breaks = explained.graph_break_count
 # sphinx_gallery_start_ignore
-from cudnn_guide.report.records import comparison, headline
+from cudnn_guide.report.records import comparison, headline, keep
 
 comparison("training step: speed-up over best alternative", training)
 comparison("training step, wall-clock loop: speed-up over best alternative", wall)
 headline("graph breaks under fullgraph compile", explained.graph_break_count, "count")
+keep(round_medians_ms={"GPU": training.round_medians_ms, "loop": wall.round_medians_ms})
 # sphinx_gallery_end_ignore
 
 Prose(
-    f"The op traces with {explained.graph_break_count} graph break(s) under "
+    f"The op traces with {breaks} graph break{'' if breaks == 1 else 's'} under "
     "torch.compile(fullgraph=True), replays inside a CUDA graph (both checked above), "
     f"and {caching}.",
     f"By GPU time its training step runs at {rate:.0f} TFLOP/s and is "
     f"{against_each(training)}.",
     "By the wall clock of a back-to-back loop of steps, host time included, it is "
-    f"{against_each(wall)}. {clocks}",
+    f"{against_each(wall)}.",
+    "Per baseline, the op's speed-up by each clock (in-run 95% interval):",
+    *(on_both_clocks(n) for n in training.versus),
+    kernels,
     (
         f"A loop of steps waits on the host (a step takes over "
         f"{100 * (MARGIN - 1):.0f}% longer in the loop than on the GPU) for: "

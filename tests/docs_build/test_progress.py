@@ -100,15 +100,27 @@ def test_an_interruption_names_the_page_cut_short_and_those_never_started():
     assert p.interrupted_note() == "not finished: none"
 
 
+FLIPS = {"tie": "faster", "faster": "tie", "slower": "tie"}
+
+
+def _recorded_verdicts(gallery, page):
+    """The committed record's headline → verdict, read directly (what page_verdicts must return)."""
+    record = json.loads((gallery / page.replace(".py", ".record.json")).read_text())
+    return {h["name"]: h["verdict"] for h in record["headlines"] if "verdict" in h}
+
+
 def test_changed_verdicts_compare_only_the_comparisons_both_recordings_hold(root):
-    before = progress.page_verdicts(root / "docs" / "auto_examples", [PAGE_A, PAGE_B, "plot_01_environment.py"])
-    assert before[PAGE_A] == {"speed-up over best baseline": "tie"} and len(before[PAGE_B]) >= 2
+    gallery = root / "docs" / "auto_examples"
+    before = progress.page_verdicts(gallery, [PAGE_A, PAGE_B, "plot_01_environment.py"])
+    assert before[PAGE_A] == _recorded_verdicts(gallery, PAGE_A) and before[PAGE_A]
+    assert len(before[PAGE_B]) >= 2
     assert before["plot_01_environment.py"] == {}  # no comparison on that page
     assert progress.page_verdicts(root, ["plot_99_missing.py"]) == {"plot_99_missing.py": {}}
-    after = {PAGE_A: {"speed-up over best baseline": "faster", "a new comparison": "tie"}, PAGE_B: before[PAGE_B]}
+    name, verdict = next(iter(before[PAGE_A].items()))
+    after = {PAGE_A: {**before[PAGE_A], name: FLIPS[verdict], "a new comparison": "tie"}, PAGE_B: before[PAGE_B]}
     compared, changes = progress.changed_verdicts(before, after)
-    assert compared == 1 + len(before[PAGE_B])  # "a new comparison" is held by one recording only
-    assert [str(c) for c in changes] == ["plot_02_conv_bias_relu / speed-up over best baseline: tie -> faster"]
+    assert compared == len(before[PAGE_A]) + len(before[PAGE_B])  # "a new comparison" is held by one recording only
+    assert [str(c) for c in changes] == [f"plot_02_conv_bias_relu / {name}: {verdict} -> {FLIPS[verdict]}"]
 
 
 def test_the_summary_counts_pages_seconds_and_lists_changed_verdicts():
@@ -168,9 +180,8 @@ class FakePool:
         staged = Path(docs_dir) / "auto_examples"
         record_path = staged / f"{Path(example).stem}.record.json"
         record = json.loads(record_path.read_text())
-        flips = {"tie": "faster", "faster": "tie", "slower": "tie"}
         first = next(h for h in record["headlines"] if "verdict" in h)
-        first["verdict"] = flips[first["verdict"]]
+        first["verdict"] = FLIPS[first["verdict"]]
         record_path.write_text(json.dumps(record))
         source = Path(docs_dir).parent / "examples" / example
         (staged / f"{example}.md5").write_text(hashlib.md5(source.read_bytes()).hexdigest())
@@ -205,9 +216,10 @@ def test_the_recorder_prints_each_pages_start_and_end_the_scaled_estimate_and_a_
     assert events[3].endswith("2 of 2 finished")
     summary = [line for line in out if line.startswith("cudnn-guide: summary: ")]
     assert len(summary) == 1 and summary[0].startswith("cudnn-guide: summary: 2 of 2 page(s) recorded in ")
-    held = 1 + len(progress.page_verdicts(gallery, [PAGE_B])[PAGE_B])  # the fake flips one verdict per page
-    assert f"verdicts changed against the committed recording: 2 of {held} (" in summary[0]
-    assert "plot_02_conv_bias_relu / speed-up over best baseline: tie -> faster" in summary[0]
+    held = sum(len(progress.page_verdicts(root / "docs" / "auto_examples", [p])[p]) for p in (PAGE_A, PAGE_B))
+    assert f"verdicts changed against the committed recording: 2 of {held} (" in summary[0]  # one flip per page
+    name, verdict = next(iter(_recorded_verdicts(root / "docs" / "auto_examples", PAGE_A).items()))
+    assert f"plot_02_conv_bias_relu / {name}: {verdict} -> {FLIPS[verdict]}" in summary[0]
 
 
 def test_ctrl_c_keeps_the_finished_pages_and_names_the_one_cut_short(tmp_path, root, monkeypatch, capsys):
@@ -246,7 +258,9 @@ def test_ctrl_c_keeps_the_finished_pages_and_names_the_one_cut_short(tmp_path, r
     assert f"recording interrupted; not finished: {PAGE_B} (cut short)" in msg
     assert f"Pages recorded before it were kept: {PAGE_A}." in msg
     kept_a = json.loads((gallery / "plot_02_conv_bias_relu.record.json").read_text())
-    assert next(h["verdict"] for h in kept_a["headlines"] if "verdict" in h) == "faster"  # page A kept as recorded
+    committed_a = next(iter(_recorded_verdicts(root / "docs" / "auto_examples", PAGE_A).values()))
+    kept = next(h["verdict"] for h in kept_a["headlines"] if "verdict" in h)
+    assert kept == FLIPS[committed_a]  # page A kept as the fake recorded it
     assert (gallery / "plot_04_matmul_epilogue.record.json").read_bytes() == committed_b  # page B not promoted
     assert json.loads((gallery / "recording.json").read_text())["last_run_seconds"] == {
         PAGE_A: round(1.5 * previous[PAGE_A], 1)

@@ -26,6 +26,9 @@ __all__ = [
     "helper_links",
     "anchor",
     "code_links",
+    "code_links_json",
+    "PendingCodeLinks",
+    "start_code_links",
     "describe",
 ]
 
@@ -349,6 +352,104 @@ def code_links(rows: list[dict[str, Any]]) -> dict[str, str]:
     {'pygraph': 'fe-pygraph'}
     """
     return {r["name"].removeprefix("cudnn."): anchor(r["name"]) for r in rows if r["kind"] != "option"}
+
+
+def code_links_json(root: Path) -> str:
+    """The site's ``_static/frontend-names.json``: :func:`code_links` of :func:`frontend_index`, as JSON.
+
+    Example
+    -------
+    >>> json.loads(code_links_json(Path(".")))["pygraph"]
+    'fe-pygraph'
+    """
+    import json
+
+    return json.dumps(code_links(frontend_index(root)))
+
+
+class PendingCodeLinks:
+    """:func:`code_links_json` computed in a fresh interpreter of its own (:func:`start_code_links`).
+
+    Example
+    -------
+    >>> pending = start_code_links(Path("."))
+    >>> text = pending.result()
+    """
+
+    def __init__(self, root: Path) -> None:
+        import os
+        import subprocess
+        import sys
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix="cudnn-guide-frontend-names-", suffix=".json")
+        os.close(fd)
+        self._out = Path(name)
+        ext = str(Path(__file__).resolve().parents[1])  # docs/_ext: gallery_build's folder
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ext, os.environ.get("PYTHONPATH", "")]))}
+        code = (
+            "import sys; from pathlib import Path; from gallery_build.frontend_index import code_links_json; "
+            "Path(sys.argv[2]).write_text(code_links_json(Path(sys.argv[1])), encoding='utf-8')"
+        )
+        # its errors go to a file, not a pipe: nothing needs reading while it runs
+        with open(f"{self._out}.err", "w", encoding="utf-8") as err:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(Path(root).resolve()), str(self._out)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def result(self) -> str:
+        """Wait for it; the JSON text.
+
+        Raises
+        ------
+        RuntimeError
+            The interpreter failed, with its last lines.
+        """
+        code = self._proc.wait()
+        out, err = self._out, Path(f"{self._out}.err")
+        try:
+            if code:
+                tail = " | ".join(err.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
+                raise RuntimeError(f"the frontend index could not be computed ({tail})")
+            return out.read_text(encoding="utf-8")
+        finally:
+            out.unlink(missing_ok=True)
+            err.unlink(missing_ok=True)
+
+    def cancel(self) -> None:
+        """Stop it (a build that failed needs no index) and remove its files."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        self._out.unlink(missing_ok=True)
+        Path(f"{self._out}.err").unlink(missing_ok=True)
+
+
+def start_code_links(root: Path) -> PendingCodeLinks:
+    """Start :func:`code_links_json` in a fresh interpreter and return at once.
+
+    The docs build starts it when the builder is ready and writes its JSON when the build finishes
+    (:func:`gallery_build.hooks.connect`): the index is read from the sources while Sphinx builds the
+    pages, not after them. A fresh interpreter, as the frontend API page's notebook computes it.
+
+    Parameters
+    ----------
+    root
+        The repository (``cudnn_guide/`` and ``examples/`` below it).
+
+    Returns
+    -------
+    PendingCodeLinks
+        Its :meth:`~PendingCodeLinks.result` waits and returns the JSON text.
+
+    Example
+    -------
+    >>> Path("out/_static/frontend-names.json").write_text(start_code_links(Path(".")).result())
+    """
+    return PendingCodeLinks(root)
 
 
 SOURCE = "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/"

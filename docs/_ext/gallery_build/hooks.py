@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import html
-import json
 import re
 import time
 from pathlib import Path
@@ -461,22 +460,47 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         if what in ("function", "class") and name.startswith("cudnn_guide."):
             lines += ["", f".. minigallery:: {name}", "   :add-heading: Examples using this", ""]
 
+    # The wheel and the frontend names do not depend on the pages: each is made in a process of its
+    # own, started when the builder is ready, and collected when the build finishes (they used to run
+    # one after the other after the last page was written: about 7 s at the end of every build).
+    pending: dict[str, Any] = {}
+
+    def on_builder_inited(app: Any) -> None:
+        if app.builder.format != "html" or partial:
+            return
+        from .frontend_index import start_code_links
+
+        if (root / "pyproject.toml").exists():  # a copy of the docs without the project has no wheel
+            pending["wheel"] = wheel.start_wheel_build(root, Path(app.outdir))
+        pending["code_links"] = start_code_links(root)
+
     def on_finished(app: Any, exc: Exception | None) -> None:
+        building_wheel, code_links = pending.pop("wheel", None), pending.pop("code_links", None)
+        if exc is not None:  # the build failed: neither is needed
+            for job in (building_wheel, code_links):
+                if job is not None:
+                    job.cancel()
+            return
         # the wheel the pages' install line names (a copy of the docs without the project has neither)
-        if exc is None and app.builder.format == "html" and not partial and (root / "pyproject.toml").exists():
+        if building_wheel is not None:
             try:
-                built = wheel.build_wheel(root, Path(app.outdir))
+                built = building_wheel.result()
             except RuntimeError as err:
+                if code_links is not None:
+                    code_links.cancel()
                 from sphinx.errors import ExtensionError
 
                 raise ExtensionError(str(err)) from None
             for nb in Path(app.outdir, "_downloads").rglob("plot_*.ipynb"):
                 wheel.add_install_cell(nb, built.name)
-        if exc is None and app.builder.format == "html" and not partial:  # code → frontend index rows
-            from .frontend_index import code_links, frontend_index
+        if code_links is not None:  # code → frontend index rows
+            try:
+                text = code_links.result()
+            except RuntimeError as err:
+                from sphinx.errors import ExtensionError
 
-            links = code_links(frontend_index(root))
-            Path(app.outdir, "_static", "frontend-names.json").write_text(json.dumps(links), encoding="utf-8")
+                raise ExtensionError(str(err)) from None
+            Path(app.outdir, "_static", "frontend-names.json").write_text(text, encoding="utf-8")
         if exc is None and mode == "record" and not partial:
             from cudnn_guide import environment
 
@@ -491,6 +515,7 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     app.connect("env-get-outdated", on_get_outdated)
     if "sphinx.ext.autodoc" in app.extensions:  # a one-example recording build loads the gallery alone
         app.connect("autodoc-process-docstring", on_docstring)
+    app.connect("builder-inited", on_builder_inited)
     app.connect("build-finished", on_finished)
 
     def on_page_context(app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:

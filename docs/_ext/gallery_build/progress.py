@@ -313,8 +313,8 @@ def page_verdicts(gallery_dir: Path, pages: Iterable[str]) -> dict[str, dict[str
 
     Example
     -------
-    >>> page_verdicts(Path('docs/auto_examples'), ['plot_02_conv_bias_relu.py'])
-    {'plot_02_conv_bias_relu.py': {'speed-up over best baseline': 'tie'}}
+    >>> page_verdicts(Path('docs/auto_examples'), ['plot_01_environment.py', 'plot_99_missing.py'])
+    {'plot_01_environment.py': {}, 'plot_99_missing.py': {}}
     """
     out: dict[str, dict[str, str]] = {}
     for page in pages:

@@ -17,7 +17,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["wheel_name", "install_line", "install_rst", "build_wheel", "add_install_cell"]
+__all__ = [
+    "wheel_name",
+    "install_line",
+    "install_rst",
+    "build_wheel",
+    "WheelBuild",
+    "start_wheel_build",
+    "add_install_cell",
+]
 
 FOOTER_LABEL = ".. _sphx_glr_download_"
 
@@ -83,25 +91,107 @@ def build_wheel(root: Path, dest: Path) -> Path:
     RuntimeError
         pip could not build it, with pip's last lines and the fix.
     """
-    root, dest = Path(root), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cudnn-guide-wheel-") as tmp:
-        src = Path(tmp) / "src"
+    return start_wheel_build(root, dest).result()
+
+
+class WheelBuild:
+    """A wheel build running in the background (:func:`start_wheel_build`); :meth:`result` waits for it.
+
+    Example
+    -------
+    >>> pending = start_wheel_build(Path("."), Path("docs/_build/html"))
+    >>> ...  # the site is built meanwhile
+    >>> pending.result().name
+    'cudnn_guide-0.1.0-py3-none-any.whl'
+    """
+
+    def __init__(self, root: Path, dest: Path) -> None:
+        self.root, self.dest = Path(root), Path(dest)
+        self.dest.mkdir(parents=True, exist_ok=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn-guide-wheel-")
+        src = Path(self._tmp.name) / "src"
         src.mkdir()
         for name in ("pyproject.toml", "README.md", "LICENSE"):
-            if (root / name).exists():
-                shutil.copy(root / name, src / name)
-        shutil.copytree(root / "cudnn_guide", src / "cudnn_guide", ignore=shutil.ignore_patterns("__pycache__"))
-        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), "."]
-        done = subprocess.run(cmd, cwd=src, capture_output=True, text=True, check=False)
-    wheel = dest / wheel_name(root)
-    if done.returncode or not wheel.exists():
-        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
-        raise RuntimeError(
-            f"could not build {wheel.name} for the site's download ({tail}); "
-            "fix: pip install 'setuptools>=68' into the docs environment"
-        )
-    return wheel
+            if (self.root / name).exists():
+                shutil.copy(self.root / name, src / name)
+        shutil.copytree(self.root / "cudnn_guide", src / "cudnn_guide", ignore=shutil.ignore_patterns("__pycache__"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(self.dest),
+            ".",
+        ]
+        # pip's output goes to a file, not a pipe: nothing needs reading while the build goes on
+        self._log = Path(self._tmp.name) / "pip.log"
+        with open(self._log, "w", encoding="utf-8") as log:
+            self._proc = subprocess.Popen(cmd, cwd=src, stdout=log, stderr=subprocess.STDOUT)
+
+    def result(self) -> Path:
+        """Wait for pip; the wheel's path.
+
+        Raises
+        ------
+        RuntimeError
+            pip could not build it, with pip's last lines and the fix.
+        """
+        try:
+            code = self._proc.wait()
+            output = self._log.read_text(encoding="utf-8", errors="replace")
+        finally:
+            self._tmp.cleanup()
+        wheel = self.dest / wheel_name(self.root)
+        if code or not wheel.exists():
+            tail = " | ".join(output.strip().splitlines()[-3:])
+            raise RuntimeError(
+                f"could not build {wheel.name} for the site's download ({tail}); "
+                "fix: pip install 'setuptools>=68' into the docs environment"
+            )
+        return wheel
+
+    def cancel(self) -> None:
+        """Stop pip (a build that failed needs no wheel) and remove the temporary copy."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._tmp.cleanup()
+
+
+def start_wheel_build(root: Path, dest: Path) -> WheelBuild:
+    """Start :func:`build_wheel` in a pip process of its own and return at once.
+
+    The docs build starts it when the builder is ready and collects it when the build finishes
+    (:func:`gallery_build.hooks.connect`): pip runs while Sphinx reads and writes the pages, not
+    after them. The wheel is the same file :func:`build_wheel` makes.
+
+    Parameters
+    ----------
+    root
+        The repository (``pyproject.toml`` and ``cudnn_guide/``).
+    dest
+        Where the wheel goes.
+
+    Returns
+    -------
+    WheelBuild
+        Its :meth:`~WheelBuild.result` waits and returns the wheel's path, or raises
+        :class:`RuntimeError` naming pip's last lines.
+
+    Example
+    -------
+    >>> pending = start_wheel_build(Path("."), Path("docs/_build/html"))
+    >>> wheel = pending.result()
+    """
+    return WheelBuild(root, dest)
 
 
 def add_install_cell(notebook: Path, wheel: str) -> bool:
