@@ -597,14 +597,9 @@ def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], pa
     for h in headlines:
         if h.get("interval") != WIDENED or "run_low" not in h or float(h.get("drift") or 0.0) != 0.0:
             continue
-        h["low"], h["high"] = h.pop("run_low"), h.pop("run_high")
-        h.pop("drift", None)
-        if "run_verdict" in h:
-            h["verdict"] = h.pop("run_verdict")
-        if "run_interval" in h:
-            h["interval"] = h.pop("run_interval")
-        else:
-            h.pop("interval")
+        in_run = _in_run(h)
+        h.clear()
+        h.update(in_run)
         again.append(h)
     widen_headlines(again, bands, page)
     return len(again)
