@@ -117,12 +117,16 @@ nb_execution_show_tb = True  # a notebook error reaches the console with its tra
 nb_execution_timeout = 120
 nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
-# MyST reads a substitution as Markdown: recorded text goes in as literal text, never as HTML
-myst_substitutions = {"recorded_on": markdown_literal(RECORDED_ON), "docs_mode": MODE}
+myst_substitutions = {"docs_mode": MODE}
+# MyST reads a substitution as Markdown: recorded text goes in as literal text, never as HTML.
+# These two change with every recording, so they are no configuration value (a changed one makes
+# Sphinx read all 42 pages again): gallery_build.hooks adds them to MyST's settings when the builder
+# starts and reads again only the pages that show one whose value changed (the home page).
+RECORDED_SUBSTITUTIONS = {"recorded_on": markdown_literal(RECORDED_ON)}
 # the home page's answer, computed from the records: cuDNN against other implementations, with the
 # costs of features and compiled-against-eager comparisons counted apart (gallery_build.verdict_kinds)
 # (a recording's one-page builds skip it: the home page is assembled after every page is recorded)
-myst_substitutions["site_answer"] = (
+RECORDED_SUBSTITUTIONS["site_answer"] = (
     markdown_literal(verdict_kinds.site_answer(verdict_kinds.classify(verdict_kinds.read_records(GALLERY))))
     if MODE == "render"
     else "(computed when the site is assembled from the recording)"
@@ -186,8 +190,9 @@ if os.environ.get("CUDNN_GUIDE_SOURCE_REPOSITORY"):
 html_show_sourcelink = True
 templates_path = ["_templates"]
 # The footer of every page: the commit the site was built from and the one its recording ran at
-# (each gallery page adds its own, from its record: see gallery_build.hooks).
-html_context = {"site_commit": hooks.site_commit(ROOT), "recording_commit": recording_commit(GALLERY)}
+# (each gallery page adds its own, from its record: see gallery_build.hooks). Not html_context: a
+# changed configuration value writes all 42 pages again; the hooks stamp the pages instead.
+FOOTER = {"site_commit": hooks.site_commit(ROOT), "recording_commit": recording_commit(GALLERY)}
 
 if RECORD_ONLY:  # one example's recording build reads the gallery alone (seconds saved per example)
     _over = hooks.record_only_overrides(GALLERY.name)
@@ -207,4 +212,13 @@ def setup(app):
             raise ConfigError(str(exc)) from None
     # the gallery-wide download zips: same files, same bytes, so a render leaves the committed ones untouched
     build_lock.keep_zips_reproducible(GALLERY)
-    hooks.connect(app, gallery=GALLERY, examples=EXAMPLES, mode=MODE, started=_BUILD_START, partial=bool(RECORD_ONLY))
+    hooks.connect(
+        app,
+        gallery=GALLERY,
+        examples=EXAMPLES,
+        mode=MODE,
+        started=_BUILD_START,
+        partial=bool(RECORD_ONLY),
+        substitutions=RECORDED_SUBSTITUTIONS,
+        commits=FOOTER,
+    )

@@ -343,3 +343,23 @@ def test_the_notes_count_the_printed_verdicts_that_change_once_widened():
     assert "1 of the 2 verdicts printed above (in-run) are a **tie** once widened" in text
     assert "The verdict printed above holds once widened" in drift_bands.widened_rst({"headlines": [held]})
     assert "All 2 verdicts printed above hold" in drift_bands.widened_rst({"headlines": [held, dict(held)]})
+
+
+def test_a_stable_ratio_is_floored_by_its_pages_ratio_floor_not_its_noisiest_ratio():
+    steps = [{"cudnn": 0.01, "torch": 0.0, "autotune": 0.9}, {"cudnn": -0.01, "torch": 0.0, "autotune": -0.8}]
+    page = {"p95": 0.9, "labels": {}, "changes": steps, "ratio_p90": 0.9, "ratio_floor": 0.02}
+    bands = {"examples": {"plot_a": page}}
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "torch") == pytest.approx(0.02)  # not autotune's 0.9
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "autotune") == pytest.approx(0.89)  # its own jumps
+    del page["ratio_floor"]  # a drift file written before the floor: the 90th percentile, as then
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "torch") == pytest.approx(0.9)
+
+
+def test_rewiden_every_widens_again_from_the_in_run_interval_whatever_the_old_drift():
+    h = _widened_by_zero(value=0.5, low=0.49, high=0.51)
+    drift_bands.rewiden_headlines([h], {"global_p95": 0.5, "global_ratio_p90": 0.5, "examples": {}}, "plot_x")
+    wide = dict(h)
+    assert drift_bands.rewiden_headlines([h], {"global_ratio_p90": 0.05, "examples": {}}, "plot_x") == 0
+    assert drift_bands.rewiden_headlines([h], {"global_ratio_p90": 0.05, "examples": {}}, "plot_x", every=True) == 1
+    assert (h["run_low"], h["run_high"], h["drift"]) == (0.49, 0.51, 0.05) and h["low"] > wide["low"]
+    assert h["low"] == pytest.approx(0.49 * math.exp(-0.05)) and h["verdict"] == "slower"

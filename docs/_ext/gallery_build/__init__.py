@@ -14,6 +14,7 @@ keeps its doc-build helpers in ``doc/sphinxext``).
 * :mod:`gallery_build.page_checks` — build health and data validation, before the site is built.
 * :mod:`gallery_build.history` — the history of recordings and the reproducibility report.
 * :mod:`gallery_build.drift_bands` — how far headlines drift between recordings (``drift.json``).
+* :mod:`gallery_build.machine_dependence` — headlines that vary by machine, shown as a range across recordings.
 * :mod:`gallery_build.frontend_index` — the "cuDNN Frontend API" index.
 
 Run it with ``docs/_ext`` on ``PYTHONPATH`` (``nox`` sessions set it)::

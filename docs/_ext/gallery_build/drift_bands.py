@@ -23,6 +23,7 @@ __all__ = [
     "DRIFT_PAIRS",
     "DRIFT_UNITS",
     "RATIO_QUANTILE",
+    "RATIO_FLOOR_QUANTILE",
     "RATIO_MIN_PAIRS",
     "OFF_SITE",
     "WIDENED",
@@ -95,16 +96,18 @@ def _quantile_of(values: list[float], q: float) -> float:
 
 def _signed_changes(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Per consecutive comparable pair of an example's entries: label → signed log change of its median."""
+    return [_pair_changes(prev, cur) for prev, cur in _comparable_pairs(entries)]
+
+
+def _pair_changes(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, float]:
+    """Label → signed log change of its median from ``prev`` to ``cur`` (measured the same way)."""
     import math
 
-    return [
-        {
-            r["measurement"]: math.log(r["latest_ms"] / r["previous_ms"])
-            for r in compare(prev, cur)
-            if r["same_method"] and r["latest_ms"] > 0
-        }
-        for prev, cur in _comparable_pairs(entries)
-    ]
+    return {
+        r["measurement"]: math.log(r["latest_ms"] / r["previous_ms"])
+        for r in compare(prev, cur)
+        if r["same_method"] and r["latest_ms"] > 0
+    }
 
 
 def _comparable_pairs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -122,7 +125,12 @@ def _ratio_changes(steps: list[dict[str, float]]) -> list[float]:
 
 
 RATIO_QUANTILE = 0.9
-"""A ratio's re-recording noise is at least this quantile of its page's ratio changes (see :func:`drift`)."""
+"""A ratio without its own history takes this quantile of its page's (or the site's) ratio changes (:func:`drift`)."""
+RATIO_FLOOR_QUANTILE = 0.75
+"""A ratio with its own history is widened by its largest past change, at least this quantile of its page's
+ratio changes (``ratio_floor``). Before this constant the floor was the 90th percentile, which
+on a page where one contender's kernel choice changes between leases (plot_04's max-autotune) widened
+every stable ratio by that contender's jumps; the headline backtest held 769 of 786 either way."""
 
 
 def drift_backtest(history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -203,7 +211,7 @@ def _in_run(headline: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline_backtest(
-    history: list[dict[str, Any]], recs: list[dict[str, Any]], latest_only: bool = False
+    history: list[dict[str, Any]], recs: list[dict[str, Any]], latest_only: bool = False, *, memo: bool = True
 ) -> dict[str, Any]:
     """How often a headline's drift-widened interval held the next recording's value, out of sample.
 
@@ -226,6 +234,9 @@ def headline_backtest(
         all feed the drift.
     latest_only
         Test only each page's latest recording against the one before it (where the two compare).
+    memo
+        Reuse an example's part of :func:`drift` between recording times whose recordings of it
+        are the same (the result is the same; ``False`` recomputes each, as a check).
 
     Returns
     -------
@@ -243,6 +254,9 @@ def headline_backtest(
     out: dict[str, Any] = {"pairs": 0, "headlines": 0, "inside": 0, "verdicts": 0, "changed": 0, "flips": 0}
     outside: list[dict[str, Any]] = []
     cache: dict[tuple[str, bool], dict[str, Any]] = {}
+    # each stamp's drift differs from the last by a few recordings: an example whose recordings
+    # are the same ones (the same entries, in the same order) reuses its changes (_example_drift)
+    per_example: dict[tuple[int, ...], dict[str, Any]] = {}
 
     def bands(stamp: str, upto: bool) -> dict[str, Any]:
         """:func:`drift` of the recordings made up to ``stamp`` (``upto``), or before it."""
@@ -252,7 +266,7 @@ def headline_backtest(
                 for e in recs
                 if (str(e.get("recorded_utc", "")) <= stamp if upto else str(e.get("recorded_utc", "")) < stamp)
             ]
-            cache[stamp, upto] = drift(made)
+            cache[stamp, upto] = _drift(made, per_example if memo else None)
         return cache[stamp, upto]
 
     for page, entries in by_example(history).items():
@@ -322,48 +336,77 @@ def drift(history: list[dict[str, Any]]) -> dict[str, Any]:
     -------
     >>> drift(load(Path("docs/data/history.jsonl")))["global_p95"]
     """
-    import math
+    return _drift(history)
 
+
+def _drift(history: list[dict[str, Any]], memo: dict[tuple[int, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """:func:`drift`; ``memo`` (kept by the caller while the entries live) reuses each example's part.
+
+    An example's part depends on its entries alone, in order: the key is their identities, so a
+    memo must not outlive the entries it was filled from (an identity can be reused afterwards).
+    """
     out: dict[str, Any] = {"global_p95": 0.0, "global_headline_p95": 0.0, "pairs": 0, "examples": {}}
     every: list[float] = []
     every_headline: list[float] = []
+    every_ratio: list[float] = []
     for example, entries in by_example(history).items():
-        changes_: list[float] = []
-        labels: dict[str, float] = {}
-        heads: dict[str, float] = {}
-        head_changes: list[float] = []
-        signed = _signed_changes(entries)[-DRIFT_PAIRS:]
-        for step in signed:
-            out["pairs"] += 1
-            for label, change in step.items():
-                changes_.append(abs(change))
-                labels[label] = max(labels.get(label, 0.0), abs(change))
-        for prev, cur in _comparable_pairs(entries)[-DRIFT_PAIRS:]:
-            old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
-            for h in cur.get("headlines", []):
-                before, now = old.get(h["name"]), h.get("value")
-                if h.get("unit") not in DRIFT_UNITS:
-                    continue  # counts, ranks, percentages and signed values are not re-measured quantities
-                if isinstance(before, (int, float)) and isinstance(now, (int, float)) and before > 0 and now > 0:
-                    change = abs(math.log(now / before))
-                    head_changes.append(change)
-                    heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
-        if changes_ or head_changes:
-            out["examples"][example] = {
-                "p95": _p95(changes_),
-                "labels": labels,
-                "headline_p95": _p95(head_changes),
-                "headlines": heads,
-                "changes": signed,
-                "ratio_p90": _quantile_of(_ratio_changes(signed), RATIO_QUANTILE),
-            }
-            every += changes_
-            every_headline += head_changes
+        key = tuple(map(id, entries))
+        part = memo.get(key) if memo is not None else None
+        if part is None:
+            part = _example_drift(entries)
+            if memo is not None:
+                memo[key] = part
+        out["pairs"] += part["pairs"]
+        if part["summary"] is not None:
+            out["examples"][example] = dict(part["summary"])
+            every += part["changes"]
+            every_headline += part["head_changes"]
+            every_ratio += part["ratio_changes"]
     out["global_p95"] = _p95(every)
     out["global_headline_p95"] = _p95(every_headline)
-    every_ratio = [c for e in out["examples"].values() for c in _ratio_changes(e["changes"])]
     out["global_ratio_p90"] = _quantile_of(every_ratio, RATIO_QUANTILE)
     return out
+
+
+def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One example's part of :func:`drift`: its pairs, changes, and its entry in ``examples`` (``None``: none)."""
+    import math
+
+    changes_: list[float] = []
+    labels: dict[str, float] = {}
+    heads: dict[str, float] = {}
+    head_changes: list[float] = []
+    pairs = _comparable_pairs(entries)[-DRIFT_PAIRS:]
+    signed = [_pair_changes(prev, cur) for prev, cur in pairs]
+    for step in signed:
+        for label, change in step.items():
+            changes_.append(abs(change))
+            labels[label] = max(labels.get(label, 0.0), abs(change))
+    for prev, cur in pairs:
+        old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
+        for h in cur.get("headlines", []):
+            before, now = old.get(h["name"]), h.get("value")
+            if h.get("unit") not in DRIFT_UNITS:
+                continue  # counts, ranks, percentages and signed values are not re-measured quantities
+            if isinstance(before, (int, float)) and isinstance(now, (int, float)) and before > 0 and now > 0:
+                change = abs(math.log(now / before))
+                head_changes.append(change)
+                heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
+    part: dict[str, Any] = {"pairs": len(signed), "summary": None}
+    if changes_ or head_changes:
+        ratios = _ratio_changes(signed)
+        # sorted once here: the site-wide quantiles then sort runs already in order (timsort merges them)
+        part.update(changes=sorted(changes_), head_changes=sorted(head_changes), ratio_changes=sorted(ratios))
+        part["summary"] = {
+            "p95": _p95(changes_),
+            "labels": labels,
+            "headline_p95": _p95(head_changes),
+            "headlines": heads,
+            "changes": signed,
+            "ratio_p90": _quantile_of(ratios, RATIO_QUANTILE),
+            "ratio_floor": _quantile_of(ratios, RATIO_FLOOR_QUANTILE),
+        }
+    return part
 
 
 RATIO_MIN_PAIRS = 2
@@ -468,7 +511,8 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
 
     Two measurements of one recording share its machine, clock and CPU, so much of their drift
     cancels in their ratio. With :data:`RATIO_MIN_PAIRS` or more past pairs holding both, this is
-    the ratio's own largest past change, at least its page's 90th percentile of ratio changes.
+    the ratio's own largest past change, at least its page's :data:`RATIO_FLOOR_QUANTILE` quantile
+    of ratio changes (``ratio_floor``; a drift file without it: the 90th percentile).
     Otherwise it is the larger of its page's and the whole site's 90th percentile of ratio changes
     (``global_ratio_p90``): still a ratio's drift, not two measurements' drifts combined as if
     they were independent, which widened a ratio new to its page by ±18% where its page's ratios
@@ -502,7 +546,7 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
     if entry is not None:
         seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
         if len(seen) >= RATIO_MIN_PAIRS:
-            return max(max(seen), float(entry.get("ratio_p90") or 0.0))
+            return max(max(seen), float(entry.get("ratio_floor", entry.get("ratio_p90")) or 0.0))
     if bands and "global_ratio_p90" in bands:
         return max(float(bands["global_ratio_p90"]), float((entry or {}).get("ratio_p90") or 0.0))
     return math.hypot(for_label(bands, page, a), for_label(bands, page, b))
@@ -564,7 +608,7 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
     return headlines
 
 
-def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str) -> int:
+def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str, every: bool = False) -> int:
     """Widen again the headlines that a recording labelled widened by 0 because it had no drift file.
 
     Recordings made in a staged copy of the docs that lacked ``data/drift.json`` (before
@@ -581,6 +625,9 @@ def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], pa
         :func:`load_drift`'s result: the drift file the recording should have used.
     page
         The example's stem.
+    every
+        Widen again every widened headline, not only those widened by 0: for a recording not yet
+        landed whose drift rule changed (the in-run intervals are kept, so nothing is lost).
 
     Returns
     -------
@@ -595,7 +642,7 @@ def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], pa
     """
     again = []
     for h in headlines:
-        if h.get("interval") != WIDENED or "run_low" not in h or float(h.get("drift") or 0.0) != 0.0:
+        if h.get("interval") != WIDENED or "run_low" not in h or (float(h.get("drift") or 0.0) != 0.0 and not every):
             continue
         in_run = _in_run(h)
         h.clear()

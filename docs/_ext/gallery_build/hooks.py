@@ -32,6 +32,8 @@ __all__ = [
     "warnings_rst",
     "reset_between_examples",
     "connect",
+    "restamp_footers",
+    "FOOTER_COMMITS",
     "record_only_overrides",
 ]
 
@@ -386,11 +388,127 @@ def site_commit(root: Path) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: float, partial: bool = False) -> None:
+def _data_sources_digest(root: Path, data_dir: Path) -> str:
+    """A digest over what the data pages read beyond :func:`~gallery_build.page_checks.data_digest`.
+
+    The records kept per GPU (``docs/data/<folder>/*.json``, from shards) and the Python the
+    notebooks import: the library's subpackages and this build's own modules (``drift_bands``,
+    ``chooser``, ...). Names and bytes, never times: a file touched but unchanged changes nothing.
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    files = [*Path(data_dir).glob("*/*.json")]
+    files += [*Path(root, "cudnn_guide").glob("*/**/*.py"), *Path(__file__).parent.glob("*.py")]
+    for path in sorted(files):
+        h.update(str(path.relative_to(path.parents[1])).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+FOOTER_COMMITS = re.compile(
+    r"(Site built from commit <code>)[^<]*(</code> · gallery recorded at commit <code>)[^<]*(</code>)"
+)
+"""The two commits in every page's footer (``docs/_templates/page.html``), as written."""
+
+
+def restamp_footers(outdir: Path, commits: dict[str, str]) -> list[Path]:
+    """Bring the footer of every page already built to this build's commits; returns the files changed.
+
+    The commits are not configuration (``html_context``): Sphinx writes every page again when
+    one changes, about 15 s on two cores for 42 pages, at every commit. Pages written by this
+    build get them from :func:`connect`'s ``html-page-context``; the others, unchanged since an
+    earlier build, get them here, in place, escaped as the template escapes them (``|e``).
+
+    Parameters
+    ----------
+    outdir
+        The HTML output folder.
+    commits
+        ``site_commit`` and ``recording_commit``.
+
+    Returns
+    -------
+    list[Path]
+        The HTML files whose footer changed.
+
+    Example
+    -------
+    >>> restamp_footers(Path("docs/_build/html"), {"site_commit": "f7e196f48023", "recording_commit": "de96590"})
+    []
+    """
+    from markupsafe import escape
+
+    site, recorded = str(escape(commits["site_commit"])), str(escape(commits["recording_commit"]))
+    changed = []
+    for path in sorted(Path(outdir).rglob("*.html")):
+        text = path.read_text(encoding="utf-8")
+        new = FOOTER_COMMITS.sub(lambda m: f"{m[1]}{site}{m[2]}{recorded}{m[3]}", text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+_SUBSTITUTION_USE = r"\{\{\s*%s\s*\}\}"
+"""How a MyST page uses a substitution (``{{ name }}``); ``%s``: the escaped name."""
+
+
+def _substitution_pages(env: Any, names: set[str]) -> list[str]:
+    """The documents whose source uses any of the MyST substitutions ``names`` (``{{ name }}``).
+
+    Parameters
+    ----------
+    env
+        The Sphinx build environment (``found_docs``, ``doc2path``).
+    names
+        Substitution names.
+
+    Returns
+    -------
+    list[str]
+        Document names, sorted.
+
+    Example
+    -------
+    >>> _substitution_pages(app.env, {"recorded_on"})
+    ['index']
+    """
+    if not names:
+        return []
+    use = re.compile("|".join(_SUBSTITUTION_USE % re.escape(n) for n in sorted(names)))
+    pages = []
+    for doc in sorted(env.found_docs):
+        path = Path(env.doc2path(doc))
+        if path.suffix == ".md" and use.search(path.read_text(encoding="utf-8")):
+            pages.append(doc)
+    return pages
+
+
+def connect(
+    app: Any,
+    *,
+    gallery: Path,
+    examples: Path,
+    mode: str,
+    started: float,
+    partial: bool = False,
+    substitutions: dict[str, str] | None = None,
+    commits: dict[str, str] | None = None,
+) -> None:
     """Wire the hooks into a Sphinx application (called from ``conf.py``'s ``setup``).
 
     ``partial``: this build records one example (see :func:`~gallery_build.recording.record_examples`);
     the health check and the manifest wait for the full build.
+
+    ``substitutions``: MyST substitutions read from the recording (where and when it was measured,
+    the site's answer). They change with every recording, so they are not configuration: a changed
+    configuration value makes Sphinx read every page again (all 42, the notebooks among them).
+    They are added to MyST's settings when the builder starts, and only the pages that use one
+    whose value changed (:func:`_substitution_pages`) are read again.
+
+    ``commits``: the footer's ``site_commit`` and ``recording_commit``, likewise kept out of the
+    configuration (``html_context``): given to each page written, and brought up to date in the
+    pages an earlier build wrote (:func:`restamp_footers`).
 
     Parameters
     ----------
@@ -406,6 +524,10 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
         ``time.perf_counter()`` at configuration.
     partial
         This build records a single example.
+    substitutions
+        MyST substitutions that change with the recording (name → Markdown).
+    commits
+        The footer's ``site_commit`` and ``recording_commit``.
 
     Example
     -------
@@ -449,12 +571,28 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
 
     def on_get_outdated(app: Any, env: Any, added: set[str], changed: set[str], removed: set[str]) -> list[str]:
         # The data notebooks read the records, history and manifest, which Sphinx does not track:
-        # re-execute them whenever any of those files changed since the last build into this folder.
-        digest = data_digest(gallery, gallery.parent / "data", (examples, gallery.parent.parent / "cudnn_guide"))
-        if getattr(env, "cudnn_guide_data_digest", None) == digest:
-            return []
-        env.cudnn_guide_data_digest = digest
-        return [d for d in DATA_PAGES if d in env.found_docs]
+        # re-execute them whenever any of those files changed since the last build into this folder
+        # (by content: a record touched but unchanged re-reads its own page only, by its dependency).
+        outdated = []
+        data_dir = gallery.parent / "data"
+        digest = data_digest(gallery, data_dir, (examples, root / "cudnn_guide")) + _data_sources_digest(root, data_dir)
+        if getattr(env, "cudnn_guide_data_digest", None) != digest:
+            env.cudnn_guide_data_digest = digest
+            outdated += [d for d in DATA_PAGES if d in env.found_docs]
+        if substitutions:  # the pages showing a recorded substitution whose value changed (the home page)
+            before = getattr(env, "cudnn_guide_substitutions", None) or {}
+            differ = {k for k, v in substitutions.items() if before.get(k) != v}
+            env.cudnn_guide_substitutions = dict(substitutions)
+            outdated += [d for d in _substitution_pages(env, differ) if d not in outdated]
+        return outdated
+
+    def on_builder_inited_substitutions(app: Any) -> None:
+        # after MyST made its settings from the configuration (builder-inited, priority 500)
+        import dataclasses
+
+        config = getattr(app.env, "myst_config", None)
+        if substitutions and config is not None:
+            app.env.myst_config = dataclasses.replace(config, substitutions={**config.substitutions, **substitutions})
 
     def on_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
         if what in ("function", "class") and name.startswith("cudnn_guide."):
@@ -513,12 +651,14 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
     # priority > 500: after sphinx-gallery generated (record) or kept (render) the pages
     app.connect("builder-inited", on_builder_inited_late, priority=900)
     app.connect("env-get-outdated", on_get_outdated)
+    app.connect("builder-inited", on_builder_inited_substitutions, priority=600)
     if "sphinx.ext.autodoc" in app.extensions:  # a one-example recording build loads the gallery alone
         app.connect("autodoc-process-docstring", on_docstring)
     app.connect("builder-inited", on_builder_inited)
     app.connect("build-finished", on_finished)
 
     def on_page_context(app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+        context.update(commits or {})
         prefix = f"{gallery_doc}/plot_"
         if pagename.startswith(prefix):
             env = (read_record(gallery, pagename.split("/", 1)[1]) or {}).get("environment") or {}
@@ -526,3 +666,9 @@ def connect(app: Any, *, gallery: Path, examples: Path, mode: str, started: floa
             context["page_recording_gpu"] = env.get("gpu")
 
     app.connect("html-page-context", on_page_context)
+
+    def on_finished_footers(app: Any, exc: Exception | None) -> None:
+        if exc is None and commits and app.builder.format == "html":
+            restamp_footers(Path(app.outdir), commits)
+
+    app.connect("build-finished", on_finished_footers)

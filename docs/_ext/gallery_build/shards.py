@@ -757,7 +757,7 @@ def across_gpus(data_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def rewiden(shard: Path, drift_file: Path) -> dict[str, int]:
+def rewiden(shard: Path, drift_file: Path, every: bool = False) -> dict[str, int]:
     """Widen a shard's intervals by ``drift_file`` where its recording could not (before merging it).
 
     A shard recorded while the staged docs lacked ``data/drift.json`` holds every headline with
@@ -771,6 +771,9 @@ def rewiden(shard: Path, drift_file: Path) -> dict[str, int]:
         A shard folder (``shards record``'s output).
     drift_file
         The drift file to widen by.
+    every
+        Widen every headline again from its in-run interval, not only those widened by 0
+        (:func:`gallery_build.drift_bands.rewiden_headlines`).
 
     Returns
     -------
@@ -791,13 +794,13 @@ def rewiden(shard: Path, drift_file: Path) -> dict[str, int]:
     for path in sorted((shard / recording.GALLERY_NAME).glob(f"*{RECORD_SUFFIX}")):
         record = datafiles.read_json(path)
         stem = path.name[: -len(RECORD_SUFFIX)]
-        widened[stem] = drift_bands.rewiden_headlines(record.get("headlines", []), bands, stem)
+        widened[stem] = drift_bands.rewiden_headlines(record.get("headlines", []), bands, stem, every)
         datafiles.write_json(path, record, separators=(",", ":"))  # as the record hook writes it
     lines = shard / "history.jsonl"
     if lines.exists():
         entries = history.load(lines)
         for entry in entries:
-            drift_bands.rewiden_headlines(entry.get("headlines", []), bands, entry["example"])
+            drift_bands.rewiden_headlines(entry.get("headlines", []), bands, entry["example"], every)
         datafiles.write_text(lines, "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
     return widened
 
@@ -822,11 +825,12 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         if _every_example(shown, root / "examples"):
             print(f"cudnn-guide: {history.format_reproducibility(datafiles.read_json(report))}")
         return
-    if argv[:1] == ["rewiden"] and len(argv) >= 3:
-        drift_file, paths = Path(argv[1]), [Path(p) for p in argv[2:]]
+    if argv[:1] == ["rewiden"] and len([a for a in argv if a != "--all"]) >= 3:
+        every, rest = "--all" in argv, [a for a in argv[1:] if a != "--all"]
+        drift_file, paths = Path(rest[0]), [Path(p) for p in rest[1:]]
         try:
             for path in paths:
-                counts = rewiden(path, drift_file)
+                counts = rewiden(path, drift_file, every)
                 print(
                     f"cudnn-guide: {path}: widened again by {drift_file}: {sum(counts.values())} headline(s) "
                     f"on {sum(1 for n in counts.values() if n)} page(s)"
@@ -855,7 +859,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     raise SystemExit(
         "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [plot_xx.py ...]\n"
         f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
-        "       python -m gallery_build.shards rewiden DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
+        "       python -m gallery_build.shards rewiden [--all] DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
     )
 
 
