@@ -360,7 +360,11 @@ plt.show()
 # made each comparison above also race the same contenders in back-to-back loops
 # (``compare.compare_loops``): each loop is timed by the wall clock from a synchronized
 # start to a synchronized end, so every microsecond the host spends launching counts.
-# Its result is ``c.wall``, a comparison of its own.
+# Its result is ``c.wall``, a comparison of its own, with its own tie band. The GPU and
+# loop µs are each the median over rounds of a round's median (``c.estimate``), as the
+# verdicts use them; the record's measurements keep the median of all samples pooled.
+GPU_US = "GPU µs per call (median of round medians)"
+LOOP_US = "loop µs per call (median of round medians)"
 host_rows = []
 for mask, c in results.items():
     for name, m in c.measurements.items():
@@ -372,12 +376,17 @@ for mask, c in results.items():
                 "host µs per call": m.host_median_ms * 1e3
                 if m.host_median_ms
                 else None,
-                "GPU µs per call": c.estimate(name)["value"],
-                "loop µs per call": c.wall.estimate(name)["value"],
-                "GPU verdict": f"{gpu['value']:.2f}× {gpu['verdict']}" if gpu else "",
+                GPU_US: c.estimate(name)["value"],
+                LOOP_US: c.wall.estimate(name)["value"],
+                "GPU verdict": (
+                    f"{gpu['value']:.2f}× ({gpu['low']:.2f}–{gpu['high']:.2f}) "
+                    f"{gpu['verdict']}, tie band ±{100 * c.tie_band:.1f}%"
+                )
+                if gpu
+                else "",
                 "loop verdict": (
                     f"{loop['value']:.2f}× ({loop['low']:.2f}–{loop['high']:.2f}) "
-                    f"{loop['verdict']}"
+                    f"{loop['verdict']}, tie band ±{100 * c.wall.tie_band:.1f}%"
                 )
                 if loop
                 else "",
@@ -387,8 +396,8 @@ html_table(
     pd.DataFrame(host_rows),
     {
         "host µs per call": "{:.0f}",
-        "GPU µs per call": "{:.0f}",
-        "loop µs per call": "{:.0f}",
+        GPU_US: "{:.0f}",
+        LOOP_US: "{:.0f}",
     },
 )
 
@@ -496,12 +505,25 @@ html_table(pd.DataFrame(oss_rows))
 # %%
 # Conclusions
 # -----------
+import dataclasses
+
 from cudnn_guide.report.prose import Prose
 
 
 def span(values, fmt):
     lo, hi = min(values), max(values)
     return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
+
+
+def said(c, name):
+    """``c.describe(name)`` in GPU time; the loop verdict with its own tie band."""
+    text = dataclasses.replace(c, wall=None).describe(name)
+    w = c.wall.versus[name]
+    return (
+        f"{text}; in a back-to-back loop, host time included: {w['verdict']} "
+        f"({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f}; loop tie band "
+        f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds)"
+    )
 
 
 sentences = []
@@ -519,15 +541,46 @@ for mask, c in results.items():
     else:
         word = "a tie" if gpu["verdict"] == "tie" else gpu["verdict"]
         versus_gpu = f"while in GPU time per call it is {word}"
-    bound = "the host" if in_loop > 1.1 * on_gpu else "the GPU"  # 10% over its GPU time
+    # each contender's loop time over its GPU time (both medians of round medians)
+    stretch = {
+        n: c.wall.estimate(n)["value"] / c.estimate(n)["value"] for n in c.measurements
+    }
+    others = {n: r for n, r in stretch.items() if n != CAND}
+    low, high = min(others, key=others.get), max(others, key=others.get)
+    host = {n: m.host_median_ms for n, m in c.measurements.items() if m.host_median_ms}
+    if stretch[CAND] > others[high]:
+        reading = "the loop stretches it more than any other"
+        if CAND in host and 1e3 * host[CAND] > on_gpu:
+            reading += (
+                f", and its host time per call ({1e3 * host[CAND]:.0f} µs) exceeds its "
+                "GPU time: the host bounds its loop"
+            )
+    elif stretch[CAND] < others[low]:
+        reading = "the loop stretches it less than any other"
+    else:
+        reading = (
+            "the loop stretches some of the others as much or more, so this does not "
+            "show the host bounding it"
+        )
+        least = min((n for n in host if n != CAND), key=host.get, default=None)
+        if least:
+            reading += (
+                f". {least}, with {1e3 * host[least]:.0f} µs of host time per call, "
+                f"takes {stretch[least]:.2f}× in its loop"
+            )
     sentences.append(
         f"* {mask}: {CAND} runs at {rate:.0f} TFLOP/s; in GPU time per call it is "
-        f"{c.describe()}. So a plain eager loop of {CAND} calls is {how} a loop of "
-        f"{best} calls ({versus_gpu}): in the loop a call takes {in_loop:.0f} µs of "
-        f"wall clock against {on_gpu:.0f} µs of GPU time, so {bound} bounds it."
+        f"{dataclasses.replace(c, wall=None).describe()}. So a plain eager loop of "
+        f"{CAND} calls is {how} a loop of {best} calls ({loop['value']:.2f}×, "
+        f"{loop['low']:.2f}–{loop['high']:.2f}; loop tie band "
+        f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds; {versus_gpu}). In the "
+        f"loop a call takes {in_loop:.0f} µs of wall clock against {on_gpu:.0f} µs of "
+        f"GPU time (medians of round medians): {stretch[CAND]:.2f}× its GPU time. The "
+        f"other contenders' loops take {others[low]:.2f}× ({low}) to "
+        f"{others[high]:.2f}× ({high}) of theirs: {reading}."
     )
-    if FA4 in c.versus:
-        sentences.append(f"* {mask}, against {FA4}: {c.describe(FA4)}.")
+    if FA4 in c.versus and FA4 != best:  # the fastest is described above
+        sentences.append(f"* {mask}, against {FA4}: {said(c, FA4)}.")
 sentences.append(
     "Which verdict applies depends on how the calls are launched: GPU time when the "
     "GPU is the bottleneck (calls replayed from a CUDA graph, where a path can be "

@@ -427,7 +427,11 @@ del leaves, ref_om
 # accepts a V head size different from Q's (forced with ``sdpa_kernel``; its flash
 # backend is FlashAttention-2), FlexAttention, and FlashAttention-4 (its own B×S×H×D
 # copies, autograd), each checked first on dQ, dK and dV against the fp32 autograd
-# reference. A backend that refuses the shapes is listed with its error.
+# reference. A backend that refuses the shapes is listed with its error, whole.
+import re
+import textwrap
+import warnings
+
 from torch.nn.attention import SDPBackend
 
 mla_fwd_launch, mla_bwd_launch = mla_fwd.bind(mla_fwd_pack), mla_bwd.bind(mla_bwd_pack)
@@ -452,6 +456,35 @@ def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
     return baselines.forced_sdpa(b, is_causal=True)
 
 
+WRAP = dict(subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+
+
+def refusal(launch):
+    """Why ``launch`` cannot run here, whole: its error and PyTorch's reasons."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            launch()
+        except Exception as error:
+            said = [" ".join(str(w.message).split()) for w in caught]
+            said = [
+                re.sub(r"\s*\(Triggered internally at [^)]*\)", "", m) for m in said
+            ]
+            # without what forcing one backend causes (the others "runtime disabled"),
+            # and a "... not used because:" header only with the reason that follows it
+            said = [
+                m for m in dict.fromkeys(said) if "has been runtime disabled" not in m
+            ]
+            said = [
+                m
+                for m, after in zip(said, said[1:] + [":"])
+                if not (m.endswith(":") and after.endswith(":"))
+            ]
+            why = f"{type(error).__name__}: {' '.join(str(error).split())}"
+            return why + (f" ({'; '.join(said).replace(':; ', ': ')})" if said else "")
+    return None
+
+
 def grads_check(name):
     """Check a step's dQ, dK and dV against the fp32 autograd reference."""
     return lambda grads: [
@@ -471,9 +504,11 @@ for name, attend in (
     ("PyTorch SDPA, cuDNN backend", backend(SDPBackend.CUDNN_ATTENTION)),
     ("FlexAttention (compiled)", flex_mla),
 ):
-    if why := baselines.admit(
-        mla_contenders, name, torch_step(attend), check=grads_check(name)
-    ):
+    step = torch_step(attend)
+    if why := refusal(step):  # printed whole, wrapped at 88 characters
+        print(textwrap.fill(f"{name}: unavailable here ({why})", 88, **WRAP))
+        mla_unavailable[name] = why
+    elif why := baselines.admit(mla_contenders, name, step, check=grads_check(name)):
         mla_unavailable[name] = why
 if FA4_OK:  # dQ, dK and dV checked against the same fp32 autograd reference
     fa4_step, fa4_grads = fa4.training_step(
@@ -500,11 +535,15 @@ mla_cmp = compare.compare(
 
 # %%
 # Every contender's time, and cuDNN's speed-up over it with the in-run 95% interval
-# over rounds and the verdict against the measured tie band:
+# over rounds and the verdict against the measured tie band. The time (and the rate
+# from it) is the median over rounds of the contender's per-round medians
+# (``Comparison.estimate``, as in the plot and the conclusions), not the median of all
+# its samples pooled, which the record's measurements show.
 import pandas as pd
 
 from cudnn_guide.report import html_table
 
+US = "µs, median of round medians"
 rows = []
 for tag, c in (("soft-cap", softcap_cmp), ("sinks", sink_cmp), ("MLA step", mla_cmp)):
     for n in c.measurements:
@@ -513,7 +552,7 @@ for tag, c in (("soft-cap", softcap_cmp), ("sinks", sink_cmp), ("MLA step", mla_
             {
                 "variant": tag,
                 "implementation": n,
-                "µs": c.estimate(n)["value"],
+                US: c.estimate(n)["value"],
                 "TFLOP/s": c.estimate(n, "TFLOP/s")["value"],
                 "cuDNN's speed-up": s and s["value"],
                 "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
@@ -522,7 +561,7 @@ for tag, c in (("soft-cap", softcap_cmp), ("sinks", sink_cmp), ("MLA step", mla_
         )
 html_table(
     pd.DataFrame(rows),
-    {"µs": "{:.0f}", "TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"},
+    {US: "{:.0f}", "TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"},
 )
 
 # %%
