@@ -1,13 +1,15 @@
 """
-Soft-capping, attention sinks and MLA head sizes
-================================================
+Soft-capping and attention sinks
+================================
 
 You build a causal attention graph whose scores are soft-capped (Gemma 2, Grok-1: each
 score ``s`` becomes ``c·tanh(s/c)``) through cuDNN's ``score_mod`` callback, check it
-against PyTorch, then measure it and two more variants from current LLMs: attention
+against PyTorch, then measure it and one more variant from current LLMs: attention
 sinks (gpt-oss, StreamingLLM: one learned logit per head joins every row's softmax
-without a value, cuDNN's ``sink_token``) and MLA head sizes (DeepSeek V2/V3: Q and K
-carry 192 values per head, V and O 128; cuDNN reads them from the tensors).
+without a value, cuDNN's ``sink_token``).
+
+DeepSeek's MLA head sizes (Q and K of 192 values per head, V and O of 128) are on the
+:ref:`MLA page <sphx_glr_auto_examples_plot_27_mla.py>`.
 
 What you will learn:
 
@@ -16,7 +18,7 @@ What you will learn:
 * what cuDNN refuses to combine with it on this GPU, in its own words;
 * each variant against the strongest PyTorch path that computes the same thing
   (FlexAttention, with both an exact and an approximate tanh for the soft-cap) and
-  against FlashAttention-4, which has all three features natively.
+  against FlashAttention-4, which has both features natively.
 """
 
 # %%
@@ -24,7 +26,7 @@ What you will learn:
 # -----------
 from cudnn_guide import environment
 
-environment.require_sm((9, 0), "cuDNN attention with score_mod, sink_token and MLA")
+environment.require_sm((9, 0), "cuDNN attention with score_mod and sink_token")
 env = environment.collect()
 env
 
@@ -348,192 +350,6 @@ sink_cmp = compare.compare(
 )
 
 # %%
-# MLA head sizes: d_qk = 192, d_v = 128, forward and backward
-# -----------------------------------------------------------
-# Nothing changes in the declaration: Q and K are declared with 192 values per head, V
-# with 128, and O, dO and dV follow V. The forward saves its statistics for the
-# backward.
-DQK, DV = 192, 128
-qm, km = (
-    torch.randn(B, H, S, DQK, device="cuda", dtype=torch.bfloat16, generator=gen)
-    for _ in range(2)
-)
-vm = torch.randn(B, H, S, DV, device="cuda", dtype=torch.bfloat16, generator=gen)
-om, d_om = torch.empty_like(vm), torch.randn_like(vm)
-stats = torch.empty(B, H, S, 1, device="cuda", dtype=torch.float32)
-
-gf = new_graph()
-QM, KM, VM = (gf.tensor_like(t, name=n) for t, n in ((qm, "q"), (km, "k"), (vm, "v")))
-OM, STATS = gf.sdpa(
-    name="sdpa_mla",
-    q=QM,
-    k=KM,
-    v=VM,
-    attn_scale=DQK**-0.5,
-    generate_stats=True,
-    **causal,
-)
-OM.set_output(True).set_dim(list(om.shape)).set_stride(list(om.stride()))
-STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-STATS.set_dim(list(stats.shape)).set_stride(list(stats.stride()))
-gf.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-mla_fwd_pack = {QM: qm, KM: km, VM: vm, OM: om, STATS: stats}
-
-gb = new_graph()
-mla_inputs = dict(q=qm, k=km, v=vm, o=om, dO=d_om, stats=stats)
-T = {n: gb.tensor_like(t, name=n) for n, t in mla_inputs.items()}
-DQ, DK, DVG = gb.sdpa_backward(
-    name="sdpa_mla_backward",
-    q=T["q"],
-    k=T["k"],
-    v=T["v"],
-    o=T["o"],
-    dO=T["dO"],
-    stats=T["stats"],
-    attn_scale=DQK**-0.5,
-    **causal,
-)
-mla_grads = {n: torch.empty_like(t) for n, t in dict(dq=qm, dk=km, dv=vm).items()}
-for node_out, t in zip((DQ, DK, DVG), mla_grads.values()):
-    node_out.set_output(True).set_dim(list(t.shape)).set_stride(list(t.stride()))
-gb.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-mla_bwd_pack = {T[n]: t for n, t in mla_inputs.items()}
-mla_bwd_pack.update({DQ: mla_grads["dq"], DK: mla_grads["dk"], DVG: mla_grads["dv"]})
-mla_fwd = graphs.adopt(gf, handle, name="mla forward")
-mla_bwd = graphs.adopt(gb, handle, name="mla backward")
-check.poison(om, *mla_grads.values())
-mla_fwd.execute(mla_fwd_pack)
-mla_bwd.execute(mla_bwd_pack)
-
-import torch.nn.functional as F
-
-torch.cuda.set_device(
-    qm.device
-)  # autograd's backward thread needs this device's context
-leaves = [t.detach().float().requires_grad_() for t in (qm, km, vm)]
-with check.full_precision():
-    ref_om = F.scaled_dot_product_attention(*leaves, is_causal=True)
-    ref_om.backward(d_om.float())
-checks.append(check.check(om, ref_om.detach(), name="MLA forward (192/128)"))
-print(checks[-1])
-for name, leaf in zip(("dq", "dk", "dv"), leaves):
-    checks.append(check.check(mla_grads[name], leaf.grad, name=f"MLA backward {name}"))
-    print(checks[-1])
-ref_grads = [leaf.grad for leaf in leaves]  # fp32 dQ, dK, dV: the baselines' check
-del leaves, ref_om
-
-# %%
-# A training step (forward + backward) against PyTorch's SDPA on each backend that
-# accepts a V head size different from Q's (forced with ``sdpa_kernel``; its flash
-# backend is FlashAttention-2), FlexAttention, and FlashAttention-4 (its own B×S×H×D
-# copies, autograd), each checked first on dQ, dK and dV against the fp32 autograd
-# reference. A backend that refuses the shapes is listed with its error, whole.
-import re
-import textwrap
-import warnings
-
-from torch.nn.attention import SDPBackend
-
-mla_fwd_launch, mla_bwd_launch = mla_fwd.bind(mla_fwd_pack), mla_bwd.bind(mla_bwd_pack)
-
-
-def cudnn_mla_step():
-    mla_fwd_launch()
-    mla_bwd_launch()
-
-
-torch_leaves = [t.detach().requires_grad_() for t in (qm, km, vm)]
-
-
-def torch_step(attend):
-    def step():
-        return torch.autograd.grad(attend(*torch_leaves), torch_leaves, d_om)
-
-    return step
-
-
-def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
-    return baselines.forced_sdpa(b, is_causal=True)
-
-
-WRAP = dict(subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
-
-
-def refusal(launch):
-    """Why ``launch`` cannot run here, whole: its error and PyTorch's reasons."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            launch()
-        except Exception as error:
-            said = [" ".join(str(w.message).split()) for w in caught]
-            said = [
-                re.sub(r"\s*\(Triggered internally at [^)]*\)", "", m) for m in said
-            ]
-            # without what forcing one backend causes (the others "runtime disabled"),
-            # and a "... not used because:" header only with the reason that follows it
-            said = [
-                m for m in dict.fromkeys(said) if "has been runtime disabled" not in m
-            ]
-            said = [
-                m
-                for m, after in zip(said, said[1:] + [":"])
-                if not (m.endswith(":") and after.endswith(":"))
-            ]
-            why = f"{type(error).__name__}: {' '.join(str(error).split())}"
-            return why + (f" ({'; '.join(said).replace(':; ', ': ')})" if said else "")
-    return None
-
-
-def grads_check(name):
-    """Check a step's dQ, dK and dV against the fp32 autograd reference."""
-    return lambda grads: [
-        check.check(got, ref, name=f"{name}: MLA {n}")
-        for n, got, ref in zip(("dq", "dk", "dv"), grads, ref_grads)
-    ]
-
-
-mla_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
-flex_mla = torch.compile(
-    lambda q, k, v: flex_attention(q, k, v, block_mask=mla_block), fullgraph=True
-)
-mla_contenders, mla_unavailable = {"cuDNN MLA step": cudnn_mla_step}, {}
-for name, attend in (
-    ("PyTorch SDPA, flash", backend(SDPBackend.FLASH_ATTENTION)),
-    ("PyTorch SDPA, efficient", backend(SDPBackend.EFFICIENT_ATTENTION)),
-    ("PyTorch SDPA, cuDNN backend", backend(SDPBackend.CUDNN_ATTENTION)),
-    ("FlexAttention (compiled)", flex_mla),
-):
-    step = torch_step(attend)
-    if why := refusal(step):  # printed whole, wrapped at 88 characters
-        print(textwrap.fill(f"{name}: unavailable here ({why})", 88, **WRAP))
-        mla_unavailable[name] = why
-    elif why := baselines.admit(mla_contenders, name, step, check=grads_check(name)):
-        mla_unavailable[name] = why
-if FA4_OK:  # dQ, dK and dV checked against the same fp32 autograd reference
-    fa4_step, fa4_grads = fa4.training_step(
-        qm, km, vm, d_om, causal=True, scale=DQK**-0.5
-    )
-    name = f"{FA4} step"
-    if why := baselines.admit(
-        mla_contenders, name, fa4_step, check=lambda _: grads_check(FA4)(fa4_grads())
-    ):
-        mla_unavailable[name] = unavailable[name] = why
-# FLOPs per visible (query, key) pair: the forward's QKᵀ (2·d_qk) and PV (2·d_v); the
-# backward recomputes QKᵀ (2·d_qk), then dV = PᵀdO (2·d_v), dP = dO·Vᵀ (2·d_v),
-# dQ = dS·K and dK = dSᵀQ (2·d_qk each). With d_qk = d_v, forward + backward would be
-# 3.5× the forward; at 192/128 it is 2(4·192 + 3·128) = 2304 FLOPs per pair.
-mla_flops = 2 * B * H * (4 * DQK + 3 * DV) * int(visible.sum())
-mla_cmp = compare.compare(
-    mla_contenders,
-    candidate="cuDNN MLA step",
-    l2="cold",
-    rounds=5,
-    flops=mla_flops,
-    tag="mla",
-)
-
-# %%
 # Every contender's time, and cuDNN's speed-up over it with the in-run 95% interval
 # over rounds and the verdict against the measured tie band. The time (and the rate
 # from it) is the median over rounds of the contender's per-round medians
@@ -545,7 +361,7 @@ from cudnn_guide.report import html_table
 
 US = "µs, median of round medians"
 rows = []
-for tag, c in (("soft-cap", softcap_cmp), ("sinks", sink_cmp), ("MLA step", mla_cmp)):
+for tag, c in (("soft-cap", softcap_cmp), ("sinks", sink_cmp)):
     for n in c.measurements:
         s = c.versus.get(n)
         rows.append(
@@ -572,14 +388,9 @@ import matplotlib.pyplot as plt
 from cudnn_guide.report import plot_comparison
 
 # one row each: the long labels fit
-fig, axes = plt.subplots(3, 1, figsize=(8, 8), layout="constrained")
+fig, axes = plt.subplots(2, 1, figsize=(8, 5.5), layout="constrained")
 for ax, (title, c) in zip(
-    axes,
-    (
-        ("soft-cap, causal", softcap_cmp),
-        ("sinks, causal", sink_cmp),
-        ("MLA 192/128 training step", mla_cmp),
-    ),
+    axes, (("soft-cap, causal", softcap_cmp), ("sinks, causal", sink_cmp))
 ):
     plot_comparison(c, "µs", ax=ax, xlabel="µs per call", title=title)
 plt.show()
@@ -660,23 +471,17 @@ sentences.append(
     f"{sink_cmp.describe(SINK_CTRL)}."
 )
 sentences += others(sink_cmp, f"{FA4}, learnable_sink", FLEX_SINK)
-sentences.append(
-    f"MLA training step: {mla_cmp.estimate('cuDNN MLA step')['value']:.0f} µs; "
-    f"against the fastest contender it is {mla_cmp.describe()}."
-)
-sentences += others(mla_cmp, f"{FA4} step")
 sentences += [
     f"* {name} was not timed: {unavailable.get(name, FA4_DETAIL)}."
     for c, name in (
         (softcap_cmp, f"{FA4}, softcap"),
         (sink_cmp, f"{FA4}, learnable_sink"),
-        (mla_cmp, f"{FA4} step"),
     )
     if name not in c.versus
 ]
 sentences += [
     f"* Not available here: {name}: {why}"
-    for name, why in {**refusals, **unavailable, **mla_unavailable}.items()
+    for name, why in {**refusals, **unavailable}.items()
     if why != "accepted" and not name.startswith(FA4)
 ]
 
@@ -687,6 +492,5 @@ from cudnn_guide.report.records import comparison
 # the slower ones, FlexAttention among them, are in the prose
 comparison("soft-cap: speed-up over the fastest contender", softcap_cmp)
 comparison("sinks: speed-up over the fastest contender", sink_cmp)
-comparison("MLA step: speed-up over the fastest contender", mla_cmp)
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -62,7 +62,7 @@ def committed():
         ("plot_17_varlen_attention", "packed THD backward", "cuDNN packed (THD) backward", dict(feature="varlen")),
         ("plot_18_attention_masks", "window W=", "cuDNN window", dict(feature="window", seq_len=4096)),
         ("plot_24_softcap_sinks_mla", "soft-cap", "cuDNN soft-cap (score_mod)", dict(feature="soft-cap")),
-        ("plot_24_softcap_sinks_mla", "MLA", "cuDNN MLA step", dict(feature="MLA", head_dim="192/128")),
+        ("plot_27_mla", "MLA", "cuDNN MLA step", dict(feature="MLA", head_dim="192/128")),
         ("plot_16_gqa_mqa", "decode, Hkv=1:", "cuDNN graph", dict(feature="GQA/MQA", seq_len=8192, phase="decode")),
     ],
 )
@@ -70,6 +70,8 @@ def test_committed_records_give_each_comparison_its_recorded_winner_and_interval
     committed, page, name_part, candidate, shape
 ):
     rows, _ = committed
+    if not (GALLERY / f"{page}.record.json").exists():
+        pytest.skip(f"{page} is not recorded yet: its record is committed with its first recording")
     h = _headline(GALLERY, page, name_part)
     found = _rows_of(rows, page, comparison=h["name"])
     assert len(found) == 1, f"{page}: the chooser gave {len(found)} rows for {h['name']!r} (expected one)"
@@ -84,6 +86,26 @@ def test_committed_records_give_each_comparison_its_recorded_winner_and_interval
         assert getattr(row, key) == value, f"{page} {h['name']!r}: {key} {getattr(row, key)!r}, expected {value!r}"
     assert row.contenders[0].name == candidate, "the candidate is listed first among the contenders"
     assert h["baseline"] in {c.name for c in row.contenders}, f"{page}: the baseline is missing from the contenders"
+
+
+def test_the_mla_comparison_maps_to_its_row_on_whichever_page_recorded_it(committed):
+    """The MLA comparison moved from plot_24 to plot_27 (issue 33): a record of either page that holds it (plot_24's
+    from before the move, plot_27's after) gives one MLA row with its recorded winner and interval."""
+    rows, _ = committed
+    found = [
+        (page, h)
+        for page in ("plot_24_softcap_sinks_mla", "plot_27_mla")
+        if (GALLERY / f"{page}.record.json").exists()
+        for h in _record(GALLERY, page)["headlines"]
+        if h.get("kind") == "comparison" and h["name"].startswith("MLA")
+    ]
+    assert found, "no committed record holds the MLA comparison (plot_27_mla's, or plot_24's from before the move)"
+    for page, h in found:
+        (row,) = _rows_of(rows, page, comparison=h["name"])
+        assert row.winner == _expected_winner(h, "cuDNN MLA step"), f"{page} {h['name']!r}"
+        assert (row.speedup, row.low, row.high, row.baseline) == (h["value"], h["low"], h["high"], h["baseline"])
+        assert (row.feature, row.head_dim, row.phase, row.seq_len) == ("MLA", "192/128", "fwd+bwd", 4096)
+        assert row.contenders[0].name == "cuDNN MLA step", "the candidate is listed first among the contenders"
 
 
 def test_committed_records_give_every_contender_its_median_host_time(committed):
@@ -214,7 +236,7 @@ FALLBACK_CASES = [
         "sinks: speed-up over the fastest contender",
         dict(feature="sinks", head_dim="128"),
     ),
-    ("plot_24_softcap_sinks_mla", "MLA step: speed-up over best baseline", dict(head_dim="192/128", phase="fwd+bwd")),
+    ("plot_27_mla", "MLA step: speed-up over the fastest contender", dict(head_dim="192/128", phase="fwd+bwd")),
     ("plot_25_transformer_block", "training step: speed-up over torch.compile", dict(seq_len=2048)),
     (
         "plot_26_vendor_llama_fa4",
@@ -265,9 +287,10 @@ SOURCE_SHAPES = {
     "plot_17_varlen_attention": [r"B, H, D, S_MAX(, T)? = len\(lengths\), 16, 128", r"\(16,\)\)\.clamp\(32, 4096\)"],
     "plot_18_attention_masks": [r"B, H, S, D, W = 4, 16, 4096, 128", r"CHUNK = 512"],
     "plot_19_flex_attention_oss": [r"B, H, S, D, W = 4, 16, 4096, 128, 512"],
-    "plot_24_softcap_sinks_mla": [r"B, H, S, D = 4, 16, 4096, 128", r"DQK, DV = 192, 128"],
+    "plot_24_softcap_sinks_mla": [r"B, H, S, D = 4, 16, 4096, 128"],
     "plot_25_transformer_block": [r"B, S, H, D = 8, 2048, 16, 128"],
     "plot_26_vendor_llama_fa4": [r"B, S, H, HKV, D = 2, 4096, 64, 8, 128"],
+    "plot_27_mla": [r"B, H, S = 4, 16, 4096", r"DQK, DV = 192, 128"],
 }
 
 

@@ -22,7 +22,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Attention",
         "Fused attention forward and backward, against FlashAttention-4 and PyTorch's backends.",
-        ("plot_05", "plot_09", "plot_13", "plot_16", "plot_17", "plot_18", "plot_19", "plot_24", "plot_26"),
+        ("plot_05", "plot_09", "plot_13", "plot_16", "plot_17", "plot_18", "plot_19", "plot_24", "plot_26", "plot_27"),
     ),
     (
         "Training and normalization",
