@@ -129,7 +129,7 @@ def test_the_home_page_states_the_answer_computed_by_conf_py(root):
     conf = (root / "docs" / "conf.py").read_text()
     assert "{{ site_answer }}" in index, "docs/index.md: the home page must state the site's answer ({{ site_answer }})"
     assert re.search(r'"site_answer":\s*markdown_literal\(', conf) or re.search(
-        r'myst_substitutions\["site_answer"\]\s*=\s*\(?\s*markdown_literal\(', conf
+        r'(?:myst_substitutions|RECORDED_SUBSTITUTIONS)\["site_answer"\]\s*=\s*\(?\s*markdown_literal\(', conf
     ), (
         "docs/conf.py: compute site_answer from the records (verdict_kinds.site_answer) "
         "and pass it through markdown_literal"
