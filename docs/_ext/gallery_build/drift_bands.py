@@ -130,7 +130,7 @@ RATIO_FLOOR_QUANTILE = 0.75
 """A ratio with its own history is widened by its largest past change, at least this quantile of its page's
 ratio changes (``ratio_floor``). Before this constant the floor was the 90th percentile, which
 on a page where one contender's kernel choice changes between leases (plot_04's max-autotune) widened
-every stable ratio by that contender's jumps; the headline backtest held 769 of 786 either way."""
+every stable ratio by that contender's jumps; the headline backtest's coverage was the same with either."""
 
 
 def drift_backtest(history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -411,7 +411,7 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 RATIO_MIN_PAIRS = 2
 """Past recording pairs in which both measurements of a ratio appear before :func:`for_ratio` trusts their
-ratio's own history; with fewer, the two measurements' drifts are combined as if independent."""
+ratio's own history; with fewer, it takes its page's or the site's ratio drift (``global_ratio_p90``)."""
 WIDENED = "widened"
 """``interval`` of a recorded headline whose ``low``/``high`` :func:`widen_headlines` widened for
 re-recording drift (its in-run interval: ``run_low``/``run_high``); a headline without it holds the
@@ -515,8 +515,8 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
     of ratio changes (``ratio_floor``; a drift file without it: the 90th percentile).
     Otherwise it is the larger of its page's and the whole site's 90th percentile of ratio changes
     (``global_ratio_p90``): still a ratio's drift, not two measurements' drifts combined as if
-    they were independent, which widened a ratio new to its page by ±18% where its page's ratios
-    had moved by ±2%. A drift file without ``global_ratio_p90`` (written before it) keeps the
+    they were independent, which widened a ratio new to its page far beyond how far its page's
+    ratios had moved. A drift file without ``global_ratio_p90`` (written before it) keeps the
     independent combination, ``√(r_a² + r_b²)``.
 
     Parameters
@@ -691,10 +691,9 @@ def widened_rst(record: dict[str, Any] | None) -> str:
     >>> widened_rst({"headlines": []})
     ''
     """
+    widened = [h for h in (record or {}).get("headlines", []) if h.get("kind") == "comparison" and is_widened(h)]
     rows = []
-    for h in (record or {}).get("headlines", []):
-        if h.get("kind") != "comparison" or not is_widened(h):
-            continue
+    for h in widened:
         in_run = f"; in-run {h['run_low']:.2f}–{h['run_high']:.2f}" if "run_low" in h else ""
         rows.append(
             f"   * {rst_text(h['name'])}: {h['value']:.2f}× ({h['low']:.2f}–{h['high']:.2f}, widened "
@@ -702,7 +701,6 @@ def widened_rst(record: dict[str, Any] | None) -> str:
         )
     if not rows:
         return ""
-    widened = [h for h in (record or {}).get("headlines", []) if h.get("kind") == "comparison" and is_widened(h)]
     moved = [h for h in widened if h.get("run_verdict") and h.get("run_verdict") != h.get("verdict")]
     moved_text = (
         f" {len(moved)} of the {len(widened)} verdicts printed above (in-run) are a **{moved[0]['verdict']}** once "

@@ -20,7 +20,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["MACHINE_DEPENDENT_DRIFT", "is_machine_dependent", "recorded_range", "ranged", "range_text"]
+__all__ = [
+    "MACHINE_DEPENDENT_DRIFT",
+    "SOFTWARE_KEYS",
+    "is_machine_dependent",
+    "recorded_range",
+    "ranged",
+    "shown_as_range",
+    "range_text",
+]
+
+SOFTWARE_KEYS = ("driver", "cuda", "torch")
+"""The environment keys whose versions must match for two recordings to range a headline together."""
 
 MACHINE_DEPENDENT_DRIFT = math.log(1.15)
 """A headline whose re-recording drift (natural-log change) is above this, ±15%, varies more between
@@ -107,6 +118,47 @@ def ranged(found: tuple[float, float, int] | None) -> bool:
     (True, False, False)
     """
     return bool(found) and found[2] >= 2
+
+
+def shown_as_range(
+    recs: list[dict[str, Any]], record: dict[str, Any], headline: dict[str, Any]
+) -> tuple[float, float, int] | None:
+    """The range the site shows instead of ``headline``'s interval, or ``None`` to keep the interval.
+
+    A headline is shown as its range across recordings when it is machine-dependent
+    (:func:`is_machine_dependent`) and has at least two recordings of the same GPU model and
+    software (:func:`ranged`): a headline new to the site keeps its interval, however wide.
+
+    Parameters
+    ----------
+    recs
+        Every recording's history entries (:func:`gallery_build.drift_bands.recordings`).
+    record
+        The page's record (its ``example`` and ``environment``).
+    headline
+        One of its headlines.
+
+    Returns
+    -------
+    tuple[float, float, int] | None
+        :func:`recorded_range`'s result, or ``None``.
+
+    Example
+    -------
+    >>> e = lambda v: {"example": "p", "gpu": "G", "headlines": [{"name": "t", "value": v}]}
+    >>> rec = {"example": "p", "environment": {"gpu": "G"}}
+    >>> shown_as_range([e(2.0), e(3.0)], rec, {"name": "t", "drift": 0.5})
+    (2.0, 3.0, 2)
+    >>> shown_as_range([e(2.0)], rec, {"name": "t", "drift": 0.5}) is None
+    True
+    """
+    if not is_machine_dependent(headline):
+        return None
+    env = record.get("environment") or {}
+    software = {k: env[k] for k in SOFTWARE_KEYS if env.get(k)}
+    example, name = str(record.get("example")), str(headline.get("name"))
+    found = recorded_range(recs, example, name, str(env.get("gpu", "")), software)
+    return found if ranged(found) else None
 
 
 def range_text(found: tuple[float, float, int] | None, unit: str = "") -> str:
