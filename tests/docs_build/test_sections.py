@@ -27,6 +27,12 @@ def test_the_index_keeps_every_thumbnail_under_its_sections_heading(root):
     attention = grouped[grouped.index("Attention\n---") : grouped.index("Training and normalization\n---")]
     assert ":doc:`/auto_examples/plot_26_vendor_llama_fa4`" in attention
     assert ":doc:`/auto_examples/plot_02_conv_bias_relu`" not in attention
+    # each section in the reading order SECTIONS lists, not by page number
+    for title, _, pages in sections.SECTIONS:
+        start = grouped.index(f"{title}\n---")
+        nxt = [grouped.index(f"{t}\n---") for t, _, _ in sections.SECTIONS if grouped.index(f"{t}\n---") > start]
+        shown = re.findall(r":doc:`/auto_examples/(plot_\d+)", grouped[start : min(nxt, default=len(grouped))])
+        assert shown == [p for p in pages if p in shown], title
     assert grouped.count('<div class="sphx-glr-thumbnails">') == len(titles)
     assert grouped.count("    </div>\n") - rst.count("    </div>\n") == len(titles) - 1  # one close per grid
 

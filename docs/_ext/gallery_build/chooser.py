@@ -428,7 +428,7 @@ def _number(value: Any) -> float | None:
 
 
 def first_call_costs(record: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
-    """Each backend's first call in a fresh process, from ``extra.first_calls`` (plot_26).
+    """Each backend's first call in a fresh process, from ``extra.first_calls`` (plot_28, for plot_26's shape).
 
     Parameters
     ----------
@@ -573,10 +573,17 @@ def _faster_elsewhere(contenders: tuple[Contender, ...], winner: str, baseline: 
     return f"{n} was timed faster at this shape ({best[n]:.3f} ms against {best[winner]:.3f} ms), outside this verdict"
 
 
-def _page_rows(rec: dict[str, Any]) -> tuple[list[ChooserRow], list[tuple[str, str, str]]]:
+FIRST_CALLS_OF: dict[str, str] = {"plot_26_vendor_llama_fa4": "plot_28_first_call"}
+"""A page whose first-call costs another page measures, at the same shape: plot_28 times the first
+call of plot_26's Llama 3.1 layer in fresh processes. Every other page's rows take its own record's."""
+
+
+def _page_rows(
+    rec: dict[str, Any], others: dict[str, dict[str, Any]] | None = None
+) -> tuple[list[ChooserRow], list[tuple[str, str, str]]]:
     page, title = str(rec.get("example", "")), str(rec.get("title", ""))
     ms = [m for m in rec.get("measurements", []) if isinstance(m, dict)]
-    first = first_call_costs(rec)
+    first = first_call_costs(rec) or first_call_costs((others or {}).get(FIRST_CALLS_OF.get(page, ""), {}))
     rows, excluded, used = [], [], set()
     for h in distinct_comparisons(h for h in rec.get("headlines", []) if isinstance(h, dict)):
         name = str(h.get("name", ""))
@@ -648,10 +655,12 @@ def chooser_rows(gallery: Path | str) -> tuple[list[ChooserRow], list[tuple[str,
     """
     rows: list[ChooserRow] = []
     excluded: list[tuple[str, str, str]] = []
-    for rec in _records(Path(gallery)):
+    records = _records(Path(gallery))
+    by_page = {str(rec.get("example")): rec for rec in records}
+    for rec in records:
         if rec.get("example") not in PAGE_RULES:
             continue
-        r, e = _page_rows(rec)
+        r, e = _page_rows(rec, by_page)
         rows += r
         excluded += e
     rows.sort(key=lambda r: (r.feature.lower(), r.head_dim or "", r.seq_len or 0, r.phase, r.page, r.detail))

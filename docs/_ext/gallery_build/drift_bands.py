@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .history import by_example, comparable, compare, load
+from .page_moves import with_lineage
 from .schema import rst_text
 
 __all__ = [
@@ -349,19 +350,32 @@ def _drift(history: list[dict[str, Any]], memo: dict[tuple[int, ...], dict[str, 
     every: list[float] = []
     every_headline: list[float] = []
     every_ratio: list[float] = []
-    for example, entries in by_example(history).items():
+
+    def part_of(entries: list[dict[str, Any]]) -> dict[str, Any]:
         key = tuple(map(id, entries))
         part = memo.get(key) if memo is not None else None
         if part is None:
             part = _example_drift(entries)
             if memo is not None:
                 memo[key] = part
+        return part
+
+    own = by_example(history)
+    for example, entries in own.items():
+        part = part_of(entries)
         out["pairs"] += part["pairs"]
         if part["summary"] is not None:
             out["examples"][example] = dict(part["summary"])
             every += part["changes"]
             every_headline += part["head_changes"]
             every_ratio += part["ratio_changes"]
+    # a page split off another (or renamed) is banded by its recordings and its old page's together;
+    # the site's quantiles above count each recording pair once, under the page that recorded it
+    for example, entries in with_lineage(own).items():
+        if entries is not own.get(example):
+            part = part_of(entries)
+            if part["summary"] is not None:
+                out["examples"][example] = dict(part["summary"])
     out["global_p95"] = _p95(every)
     out["global_headline_p95"] = _p95(every_headline)
     out["global_ratio_p90"] = _quantile_of(every_ratio, RATIO_QUANTILE)

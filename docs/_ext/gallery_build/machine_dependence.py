@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .page_moves import lineage
+
 __all__ = [
     "MACHINE_DEPENDENT_DRIFT",
     "SOFTWARE_KEYS",
@@ -86,7 +88,8 @@ def recorded_range(
     Returns
     -------
     tuple[float, float, int] | None
-        ``(lowest, highest, recordings)``; ``None`` without a numeric value.
+        ``(lowest, highest, recordings)``; ``None`` without a numeric value. Recordings made under the
+        page's old name (:func:`gallery_build.page_moves.lineage`) count.
 
     Example
     -------
@@ -95,9 +98,10 @@ def recorded_range(
     (2.0, 3.0, 3)
     """
     software = software or {}
+    pages = lineage(example)  # a page split off another keeps the recordings made under its old name
     values = []
     for entry in history:
-        if entry.get("example") != example or entry.get("gpu") != gpu:
+        if entry.get("example") not in pages or entry.get("gpu") != gpu:
             continue
         theirs = entry.get("software") or {}
         if any(theirs.get(k) and v and theirs[k] != v for k, v in software.items()):

@@ -4,7 +4,8 @@ In production, When it fails.
 sphinx-gallery writes one flat grid of thumbnails (its subsections need one folder per section,
 and the recording keeps every page in one folder). :func:`group_index` rewrites the generated
 index when Sphinx reads it: the same thumbnails, under a heading per section, in
-:data:`SECTIONS`' order. A page in no section is refused, so a new page must be placed.
+:data:`SECTIONS`' order, each section's pages in the order it lists them. A page in no section is
+refused, so a new page must be placed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,23 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Attention",
         "Fused attention forward and backward, against FlashAttention-4 and PyTorch's backends.",
-        ("plot_05", "plot_09", "plot_13", "plot_16", "plot_17", "plot_18", "plot_19", "plot_24", "plot_26", "plot_27"),
+        (
+            "plot_05",
+            "plot_09",
+            "plot_13",
+            "plot_16",
+            "plot_17",
+            "plot_32",
+            "plot_18",
+            "plot_33",
+            "plot_19",
+            "plot_31",
+            "plot_24",
+            "plot_35",
+            "plot_27",
+            "plot_26",
+            "plot_28",
+        ),
     ),
     (
         "Training and normalization",
@@ -33,9 +50,13 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "In production",
         "Shipping plans, the kernel cache, CUDA graphs, per-call overhead and a PyTorch custom op.",
-        ("plot_06", "plot_07", "plot_08", "plot_21", "plot_23"),
+        ("plot_06", "plot_07", "plot_08", "plot_21", "plot_23", "plot_34", "plot_30"),
     ),
-    ("When it fails", "Every way a graph is refused, and the message that says why.", ("plot_22",)),
+    (
+        "When it fails",
+        "Every way a graph is refused, the message that says why, and which libcudnn answered.",
+        ("plot_22", "plot_29"),
+    ),
 )
 
 _OPEN, _CLOSE = ".. thumbnail-parent-div-open", ".. thumbnail-parent-div-close"
@@ -91,11 +112,13 @@ def group_index(rst: str) -> str:
     close = tail.find("</div>")
     tail = tail[close + len("</div>") :] if close >= 0 else tail
     parts = [head[:grid_open]]
-    for title, blurb, _ in SECTIONS:
+    for title, blurb, pages in SECTIONS:
         if not by_section[title]:
             continue
         parts.append(f"{title}\n{'-' * len(title)}\n\n{blurb}\n\n")
         parts.append('.. raw:: html\n\n    <div class="sphx-glr-thumbnails">\n\n')
-        parts.extend(b + "\n" for b in by_section[title])
+        # in the section's own reading order (a page split off another sits beside it), not by number
+        ordered = sorted(by_section[title], key=lambda b: pages.index(_DOC.search(b).group(1)))
+        parts.extend(b + "\n" for b in ordered)
         parts.append(".. raw:: html\n\n    </div>\n\n")
     return "".join(parts) + tail
