@@ -13,12 +13,14 @@ What you will learn:
   the key intervals it may see; ``create_mask_plan`` turns that into a reusable plan and
   ``flex_attn_func`` runs it, forward and backward, on fixed (BSHD) or packed (THD)
   batches;
-* ``heur_mode.OPENSOURCE``: asks a graph's planner for these open-source engines instead
-  of the library's;
 * ``torch.ops.cudnn.sdpa_fwd``: a PyTorch op over the same SDPA graphs;
-* what their plan and first-call compilation cost in a fresh process, how they compare
-  with cuDNN's graph SDPA, FlashAttention-4 and PyTorch on the same masks, in GPU time
-  and in a host-bound loop, and which ``OPENSOURCE`` graphs this GPU serves.
+* what their plan and first-call compilation cost in a fresh process, and how they
+  compare with cuDNN's graph SDPA, FlashAttention-4 and PyTorch on the same masks, in
+  GPU time and in a host-bound loop.
+
+A graph's planner can also be asked for these open-source engines instead of the
+library's (``heur_mode.OPENSOURCE``); which graphs they then serve on this GPU is on the
+:ref:`open-source engines page <sphx_glr_auto_examples_plot_31_opensource_engines.py>`.
 """
 
 # %%
@@ -403,106 +405,6 @@ html_table(
 
 
 # %%
-# Which graphs ``heur_mode.OPENSOURCE`` serves on this GPU
-# --------------------------------------------------------
-# Asking a graph for ``OPENSOURCE`` plans only. ``create_execution_plans`` then lists
-# one delegating entry (``backend_heuristics``): the open-source candidates live inside
-# the backend and are not enumerated. Whether one *serves* the graph shows at
-# ``check_support`` and ``build_plans``; a graph that builds is then executed and
-# checked. cuDNN's refusals are shown verbatim (first line). Many open-source engines
-# target Blackwell (SM 100) only.
-def sdpa_forward(g, stats):
-    Q, K, V = (g.tensor_like(qb, name=n) for n in "qkv")
-    O, Stats = g.sdpa(
-        name="sdpa",
-        q=Q,
-        k=K,
-        v=V,
-        attn_scale=D**-0.5,
-        generate_stats=stats,
-        diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
-        diagonal_band_right_bound=0,
-    )
-    o = torch.empty_like(qb)
-    O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
-    pack = {Q: qb, K: kb, V: vb, O: o}
-    if stats:
-        st = torch.empty(B, H, S, 1, device="cuda", dtype=torch.float32)
-        Stats.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim(
-            list(st.shape)
-        ).set_stride(list(st.stride()))
-        pack[Stats] = st
-    return pack, o.transpose(1, 2), ref_causal
-
-
-a_mm, b_mm = (
-    torch.randn(1, 4096, 4096, device="cuda", dtype=torch.bfloat16, generator=gen)
-    for _ in range(2)
-)
-
-
-def matmul(g, _):
-    A, Bm = g.tensor_like(a_mm, name="a"), g.tensor_like(b_mm, name="b")
-    c = torch.empty_like(a_mm)
-    C = g.matmul(name="mm", A=A, B=Bm)
-    C.set_output(True).set_data_type(cudnn.data_type.BFLOAT16).set_dim(
-        list(c.shape)
-    ).set_stride(list(c.stride()))
-    with check.full_precision():
-        ref = a_mm.float() @ b_mm.float()
-    return {A: a_mm, Bm: b_mm, C: c}, c, ref
-
-
-oss_rows = []
-for label, declare, stats in (
-    ("SDPA forward, causal", sdpa_forward, False),
-    ("SDPA forward with stats", sdpa_forward, True),
-    ("matmul bf16", matmul, None),
-):
-    for modes in (["OPENSOURCE"], ["A"]):
-        g = cudnn.pygraph(
-            handle=handle,
-            io_data_type=cudnn.data_type.BFLOAT16,
-            intermediate_data_type=cudnn.data_type.FLOAT,
-            compute_data_type=cudnn.data_type.FLOAT,
-        )
-        pack, out, ref = declare(g, stats)
-        step = "validate"
-        try:
-            for step, call in (  # noqa: B007
-                ("validate", g.validate),
-                ("build_operation_graph", g.build_operation_graph),
-                (
-                    "create_execution_plans",
-                    lambda: g.create_execution_plans(
-                        [getattr(cudnn.heur_mode, m) for m in modes]
-                    ),
-                ),
-                ("check_support", g.check_support),
-                ("build_plans", g.build_plans),
-            ):
-                call()
-            first_plan = g.get_plan_name_at_index(0)
-            listed = f"{g.get_execution_plan_count()} listed, first {first_plan}"
-            graphs.adopt(g, handle, name=label).execute(pack)
-            result = check.compare(out, ref, name=f"{label}, {'+'.join(modes)}")
-            answer = f"builds and runs ({listed}); {result}"
-            served = result.passed
-        except Exception as exc:  # cuDNN's own refusal, shown as it is
-            said = str(exc).splitlines()[0][:160]
-            answer = f"refused at {step}: {type(exc).__name__}: {said}"
-            served = False
-        oss_rows.append(
-            {
-                "graph": label,
-                "heur_mode": "+".join(modes),
-                "served": served,
-                "cuDNN's answer": answer,
-            }
-        )
-html_table(pd.DataFrame(oss_rows))
-
-# %%
 # Conclusions
 # -----------
 import dataclasses
@@ -594,14 +496,6 @@ plan = [c["plan_s"] for c in cold]
 sentences.append(
     f"A fresh process pays {span(first, '.1f')} s on its first call (compilation) and "
     f"{span(plan, '.2f')} s for the plan; reuse the plan and keep the process alive."
-)
-served = [
-    r["graph"] for r in oss_rows if r["heur_mode"] == "OPENSOURCE" and r["served"]
-]
-tried = len(oss_rows) // 2
-sentences.append(
-    "heur_mode.OPENSOURCE alone built, ran and passed the check for: "
-    f"{', '.join(served) if served else 'none of the graphs tried'} (of {tried} tried)."
 )
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, keep

@@ -10,9 +10,10 @@ head sizes.
 
 The two graphs are those of the
 :ref:`attention backward page <sphx_glr_auto_examples_plot_09_sdpa_backward.py>`,
-declared from tensors of two head sizes; soft-capping and attention sinks, the other
+declared from tensors of two head sizes. Soft-capping and attention sinks, the other
 variants of current LLMs, are on the
-:ref:`soft-capping page <sphx_glr_auto_examples_plot_24_softcap_sinks_mla.py>`.
+:ref:`soft-capping page <sphx_glr_auto_examples_plot_24_softcap.py>` and the
+:ref:`attention sinks page <sphx_glr_auto_examples_plot_35_attention_sinks.py>`.
 
 What you will learn:
 

@@ -59,9 +59,10 @@ def committed():
             "cuDNN paged",
             dict(feature="paged decode", seq_len=8192, phase="decode"),
         ),
-        ("plot_17_varlen_attention", "packed THD backward", "cuDNN packed (THD) backward", dict(feature="varlen")),
+        ("plot_32_varlen_backward", "packed THD backward", "cuDNN packed (THD) backward", dict(feature="varlen")),
         ("plot_18_attention_masks", "window W=", "cuDNN window", dict(feature="window", seq_len=4096)),
-        ("plot_24_softcap_sinks_mla", "soft-cap", "cuDNN soft-cap (score_mod)", dict(feature="soft-cap")),
+        ("plot_24_softcap", "soft-cap", "cuDNN soft-cap (score_mod)", dict(feature="soft-cap")),
+        ("plot_35_attention_sinks", "sinks", "cuDNN sink_token", dict(feature="sinks")),
         ("plot_27_mla", "MLA", "cuDNN MLA step", dict(feature="MLA", head_dim="192/128")),
         ("plot_16_gqa_mqa", "decode, Hkv=1:", "cuDNN graph", dict(feature="GQA/MQA", seq_len=8192, phase="decode")),
     ],
@@ -88,18 +89,18 @@ def test_committed_records_give_each_comparison_its_recorded_winner_and_interval
     assert h["baseline"] in {c.name for c in row.contenders}, f"{page}: the baseline is missing from the contenders"
 
 
-def test_the_mla_comparison_maps_to_its_row_on_whichever_page_recorded_it(committed):
-    """The MLA comparison moved from plot_24 to plot_27 (issue 33): a record of either page that holds it (plot_24's
-    from before the move, plot_27's after) gives one MLA row with its recorded winner and interval."""
+def test_the_mla_comparison_maps_to_its_row(committed):
+    """The MLA comparison (plot_27, split off plot_24 by issue 33) gives one MLA row with its recorded winner and
+    interval."""
     rows, _ = committed
     found = [
         (page, h)
-        for page in ("plot_24_softcap_sinks_mla", "plot_27_mla")
+        for page in ("plot_27_mla",)
         if (GALLERY / f"{page}.record.json").exists()
         for h in _record(GALLERY, page)["headlines"]
         if h.get("kind") == "comparison" and h["name"].startswith("MLA")
     ]
-    assert found, "no committed record holds the MLA comparison (plot_27_mla's, or plot_24's from before the move)"
+    assert found, "plot_27_mla's committed record holds no MLA comparison"
     for page, h in found:
         (row,) = _rows_of(rows, page, comparison=h["name"])
         assert row.winner == _expected_winner(h, "cuDNN MLA step"), f"{page} {h['name']!r}"
@@ -225,14 +226,14 @@ FALLBACK_CASES = [
         dict(feature="window", seq_len=4096),
     ),
     (
-        "plot_18_attention_masks",
+        "plot_33_chunked_prefill",
         "paged chunked prefill: speed-up over the fastest contender",
         dict(feature="paged prefill"),
     ),
     ("plot_18_attention_masks", "ALiBi: speed-up over FlexAttention", dict(feature="ALiBi")),
     ("plot_19_flex_attention_oss", "window 512: flex_attention speed-up over best other", dict(feature="window")),
     (
-        "plot_24_softcap_sinks_mla",
+        "plot_35_attention_sinks",
         "sinks: speed-up over the fastest contender",
         dict(feature="sinks", head_dim="128"),
     ),
@@ -285,13 +286,26 @@ SOURCE_SHAPES = {
     ],
     "plot_16_gqa_mqa": [r"B, HQ, S, D = 4, 32, 4096, 128", r'"decode": \(32, 1, 8192\)'],
     "plot_17_varlen_attention": [r"B, H, D, S_MAX(, T)? = len\(lengths\), 16, 128", r"\(16,\)\)\.clamp\(32, 4096\)"],
-    "plot_18_attention_masks": [r"B, H, S, D, W = 4, 16, 4096, 128", r"CHUNK = 512"],
+    "plot_32_varlen_backward": [r"B, H, D, S_MAX(, T)? = len\(lengths\), 16, 128", r"\(16,\)\)\.clamp\(32, 4096\)"],
+    "plot_18_attention_masks": [r"B, H, S, D, W = 4, 16, 4096, 128"],
+    "plot_33_chunked_prefill": [r"B, H, S, D = 4, 16, 4096, 128", r"CHUNK = 512"],
     "plot_19_flex_attention_oss": [r"B, H, S, D, W = 4, 16, 4096, 128, 512"],
-    "plot_24_softcap_sinks_mla": [r"B, H, S, D = 4, 16, 4096, 128"],
+    "plot_24_softcap": [r"B, H, S, D = 4, 16, 4096, 128"],
+    "plot_35_attention_sinks": [r"B, H, S, D = 4, 16, 4096, 128"],
     "plot_25_transformer_block": [r"B, S, H, D = 8, 2048, 16, 128"],
+    "plot_30_cudnn_torch_provider": [r"B, S, H, D = 8, 2048, 16, 128"],
     "plot_26_vendor_llama_fa4": [r"B, S, H, HKV, D = 2, 4096, 64, 8, 128"],
     "plot_27_mla": [r"B, H, S = 4, 16, 4096", r"DQK, DV = 192, 128"],
 }
+
+
+def test_every_page_the_chooser_reads_is_an_example():
+    """A rule keyed by a page that no longer exists (split or renamed) maps nothing: it must move with the page."""
+    from gallery_build.chooser import FIRST_CALLS_OF, PAGE_RULES, SWEEP_PAGES
+
+    stems = {p.stem for p in (ROOT / "examples").glob("plot_*.py")}
+    for page in [*PAGE_RULES, *SWEEP_PAGES, *FIRST_CALLS_OF, *FIRST_CALLS_OF.values()]:
+        assert page in stems, f"chooser.py names {page!r}, which is no example under examples/"
 
 
 @pytest.mark.parametrize("page", sorted(SOURCE_SHAPES))

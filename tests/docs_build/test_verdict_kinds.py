@@ -50,7 +50,7 @@ def test_every_committed_comparison_headline_lands_in_exactly_one_kind(committed
         ("plot_20_dropout_deterministic", "deterministic backward", "feature"),
         ("plot_14_fp8_hopper", "FP8 attention", "feature"),
         ("plot_21_call_overhead", "set_stream", "feature"),
-        ("plot_25_transformer_block", "provider", "feature"),
+        ("plot_30_cudnn_torch_provider", "provider", "feature"),
         ("plot_25_transformer_block", "eager cuDNN op's speed-up over eager PyTorch", "implementation"),
         ("plot_25_transformer_block", "over torch.compile", "implementation"),
         ("plot_19_flex_attention_oss", "window 512", "implementation"),  # best of several; cuDNN's own graph won

@@ -227,18 +227,6 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
     # plot_17:44 B, H, D, S_MAX = len(lengths), 16, 128, ...: 16 ragged lengths in [32, 4096]
     "plot_17_varlen_attention": (
         Rule(
-            r"backward",
-            _const(
-                feature="varlen",
-                features=("causal", "backward"),
-                head_dim="128",
-                phase="bwd",
-                detail="16 ragged sequences, 32 to 4096 tokens",
-                candidate="cuDNN packed (THD) backward",
-                group=lambda label: label.endswith("backward"),
-            ),
-        ),
-        Rule(
             r"packed THD",
             _const(
                 feature="varlen",
@@ -251,7 +239,38 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_18:45 B, H, S, D, W = 4, 16, 4096, 128, 512; chunked prefill: 512 queries over 4096 keys
+    # plot_32:148 B, H, D, S_MAX, T = len(lengths), 16, 128, ...: plot_17's 16 ragged lengths, backward
+    "plot_32_varlen_backward": (
+        Rule(
+            r"backward",
+            _const(
+                feature="varlen",
+                features=("causal", "backward"),
+                head_dim="128",
+                phase="bwd",
+                detail="16 ragged sequences, 32 to 4096 tokens",
+                candidate="cuDNN packed (THD) backward",
+                group=lambda label: label.endswith("backward"),
+            ),
+        ),
+    ),
+    # plot_33:50 B, H, S, D = 4, 16, 4096, 128; CHUNK = 512: the last chunk's queries over 4096 paged keys
+    "plot_33_chunked_prefill": (
+        Rule(
+            r"^paged chunked prefill:",
+            _const(
+                feature="paged prefill",
+                features=("causal",),
+                head_dim="128",
+                phase="prefill",
+                seq_len=4096,
+                detail="512 queries over 4096 paged keys",
+                candidate="cuDNN paged",
+                tag="chunked prefill",
+            ),
+        ),
+    ),
+    # plot_18:45 B, H, S, D, W = 4, 16, 4096, 128, 512
     "plot_18_attention_masks": (
         Rule(
             r"^window W=(?P<w>\d+):",
@@ -265,19 +284,6 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
                 "candidate": "cuDNN window",
                 "tag": f"W={m['w']}",
             },
-        ),
-        Rule(
-            r"^paged chunked prefill:",
-            _const(
-                feature="paged prefill",
-                features=("causal",),
-                head_dim="128",
-                phase="prefill",
-                seq_len=4096,
-                detail="512 queries over 4096 paged keys",
-                candidate="cuDNN paged",
-                tag="chunked prefill",
-            ),
         ),
         Rule(
             r"^ALiBi:",
@@ -325,8 +331,8 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
         ),
         Rule(r".", _const(), excluded="cuDNN with and without an option, not two backends"),
     ),
-    # plot_24:45 B, H, S, D = 4, 16, 4096, 128
-    "plot_24_softcap_sinks_mla": (
+    # plot_24:47 B, H, S, D = 4, 16, 4096, 128
+    "plot_24_softcap": (
         Rule(
             r"^soft-cap:",
             _const(
@@ -339,6 +345,9 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
                 tag="softcap",
             ),
         ),
+    ),
+    # plot_35:48 B, H, S, D = 4, 16, 4096, 128
+    "plot_35_attention_sinks": (
         Rule(
             r"^sinks:",
             _const(
@@ -351,15 +360,15 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
                 tag="sinks",
             ),
         ),
-        # plot_24's committed record, from before the MLA comparison moved to plot_27 (issue 33), still
-        # holds it: the same rule maps it until plot_24 is recorded without it (then it matches nothing)
-        _MLA_RULE,
     ),
     # plot_27:48 B, H, S = 4, 16, 4096; plot_27:49 DQK, DV = 192, 128 (MLA, forward and backward)
     "plot_27_mla": (_MLA_RULE,),
+    # plot_30:54 B, S, H, D = 8, 2048, 16, 128: plot_25's block on PyTorch's SDPA, served by cudnn.torch
+    "plot_30_cudnn_torch_provider": (
+        Rule(r"^cudnn\.torch provider", _const(), excluded="two routes to the same cuDNN kernel, not two backends"),
+    ),
     # plot_25:43 B, S, H, D = 8, 2048, 16, 128
     "plot_25_transformer_block": (
-        Rule(r"^cudnn\.torch provider", _const(), excluded="two routes to the same cuDNN kernel, not two backends"),
         Rule(
             r"^training step:",
             _const(

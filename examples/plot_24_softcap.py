@@ -1,13 +1,14 @@
 """
-Soft-capping and attention sinks
-================================
+Soft-capping attention scores with score_mod
+============================================
 
 You build a causal attention graph whose scores are soft-capped (Gemma 2, Grok-1: each
 score ``s`` becomes ``c·tanh(s/c)``) through cuDNN's ``score_mod`` callback, check it
-against PyTorch, then measure it and one more variant from current LLMs: attention
-sinks (gpt-oss, StreamingLLM: one learned logit per head joins every row's softmax
-without a value, cuDNN's ``sink_token``).
+against PyTorch, then time it against FlexAttention and FlashAttention-4.
 
+Attention sinks (gpt-oss, StreamingLLM: one learned logit per head joins every row's
+softmax without a value, cuDNN's ``sink_token``) are on the
+:ref:`attention sinks page <sphx_glr_auto_examples_plot_35_attention_sinks.py>`;
 DeepSeek's MLA head sizes (Q and K of 192 values per head, V and O of 128) are on the
 :ref:`MLA page <sphx_glr_auto_examples_plot_27_mla.py>`.
 
@@ -16,9 +17,10 @@ What you will learn:
 * how a ``score_mod`` callback builds new scores from the graph's own pointwise
   operations, with scalars passed by value, and writes a mask itself;
 * what cuDNN refuses to combine with it on this GPU, in its own words;
-* each variant against the strongest PyTorch path that computes the same thing
-  (FlexAttention, with both an exact and an approximate tanh for the soft-cap) and
-  against FlashAttention-4, which has both features natively.
+* the soft-cap against the strongest PyTorch path that computes the same thing
+  (FlexAttention, with both an exact and an approximate tanh), against
+  FlashAttention-4, which has a soft-cap natively, and against cuDNN's own causal
+  kernel without a cap.
 """
 
 # %%
@@ -26,7 +28,7 @@ What you will learn:
 # -----------
 from cudnn_guide import environment
 
-environment.require_sm((9, 0), "cuDNN attention with score_mod and sink_token")
+environment.require_sm((9, 0), "cuDNN attention with score_mod")
 env = environment.collect()
 env
 
@@ -267,89 +269,6 @@ print("score_mod + diagonal_band_right_bound=0:")
 print(*refusals["score_mod + causal band"].split(": ", 1), sep="\n  ")
 
 # %%
-# Attention sinks
-# ---------------
-# ``sink_token`` holds one fp32 logit per query head, 1×H×1×1. The reference appends it
-# as an extra column of the scores, takes the softmax, and drops that column before
-# multiplying by V.
-gen = torch.Generator(device="cuda").manual_seed(0)
-sinks = torch.randn(1, H, 1, 1, device="cuda", dtype=torch.float32, generator=gen) + 2
-gs = new_graph()
-QS, KS, VS = (gs.tensor_like(t, name=n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-SINK = gs.tensor_like(sinks, name="sink_token")
-OS, _ = gs.sdpa(
-    name="sdpa_sink",
-    q=QS,
-    k=KS,
-    v=VS,
-    attn_scale=D**-0.5,
-    generate_stats=False,
-    sink_token=SINK,
-    **causal,
-)
-o_sink = torch.empty_like(q)
-OS.set_output(True).set_dim(list(o_sink.shape)).set_stride(list(o_sink.stride()))
-gs.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-sink_graph = graphs.adopt(gs, handle, name="sink")
-sink_pack = {QS: q, KS: k, VS: v, SINK: sinks, OS: o_sink}
-check.poison(o_sink)
-sink_graph.execute(sink_pack)
-
-with check.full_precision():
-    s = ((q.float() @ k.float().transpose(-1, -2)) * D**-0.5).masked_fill(
-        ~visible, float("-inf")
-    )
-    p = torch.softmax(torch.cat([s, sinks.expand(B, H, S, 1)], -1), -1)
-    ref_sink = p[..., :-1] @ v.float()
-    del s, p
-checks.append(check.check(o_sink, ref_sink, name="cuDNN sink_token, causal"))
-print(checks[-1])
-sink_effect = ((uncapped - ref_sink).norm() / ref_sink.norm()).item()
-print(f"without the sinks the result differs by {sink_effect:.2f} (relative L2)")
-
-
-# %%
-# PyTorch has no sink argument. What engineers ship on FlashAttention-style kernels is
-# the rescale: attention without the sink returns its log-sum-exp ``lse``; the sink
-# takes ``exp(sink)`` of the denominator, so ``O_sink = O · sigmoid(lse − sink)``.
-# FlexAttention returns ``lse``; compiled together with the rescale, that is the
-# baseline. FlashAttention-4 takes the sinks natively (``learnable_sink``, shape H).
-def flex_with_sinks(q, k, v):
-    out, lse = flex_attention(q, k, v, block_mask=causal_block, return_lse=True)
-    scale = torch.sigmoid(lse - sinks.view(1, H, 1)).unsqueeze(-1)
-    return out * scale.to(out.dtype)
-
-
-flex_sinks = torch.compile(flex_with_sinks, fullgraph=True)
-checks.append(
-    check.check(
-        flex_sinks(q, k, v), ref_sink, name="FlexAttention + lse rescale (sinks)"
-    )
-)
-print(checks[-1])
-FLEX_SINK = "FlexAttention + lse rescale (compiled)"
-sink_contenders = {
-    "cuDNN sink_token": sink_graph.bind(sink_pack),
-    FLEX_SINK: lambda: flex_sinks(q, k, v),
-    "cuDNN causal, no sinks (control)": causal_launch,
-}
-if FA4_OK:  # FlashAttention-4's learnable_sink: one fp32 logit per head, shape (H,)
-    fa4_sink = fa4.forward(
-        q, k, v, causal=True, scale=D**-0.5, learnable_sink=sinks.view(H)
-    )
-    name = f"{FA4}, learnable_sink"
-    if why := baselines.admit(sink_contenders, name, fa4_sink, ref_sink):
-        unavailable[name] = why
-sink_cmp = compare.compare(
-    sink_contenders,
-    candidate="cuDNN sink_token",
-    l2="cold",
-    rounds=5,
-    flops=causal_flops,
-    tag="sinks",
-)
-
-# %%
 # Every contender's time, and cuDNN's speed-up over it with the in-run 95% interval
 # over rounds and the verdict against the measured tie band. The time (and the rate
 # from it) is the median over rounds of the contender's per-round medians
@@ -361,20 +280,18 @@ from cudnn_guide.report import html_table
 
 US = "µs, median of round medians"
 rows = []
-for tag, c in (("soft-cap", softcap_cmp), ("sinks", sink_cmp)):
-    for n in c.measurements:
-        s = c.versus.get(n)
-        rows.append(
-            {
-                "variant": tag,
-                "implementation": n,
-                US: c.estimate(n)["value"],
-                "TFLOP/s": c.estimate(n, "TFLOP/s")["value"],
-                "cuDNN's speed-up": s and s["value"],
-                "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
-                "verdict": s and s["verdict"],
-            }
-        )
+for n in softcap_cmp.measurements:
+    s = softcap_cmp.versus.get(n)
+    rows.append(
+        {
+            "implementation": n,
+            US: softcap_cmp.estimate(n)["value"],
+            "TFLOP/s": softcap_cmp.estimate(n, "TFLOP/s")["value"],
+            "cuDNN's speed-up": s and s["value"],
+            "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
+            "verdict": s and s["verdict"],
+        }
+    )
 html_table(
     pd.DataFrame(rows),
     {US: "{:.0f}", "TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"},
@@ -387,25 +304,22 @@ import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_comparison
 
-# one row each: the long labels fit
-fig, axes = plt.subplots(2, 1, figsize=(8, 5.5), layout="constrained")
-for ax, (title, c) in zip(
-    axes, (("soft-cap, causal", softcap_cmp), ("sinks, causal", sink_cmp))
-):
-    plot_comparison(c, "µs", ax=ax, xlabel="µs per call", title=title)
+fig, ax = plt.subplots(figsize=(8, 3.5), layout="constrained")
+plot_comparison(
+    softcap_cmp, "µs", ax=ax, xlabel="µs per call", title="soft-cap, causal"
+)
 plt.show()
 
 # %%
 # Conclusions
 # -----------
-# Computed from the comparisons above when the page is recorded.
+# Computed from the comparison above when the page is recorded.
 import statistics
 
 from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge
 from cudnn_guide.report.prose import Prose
 
 CAP_CTRL = "cuDNN causal, no cap (control)"
-SINK_CTRL = "cuDNN causal, no sinks (control)"
 
 
 def others(c, *names, said=None):
@@ -465,19 +379,10 @@ if FLEX_APPROX in softcap_cmp.versus:
         f"{softcap_cmp.estimate(FLEX_APPROX)['value']:.0f} µs, in-run 95% interval "
         f"{lo:.2f}–{hi:.2f})."
     )
-sentences.append(
-    f"Sinks in the kernel: against the fastest contender, cuDNN's sink_token graph "
-    f"is {sink_cmp.describe()}; against its causal kernel without sinks it is "
-    f"{sink_cmp.describe(SINK_CTRL)}."
-)
-sentences += others(sink_cmp, f"{FA4}, learnable_sink", FLEX_SINK)
 sentences += [
     f"* {name} was not timed: {unavailable.get(name, FA4_DETAIL)}."
-    for c, name in (
-        (softcap_cmp, f"{FA4}, softcap"),
-        (sink_cmp, f"{FA4}, learnable_sink"),
-    )
-    if name not in c.versus
+    for name in (f"{FA4}, softcap",)
+    if name not in softcap_cmp.versus
 ]
 sentences += [
     f"* Not available here: {name}: {why}"
@@ -488,9 +393,8 @@ sentences += [
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison
 
-# each feature against the fastest contender at its shape (the record names which);
-# the slower ones, FlexAttention among them, are in the prose
+# against the fastest contender at this shape (the record names which); the slower
+# ones, FlexAttention among them, are in the prose
 comparison("soft-cap: speed-up over the fastest contender", softcap_cmp)
-comparison("sinks: speed-up over the fastest contender", sink_cmp)
 # sphinx_gallery_end_ignore
 Prose(*sentences)
