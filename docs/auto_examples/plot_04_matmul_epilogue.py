@@ -3,11 +3,11 @@ Matmul with a fused epilogue: scale → bias → GELU → AMAX
 ========================================================
 
 A transformer MLP's first projection, followed by what FP8 training needs: the output's
-absolute maximum (AMAX), to choose the next scaling factor. In eager PyTorch that is six
-kernels (matmul, multiply, add, GELU, absolute value and a max reduction, plus a
-one-element cast), each reading, and all but the last writing, the whole activation. As
-one cuDNN graph, cuDNN can run the scale, bias and GELU in the matmul's epilogue and
-reduce the AMAX on the way out; the timings below say what that buys, and where not.
+absolute maximum (AMAX), to choose the next scaling factor. In eager PyTorch that is
+seven kernels (matmul, multiply, add, GELU, absolute value, a max reduction and a
+one-element cast), the first six each passing over the whole activation. As one cuDNN
+graph, cuDNN can run the scale, bias and GELU in the matmul's epilogue and reduce the
+AMAX on the way out; the timings below say what that buys, and where not.
 
 What you will learn:
 
@@ -154,7 +154,8 @@ print(
 # its 95% interval (:mod:`cudnn_guide.measure.compare`). The bare ``torch.matmul`` is
 # not a competitor (it skips the epilogue) but a floor for any implementation that calls
 # cuBLAS and then does the rest. Each line: the cuDNN graph's speed-up (above 1: cuDNN
-# is faster).
+# is faster) in GPU time per call, then in the wall-clock time per call of a
+# back-to-back loop (``wall_clock=True``: host time included), each with its tie band.
 from cudnn_guide.measure import bench, compare
 from cudnn_guide.report import ComparisonTable
 
@@ -174,6 +175,7 @@ base_cmp = compare.compare(
     flops=problem.flops,
     bytes=problem.bytes,
     params={"size": str(problem)},
+    wall_clock=True,
 )
 bare = bench.benchmark(
     lambda: torch.matmul(a, b, out=mm_out),
@@ -184,8 +186,16 @@ bare = bench.benchmark(
 )
 base = [*base_cmp.measurements.values(), bare]
 for name, v in base_cmp.versus.items():
-    print(f"{name}: {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), {v['verdict']}")
-print(f"tie band ±{100 * base_cmp.tie_band:.1f}%, {base_cmp.rounds} rounds")
+    w = base_cmp.wall.versus[name]
+    print(
+        f"{name}: GPU time {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), "
+        f"{v['verdict']}; loop wall clock {w['value']:.2f}× "
+        f"({w['low']:.2f}–{w['high']:.2f}), {w['verdict']}"
+    )
+print(
+    f"tie band: GPU time ±{100 * base_cmp.tie_band:.1f}%, {base_cmp.rounds} rounds; "
+    f"loop ±{100 * base_cmp.wall.tie_band:.1f}%, {base_cmp.wall.rounds} rounds"
+)
 ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + AMAX")
 
 # %%
@@ -193,10 +203,14 @@ ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + 
 # ----------------------------------------
 # With M = N = 512 fixed, the epilogue's work (∝ M·N) stays constant while the GEMM's
 # (∝ M·N·K) grows with K. Every fused graph is checked before it is timed. At each K the
-# contenders run in interleaved rounds, as at the base size, so each K has its verdicts.
-# The sweep's ``torch.compile`` uses the default mode, compiled for each K
-# (``dynamic=False``): max-autotune at eight shapes would cost minutes of autotuning;
-# the base size above has both.
+# contenders run in interleaved rounds, as at the base size, so each K has its verdicts;
+# then they race in back-to-back loops timed by the wall clock (host time included).
+# ``wall_clock=True`` runs that race at every K: by default the harness runs it only
+# where some contender's host time per call reaches
+# :data:`~cudnn_guide.measure.compare.HOST_BOUND` of its GPU time, so a large K, where
+# none does, would get no loop verdict. The sweep's ``torch.compile`` uses the default
+# mode, compiled for each K (``dynamic=False``): max-autotune at eight shapes would cost
+# minutes of autotuning; the base size above has both.
 from cudnn_guide.measure import sweep
 
 ks = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
@@ -257,6 +271,7 @@ result = sweep.sweep(
     candidate=CANDIDATE,
     rounds=7,
     round_budget_ms=20.0,
+    wall_clock=True,
 )
 
 # %%
@@ -281,12 +296,32 @@ sweep_table(result, "median_us", title="time per call, µs (M = N = 512, batch 1
 
 # %%
 # The verdicts at every K: the cuDNN graph's speed-up over each contender (above 1:
-# cuDNN is faster). The bare matmul skips the epilogue: it is a floor, not a competitor.
+# cuDNN is faster), in GPU time per call, then in the wall-clock time per call of the
+# back-to-back loops, each with its own interval and tie band. The bare matmul skips the
+# epilogue: it is a floor, not a competitor.
 import pandas as pd
 
 from cudnn_guide.report import html_table
 
-html_table(pd.DataFrame(result.verdicts()), {"speed-up": "{:.2f}×"})
+rows = []
+for row in result.verdicts():
+    loops = result.comparisons[row["K"]].wall
+    w = loops.versus[row["baseline"]]
+    rows.append(
+        {
+            "K": row["K"],
+            "baseline": row["baseline"],
+            "GPU speed-up": row["speed-up"],
+            "GPU in-run 95% interval": row["in-run 95% interval"],
+            "GPU verdict": row["verdict"],
+            "GPU tie band": row["tie band"],
+            "loop speed-up": w["value"],
+            "loop in-run 95% interval": f"{w['low']:.2f}–{w['high']:.2f}",
+            "loop verdict": w["verdict"],
+            "loop tie band": f"±{100 * loops.tie_band:.1f}%",
+        }
+    )
+html_table(pd.DataFrame(rows), {"GPU speed-up": "{:.2f}×", "loop speed-up": "{:.2f}×"})
 
 # %%
 # Conclusions
@@ -303,50 +338,87 @@ chain, comp, fused = (
     over_mm[name] for name in ("PyTorch eager chain", DEFAULT, CANDIDATE)
 )
 real = [name for name in impls if name not in (CANDIDATE, BARE)]
-by_verdict = {
-    name: {
-        verdict: [
-            kk for kk in ks if result.comparisons[kk].versus[name]["verdict"] == verdict
-        ]
-        for verdict in ("faster", "tie", "slower")
+
+
+def verdicts_by(clock):
+    """For each PyTorch chain, the K values of each verdict of ``clock(K)``."""
+    return {
+        name: {
+            verdict: [kk for kk in ks if clock(kk).versus[name]["verdict"] == verdict]
+            for verdict in ("faster", "tie", "slower")
+        }
+        for name in real
     }
-    for name in real
+
+
+by_clock = {
+    "in GPU time per call": verdicts_by(lambda kk: result.comparisons[kk]),
+    "in wall-clock time per call of a back-to-back loop": verdicts_by(
+        lambda kk: result.comparisons[kk].wall
+    ),
 }
 sentences = [
-    f"At the base size the fused graph takes {f_est['value']:.1f} µs (in-run 95% "
-    f"interval {f_est['low']:.1f}–{f_est['high']:.1f}): "
+    f"At the base size the fused graph takes {f_est['value']:.1f} µs of GPU time "
+    f"(in-run 95% interval {f_est['low']:.1f}–{f_est['high']:.1f}): "
     + "; ".join(base_cmp.describe(name) for name in base_cmp.versus)
     + ".",
-    f"* Its epilogue costs {100 * (fused_ms / bare_ms - 1):+.0f}% over the bare matmul "
-    f"(timed just after the rounds); the eager chain's costs "
+    f"* Its epilogue costs {100 * (fused_ms / bare_ms - 1):+.0f}% of GPU time over the "
+    f"bare matmul (timed just after the rounds); the eager chain's costs "
     f"{100 * (chain_ms / bare_ms - 1):+.0f}%.",
 ]
 for name in real:
-    v = by_verdict[name]
-    said = ", ".join(
-        f"{word} at K = {', '.join(map(str, v[verdict]))}"
-        for verdict, word in (
-            ("faster", "cuDNN is faster"),
-            ("tie", "ties"),
-            ("slower", "cuDNN is slower"),
+    said = []
+    for clock, by_verdict in by_clock.items():
+        v = by_verdict[name]
+        said.append(
+            f"{clock}, "
+            + ", ".join(
+                f"{word} at K = {', '.join(map(str, v[verdict]))}"
+                for verdict, word in (
+                    ("faster", "cuDNN is faster"),
+                    ("tie", "ties"),
+                    ("slower", "cuDNN is slower"),
+                )
+                if v[verdict]
+            )
         )
-        if v[verdict]
+    sentences.append(f"* Against {name}, across the sweep: {'; '.join(said)}.")
+for clock, by_verdict in by_clock.items():
+    losses = {
+        name: by_verdict[name]["slower"] for name in real if by_verdict[name]["slower"]
+    }
+    if losses:
+        where = "; ".join(
+            f"to {name} at {len(lost)} of {len(ks)} K values "
+            f"(K = {', '.join(map(str, lost))})"
+            for name, lost in losses.items()
+        )
+        sentences.append(f"Where cuDNN loses {clock}: {where}.")
+    else:
+        sentences.append(
+            f"{clock[0].upper()}{clock[1:]}, cuDNN loses to no PyTorch chain at any K "
+            "of the sweep."
+        )
+hosts = []
+for name in (CANDIDATE, *real):
+    at = {kk: result.comparisons[kk].measurements[name] for kk in ks}
+    host = {kk: m.host_median_ms for kk, m in at.items() if m.host_median_ms}
+    if host:
+        over = [kk for kk in host if host[kk] > at[kk].median_ms]
+        above = f"K = {', '.join(map(str, over))}" if over else "no K"
+        hosts.append(
+            f"{name} {1e3 * min(host.values()):.0f}–{1e3 * max(host.values()):.0f} µs "
+            f"(above its GPU time at {above})"
+        )
+if hosts:
+    sentences.append(
+        "* Host time per call across the sweep (one call after a synchronize, in the "
+        "first round; GPU time leaves it out, the loop's wall clock does not): "
+        + "; ".join(hosts)
+        + "."
     )
-    sentences.append(f"* Against {name}, across the sweep: {said}.")
-losses = {
-    name: by_verdict[name]["slower"] for name in real if by_verdict[name]["slower"]
-}
-if losses:
-    where = "; ".join(
-        f"to {name} at {len(lost)} of {len(ks)} K values "
-        f"(K = {', '.join(map(str, lost))})"
-        for name, lost in losses.items()
-    )
-    sentences.append(f"Where cuDNN loses: {where}.")
-else:
-    sentences.append("cuDNN loses to no PyTorch chain at any K of the sweep.")
 sentences.append(
-    f"* Across the sweep the eager chain's time over the bare matmul goes from "
+    f"* Across the sweep the eager chain's GPU time over the bare matmul's goes from "
     f"{chain[ks[0]]:.2f}× at K={ks[0]} to {chain[ks[-1]]:.2f}× at K={ks[-1]}; "
     f"torch.compile's (default) from {comp[ks[0]]:.2f}× to {comp[ks[-1]]:.2f}×; "
     f"the fused graph's from {fused[ks[0]]:.2f}× to {fused[ks[-1]]:.2f}×."

@@ -7,8 +7,11 @@ the longest wastes work on tokens that do not exist. cuDNN attention can read *p
 sequences instead: only the real tokens, T×H×D, with a *ragged offset* per sequence
 (where it starts, in elements) and its true length. This is the layout of
 FlashAttention's ``varlen`` API and of PyTorch's nested tensors. Here you build the
-packed causal graph, check it sequence by sequence, then time it, forward and backward,
-against the same attention on padded tensors and against PyTorch's varlen paths.
+packed causal graph, check it sequence by sequence, then time its forward against the
+same attention on padded tensors and against PyTorch's varlen paths. Training on
+packed sequences, the forward that saves its statistics and the ``sdpa_backward``
+graph with the same ragged offsets, is on the
+:ref:`packed backward page <sphx_glr_auto_examples_plot_32_varlen_backward.py>`.
 
 What you will learn:
 
@@ -17,9 +20,8 @@ What you will learn:
 * how to check ragged output against an fp32 reference, one sequence at a time;
 * what packing saves against padded tensors with a padding mask (the same kernel told
   the lengths), and what a zero-length or a one-token sequence does;
-* the cuDNN graph, forward and backward, against PyTorch's padded SDPA, nested
-  tensors, ``varlen_attn``, FlexAttention and FlashAttention-4's
-  ``flash_attn_varlen_func``.
+* the cuDNN forward against PyTorch's padded SDPA, nested tensors, ``varlen_attn``,
+  FlexAttention and FlashAttention-4's ``flash_attn_varlen_func``.
 """
 
 # %%
@@ -104,9 +106,9 @@ torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
 # ---------------------------------
 # The same causal attention on padded B×H×S_max×D tensors, told the lengths by the
 # same padding mask but with no ragged offsets, is the cuDNN contender packing must
-# beat. ``sdpa_graph`` below declares either layout, forward or backward, as the
-# lesson does, and binds it for timing. Every output is checked sequence by sequence
-# against the fp32 reference; the worst sequence is printed.
+# beat. ``sdpa_graph`` below declares it from the padded tensors and binds it for
+# timing. Every output is checked sequence by sequence against the fp32 reference; the
+# worst sequence is printed.
 from cudnn_guide import check, graphs
 from cudnn_guide.graphs import attention_inputs
 
@@ -115,13 +117,9 @@ spans = list(enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())))
 print(f"{T} real tokens in {B} sequences; {B * S_MAX} slots padded to the longest")
 
 
-def sdpa_graph(x, lens, offsets=None, backward=False):
-    """Causal SDPA with a padding mask over ``x``, built, as a zero-argument launcher.
-
-    Packed T×H×D tensors (declared as in the lesson) when ``offsets`` is given, padded
-    B×H×S×D ones otherwise. The forward reads q, k, v and writes o (and stats, if ``x``
-    has them); the backward reads q, k, v, o, d_o, stats and writes dq, dk, dv.
-    """
+def sdpa_graph(x, lens):
+    """Causal SDPA with a padding mask of lengths ``lens`` over padded B×H×S×D ``x``
+    (it reads q, k, v and writes o), built, as a zero-argument launcher."""
     g = cudnn.pygraph(
         handle=handle,
         io_data_type=BF16,
@@ -130,40 +128,17 @@ def sdpa_graph(x, lens, offsets=None, backward=False):
     )
     t = {n: g.tensor_like(lens, name=n) for n in ("seq_len_q", "seq_len_kv")}
     pack = {t["seq_len_q"]: lens, t["seq_len_kv"]: lens}
-    ragged = None if offsets is None else g.tensor_like(offsets, name="ragged_offsets")
-    if ragged is not None:
-        pack[ragged] = offsets
-    as_is = {"stats"} if ragged is not None else set(x)  # stats stay B×H×S_max×1
-    ins = ("q", "k", "v", "o", "d_o", "stats") if backward else ("q", "k", "v")
-    for n in ins:
-        t[n] = (
-            g.tensor_like(x[n], name=n)
-            if n in as_is
-            else g.tensor(
-                name=n, data_type=BF16, dim=dims, stride=strides, ragged_offset=ragged
-            )
-        )
+    for n in ("q", "k", "v"):
+        t[n] = g.tensor_like(x[n], name=n)
         pack[t[n]] = x[n]
     mask = dict(
         use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"]
     )
     mask |= dict(attn_scale=D**-0.5, **causal)
-    if backward:
-        qkvo = dict(
-            q=t["q"], k=t["k"], v=t["v"], o=t["o"], dO=t["d_o"], stats=t["stats"]
-        )
-        outs = dict(zip(("dq", "dk", "dv"), g.sdpa_backward(**qkvo, **mask)))
-    else:
-        train = "stats" in x
-        O, STATS = g.sdpa(q=t["q"], k=t["k"], v=t["v"], generate_stats=train, **mask)
-        outs = {"o": O, "stats": STATS} if train else {"o": O}
-    for n, node_out in outs.items():
-        node_out.set_output(True).set_data_type(F32 if n == "stats" else BF16)
-        if n in as_is:
-            node_out.set_dim(list(x[n].shape)).set_stride(list(x[n].stride()))
-        else:
-            node_out.set_dim(dims).set_stride(strides).set_ragged_offset(ragged)
-        pack[node_out] = x[n]
+    O, _ = g.sdpa(q=t["q"], k=t["k"], v=t["v"], generate_stats=False, **mask)
+    O.set_output(True).set_data_type(BF16)
+    O.set_dim(list(x["o"].shape)).set_stride(list(x["o"].stride()))
+    pack[O] = x["o"]
     return graphs.build(g, handle=handle).bind(pack)
 
 
@@ -383,114 +358,10 @@ plot_comparison(
 plt.show()
 
 # %%
-# Measuring the backward pass
-# ---------------------------
-# Training on packed sequences needs the forward to save its softmax statistics (fp32,
-# in the padded B×H×S_max×1 layout) and an ``sdpa_backward`` graph with the same ragged
-# offsets on Q, K, V, O, dO and the three gradients. The same pair on the padded
-# tensors is the control. Each contender's dQ, dK and dV are checked sequence by
-# sequence against fp32 autograd on that sequence alone. The PyTorch, FlexAttention
-# and FlashAttention-4 gradients come from one retained autograd graph
-# (``retain_graph=True``), so only the backward is timed. The nested tensors drop out
-# here: ``autograd_contender`` below is called for the padded flash SDPA,
-# FlexAttention, ``varlen_attn`` and FlashAttention-4 only, never for them, so they
-# have a forward verdict and no backward one.
-d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16)
-
-
-def training_tensors(qq, kk, vv, dd):
-    """Forward outputs, statistics and gradients for q, k, v, d_o of one layout."""
-    x = dict(q=qq, k=kk, v=vv, d_o=dd, o=torch.empty_like(qq))
-    x["stats"] = torch.empty(B, H, S_MAX, 1, device="cuda", dtype=torch.float32)
-    return x | {n: torch.empty_like(qq) for n in ("dq", "dk", "dv")}
-
-
-torch.cuda.set_device(
-    q.device
-)  # autograd's backward thread needs this device's context
-expected_grads = {n: [] for n in ("dq", "dk", "dv")}
-for b, (a, e) in spans:
-    leaf = [packed_rows(t, b, a, e).float().requires_grad_() for t in (q, k, v)]
-    with check.full_precision():
-        out = F.scaled_dot_product_attention(*leaf, is_causal=True)
-        out.backward(packed_rows(d_o, b, a, e).float())
-    for n, t in zip(expected_grads, leaf):
-        expected_grads[n].append(t.grad)
-
-backward_contenders = {}
-for name, x, offs, rows in (
-    (
-        "cuDNN packed (THD) backward",
-        training_tensors(q, k, v, d_o),
-        offsets,
-        packed_rows,
-    ),
-    (
-        "cuDNN padding mask backward (control)",
-        training_tensors(qp, kp, vp, padded(d_o)),
-        None,
-        padded_rows,
-    ),
-):
-    sdpa_graph(x, seq_lens, offs)()  # the forward, once: o and stats
-    backward_contenders[name] = sdpa_graph(x, seq_lens, offs, backward=True)
-    check.poison(x["dq"], x["dk"], x["dv"])
-    backward_contenders[name]()
-    grads = {n: x[n] for n in ("dq", "dk", "dv")}
-    per_sequence_check(name, grads, rows, expected_grads)
-
-
-def autograd_contender(name, forward, inputs, grad_out, rows):
-    """Admit ``name``'s backward (from one retained autograd graph), checked first."""
-    leaves = [t.detach().requires_grad_() for t in inputs]
-    try:
-        y = forward(*leaves)
-        grads = torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
-    except Exception as exc:  # cannot run here: shown, not hidden
-        first = (str(exc).splitlines() or [""])[0][:140]
-        unavailable[name] = f"{type(exc).__name__}: {first}"
-        print(f"{name}: unavailable here ({type(exc).__name__})")
-        return
-    per_sequence_check(name, dict(zip(expected_grads, grads)), rows, expected_grads)
-    backward_contenders[name] = lambda: torch.autograd.grad(
-        y, leaves, grad_out, retain_graph=True
-    )
-
-
-autograd_contender(
-    f"{FLASH} backward",
-    flash,
-    (qp, kp, vp),
-    padded(d_o),
-    padded_rows,
-)
-autograd_contender(
-    "FlexAttention, document mask, backward",
-    lambda *t: flex(*t, block_mask=block_mask),
-    packed_bhsd,
-    d_o.transpose(0, 1)[None],
-    lambda y, b, a, e: y[:, :, a:e],
-)
-if "PyTorch varlen_attn" in contenders:
-    backward = "PyTorch varlen_attn backward"
-    autograd_contender(backward, varlen, (q, k, v), d_o, packed_rows)
-if f"{FA4}, varlen" in contenders:  # its varlen backward, timed the same way
-    autograd_contender(
-        f"{FA4}, varlen backward", fa4_varlen, (q, k, v), d_o, packed_rows
-    )
-backward_result = compare.compare(
-    backward_contenders,
-    candidate="cuDNN packed (THD) backward",
-    l2="cold",
-    rounds=9,
-    flops=2.5 * real_flops,
-)
-
-# %%
-# The verdicts, forward and backward (above 1: the packed cuDNN graph is faster):
+# The verdicts (above 1: the packed cuDNN graph is faster):
 from cudnn_guide.measure import sweep
 
-passes = {"forward": result, "backward": backward_result}
+passes = {"forward": result}
 verdicts = sweep.SweepResult.from_comparisons("pass", passes).verdicts()
 html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 
@@ -529,20 +400,13 @@ elif time_ratio < work_ratio:
     )
 else:
     skip = "no less than the extra work: this timing shows no padding skipped."
-best, best_bwd = result.best_baseline, backward_result.best_baseline
-bwd_us = backward_result.estimate("cuDNN packed (THD) backward")["value"]
-control = "cuDNN padding mask backward (control)"
+best = result.best_baseline
 unwritten = (
     " (cuDNN does not write them: zero them yourself if anything reads them)"
     if zero_len_poison_left == 1.0
     else ""
 )
 squares = sum(n * n for n in lengths.tolist())  # causal work grows with length²
-forward_only = [  # neither timed backward nor refused there (unavailable)
-    n
-    for n in result.measurements
-    if not any(m.startswith(n) for m in [*backward_result.measurements, *unavailable])
-]
 sentences = [
     f"Padding to the longest sequence (S_max = {S_MAX}) would do {work_ratio:.2f}× "
     f"the attention work of the real tokens: causal work grows with each length "
@@ -554,24 +418,14 @@ sentences = [
     f"The packed cuDNN graph: against the fastest contender ({best}) it is "
     f"{verdict_text(result, best)}; against the padded tensors with a padding mask "
     f"it is {verdict_text(result, 'cuDNN padding mask')}.",
-    f"Backward (dQ, dK, dV) on the packed layout: {bwd_us:.0f} µs; against the "
-    f"fastest contender ({best_bwd}) it is {verdict_text(backward_result, best_bwd)}; "
-    f"against the padded layout with a padding mask it is "
-    f"{verdict_text(backward_result, control)}.",
     f"A zero-length sequence: {zero_len_poison_left:.0%} of its output slots still "
     f"held the poison after the call{unwritten}; a one-token sequence is checked "
     "like any other.",
 ]
-for c, name in (
-    (result, f"{FA4}, varlen"),
-    (backward_result, f"{FA4}, varlen backward"),
-):
-    if name in c.versus:
-        sentences.append(f"* Against {name}: cuDNN is {verdict_text(c, name)}.")
-sentences += [
-    f"* {n}: timed forward only, the page builds no backward contender for it."
-    for n in forward_only
-]
+fa4_varlen_name = f"{FA4}, varlen"
+if fa4_varlen_name in result.versus:
+    fa4_verdict = verdict_text(result, fa4_varlen_name)
+    sentences.append(f"* Against {fa4_varlen_name}: cuDNN is {fa4_verdict}.")
 sentences += [
     f"* Not available here: {name}: {why}" for name, why in unavailable.items()
 ]
@@ -581,11 +435,5 @@ from cudnn_guide.report.records import comparison, headline
 
 comparison("packed THD: speed-up over the fastest contender", result)
 headline("packed THD forward", unit="µs", **result.estimate("cuDNN packed (THD)"))
-comparison("packed THD backward: speed-up over the fastest contender", backward_result)
-headline(
-    "packed THD backward",
-    unit="µs",
-    **backward_result.estimate("cuDNN packed (THD) backward"),
-)
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -1,25 +1,26 @@
 """
-Attention masks: sliding windows, bottom-right alignment, paged prefill, bias, ALiBi
-====================================================================================
+Attention masks: sliding windows, bias, ALiBi
+=============================================
 
 Causal is one mask among several that models use. cuDNN's SDPA describes the common
 ones without a mask tensor, as a *diagonal band*, and takes the rest as an additive
 bias. This page builds a sliding-window attention graph with the frontend, checks it
 against PyTorch, then measures each mask against the other ways to compute it.
 
+The band aligned to the last key instead (``diagonal_alignment=BOTTOM_RIGHT``), for a
+chunk of new queries over a longer prefix, and chunked prefill over a paged K/V cache
+are on the
+:ref:`chunked prefill page <sphx_glr_auto_examples_plot_33_chunked_prefill.py>`.
+
 What you will learn:
 
 * ``diagonal_band_right_bound=0``: no key after the query's diagonal position (causal);
 * ``diagonal_band_left_bound=W``: only the W most recent keys (a sliding window, as in
   Mistral or Gemma's local layers);
-* ``diagonal_alignment=BOTTOM_RIGHT``: the diagonal ends at the last key, so Sq new
-  queries attend to a longer prefix (chunked prefill, or decoding after a prompt);
 * ``bias=``: an additive tensor broadcast over the scores; ``use_alibi_mask=True``:
   ALiBi's per-head linear bias, computed in the kernel;
 * how the time falls as the window shrinks, against the dense causal kernel, PyTorch's
-  FlexAttention and FlashAttention-4's ``window_size``; chunked prefill over a paged K/V
-  cache, against gathering the pages for PyTorch and FlashAttention-4 reading them in
-  place; what a bias costs.
+  FlexAttention and FlashAttention-4's ``window_size``; what a bias costs.
 """
 
 # %%
@@ -36,9 +37,9 @@ env
 # -----------------------------------------------
 # ``diagonal_band_left_bound=W`` keeps key ``j`` for query ``i`` when ``i - W < j ≤ i``:
 # the query itself and the W - 1 keys before it. ``masked_attention`` passes its mask
-# keywords straight to ``g.sdpa``; a tensor among them (a bias, sequence lengths, page
-# tables) becomes an input of the graph. It returns the built graph and its variant
-# pack; ``run`` gives it a workspace and executes it on torch's stream.
+# keywords straight to ``g.sdpa``; a tensor among them (a bias, further down) becomes an
+# input of the graph. It returns the built graph and its variant pack; ``run`` gives it
+# a workspace and executes it on torch's stream.
 import cudnn
 import torch
 
@@ -48,7 +49,6 @@ o = torch.empty_like(q)
 
 handle = cudnn.create_handle()
 TOP_LEFT = cudnn.diagonal_alignment.TOP_LEFT
-BOTTOM_RIGHT = cudnn.diagonal_alignment.BOTTOM_RIGHT
 
 
 def masked_attention(q, k, v, o, **mask):
@@ -63,7 +63,7 @@ def masked_attention(q, k, v, o, **mask):
     V = g.tensor_like(v, name="v")
     pack = {Q: q, K: k, V: v}
     for name, value in list(mask.items()):
-        if isinstance(value, torch.Tensor):  # bias, lengths, page tables
+        if isinstance(value, torch.Tensor):  # a bias
             mask[name] = g.tensor_like(value, name=name)
             pack[mask[name]] = value
     O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=D**-0.5, generate_stats=False, **mask)
@@ -179,7 +179,12 @@ for w in windows:
         run_fa4 = fa4.forward(
             q, k, v, causal=True, scale=D**-0.5, window_size=(w - 1, 0)
         )
-        baselines.admit(contenders, FA4, run_fa4, ref)
+        baselines.admit(
+            contenders,
+            FA4,
+            run_fa4,
+            check=lambda out: check.check(out, ref, name=f"{FA4} window W={w}"),
+        )
     by_window[w] = compare.compare(
         contenders,
         candidate=CAND,
@@ -216,156 +221,6 @@ plot_sweep(
     title=f"sliding-window attention, {B}×{H} heads × {S} tokens, d={D}",
 )
 plt.show()
-
-# %%
-# Measuring chunked prefill: bottom-right alignment
-# -------------------------------------------------
-# A prompt of 4096 tokens is prefilled in chunks; the last chunk's 512 queries attend to
-# all 4096 keys, causally *from the bottom right*: query ``i`` of the chunk sits at
-# position ``i + 3584``. PyTorch spells the same mask ``causal_lower_right``.
-from torch.nn.attention.bias import causal_lower_right
-
-CHUNK = 512
-q_chunk = q[:, :, -CHUNK:].contiguous()
-o_chunk = torch.empty_like(q_chunk)
-chunked, chunked_pack = masked_attention(
-    q_chunk, k, v, o_chunk, diagonal_alignment=BOTTOM_RIGHT, diagonal_band_right_bound=0
-)
-check.poison(o_chunk)
-run(chunked, chunked_pack)
-ref_chunk = attention_inputs.reference(
-    q_chunk,
-    k,
-    v,
-    visible=attention_inputs.band(CHUNK, S, bottom_right=True, device="cuda"),
-)
-checks.append(
-    check.check(
-        o_chunk, ref_chunk, name="bottom-right causal, 512 queries over 4096 keys"
-    )
-)
-print(checks[-1])
-lower_right = causal_lower_right(CHUNK, S)
-checks.append(
-    check.check(
-        torch.nn.functional.scaled_dot_product_attention(
-            q_chunk, k, v, attn_mask=lower_right
-        ),
-        ref_chunk,
-        name="PyTorch SDPA, causal_lower_right",
-    )
-)
-
-# %%
-# Measuring chunked prefill over a paged K/V cache
-# ------------------------------------------------
-# In a serving engine the 4096 keys live in a paged cache: fixed-size pages scattered in
-# one pool, found through a page table. cuDNN reads them in place: the pools stand in
-# for K and V, ``paged_attention_k_table`` / ``_v_table`` map each sequence's pages, and
-# the padding mask gives each sequence's true lengths (``seq_len_q`` new queries,
-# ``seq_len_kv`` keys so far). FlashAttention-4 reads the same pages through its
-# ``page_table`` (``seqused_k`` giving the keys so far); it takes its pools laid out
-# pages × page × H × D, a copy made once, outside the timed calls. Its ``causal=True``
-# aligns the diagonal bottom-right when the queries are fewer than the keys, as here.
-PAGE = 64
-pages_per_seq = S // PAGE
-pool_pages = B * pages_per_seq + 13  # more pages than the batch uses, as in a real pool
-perm = torch.randperm(pool_pages, generator=torch.Generator().manual_seed(1))[
-    : B * pages_per_seq
-]
-page_table = perm.to(torch.int32).cuda().reshape(B, 1, pages_per_seq, 1)
-k_pool = torch.zeros(pool_pages, H, PAGE, D, device="cuda", dtype=torch.bfloat16)
-v_pool = torch.zeros_like(k_pool)
-for b in range(B):  # scatter each sequence's keys and values into its pages
-    k_pool[page_table[b, 0, :, 0].long()] = (
-        k[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
-    )
-    v_pool[page_table[b, 0, :, 0].long()] = (
-        v[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
-    )
-len_q = torch.full((B, 1, 1, 1), CHUNK, dtype=torch.int32, device="cuda")
-len_kv = torch.full((B, 1, 1, 1), S, dtype=torch.int32, device="cuda")
-attention_inputs.check_seq_lens(len_q, B, CHUNK)
-o_paged = torch.empty_like(q_chunk)
-paged, paged_pack = masked_attention(
-    q_chunk,
-    k_pool,
-    v_pool,
-    o_paged,
-    diagonal_alignment=BOTTOM_RIGHT,
-    diagonal_band_right_bound=0,
-    use_padding_mask=True,
-    seq_len_q=len_q,
-    seq_len_kv=len_kv,
-    paged_attention_k_table=page_table,
-    paged_attention_v_table=page_table,
-    paged_attention_max_seq_len_kv=pages_per_seq * PAGE,
-)
-check.poison(o_paged)
-run(paged, paged_pack)
-checks.append(check.check(o_paged, ref_chunk, name="paged chunked prefill"))
-print(checks[-1])
-
-
-def gather_then_sdpa():
-    """The PyTorch way: gather each sequence's pages into contiguous K/V, then SDPA
-    (lower-right causal)."""
-    idx = page_table.reshape(B, pages_per_seq).long()
-    kc = k_pool[idx].permute(0, 2, 1, 3, 4).reshape(B, H, S, D)
-    vc = v_pool[idx].permute(0, 2, 1, 3, 4).reshape(B, H, S, D)
-    return torch.nn.functional.scaled_dot_product_attention(
-        q_chunk, kc, vc, attn_mask=lower_right
-    )
-
-
-checks.append(
-    check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA")
-)
-
-
-def fa4_paged():
-    """A launcher of FlashAttention-4 over the same pages (bottom-right causal), its
-    output seen as B×H×CHUNK×D."""
-    from flash_attn.cute import flash_attn_varlen_func
-
-    q_fa = q_chunk.transpose(1, 2).contiguous()  # B × CHUNK × H × D
-    k_fa, v_fa = (t.permute(0, 2, 1, 3).contiguous() for t in (k_pool, v_pool))
-    table = page_table.reshape(B, pages_per_seq).contiguous()  # B × pages, int32
-    used = len_kv.reshape(B).contiguous()  # keys so far, per sequence
-    kw = dict(page_table=table, seqused_k=used, softmax_scale=D**-0.5, causal=True)
-
-    def launch():
-        r = flash_attn_varlen_func(q_fa, k_fa, v_fa, **kw)  # out, or (out, lse)
-        return (r[0] if isinstance(r, tuple) else r).transpose(1, 2)
-
-    return launch
-
-
-prefill_contenders = {
-    "cuDNN paged": launcher(paged, paged_pack),
-    "cuDNN contiguous K/V (control)": launcher(chunked, chunked_pack),
-    "PyTorch gather pages + SDPA": gather_then_sdpa,
-    "PyTorch SDPA, contiguous K/V (control)": lambda: (
-        torch.nn.functional.scaled_dot_product_attention(
-            q_chunk, k, v, attn_mask=lower_right
-        )
-    ),
-}
-if FA4_OK:  # checked against ref_chunk first; a refusal is printed, not fatal
-    fa4_prefill = baselines.admit(prefill_contenders, FA4, fa4_paged(), ref_chunk)
-else:
-    fa4_prefill = FA4_DETAIL
-    print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
-prefill = compare.compare(
-    prefill_contenders,
-    candidate="cuDNN paged",
-    l2="cold",
-    rounds=9,
-    flops=4 * B * H * D * int(attention_inputs.band(CHUNK, S, bottom_right=True).sum()),
-    tag="chunked prefill",
-)
-for name, s in prefill.versus.items():
-    print(f"cuDNN paged vs {name}: {s['value']:.2f}× ({s['verdict']})")
 
 # %%
 # Measuring bias and ALiBi
@@ -451,6 +306,7 @@ for name, s in bias_cmp.versus.items():
 # Computed from the comparisons above when the page is recorded. Whether
 # FlashAttention-4 takes ALiBi or a bias tensor is read from ``flash_attn_func``'s
 # signature.
+import dataclasses
 import inspect
 
 from cudnn_guide.report.prose import Prose
@@ -478,10 +334,24 @@ FLEX = "FlexAttention (compiled)"
 full, narrow = by_window[windows[0]], by_window[windows[-1]]
 
 
+def said(c, name=None):
+    """``c.describe(name)``; the loop verdict with its own tie band and rounds."""
+    name = name or c.best_baseline
+    text = dataclasses.replace(c, wall=None).describe(name)  # GPU time only
+    if c.wall is not None and name in c.wall.versus:
+        w = c.wall.versus[name]
+        text += (
+            f"; in a back-to-back loop, host time included: {w['verdict']} "
+            f"({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f}; loop tie band "
+            f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds)"
+        )
+    return text
+
+
 def also(c, *names):
     """The comparisons of ``c`` against ``names`` other than its fastest contender."""
     return "".join(
-        f"; vs {n}: {c.describe(n)}"
+        f"; vs {n}: {said(c, n)}"
         for n in names
         if n in c.versus and n != c.best_baseline
     )
@@ -495,8 +365,7 @@ sentences = [
     "fastest contender there (then against the others):",
 ]
 sentences += [
-    f"* W={w}: cuDNN is {c.describe()}{also(c, FA4, FLEX)}."
-    for w, c in by_window.items()
+    f"* W={w}: cuDNN is {said(c)}{also(c, FA4, FLEX)}." for w, c in by_window.items()
 ]
 best = [c.versus[c.best_baseline]["verdict"] for c in by_window.values()]
 sentences.append(
@@ -514,21 +383,11 @@ if any(c.best_baseline != FA4 for c in fa.values()):  # else the count above say
     )
 elif FA4_OK and not fa:
     sentences.append(f"{FA4} ran at none of the widths (the reasons are above).")
-gather, contiguous = "PyTorch gather pages + SDPA", "cuDNN contiguous K/V (control)"
 flex_alibi = "FlexAttention ALiBi (compiled)"
 bias_tensor = "cuDNN bias tensor (control)"
-if FA4 in prefill.versus:  # it read the same pages in place: compared above
-    fa4_paged_says = ""
-elif FA4_OK:
-    fa4_paged_says = f"{FA4} did not run the paged chunked prefill: {fa4_prefill}."
-else:  # not installed: the last sentence gives the install command
-    fa4_paged_says = f"{FA4} was not in the chunked-prefill race: not installed."
 sentences += [
-    f"Chunked prefill over a paged cache: against the fastest contender, cuDNN paged "
-    f"is {prefill.describe()}{also(prefill, FA4, gather)}; reading pages in place "
-    f"against contiguous K/V: {prefill.describe(contiguous)}. {fa4_paged_says}",
-    f"ALiBi in the kernel: {bias_cmp.describe(flex_alibi)}; against reading a bias "
-    f"tensor instead: {bias_cmp.describe(bias_tensor)}.",
+    f"ALiBi in the kernel: {said(bias_cmp, flex_alibi)}; against reading a bias "
+    f"tensor instead: {said(bias_cmp, bias_tensor)}.",
     fa4_masks,
 ]
 # sphinx_gallery_start_ignore
@@ -540,7 +399,6 @@ comparison(
     f"window W={windows[-1]}: speed-up over the fastest contender",
     narrow,
 )
-comparison("paged chunked prefill: speed-up over the fastest contender", prefill)
 comparison(
     "ALiBi: speed-up over FlexAttention", bias_cmp, "FlexAttention ALiBi (compiled)"
 )

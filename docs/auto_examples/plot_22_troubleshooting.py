@@ -5,11 +5,14 @@ When cuDNN says no: the common failures, reproduced, with their fixes
 Every message on this page was produced by running the code above it on the GPU named in
 the environment table. First a graph that cuDNN refuses, caught, and its fix. Then the
 failures most reported against cuDNN Frontend and PyTorch's cuDNN attention, tried one
-by one: "No valid engine configs", "No execution plans support the graph", head dims,
-dtypes, layouts, workspaces, a tensor bound with other strides than declared, and which
-libcudnn was loaded. For each case the page records what happened (it builds, it fails
-with a message, or it raises nothing), the build step where a failure surfaced, cuDNN's
-own words, and the fix.
+by one: "No valid engine configs", "No execution plans support the graph", matmuls
+written by accident, head dims, dtypes, layouts, the architecture a feature needs,
+and a tensor bound with other strides than declared. For each case the page records
+what happened (it builds, it fails with a message, or it raises nothing), the build
+step where a failure surfaced, cuDNN's own words, and the fix. Which libcudnn the
+frontend loaded, its log, and the plans each heuristic mode lists (with the filters
+that drop plans) are on the
+:ref:`libcudnn and logs page <sphx_glr_auto_examples_plot_29_libcudnn_and_logs.py>`.
 
 What you will learn:
 
@@ -17,8 +20,8 @@ What you will learn:
   build steps raised it: ``validate`` (the graph itself), ``create_execution_plans``
   (the heuristics), ``check_support`` and ``build_plans`` (the engines), ``execute``
   (the buffers);
-* the tools that diagnose a failure: ``CUDNN_FRONTEND_LOG_INFO``,
-  ``python -m cudnn.collect_env``, plan names, behaviour notes and plan filters;
+* which head dims, dtypes, layouts and matmuls this GPU's cuDNN refuses, and at which
+  step;
 * which failures raise nothing at all, so that you have to check for them yourself.
 """
 
@@ -229,8 +232,10 @@ outcome(
 # Heuristic modes, and where "No valid engine configs" would come from
 # --------------------------------------------------------------------
 # ``create_execution_plans`` asks the heuristics in the listed modes for engine configs;
-# when no mode proposes one this graph can use, it raises "No valid engine configs". The
-# same graph, with FALLBACK alone and with A then FALLBACK:
+# when no mode proposes one this graph can use, it raises "No valid engine configs"
+# (the plans each mode lists, by name, are on the
+# :ref:`libcudnn and logs page <sphx_glr_auto_examples_plot_29_libcudnn_and_logs.py>`).
+# The same graph, with FALLBACK alone and with A then FALLBACK:
 attempt(
     "heuristics: FALLBACK only",
     "ask heur_mode.A first (FALLBACK after it, as a safety net)",
@@ -412,7 +417,7 @@ else:
         "bind tensors with the declared strides; check packs (BuiltGraph.check_pack)",
     )
 # The guide's ``BuiltGraph`` checks every binding against the declaration first:
-from cudnn_guide import InputError, libcudnn
+from cudnn_guide import InputError
 
 built = graphs.adopt(g, handle, name="sdpa")
 try:
@@ -423,262 +428,33 @@ except InputError as exc:
 print(textwrap.fill(guarded, 88))
 
 # %%
-# Which libcudnn, which versions
-# ------------------------------
-# The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the
-# nvidia-cudnn wheel that PyTorch brings, ``LD_LIBRARY_PATH`` or the system.
-# ``python -m cudnn.collect_env`` prints what it found; the guide's
-# ``libcudnn.find_libcudnn()`` explains its search:
-import os
-import subprocess
-import sys
+# What happened to the cases above, counted from their outcomes: built or ran, failed
+# (at the step named), or raised nothing.
+from collections import Counter
 
-print(libcudnn.find_libcudnn().explain())
-collect = subprocess.run(
-    [sys.executable, "-m", "cudnn.collect_env"],
-    capture_output=True,
-    text=True,
-    timeout=120,
-)
-words = ("cudnn", "torch", "cuda", "gpu", "driver")
-lines = [
-    ln
-    for ln in (collect.stdout + collect.stderr).splitlines()
-    if any(w in ln.lower() for w in words) and "brand=" not in ln
-]
-print("\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in lines[:25]))
-
-# %%
-# Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
-# frontend, prints the backend version it loaded, then creates a handle. What each one
-# did is read from what that process printed and its exit code; the running process
-# loaded backend ``cudnn.backend_version()``.
-import tempfile
-
-PROBE = """
-import cudnn
-print("imported; backend version:", cudnn.backend_version())
-maps = [ln.split()[-1] for ln in open("/proc/self/maps") if "/libcudnn" in ln]
-main = [p for p in maps if "/libcudnn.so" in p] + maps + ["not mapped"]
-print("libcudnn file:", main[0])
-cudnn.create_handle()
-print("a handle was created")
-"""
-ours = str(cudnn.backend_version())
-our_file = libcudnn.loaded_libcudnn()
-
-
-def dotted(v):
-    """91400 -> 9.14.0 (backend_version is major·10000 + minor·100 + patch)."""
-    return f"{int(v) // 10000}.{int(v) // 100 % 100}.{int(v) % 100}" if v else "?"
-
-
-def probe(case, python, fix, hide="", **env_vars):
-    """Run PROBE with ``python`` and ``env_vars``; keep what happened as an outcome."""
-    run = subprocess.run(
-        [python, "-c", PROBE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, **env_vars),
-    )
-    text = run.stdout + run.stderr
-    said = [
-        ln
-        for ln in (text.replace(hide, "<dir>") if hide else text).splitlines()
-        if ln.strip()
-    ]
-    version = next(
-        (ln.split(":")[-1].strip() for ln in said if "backend version" in ln), None
-    )
-    lib = next(
-        (ln.split(":", 1)[1].strip() for ln in said if "libcudnn file:" in ln), "?"
-    )
-    last = said[-1] if said else "(nothing)"
-    if run.returncode:
-        where = "creating a handle" if version else "import cudnn"
-        outcome(case, "fails with a message", where, last.split(":")[0], last, fix)
-    elif version == ours:
-        what = f"loaded libcudnn {dotted(version)} from {lib}, as here"
-        outcome(case, "runs", "—", "none", what, "—")
-    else:
-        what = (
-            f"loaded libcudnn {dotted(version)} from {lib}; this process runs "
-            f"{dotted(ours)} from {our_file}"
-        )
-        kind = f"raises nothing, loads another libcudnn ({dotted(version)})"
-        outcome(case, kind, "nowhere", "none", what, fix)
-    print(f"{case}: exit code {run.returncode}; the last lines it printed:")
-    print("\n".join(textwrap.fill(ln, 88, initial_indent=" " * 4) for ln in said[-4:]))
-
-
-# %%
-# A broken ``libcudnn.so.9`` earlier on ``LD_LIBRARY_PATH`` (an empty file standing in
-# for a stale or half-copied library):
-with tempfile.TemporaryDirectory() as stale:
-    open(os.path.join(stale, "libcudnn.so.9"), "wb").close()
-    path = stale + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
-    probe(
-        "a broken libcudnn.so.9 first on LD_LIBRARY_PATH",
-        sys.executable,
-        "remove that directory from LD_LIBRARY_PATH "
-        "(libcudnn.find_libcudnn().explain() names the file that would load)",
-        hide=stale,
-        LD_LIBRARY_PATH=path,
-    )
-
-# %%
-# No ``nvidia-cudnn`` wheel where the frontend looks (a virtual environment on top of
-# this Python, with no ``nvidia/cudnn`` in its own site-packages; the probe imports the
-# frontend from this Python's) and nothing on ``LD_LIBRARY_PATH``: the frontend asks
-# the dynamic linker, which may find none, or a system copy of another version.
-import venv
-
-with tempfile.TemporaryDirectory() as bare:
-    venv.create(bare, system_site_packages=True, with_pip=False)
-    probe(
-        "no nvidia-cudnn wheel where the frontend looks",
-        os.path.join(bare, "bin", "python"),
-        "pip install nvidia-cudnn-cu13 (or torch, which brings it) into the same "
-        "environment, or put libcudnn's directory on LD_LIBRARY_PATH",
-        LD_LIBRARY_PATH="",
-    )
-
-# %%
-# The frontend's log, captured
-# ----------------------------
-# ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
-# each step: the graph as JSON, the checks, the heuristics' answer and the plan chosen.
-# The lines below come from building a causal SDPA graph in a fresh process with logging
-# on:
-script = """
-import torch, cudnn
-h = cudnn.create_handle()
-x = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16)
-g = cudnn.pygraph(handle=h, io_data_type=cudnn.data_type.BFLOAT16,
-                  compute_data_type=cudnn.data_type.FLOAT)
-Q, K, V = (g.tensor_like(x) for _ in range(3))
-O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=0.125, generate_stats=False,
-              diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
-              diagonal_band_right_bound=0)
-O.set_output(True)
-g.build([cudnn.heur_mode.A])
-"""
-logged = subprocess.run(
-    [sys.executable, "-c", script],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env=dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE="stdout"),
-)
-log_lines = [
-    ln
-    for ln in logged.stdout.splitlines()
-    if ln.startswith("[cudnn_frontend]") and "Inferrencing" not in ln
-]
-print(
-    "\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in log_lines[:30])
-)
-version_notes = [ln for ln in log_lines if "version" in ln.lower()]
-
-# %%
-# Heuristic modes, plan names, notes and filters
-# ----------------------------------------------
-# ``heur_mode.A`` is the fast heuristic, ``B`` the slower more accurate one,
-# ``FALLBACK`` the generic engines. Each plan has a name (engine and knobs), behaviour
-# notes and a workspace; ``deselect_*`` filters drop plans before ``check_support``.
-import time
-
-import pandas as pd
-
-from cudnn_guide.report import html_table
-
-rows = []
-for modes in (("A",), ("B",), ("A", "FALLBACK")):
-    g2 = sdpa_graph()[0]
-    calls = five_steps(g2, modes)
-    t0 = time.perf_counter()
-    for call in calls[:3]:
-        call()
-    plans = g2.get_execution_plan_count()
-    names = [g2.get_plan_name_at_index(i) for i in range(plans)]
-    notes = [g2.get_behavior_notes_for_plan_at_index(i) for i in range(plans)]
-    for call in calls[3:]:
-        call()
-    rows.append(
-        {
-            "heur_mode": "+".join(modes),
-            "plans": plans,
-            "plan names": ", ".join(names),
-            "behaviour notes": "; ".join(
-                ", ".join(str(n).split(".")[-1] for n in ns) or "none" for ns in notes
-            ),
-            "build s (5 steps)": time.perf_counter() - t0,
-            "workspace bytes": g2.get_workspace_size(),
-        }
-    )
-html_table(
-    pd.DataFrame(rows), {"build s (5 steps)": "{:.3f}", "workspace bytes": "{:.0f}"}
-)
-
-# %%
-# The filters drop plans whose engine, notes or workspace you cannot accept, before
-# ``check_support`` and ``build_plans`` pick one. Each row below declares the same
-# graph, plans with ``A`` then ``FALLBACK``, applies one filter and builds. A filter
-# that leaves no plan is itself a way to get "No execution plans support the graph":
-first_plan = rows[-1]["plan names"].split(", ")[0]
-note, behavior = cudnn.numerical_note, cudnn.behavior_note
-filters = {
-    "deselect_workspace_greater_than(0)": lambda g: g.deselect_workspace_greater_than(
-        0
-    ),
-    f"deselect_engines([{first_plan}])": lambda g: g.deselect_engines([first_plan]),
-    "deselect_numeric_notes([TENSOR_CORE])": lambda g: g.deselect_numeric_notes(
-        [note.TENSOR_CORE]
-    ),
-    "deselect_numeric_notes([NONDETERMINISTIC])": lambda g: g.deselect_numeric_notes(
-        [note.NONDETERMINISTIC]
-    ),
-    "deselect_behavior_notes([RUNTIME_COMPILATION])": lambda g: (
-        g.deselect_behavior_notes([behavior.RUNTIME_COMPILATION])
-    ),
-    "select_behavior_notes([SUPPORTS_CUDA_GRAPH_NATIVE_API])": (
-        lambda g: g.select_behavior_notes([behavior.SUPPORTS_CUDA_GRAPH_NATIVE_API])
-    ),
-}
-filtered = []
-for label, apply in filters.items():
-    g3 = sdpa_graph()[0]
-    calls = five_steps(g3)
-    for call in calls[:3]:
-        call()
-    apply(g3)
-    try:
-        for call in calls[3:]:
-            call()
-        result = (
-            f"builds; the built plan needs {g3.get_workspace_size()} bytes of workspace"
-        )
-    except Exception as exc:
-        result = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    filtered.append({"filter (after create_execution_plans)": label, "result": result})
-html_table(pd.DataFrame(filtered))
-
-# %%
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
-fig, ax = plt.subplots(figsize=(7, 2.8), layout="constrained")
-ax.barh(
-    [f"{r['heur_mode']} ({r['plans']} plans)" for r in rows],
-    [1e3 * r["build s (5 steps)"] for r in rows],
+kinds = Counter(
+    o["outcome"]
+    + (f" at {o['surfaces at']}" if o["outcome"].startswith("fails") else "")
+    for o in outcomes
 )
-ax.set_xlabel("ms to build the causal SDPA graph, five steps (one build each)")
-ax.set_title("what each heuristic mode costs at build time")
+fig, ax = plt.subplots(figsize=(8, 3.5), layout="constrained")
+ax.barh(list(kinds), list(kinds.values()))
+ax.invert_yaxis()
+ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+ax.set_xlabel("cases")
+ax.set_title("what happened to each case tried on this page")
 plt.show()
 
 # %%
 # Summary: each case, what happened, where, the fix
 # -------------------------------------------------
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
 columns = ["case", "outcome", "surfaces at", "error", "message", "fix"]
 html_table(pd.DataFrame(outcomes)[columns])
 
@@ -686,8 +462,6 @@ html_table(pd.DataFrame(outcomes)[columns])
 # Conclusions
 # -----------
 # Every count and sentence below is computed from the outcomes above.
-from collections import Counter
-
 from cudnn_guide.report.prose import Prose
 
 
@@ -700,11 +474,6 @@ built_ok = [o for o in outcomes if o["outcome"] in ("builds", "runs")]
 silent_rows = [o for o in outcomes if o["outcome"].startswith("raises nothing")]
 steps = Counter(o["surfaces at"] for o in failed)
 matmul_rows = [o for o in outcomes if o["case"] in matmuls]
-emptied = [
-    f["filter (after create_execution_plans)"]
-    for f in filtered
-    if not f["result"].startswith("builds")
-]
 sentences = [
     f"Of the {len(outcomes)} cases tried, {len(failed)} failed with a message, "
     f"{len(built_ok)} built or ran, and {len(silent_rows)} raised nothing at all.",
@@ -713,7 +482,7 @@ sentences = [
     + ". The step says what to change: validate (the graph itself), "
     "create_execution_plans (the heuristics), check_support or build_plans (no engine "
     "for it here, unless the message says a kernel failed to compile), execute (the "
-    "buffers), import or handle creation (the library).",
+    "buffers).",
     (
         "A failed compilation, not a missing engine: "
         + "; ".join(
@@ -728,8 +497,7 @@ sentences = [
     ),
     (
         f"Raised nothing although something was wrong: {listed(silent_rows)}. Only a "
-        "check of the output, of the variant pack or of the loaded library's version "
-        "catches these."
+        "check of the output or of the variant pack catches these."
         if silent_rows
         else "Every case that went wrong here raised an error."
     ),
@@ -743,13 +511,8 @@ sentences = [
     '"No valid engine configs" (the heuristics proposed nothing) came from: '
     + (", ".join(no_configs) if no_configs else "none of the graphs tried here")
     + ".",
-    f"{len(emptied)} of the {len(filtered)} plan filters left no plan that builds"
-    + (f": {', '.join(emptied)}." if emptied else "."),
     f"The guide's BuiltGraph, handed the same wrongly strided K: {guarded}.",
 ]
-if version_notes:
-    note_text = version_notes[0].split("INFO:", 1)[-1].strip()
-    sentences.append(f"The frontend's log notes: {note_text}")
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import keep
 

@@ -8,6 +8,9 @@ statistics, and the ``sdpa_backward`` that reads them, and check both against Py
 Then the operator goes into a pre-norm transformer block (RMSNorm, attention, RMSNorm, a
 SwiGLU MLP, two residual adds) and a whole training step is measured. The norms,
 projections and MLP stay PyTorch: the page measures what swapping the attention does.
+The same block on PyTorch's own cuDNN SDPA backend, served from the frontend's Python
+API by frontend 1.32's ``cudnn.torch`` provider, is trained on the
+:ref:`provider page <sphx_glr_auto_examples_plot_30_cudnn_torch_provider.py>`.
 
 What you will learn:
 
@@ -19,9 +22,7 @@ What you will learn:
 * tokens per second for a training step (forward, backward, AdamW), like for like:
   eager against eager (PyTorch's SDPA and FlashAttention-4), compiled against
   ``torch.compile``, with intervals and verdicts on GPU time and on a wall-clock loop,
-  host time per step, and the peak memory of each;
-* frontend 1.32's ``cudnn.torch`` provider, which serves PyTorch's own cuDNN SDPA
-  backend from the frontend's Python API, in the same block.
+  host time per step, and the peak memory of each.
 """
 
 # %%
@@ -484,73 +485,6 @@ html_table(
 )
 
 # %%
-# The ``cudnn.torch`` provider
-# ----------------------------
-# Frontend 1.32 can serve PyTorch's *own* cuDNN SDPA backend from its Python API:
-# ``cudnn.torch.install_sdpa_overrides()`` replaces the CUDA kernels of
-# ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle
-# whose ``remove()`` undoes it. The model code does not change: it selects PyTorch's
-# cuDNN backend. It is timed against this guide's op in the same (eager) block, and
-# PyTorch's flash backend (FlashAttention-2), on GPU time and, as above, on the wall
-# clock of one step then ``torch.cuda.synchronize()`` (``compare.compare_host``).
-import warnings
-
-import cudnn.torch
-
-from cudnn_guide.measure import baselines
-
-
-def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
-    return baselines.forced_sdpa(b, is_causal=True)
-
-
-provider_block = variant(backend(SDPBackend.CUDNN_ATTENTION))
-flash_block = variant(backend(SDPBackend.FLASH_ATTENTION))
-PROVIDER = "cudnn.torch provider (eager)"
-FLASH = "PyTorch eager, flash backend (FlashAttention-2)"
-provider_cmp, provider_wall, provider_error, served = None, None, "", 0
-# PyTorch warns that a kernel is overridden: that is what the provider does
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Warning only once for all operators")
-    overrides = cudnn.torch.install_sdpa_overrides()
-try:
-    served_before = cudnn.torch.calls["fwd"]
-    check_block(provider_block, "PyTorch block, cuDNN backend via cudnn.torch")
-    served = cudnn.torch.calls["fwd"] - served_before
-    print(f"forward calls the provider served on the Python API: {served}")
-    check_block(flash_block, "PyTorch block, flash backend (FlashAttention-2)")
-    provider_steps = {
-        PROVIDER: training_step(provider_block),
-        EAGER: training_step(eager_cudnn),
-        FLASH: training_step(flash_block),
-    }
-    provider_cmp = compare.compare(
-        provider_steps,
-        candidate=PROVIDER,
-        l2="cold",
-        rounds=5,
-        min_reps=3,
-        flops=step_flops,
-        tag="training step, second race",
-    )
-    provider_wall = compare.compare_host(  # as the wall clock above, for these three
-        {name: synchronized(step) for name, step in provider_steps.items()},
-        candidate=PROVIDER,
-        rounds=5,
-        calls=2,
-        batches=2,
-        tag="wall-clock step, second race",
-    )
-except CheckFailedError:  # a wrong result stops the page
-    raise
-except Exception as exc:  # the provider cannot serve this torch: shown with its error
-    provider_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    print("cudnn.torch provider unavailable here:")
-    print(" ", provider_error)
-finally:
-    overrides.remove()
-
-# %%
 # Plot
 # ----
 import matplotlib.pyplot as plt
@@ -659,21 +593,6 @@ sentences += [
         f", {peak_mib[FA4_EAGER]:.0f} MiB with {FA4}." if FA4_EAGER in peak_mib else "."
     ),
 ]
-if provider_cmp and provider_wall:
-    calls = f"{served} forward call{'' if served == 1 else 's'}"
-    sentences += [
-        f"The cudnn.torch provider served {calls} in the checks. Against this "
-        f"guide's op it is {provider_cmp.describe(EAGER)} on GPU time, and "
-        f"{provider_wall.describe(EAGER)} on the wall clock; against PyTorch's flash "
-        f"backend it is {provider_cmp.describe(FLASH)} on GPU time, and "
-        f"{provider_wall.describe(FLASH)} on the wall clock.",
-        *(
-            loop_note(provider_cmp, name, provider_wall)
-            for name in provider_cmp.measurements
-        ),
-    ]
-else:
-    sentences.append(f"The cudnn.torch provider could not run here: {provider_error}")
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
@@ -689,9 +608,5 @@ headline(
     unit="tokens/s",
     **tokens_per_s(result.estimate(CAND)),
 )
-if provider_cmp:
-    comparison(
-        "cudnn.torch provider: speed-up over this guide's op", provider_cmp, EAGER
-    )
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -7,7 +7,10 @@ NVIDIA publishes its own H200 comparison of cuDNN and FlashAttention-4 (cudnn-fr
 8 key/value heads, head dim 128, 2k to 32k tokens, causal and not, forward and backward.
 This page builds that layer with the frontend, runs the same tensors through
 FlashAttention-4, checks both against PyTorch, and then re-measures every one of the
-vendor's bf16 shapes, with the vendor's numbers beside ours.
+vendor's bf16 shapes, with the vendor's numbers beside ours. What each backend's first
+call costs a fresh process (cuDNN's plan build, FlashAttention-4's compile), and
+whether PyTorch's SDPA routes to FlashAttention-4, is on the
+:ref:`first-call page <sphx_glr_auto_examples_plot_28_first_call.py>`.
 
 What you will learn:
 
@@ -93,8 +96,7 @@ del ref
 # NVIDIA's table times the forward with statistics (what training runs) and the
 # backward. Both graphs are built for any mask; the causal pair at the lesson's shape
 # is filled with NaN, then checked against fp32 PyTorch autograd by relative norm,
-# before anything is timed. The timing loop below checks every length and both masks
-# the same way before it times them.
+# before anything is timed.
 import torch.nn.functional as F
 
 from cudnn_guide import check
@@ -234,10 +236,12 @@ blocks = dense = None
 # The same layer in FlashAttention-4
 # ----------------------------------
 # ``flash_attn_func`` takes the ``B×S×H×D`` tensors as they are, and is checked against
-# the same fp32 reference. It compiles its kernels with the CuTe DSL on first use;
-# without it installed, the page says so and goes on. The CuTe DSL compiler warns that
-# an ``aux_data`` argument "cannot be converted to a JitArgument" on every new kernel;
-# the warning says nothing about the result, so it is silenced here.
+# the same fp32 reference. It compiles its kernels with the CuTe DSL on first use (the
+# :ref:`first-call page <sphx_glr_auto_examples_plot_28_first_call.py>` measures what
+# that costs); without it installed, the page says so and goes on. The CuTe DSL
+# compiler warns that an ``aux_data`` argument "cannot be converted to a JitArgument"
+# on every new kernel; the warning says nothing about the result, so it is silenced
+# here.
 import warnings
 
 from cudnn_guide.measure import fa4
@@ -259,31 +263,6 @@ else:
     print(f"{FA4}: {FA4_DETAIL}")
 t = leaves = out4 = grads4 = ref_o = ref_grads = None
 torch.cuda.empty_cache()
-
-# %%
-# PyTorch can route its own SDPA flash backend to FlashAttention-4
-# (``torch.nn.attention.activate_flash_attention_impl("FA4")``). Does that work here?
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-try:
-    from torch.nn.attention import activate_flash_attention_impl
-
-    activate_flash_attention_impl("FA4")
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        F.scaled_dot_product_attention(bhsd(q), bhsd(q), bhsd(q), is_causal=True)
-    torch_route = "works"
-except Exception as error:  # shown as it is: a failure here is this pair of versions'
-    torch_route = f"fails: {type(error).__name__}: {str(error).splitlines()[0]}"
-print(f"torch {torch.__version__} SDPA routed to FA4: {torch_route}")
-if torch_route != "works" and FA4_OK:  # both installed: most likely their versions
-    route_sentence = (
-        f"PyTorch's own route to FlashAttention-4 {torch_route}. Most likely this is a "
-        f"version mismatch between torch {torch.__version__}'s FA4 hook and "
-        f"flash-attn-4 {FA4_DETAIL}, not a property of the route; this page tries no "
-        "other pair of versions."
-    )
-else:
-    route_sentence = f"PyTorch's own route to FlashAttention-4 {torch_route}."
 
 # %%
 # Measuring the vendor's shapes
@@ -450,31 +429,48 @@ for line in VENDOR_CSV.split():
     vendor[(int(s), causal == "1", phase)] = (float(cudnn_ms), float(fa4_ms))
 
 # %%
-# Ours beside theirs: each backend's median time (ms) with its interval over rounds,
-# the vendor's time, and the speed-up of cuDNN over FlashAttention-4 in both.
+# Ours beside theirs: each backend's time (ms) with its interval over rounds, the
+# vendor's time, and the speed-up of cuDNN over FlashAttention-4 in both. Our time is
+# the median over rounds of a backend's per-round medians (``Comparison.estimate``),
+# not the median of all its samples pooled, which the record's measurements show.
+# Where our verdict points the other way from NVIDIA's, the last column says how far
+# each of our two times lies from NVIDIA's time for the same backend.
+OURS = "ours, median of round medians"
+
+
+def against_vendor(ours_ms, vendor_ms):
+    """How much slower or faster our time is than the vendor's, in words."""
+    gap = ours_ms / vendor_ms - 1
+    return f"{100 * abs(gap):.1f}% {'slower' if gap > 0 else 'faster'}"
+
+
 rows = []  # empty without FlashAttention-4: then the vendor's table is all there is
 for (s, causal, phase), c in sorted(results.items()):
     ours_cudnn, ours_fa4 = c.estimate(CUDNN, "ms"), c.estimate(FA4, "ms")
     v_cudnn, v_fa4 = vendor[(s, causal, phase)]
     ratio = c.versus[FA4]
+    vendor_way = "faster" if v_fa4 / v_cudnn > 1 else "slower"
+    same_direction = ratio["verdict"] in (vendor_way, "tie")  # a tie agrees with both
     rows.append(
         {
             "S": s,
             "mask": "causal" if causal else "none",
             "pass": phase,
-            "cuDNN ms (ours)": f"{ours_cudnn['value']:.3f} "
+            f"cuDNN ms ({OURS})": f"{ours_cudnn['value']:.3f} "
             f"[{ours_cudnn['low']:.3f}, {ours_cudnn['high']:.3f}]",
-            "cuDNN ms (NVIDIA)": v_cudnn,
-            "FA4 ms (ours)": f"{ours_fa4['value']:.3f} "
+            "cuDNN ms (NVIDIA)": f"{v_cudnn:.3f}",
+            f"FA4 ms ({OURS})": f"{ours_fa4['value']:.3f} "
             f"[{ours_fa4['low']:.3f}, {ours_fa4['high']:.3f}]",
-            "FA4 ms (NVIDIA)": v_fa4,
+            "FA4 ms (NVIDIA)": f"{v_fa4:.3f}",
             "cuDNN speed-up (ours)": f"{ratio['value']:.2f}× "
             f"[{ratio['low']:.2f}, {ratio['high']:.2f}]",
             "verdict (ours)": ratio["verdict"],
             "cuDNN speed-up (NVIDIA)": f"{v_fa4 / v_cudnn:.2f}×",
-            "same direction": ("faster" if v_fa4 / v_cudnn > 1 else "slower")
-            == ratio["verdict"]
-            or ratio["verdict"] == "tie",
+            "same direction": same_direction,
+            "where it differs: ours against NVIDIA's": None
+            if same_direction
+            else f"our cuDNN {against_vendor(ours_cudnn['value'], v_cudnn)}, "
+            f"our FA4 {against_vendor(ours_fa4['value'], v_fa4)}",
         }
     )
 table = pd.DataFrame(rows or [{"FlashAttention-4": FA4_DETAIL}])
@@ -525,107 +521,6 @@ axes[1, 1].set_xlabel("tokens per sequence")
 plt.show()
 
 # %%
-# First call: what each backend costs a fresh process
-# ---------------------------------------------------
-# cuDNN builds a plan; FlashAttention-4 compiles its kernels with the CuTe DSL on first
-# use. Both are measured the same way: a new Python process with empty CUDA, CuTe and
-# temp caches, timing the import, the first causal forward at S=4096 (build or compile
-# included) and the second call; three processes each, interleaved. The operating
-# system's file cache is *not* emptied (that needs root): after the page's own imports
-# the libraries' files are read from memory, so this is the first call of a fresh
-# process on a machine that has loaded them before, not a cold boot.
-import json
-import subprocess
-import sys
-import tempfile
-
-CHILD = r"""
-import json, sys, time
-t0 = time.perf_counter()
-import torch
-torch.cuda.init(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
-t1 = time.perf_counter()
-q = torch.randn(2, 4096, 64, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(2, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
-v = torch.randn(2, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
-if sys.argv[1] == "fa4":
-    from flash_attn.cute import flash_attn_func
-    t2 = time.perf_counter()
-    run = lambda: flash_attn_func(q, k, v, causal=True)
-else:
-    import cudnn
-    t2 = time.perf_counter()
-    def run(state={}):
-        if not state:
-            h = cudnn.create_handle()
-            cudnn.set_stream(h, torch.cuda.current_stream().cuda_stream)
-            g = cudnn.pygraph(handle=h, io_data_type=cudnn.data_type.BFLOAT16,
-                              intermediate_data_type=cudnn.data_type.FLOAT,
-                              compute_data_type=cudnn.data_type.FLOAT)
-            Q, K = g.tensor_like(q.transpose(1, 2)), g.tensor_like(k.transpose(1, 2))
-            V = g.tensor_like(v.transpose(1, 2))
-            o = torch.empty_like(q)
-            O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=128**-0.5, generate_stats=False,
-                          diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
-                          diagonal_band_right_bound=0)
-            O.set_output(True).set_dim(list(o.transpose(1, 2).shape))
-            O.set_stride(list(o.transpose(1, 2).stride()))
-            g.build([cudnn.heur_mode.A])
-            size = g.get_workspace_size() + 1
-            ws = torch.empty(size, device="cuda", dtype=torch.uint8)
-            pack = {Q: q.transpose(1, 2), K: k.transpose(1, 2), V: v.transpose(1, 2),
-                    O: o.transpose(1, 2)}
-            state["run"] = lambda: g.execute(pack, ws, handle=h)
-        state["run"]()
-run(); torch.cuda.synchronize(); t3 = time.perf_counter()
-run(); torch.cuda.synchronize(); t4 = time.perf_counter()
-print(json.dumps({"torch_and_context_s": t1 - t0, "import_s": t2 - t1,
-                  "first_call_s": t3 - t2, "second_call_s": t4 - t3}))
-"""
-
-
-def fresh_process(backend):
-    with tempfile.TemporaryDirectory() as cache:
-        env_vars = {
-            **__import__("os").environ,
-            "CUDA_CACHE_PATH": cache,
-            "TMPDIR": cache,
-            "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "0",
-        }
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD, backend],
-            env=env_vars,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-backends = ["cudnn"] + (["fa4"] if FA4_OK else [])
-first_calls = {b: [] for b in backends}
-for _ in range(3):
-    for b in backends:
-        first_calls[b].append(fresh_process(b))
-
-first_rows = []
-for b, runs in first_calls.items():
-    ok = [r for r in runs if "error" not in r]
-    if not ok:
-        first_rows.append({"backend": b, "error": runs[0]["error"]})
-        continue
-    row = {"backend": CUDNN if b == "cudnn" else FA4, "processes": len(ok)}
-    for key in ("torch_and_context_s", "import_s", "first_call_s", "second_call_s"):
-        vals = sorted(r[key] for r in ok)
-        row[key.replace("_s", " (s)")] = (
-            f"{vals[len(vals) // 2]:.3f} [{vals[0]:.3f}, {vals[-1]:.3f}]"
-        )
-    first_rows.append(row)
-html_table(pd.DataFrame(first_rows))
-
-# %%
 # Conclusions
 # -----------
 # Computed from the rows above; clock and power-cap warnings are in Measurement notes.
@@ -644,9 +539,7 @@ if results:
     ours_fa4 = {key: c.estimate(FA4, "ms")["value"] for key, c in results.items()}
     ours_cudnn = {key: c.estimate(CUDNN, "ms")["value"] for key, c in results.items()}
     gaps = {key: ours_fa4[key] / vendor[key][1] - 1 for key in results}
-    worst = max(gaps, key=lambda key: abs(gaps[key]))
     cudnn_gaps = {key: ours_cudnn[key] / vendor[key][0] - 1 for key in results}
-    worst_cudnn = max(cudnn_gaps, key=lambda key: abs(cudnn_gaps[key]))
     same = zip(sorted(results), table["same direction"])
     disagree = [shape(k) for k, ok in same if not ok]
     speedups = {key: c.versus[FA4] for key, c in sorted(results.items())}
@@ -698,37 +591,45 @@ lse_sentence = (
 )
 
 
-def largest_gap(gap, key):
+def largest_gap(gaps):
     """The largest gap's size, its direction (ours slower or faster) and its shape."""
-    way = "slower" if gap > 0 else "faster"
-    return f"by at most {100 * abs(gap):.0f}% (ours {way}, at {shape(key)})"
+    key = max(gaps, key=lambda key: abs(gaps[key]))
+    way = "slower" if gaps[key] > 0 else "faster"
+    return f"by at most {100 * abs(gaps[key]):.0f}% (ours {way}, at {shape(key)})"
 
 
-def first_call_s(backend):
-    """The median first call (build or compile included) over the fresh processes."""
-    ok = sorted(
-        r["first_call_s"] for r in first_calls.get(backend, []) if "error" not in r
+def vendor_pattern(name, gaps):
+    """Where our ``name`` was faster than NVIDIA's, and what those shapes share."""
+    faster = [key for key in sorted(gaps) if gaps[key] < 0]
+    if len(faster) in (0, len(gaps)):
+        way = "faster" if faster else "slower"
+        return f"Our {name} was {way} than NVIDIA's at all {len(gaps)} shapes."
+    masks = {True: "causal", False: "no-mask"}
+    passes = {"fwd": "forward", "bwd": "backward"}
+    by_pair = (lambda key: key[1:], lambda v: f"{masks[v[0]]} {passes[v[1]]}")
+    by_pass = (lambda key: key[2], lambda v: f"{passes[v]} (either mask)")
+    by_mask = (lambda key: key[1], lambda v: f"{masks[v]} (either pass)")
+    for part, words in (by_pair, by_pass, by_mask):
+        if len({part(key) for key in faster}) > 1:
+            continue  # the faster shapes differ in this part: no pattern in it
+        group = [key for key in sorted(gaps) if part(key) == part(faster[0])]
+        not_faster = [key for key in group if gaps[key] >= 0]
+        at = (  # the pair names mask and pass: S alone tells its shapes apart
+            (lambda keys: "S=" + ", ".join(str(key[0]) for key in keys))
+            if part is by_pair[0]
+            else (lambda keys: "; ".join(shape(key) for key in keys))
+        )
+        return (
+            f"Our {name} was faster than NVIDIA's only on {words(part(faster[0]))} "
+            f"shapes, at {at(faster)}"
+            + (f" (not at {at(not_faster)})" if not_faster else "")
+            + f": {len(faster)} of {len(gaps)} shapes, and at none of the others."
+        )
+    return (
+        f"Our {name} was faster than NVIDIA's at {len(faster)} of {len(gaps)} shapes "
+        f"({'; '.join(shape(key) for key in faster)}), which share no mask or pass."
     )
-    return ok[len(ok) // 2] if ok else None
 
-
-first_cudnn, first_fa4 = first_call_s("cudnn"), first_call_s("fa4")
-if first_cudnn and first_fa4:
-    longer = "longer" if first_fa4 > first_cudnn else "shorter"
-    first_sentence = (
-        f"In a fresh process (OS file cache not emptied), the first causal forward at "
-        f"S={S} took {first_cudnn:.2f} s with cuDNN (plan build included) and "
-        f"{first_fa4:.2f} s with {FA4} (CuTe compile included): "
-        f"{max(first_fa4, first_cudnn) / min(first_fa4, first_cudnn):.1f}× {longer} "
-        f"for FlashAttention-4 (medians of {len(first_calls['cudnn'])} processes)."
-    )
-elif first_cudnn:
-    first_sentence = (
-        f"In a fresh process, cuDNN's first causal forward at S={S} took "
-        f"{first_cudnn:.2f} s (plan build included); {FA4} has no fresh-process row."
-    )
-else:
-    first_sentence = "No fresh process finished its first call: see the table above."
 
 judged = [c.removesuffix(": worst rel. error") for c in checked[0] if "error" in c]
 lengths = ", ".join(str(s) for s in sorted({r["S"] for r in checked}))
@@ -770,29 +671,13 @@ else:
         "read) records them."
     )
 
-# sphinx_gallery_start_ignore
-from cudnn_guide.report.records import comparison, keep
-
-for (s, causal, phase), c in sorted(results.items()):
-    comparison(
-        f"S={s} {'causal' if causal else 'no mask'} {phase}: "
-        f"cuDNN over {FA4.split(' (')[0]}",
-        c,
-        FA4,
-    )
-keep(first_calls=first_calls, torch_fa4_route=torch_route)
-# sphinx_gallery_end_ignore
-(
-    Prose(
+if not results:
+    summary = [
         f"{FA4} was not measured here ({FA4_DETAIL}); NVIDIA's table above is all "
-        f"this page shows of it.",
-        check_sentence,
-        clock_sentence,
-        first_sentence,
-        route_sentence,
-    )
-    if not results
-    else Prose(
+        f"this page shows of it."
+    ]
+else:
+    summary = [
         f"Across the vendor's {len(table)} bf16 shapes, the cuDNN graph (heuristics A) "
         f"was faster than {FA4} at {verdicts.get('faster', 0)}, tied at "
         f"{verdicts.get('tie', 0)} and slower at {verdicts.get('slower', 0)} on this "
@@ -802,18 +687,34 @@ keep(first_calls=first_calls, torch_fa4_route=torch_route)
         f"Our verdict points the same way as NVIDIA's table (cuDNN {VENDOR_CUDNN}) at "
         f"{agree} of {len(table)} shapes; a tie counts as agreeing with either "
         f"direction"
-        + (f". It points the other way at {', '.join(disagree)}." if disagree else "."),
+        + (
+            f". It points the other way at {', '.join(disagree)}; the table's last "
+            "column says how far our cuDNN and FlashAttention-4 times lie from "
+            "NVIDIA's there."
+            if disagree
+            else "."
+        ),
         f"Our cuDNN {env.cudnn_backend} times differ from NVIDIA's cuDNN "
-        f"{VENDOR_CUDNN} times {largest_gap(cudnn_gaps[worst_cudnn], worst_cudnn)}, "
-        f"and our FlashAttention-4 times from theirs "
-        f"{largest_gap(gaps[worst], worst)}. Both tables time kernels only. Ours "
-        f"flush L2 before every call; the vendor's CSV "
-        f"names neither its L2 policy nor its FlashAttention-4 build, so the cuDNN "
-        f"version, the FA4 build, L2 and the two H200s' clocks are all candidates for "
-        f"the gaps, and this page cannot separate them.",
-        clock_sentence,
-        check_sentence,
-        first_sentence,
-        route_sentence,
+        f"{VENDOR_CUDNN} times {largest_gap(cudnn_gaps)}, and our FlashAttention-4 "
+        f"times from theirs {largest_gap(gaps)}. "
+        + vendor_pattern(f"cuDNN {env.cudnn_backend}", cudnn_gaps)
+        + " "
+        + vendor_pattern("FlashAttention-4", gaps)
+        + " Both tables time kernels only. Ours flush L2 before every call; the "
+        "vendor's CSV names neither its L2 policy nor its FlashAttention-4 build, so "
+        "the cuDNN version, the FA4 build, L2 and the two H200s' clocks are all "
+        "candidates for the gaps, and this page cannot separate them.",
+    ]
+
+# sphinx_gallery_start_ignore
+from cudnn_guide.report.records import comparison
+
+for (s, causal, phase), c in sorted(results.items()):
+    comparison(
+        f"S={s} {'causal' if causal else 'no mask'} {phase}: "
+        f"cuDNN over {FA4.split(' (')[0]}",
+        c,
+        FA4,
     )
-)
+# sphinx_gallery_end_ignore
+Prose(*summary, clock_sentence, check_sentence)

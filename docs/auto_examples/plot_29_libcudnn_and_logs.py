@@ -1,0 +1,507 @@
+"""
+Which libcudnn, what the frontend logs, and which plan it picks
+===============================================================
+
+You build causal attention, list the execution plans that the heuristics propose for
+it in mode ``A`` and in mode ``FALLBACK`` (each plan's name and behaviour notes), print
+the version of the libcudnn the frontend loaded, then run the graph and check it
+against PyTorch. Then the page looks at the machinery behind those plans: where the
+frontend finds libcudnn and what happens when it finds the wrong one, what its log
+says while it builds, what each heuristic mode lists and costs, and how the plan
+filters narrow the list. The failures a graph itself can meet are on the
+:ref:`troubleshooting page <sphx_glr_auto_examples_plot_22_troubleshooting.py>`.
+
+What you will learn:
+
+* to read which libcudnn is loaded (``cudnn.backend_version()``), and how
+  ``python -m cudnn.collect_env`` and the guide's ``libcudnn.find_libcudnn()`` say
+  where it came from;
+* two ways to load the wrong libcudnn, each tried in a fresh process, and how to tell
+  what each one loaded;
+* to capture the frontend's log (``CUDNN_FRONTEND_LOG_INFO``,
+  ``CUDNN_FRONTEND_LOG_FILE``);
+* what the heuristic modes ``A``, ``B`` and ``FALLBACK`` list, the plans' names and
+  behaviour notes, and the ``deselect_*``/``select_*`` filters that drop plans before
+  ``check_support``.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN fused attention")
+env = environment.collect()
+env
+
+# %%
+# The lesson: the plans each heuristic mode lists, and the libcudnn behind them
+# -----------------------------------------------------------------------------
+# The frontend loads libcudnn when it is imported; ``cudnn.backend_version()`` says
+# which (major·10000 + minor·100 + patch). Causal attention on B×H×S×D bf16 tensors is
+# declared once per heuristic mode, because a graph plans only once: mode ``A`` (the
+# fast heuristic), then ``FALLBACK`` (the generic engines). Each lists its execution
+# plans, each plan with a name (engine and knobs) and behaviour notes.
+import cudnn
+import torch
+
+print(f"libcudnn {cudnn.backend_version_string()} ({cudnn.backend_version()})")
+handle = cudnn.create_handle()
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+b, h, s, d = 2, 8, 1024, 128  # batch, heads, tokens, head dim: B×H×S×D
+q, k, v = torch.randn(3, b, h, s, d, device="cuda", dtype=torch.bfloat16)
+TOP_LEFT = cudnn.diagonal_alignment.TOP_LEFT  # causal: query i sees the keys j <= i
+CAUSAL = dict(diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0)
+
+
+def causal_attention_graph(modes):
+    """Declare causal attention on q, k, v; list the plans of the heuristic modes."""
+    g = cudnn.pygraph(
+        handle=handle,
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    Q = g.tensor_like(q, name="q")
+    K = g.tensor_like(k, name="k")
+    V = g.tensor_like(v, name="v")
+    O, _ = g.sdpa(Q, K, V, attn_scale=d**-0.5, generate_stats=False, **CAUSAL)
+    O.set_output(True).set_dim(list(q.shape)).set_stride(list(q.stride()))
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans(modes)
+    return g, (Q, K, V, O)
+
+
+for mode in (cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK):
+    g, _ = causal_attention_graph([mode])
+    count = g.get_execution_plan_count()
+    print(f"{mode}: {count} plan(s)")
+    for i in range(count):
+        notes = g.get_behavior_notes_for_plan_at_index(i)
+        notes = ", ".join(str(n).split(".")[-1] for n in notes) or "no notes"
+        print(f"    [{i}] {g.get_plan_name_at_index(i)} ({notes})")
+
+# %%
+# Asked for ``A`` then ``FALLBACK``, the heuristics list the plans of both modes;
+# ``check_support`` and ``build_plans`` then pick one and build it. The graph runs, and
+# its output is checked against PyTorch in fp32.
+g, (Q, K, V, O) = causal_attention_graph([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+print(f"A, then FALLBACK: {g.get_execution_plan_count()} plan(s)")
+g.check_support()
+g.build_plans()
+o = torch.empty_like(q)
+workspace = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+g.execute({Q: q, K: k, V: v, O: o}, workspace, handle=handle)
+ref = torch.nn.functional.scaled_dot_product_attention(
+    q.float(), k.float(), v.float(), is_causal=True
+)
+torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
+print(f"max |error| against PyTorch in fp32: {(o.float() - ref).abs().max():.1e}")
+
+# %%
+# Measuring which libcudnn loads, what the log says and what each mode lists
+# --------------------------------------------------------------------------
+# First the guide's check of the lesson's graph: its output filled with NaN, the graph
+# run again, and the output compared with the fp32 reference by relative norm. Then the
+# helpers of the cells below: ``outcome`` keeps, for each case, what happened, where,
+# the message whole and the fix; ``sdpa_graph`` declares causal attention on
+# 2×8×1024×head-dim tensors afresh, and ``five_steps`` lists its five build steps with
+# the heuristic modes given.
+import textwrap
+
+from cudnn_guide import check, libcudnn
+
+check.poison(o)
+g.execute({Q: q, K: k, V: v, O: o}, workspace, handle=handle)
+print(check.check(o, ref, name="causal SDPA, plans of A then FALLBACK"))
+
+IO = {
+    torch.bfloat16: cudnn.data_type.BFLOAT16,
+    torch.float16: cudnn.data_type.HALF,
+    torch.float32: cudnn.data_type.FLOAT,
+}
+outcomes = []
+
+
+def sdpa_graph(head_dim=128, dtype=torch.bfloat16, q_layout="BHSD"):
+    """Causal SDPA on 2×8×1024×head_dim tensors: the graph and its Q, K, V, O."""
+    g = cudnn.pygraph(
+        handle=handle,
+        io_data_type=IO[dtype],
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    x = torch.empty(2, 8, 1024, head_dim, device="cuda", dtype=dtype)
+    q = (
+        x.transpose(-1, -2).contiguous().transpose(-1, -2)
+        if q_layout == "D-major"
+        else x
+    )
+    Q, K, V = (
+        g.tensor_like(q, name="q"),
+        g.tensor_like(x, name="k"),
+        g.tensor_like(x, name="v"),
+    )
+    O, _ = g.sdpa(
+        name="sdpa",
+        q=Q,
+        k=K,
+        v=V,
+        attn_scale=head_dim**-0.5,
+        generate_stats=False,
+        diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
+        diagonal_band_right_bound=0,
+    )
+    O.set_output(True).set_dim(list(x.shape)).set_stride(list(x.stride()))
+    return g, (Q, K, V, O)
+
+
+def five_steps(g, modes=("A", "FALLBACK")):
+    """The five build steps of ``g`` as callables, in order."""
+    heuristics = [getattr(cudnn.heur_mode, m) for m in modes]
+    return (
+        g.validate,
+        g.build_operation_graph,
+        lambda: g.create_execution_plans(heuristics),
+        g.check_support,
+        g.build_plans,
+    )
+
+
+def outcome(case, what, where, error, message, fix):
+    message = " ".join(str(message).split())  # whole, on one line
+    outcomes.append(
+        {
+            "case": case,
+            "outcome": what,
+            "surfaces at": where,
+            "error": error,
+            "message": message,
+            "fix": fix,
+        }
+    )
+
+
+# %%
+# Which libcudnn, which versions
+# ------------------------------
+# The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the
+# nvidia-cudnn wheel that PyTorch brings, ``LD_LIBRARY_PATH`` or the system.
+# ``python -m cudnn.collect_env`` prints what it found; the guide's
+# ``libcudnn.find_libcudnn()`` explains its search:
+import os
+import subprocess
+import sys
+
+print(libcudnn.find_libcudnn().explain())
+collect = subprocess.run(
+    [sys.executable, "-m", "cudnn.collect_env"],
+    capture_output=True,
+    text=True,
+    timeout=120,
+)
+words = ("cudnn", "torch", "cuda", "gpu", "driver")
+lines = [
+    ln
+    for ln in (collect.stdout + collect.stderr).splitlines()
+    if any(w in ln.lower() for w in words) and "brand=" not in ln
+]
+print("\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in lines[:25]))
+
+# %%
+# Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
+# frontend, prints the backend version it loaded, then creates a handle. What each one
+# did is read from what that process printed and its exit code; the running process
+# loaded backend ``cudnn.backend_version()``.
+import tempfile
+
+PROBE = """
+import cudnn
+print("imported; backend version:", cudnn.backend_version())
+maps = [ln.split()[-1] for ln in open("/proc/self/maps") if "/libcudnn" in ln]
+main = [p for p in maps if "/libcudnn.so" in p] + maps + ["not mapped"]
+print("libcudnn file:", main[0])
+cudnn.create_handle()
+print("a handle was created")
+"""
+ours = str(cudnn.backend_version())
+our_file = libcudnn.loaded_libcudnn()
+
+
+def dotted(v):
+    """91400 -> 9.14.0 (backend_version is major·10000 + minor·100 + patch)."""
+    return f"{int(v) // 10000}.{int(v) // 100 % 100}.{int(v) % 100}" if v else "?"
+
+
+def probe(case, python, fix, hide="", **env_vars):
+    """Run PROBE with ``python`` and ``env_vars``; keep what happened as an outcome."""
+    run = subprocess.run(
+        [python, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, **env_vars),
+    )
+    text = run.stdout + run.stderr
+    said = [
+        ln
+        for ln in (text.replace(hide, "<dir>") if hide else text).splitlines()
+        if ln.strip()
+    ]
+    version = next(
+        (ln.split(":")[-1].strip() for ln in said if "backend version" in ln), None
+    )
+    lib = next(
+        (ln.split(":", 1)[1].strip() for ln in said if "libcudnn file:" in ln), "?"
+    )
+    last = said[-1] if said else "(nothing)"
+    if run.returncode:
+        where = "creating a handle" if version else "import cudnn"
+        outcome(case, "fails with a message", where, last.split(":")[0], last, fix)
+    elif version == ours:
+        what = f"loaded libcudnn {dotted(version)} from {lib}, as here"
+        outcome(case, "runs", "—", "none", what, "—")
+    else:
+        what = (
+            f"loaded libcudnn {dotted(version)} from {lib}; this process runs "
+            f"{dotted(ours)} from {our_file}"
+        )
+        kind = f"raises nothing, loads another libcudnn ({dotted(version)})"
+        outcome(case, kind, "nowhere", "none", what, fix)
+    print(f"{case}: exit code {run.returncode}; the last lines it printed:")
+    print("\n".join(textwrap.fill(ln, 88, initial_indent=" " * 4) for ln in said[-4:]))
+
+
+# %%
+# A broken ``libcudnn.so.9`` earlier on ``LD_LIBRARY_PATH`` (an empty file standing in
+# for a stale or half-copied library):
+with tempfile.TemporaryDirectory() as stale:
+    open(os.path.join(stale, "libcudnn.so.9"), "wb").close()
+    path = stale + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
+    probe(
+        "a broken libcudnn.so.9 first on LD_LIBRARY_PATH",
+        sys.executable,
+        "remove that directory from LD_LIBRARY_PATH "
+        "(libcudnn.find_libcudnn().explain() names the file that would load)",
+        hide=stale,
+        LD_LIBRARY_PATH=path,
+    )
+
+# %%
+# No ``nvidia-cudnn`` wheel where the frontend looks (a virtual environment on top of
+# this Python, with no ``nvidia/cudnn`` in its own site-packages; the probe imports the
+# frontend from this Python's) and nothing on ``LD_LIBRARY_PATH``: the frontend asks
+# the dynamic linker, which may find none, or a system copy of another version.
+import venv
+
+with tempfile.TemporaryDirectory() as bare:
+    venv.create(bare, system_site_packages=True, with_pip=False)
+    probe(
+        "no nvidia-cudnn wheel where the frontend looks",
+        os.path.join(bare, "bin", "python"),
+        "pip install nvidia-cudnn-cu13 (or torch, which brings it) into the same "
+        "environment, or put libcudnn's directory on LD_LIBRARY_PATH",
+        LD_LIBRARY_PATH="",
+    )
+
+# %%
+# The frontend's log, captured
+# ----------------------------
+# ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
+# each step: the graph as JSON, the checks, the heuristics' answer and the plan chosen.
+# The lines below come from building a causal SDPA graph in a fresh process with logging
+# on:
+script = """
+import torch, cudnn
+h = cudnn.create_handle()
+x = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16)
+g = cudnn.pygraph(handle=h, io_data_type=cudnn.data_type.BFLOAT16,
+                  compute_data_type=cudnn.data_type.FLOAT)
+Q, K, V = (g.tensor_like(x) for _ in range(3))
+O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=0.125, generate_stats=False,
+              diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
+              diagonal_band_right_bound=0)
+O.set_output(True)
+g.build([cudnn.heur_mode.A])
+"""
+logged = subprocess.run(
+    [sys.executable, "-c", script],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE="stdout"),
+)
+log_lines = [
+    ln
+    for ln in logged.stdout.splitlines()
+    if ln.startswith("[cudnn_frontend]") and "Inferrencing" not in ln
+]
+print(
+    "\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in log_lines[:30])
+)
+version_notes = [ln for ln in log_lines if "version" in ln.lower()]
+
+# %%
+# Heuristic modes, plan names, notes and filters
+# ----------------------------------------------
+# ``heur_mode.A`` is the fast heuristic, ``B`` the slower more accurate one,
+# ``FALLBACK`` the generic engines. Each plan has a name (engine and knobs), behaviour
+# notes and a workspace; ``deselect_*`` filters drop plans before ``check_support``.
+import time
+
+import pandas as pd
+
+from cudnn_guide.report import html_table
+
+rows = []
+for modes in (("A",), ("B",), ("A", "FALLBACK")):
+    g2 = sdpa_graph()[0]
+    calls = five_steps(g2, modes)
+    t0 = time.perf_counter()
+    for call in calls[:3]:
+        call()
+    plans = g2.get_execution_plan_count()
+    names = [g2.get_plan_name_at_index(i) for i in range(plans)]
+    notes = [g2.get_behavior_notes_for_plan_at_index(i) for i in range(plans)]
+    for call in calls[3:]:
+        call()
+    rows.append(
+        {
+            "heur_mode": "+".join(modes),
+            "plans": plans,
+            "plan names": ", ".join(names),
+            "behaviour notes": "; ".join(
+                ", ".join(str(n).split(".")[-1] for n in ns) or "none" for ns in notes
+            ),
+            "build s (5 steps)": time.perf_counter() - t0,
+            "workspace bytes": g2.get_workspace_size(),
+        }
+    )
+html_table(
+    pd.DataFrame(rows), {"build s (5 steps)": "{:.3f}", "workspace bytes": "{:.0f}"}
+)
+
+# %%
+# The filters drop plans whose engine, notes or workspace you cannot accept, before
+# ``check_support`` and ``build_plans`` pick one. Each row below declares the same
+# graph, plans with ``A`` then ``FALLBACK``, applies one filter and builds. A filter
+# that leaves no plan is itself a way to get "No execution plans support the graph":
+first_plan = rows[-1]["plan names"].split(", ")[0]
+note, behavior = cudnn.numerical_note, cudnn.behavior_note
+filters = {
+    "deselect_workspace_greater_than(0)": lambda g: g.deselect_workspace_greater_than(
+        0
+    ),
+    f"deselect_engines([{first_plan}])": lambda g: g.deselect_engines([first_plan]),
+    "deselect_numeric_notes([TENSOR_CORE])": lambda g: g.deselect_numeric_notes(
+        [note.TENSOR_CORE]
+    ),
+    "deselect_numeric_notes([NONDETERMINISTIC])": lambda g: g.deselect_numeric_notes(
+        [note.NONDETERMINISTIC]
+    ),
+    "deselect_behavior_notes([RUNTIME_COMPILATION])": lambda g: (
+        g.deselect_behavior_notes([behavior.RUNTIME_COMPILATION])
+    ),
+    "select_behavior_notes([SUPPORTS_CUDA_GRAPH_NATIVE_API])": (
+        lambda g: g.select_behavior_notes([behavior.SUPPORTS_CUDA_GRAPH_NATIVE_API])
+    ),
+}
+filtered = []
+for label, apply in filters.items():
+    g3 = sdpa_graph()[0]
+    calls = five_steps(g3)
+    for call in calls[:3]:
+        call()
+    apply(g3)
+    try:
+        for call in calls[3:]:
+            call()
+        result = (
+            f"builds; the built plan needs {g3.get_workspace_size()} bytes of workspace"
+        )
+    except Exception as exc:
+        result = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    filtered.append({"filter (after create_execution_plans)": label, "result": result})
+html_table(pd.DataFrame(filtered))
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(7, 2.8), layout="constrained")
+ax.barh(
+    [f"{r['heur_mode']} ({r['plans']} plans)" for r in rows],
+    [1e3 * r["build s (5 steps)"] for r in rows],
+)
+ax.set_xlabel("ms to build the causal SDPA graph, five steps (one build each)")
+ax.set_title("what each heuristic mode costs at build time")
+plt.show()
+
+# %%
+# Summary: each case, what happened, where, the fix
+# -------------------------------------------------
+columns = ["case", "outcome", "surfaces at", "error", "message", "fix"]
+html_table(pd.DataFrame(outcomes)[columns])
+
+# %%
+# Conclusions
+# -----------
+# Every count and sentence below is computed from the outcomes, the log and the tables
+# above.
+from collections import Counter
+
+from cudnn_guide.report.prose import Prose
+
+failed = [o for o in outcomes if o["outcome"].startswith("fails")]
+same_lib = [o for o in outcomes if o["outcome"] in ("builds", "runs")]
+silent_rows = [o for o in outcomes if o["outcome"].startswith("raises nothing")]
+steps = Counter(o["surfaces at"] for o in failed)
+emptied = [
+    f["filter (after create_execution_plans)"]
+    for f in filtered
+    if not f["result"].startswith("builds")
+]
+sentences = [
+    f"This process runs libcudnn {dotted(ours)} ({ours}), "
+    + (f"from {our_file}." if our_file else "from no file /proc/self/maps names."),
+    f"Of the {len(outcomes)} ways to load the wrong libcudnn tried, {len(failed)} "
+    f"failed with a message, {len(same_lib)} loaded the same libcudnn as this "
+    f"process, and {len(silent_rows)} raised nothing at all.",
+    "Where the failures surfaced: "
+    + ("; ".join(f"{step}: {n}" for step, n in steps.most_common()) or "nowhere")
+    + ". A failure on import or at handle creation is the library's: "
+    "libcudnn.find_libcudnn().explain() and python -m cudnn.collect_env name the file.",
+    (
+        "Raised nothing although another libcudnn was loaded: "
+        + "; ".join(f"{o['case']}: {o['message']}" for o in silent_rows)
+        + ". Only a check of the loaded library's version (cudnn.backend_version()) "
+        "catches these."
+        if silent_rows
+        else "None of the ways tried here loaded another libcudnn without an error."
+    ),
+    (
+        "Loaded the same libcudnn as this process: "
+        + "; ".join(f"{o['case']}: {o['message']}" for o in same_lib)
+        + "."
+        if same_lib
+        else "No way tried here loaded the same libcudnn as this process."
+    ),
+    "Plans listed, and the five build steps' time, per heuristic mode: "
+    + "; ".join(
+        f"{r['heur_mode']}: {r['plans']} plan(s), {1e3 * r['build s (5 steps)']:.0f} ms"
+        for r in rows
+    )
+    + ".",
+    f"{len(emptied)} of the {len(filtered)} plan filters left no plan that builds"
+    + (f": {', '.join(emptied)}." if emptied else "."),
+]
+if version_notes:
+    note_text = version_notes[0].split("INFO:", 1)[-1].strip()
+    sentences.append(f"The frontend's log notes: {note_text}")
+# sphinx_gallery_start_ignore
+from cudnn_guide.report.records import keep
+
+keep(outcomes=outcomes)
+# sphinx_gallery_end_ignore
+
+Prose(*sentences)

@@ -1,0 +1,381 @@
+"""
+PyTorch's own SDPA served by the frontend: the cudnn.torch provider
+===================================================================
+
+You build the causal attention of the
+:ref:`transformer block page <sphx_glr_auto_examples_plot_25_transformer_block.py>` as
+two cuDNN graphs at its shape, a forward that saves its softmax statistics and the
+backward that reads them, and check both against PyTorch. Then PyTorch runs graphs like
+them for you: frontend 1.32's ``cudnn.torch.install_sdpa_overrides()`` registers Python
+implementations for the CUDA kernels of ``aten::_scaled_dot_product_cudnn_attention``
+and its backward (and of PyTorch's varlen attention ops). They call the frontend's own
+custom ops, ``torch.ops.cudnn.sdpa_fwd`` and ``sdpa_bwd``, which declare an ``sdpa`` and
+an ``sdpa_backward`` graph as the lesson does, build them with the same five steps,
+cache one per shape, strides and flags, and execute them with a handle bound to torch's
+current stream. PyTorch's autograd wrapper of the op is untouched, and attention bias,
+dropout and the backward of padded batches still go to PyTorch's own C++ kernels. A
+model that selects PyTorch's cuDNN SDPA backend then runs on the frontend's Python API
+with no change to its code, until ``remove()`` on the handle the call returned (PyTorch
+versions with ``torch.backends.cuda.enable_cudnn_sdp_python`` make the same call from
+that switch).
+
+What you will learn:
+
+* the causal forward-with-statistics and backward graphs that PyTorch's cuDNN SDPA
+  backend runs, declared in Python;
+* what the provider replaces and what it leaves to PyTorch, how to install and remove
+  it, and how to count the calls it served (``cudnn.torch.calls``);
+* a training step of the block (forward, backward, AdamW) on the provider, checked
+  against an fp32 reference and timed against the block with the guide's own op and
+  with PyTorch's flash backend, on GPU time and on a wall-clock loop.
+"""
+
+# %%
+# Environment
+# -----------
+from cudnn_guide import environment
+
+environment.require_sm((8, 0), "cuDNN fused attention")
+env = environment.collect()
+env
+
+# %%
+# The lesson: causal attention as two cuDNN graphs
+# ------------------------------------------------
+# The block's attention: 8 sequences of 2048 tokens, 16 heads of 128, bf16, all
+# B×H×S×D. The forward writes O and, with ``generate_stats=True``, one fp32
+# log-sum-exp per query row (``stats``, B×H×S×1: the layout PyTorch's cuDNN backend
+# keeps its log-sum-exp in, so the provider hands it between the two without a copy).
+# The backward reads Q, K, V, O, dO and those statistics and writes dQ, dK and dV.
+# Both are causal with cuDNN's band: top-left diagonal, nothing to the right of it.
+import cudnn
+import torch
+
+B, S, H, D = 8, 2048, 16, 128
+handle = cudnn.create_handle()
+cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+torch.manual_seed(0)
+q, k, v, d_o = torch.randn(4, B, H, S, D, device="cuda", dtype=torch.bfloat16)
+o, dq, dk, dv = (torch.empty_like(t) for t in (q, q, k, v))
+stats = torch.empty(B, H, S, 1, device="cuda", dtype=torch.float32)
+TOP_LEFT = cudnn.diagonal_alignment.TOP_LEFT
+causal = dict(diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0)
+types = dict(
+    io_data_type=cudnn.data_type.BFLOAT16,
+    intermediate_data_type=cudnn.data_type.FLOAT,
+    compute_data_type=cudnn.data_type.FLOAT,
+)
+
+
+def build(g):
+    """The five build steps; returns the graph's workspace."""
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    return torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+
+
+fwd = cudnn.pygraph(handle=handle, **types)
+Q, K, V = (fwd.tensor_like(t, name=n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+O, STATS = fwd.sdpa(q=Q, k=K, v=V, attn_scale=D**-0.5, generate_stats=True, **causal)
+O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
+STATS.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+STATS.set_dim(list(stats.shape)).set_stride(list(stats.stride()))
+fwd.execute({Q: q, K: k, V: v, O: o, STATS: stats}, build(fwd), handle=handle)
+
+bwd = cudnn.pygraph(handle=handle, **types)
+io = dict(q=q, k=k, v=v, o=o, dO=d_o, stats=stats)
+T = {n: bwd.tensor_like(t, name=n) for n, t in io.items()}
+DQ, DK, DV = bwd.sdpa_backward(**T, attn_scale=D**-0.5, **causal)
+for node, t in zip((DQ, DK, DV), (dq, dk, dv)):
+    node.set_output(True).set_dim(list(t.shape)).set_stride(list(t.stride()))
+bwd_pack = {**{T[n]: t for n, t in io.items()}, DQ: dq, DK: dk, DV: dv}
+bwd.execute(bwd_pack, build(bwd), handle=handle)
+
+# The fp32 reference: PyTorch's own attention on fp32 copies, with autograd.
+# autograd's backward thread needs this device's context
+torch.cuda.set_device(q.device)
+leaves = [t.float().requires_grad_() for t in (q, k, v)]
+ref = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+ref.backward(d_o.float())
+for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leaves]):
+    want = want.detach() if name == "O" else want.grad
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    print(f"{name}: max |cuDNN − fp32| = {(got.float() - want).abs().max():.1e}")
+
+# %%
+# Measuring a training step of the block on the provider
+# ------------------------------------------------------
+# The block of the transformer block page: pre-norm, RMSNorm, attention, RMSNorm, a
+# SwiGLU MLP, two residual adds, in bf16, with ``attend`` its only variable part. Its
+# reference is the same block in float32 with TF32 off; rounding to bf16 compounds
+# through two norms, five projections and attention, so the gradients get twice the
+# bf16 tolerance. One training step is forward, backward of ``dy`` and a fused AdamW
+# update (learning rate 1e-5, so the weights barely move across the timed steps). The
+# block with the guide's op (``torch_ops.attention``, the lesson's two graphs behind
+# ``torch.library.custom_op``) is checked here; the others in the next cell.
+import copy
+
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
+
+from cudnn_guide import CheckFailedError, check
+from cudnn_guide.graphs import torch_ops
+from cudnn_guide.measure import compare
+
+DIM, HIDDEN = H * D, 5632
+
+
+def cudnn_attention(q, k, v):
+    return torch_ops.attention(q, k, v, causal=True)
+
+
+def torch_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Block(nn.Module):
+    def __init__(self, attend):
+        super().__init__()
+        self.attend = attend  # takes and returns B×H×S×D
+        self.norm1, self.norm2 = nn.RMSNorm(DIM), nn.RMSNorm(DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM, bias=False)
+        self.out = nn.Linear(DIM, DIM, bias=False)
+        self.gate_up = nn.Linear(DIM, 2 * HIDDEN, bias=False)
+        self.down = nn.Linear(HIDDEN, DIM, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        qkv = self.qkv(self.norm1(x)).view(b, s, 3, H, D)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).contiguous()
+        attn = self.attend(q, k, v).transpose(1, 2)
+        x = x + self.out(attn.reshape(b, s, DIM))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+torch.manual_seed(0)
+template = Block(torch_attention).cuda().to(torch.bfloat16)
+gen = torch.Generator(device="cuda").manual_seed(1)
+x = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
+dy = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+
+def variant(attend):
+    """A copy of the same initial block with ``attend`` as its attention."""
+    block = copy.deepcopy(template)
+    block.attend = attend
+    return block
+
+
+reference = copy.deepcopy(template).float()
+with check.full_precision():
+    ref_y = reference(x.float())
+    ref_y.backward(dy.float())
+ref_grads = {n: p.grad for n, p in reference.named_parameters()}
+GRAD_TOL = 2 * check.tolerance(torch.bfloat16)
+
+checks = []
+
+
+def check_block(block, label):
+    for p in block.parameters():
+        p.grad = None
+    y = block(x)
+    y.backward(dy)
+    checks.append(check.check(y, ref_y, name=f"{label}: output"))
+    grads = []
+    for n, p in block.named_parameters():
+        n = n.removeprefix("_orig_mod.")
+        grads.append(
+            check.check(p.grad, ref_grads[n], name=f"{label}: d{n}", tol=GRAD_TOL)
+        )
+    checks.append(max(grads, key=lambda r: r.rel_error))
+    print(checks[-2])
+    print(checks[-1], f"(the worst of {len(ref_grads)} weight gradients)")
+
+
+def training_step(block):
+    opt = torch.optim.AdamW(block.parameters(), lr=1e-5, fused=True)
+
+    def step():
+        block(x).backward(dy)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def synchronized(step):  # one step, then a synchronize: a loop that reads its loss
+    def call():
+        step()
+        torch.cuda.synchronize()
+
+    return call
+
+
+eager_cudnn = variant(cudnn_attention)
+check_block(eager_cudnn, "block with the cuDNN op")
+EAGER = "cuDNN op, eager"
+tokens = B * S
+linear_flops = (
+    2 * tokens * DIM * (3 * DIM + DIM + 2 * HIDDEN) + 2 * tokens * HIDDEN * DIM
+)
+attention_flops = 4 * B * H * S * S * D / 2  # causal
+step_flops = (
+    3 * linear_flops + 3.5 * attention_flops
+)  # backward: 2× linears, 2.5× attention
+
+# %%
+# The ``cudnn.torch`` provider
+# ----------------------------
+# ``cudnn.torch.install_sdpa_overrides()`` replaces the CUDA kernels of
+# ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle
+# whose ``remove()`` undoes it. The model code does not change: it selects PyTorch's
+# cuDNN backend. It is timed against this guide's op in the same (eager) block, and
+# PyTorch's flash backend (FlashAttention-2), on GPU time (all three in the same
+# interleaved rounds) and on the wall clock of one step then
+# ``torch.cuda.synchronize()``, as a loop that reads its loss every step runs it
+# (``compare.compare_host``, the same interleaved rounds and verdicts).
+import warnings
+
+import cudnn.torch
+
+from cudnn_guide.measure import baselines
+
+
+def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
+    return baselines.forced_sdpa(b, is_causal=True)
+
+
+provider_block = variant(backend(SDPBackend.CUDNN_ATTENTION))
+flash_block = variant(backend(SDPBackend.FLASH_ATTENTION))
+PROVIDER = "cudnn.torch provider (eager)"
+FLASH = "PyTorch eager, flash backend (FlashAttention-2)"
+provider_cmp, provider_wall, provider_error, served = None, None, "", 0
+# PyTorch warns that a kernel is overridden: that is what the provider does
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Warning only once for all operators")
+    overrides = cudnn.torch.install_sdpa_overrides()
+try:
+    served_before = cudnn.torch.calls["fwd"]
+    check_block(provider_block, "PyTorch block, cuDNN backend via cudnn.torch")
+    served = cudnn.torch.calls["fwd"] - served_before
+    print(f"forward calls the provider served on the Python API: {served}")
+    check_block(flash_block, "PyTorch block, flash backend (FlashAttention-2)")
+    provider_steps = {
+        PROVIDER: training_step(provider_block),
+        EAGER: training_step(eager_cudnn),
+        FLASH: training_step(flash_block),
+    }
+    provider_cmp = compare.compare(
+        provider_steps,
+        candidate=PROVIDER,
+        l2="cold",
+        rounds=5,
+        min_reps=3,
+        flops=step_flops,
+        tag="training step, second race",
+    )
+    provider_wall = compare.compare_host(  # one step then a synchronize, each
+        {name: synchronized(step) for name, step in provider_steps.items()},
+        candidate=PROVIDER,
+        rounds=5,
+        calls=2,
+        batches=2,
+        tag="wall-clock step, second race",
+    )
+except CheckFailedError:  # a wrong result stops the page
+    raise
+except Exception as exc:  # the provider cannot serve this torch: shown with its error
+    provider_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    print("cudnn.torch provider unavailable here:")
+    print(" ", provider_error)
+finally:
+    overrides.remove()
+
+# %%
+# Plot
+# ----
+import matplotlib.pyplot as plt
+
+from cudnn_guide.report import plot_comparison
+
+
+def tokens_per_s(est):
+    return {
+        "value": tokens / (est["value"] * 1e-6),
+        "low": tokens / (est["high"] * 1e-6),
+        "high": tokens / (est["low"] * 1e-6),
+    }
+
+
+if provider_cmp:
+    plot_comparison(
+        provider_cmp,
+        per=tokens_per_s,
+        xlabel="tokens per second, training step",
+        title=f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}",
+    )
+else:  # the figure says why there is nothing to plot
+    fig, ax = plt.subplots(figsize=(8, 1.5), layout="constrained")
+    ax.text(0.5, 0.5, f"cudnn.torch provider unavailable here:\n{provider_error}")
+    ax.axis("off")
+plt.show()
+
+# %%
+# Conclusions
+# -----------
+# The provider's block against the block with this guide's op and PyTorch's flash
+# backend, on GPU time and on the wall clock. Computed from the data when the page is
+# recorded.
+import statistics
+
+from cudnn_guide.report.prose import Prose
+
+
+def loop_note(cmp, name, wall=None):
+    """Host time to enqueue one step against its GPU time, both as measured."""
+    host_ms, gpu = cmp.measurements[name].host_median_ms, cmp.estimate(name)["value"]
+    if host_ms is None:
+        return f"* {name}: host time per step not measured; GPU {gpu:,.0f} µs."
+    side = "above" if host_ms * 1e3 > gpu else "below"
+    clock = ""
+    if wall is not None:
+        wall_us = statistics.median(wall.round_medians_ms[name]) * 1e3
+        clock = f", wall clock {wall_us:,.0f} µs"
+    return (
+        f"* {name}: host {host_ms * 1e3:,.0f} µs to enqueue one step, GPU {gpu:,.0f} µs"
+        f"{clock}: host time per step {side} GPU time per step."
+    )
+
+
+if provider_cmp and provider_wall:
+    calls = f"{served} forward call{'' if served == 1 else 's'}"
+    sentences = [
+        f"The cudnn.torch provider served {calls} in the checks. Against this "
+        f"guide's op it is {provider_cmp.describe(EAGER)} on GPU time, and "
+        f"{provider_wall.describe(EAGER)} on the wall clock; against PyTorch's flash "
+        f"backend it is {provider_cmp.describe(FLASH)} on GPU time, and "
+        f"{provider_wall.describe(FLASH)} on the wall clock.",
+        "Host time per step against GPU time:",
+        *(
+            loop_note(provider_cmp, name, provider_wall)
+            for name in provider_cmp.measurements
+        ),
+    ]
+else:
+    sentences = [f"The cudnn.torch provider could not run here: {provider_error}"]
+
+# sphinx_gallery_start_ignore
+from cudnn_guide.report.records import comparison
+
+if provider_cmp:
+    comparison(
+        "cudnn.torch provider: speed-up over this guide's op", provider_cmp, EAGER
+    )
+# sphinx_gallery_end_ignore
+Prose(*sentences)
