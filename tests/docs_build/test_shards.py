@@ -284,3 +284,19 @@ def test_the_slurm_merge_job_keeps_a_checkout_path_with_a_space_and_a_semicolon_
     assert merge[1] == f"{checkout}:{checkout}/docs/_ext"
     assert merge[2] == "-m gallery_build.shards merge shards/shard-4242-*"
     assert site[0] == str(checkout) and site[2] == "-m nox --no-venv -s docs"
+
+
+def test_a_page_split_or_renamed_away_leaves_the_manifest(tmp_path, root):
+    """The manifest keeps no entry for an example that no longer exists (issue 33 renamed plot_24's file)."""
+    a = _shard(tmp_path, root, "first", "NVIDIA H200", PAGES[:1])
+    docs = _docs(tmp_path, root, "d")
+    path = docs / "auto_examples" / "recording.json"
+    data = json.loads(path.read_text())
+    gone = "plot_99_split_away.py"
+    data["pages"][gone] = dict(data["pages"][PAGES[0]])
+    data["example_seconds"][gone] = 12.0
+    path.write_text(json.dumps(data))
+    shards.merge([a], docs, _examples(tmp_path, root), allow_other_environment=True)
+    merged = read_manifest(docs / "auto_examples")
+    assert gone not in merged["pages"] and gone not in merged["example_seconds"]
+    assert PAGES[1] in merged["pages"], "pages not merged keep their entries"

@@ -684,9 +684,11 @@ def _merged_manifest(
     """``recording.json`` after the merge: each merged page's GPU, commit, software, package and seconds (from
     the shard it is shown from: several shards may share a GPU model); md5s of the examples. The gallery's
     environment is the newest shard's of the GPU most pages show only when the shards are a full recording
-    (or the gallery has none): a few pages never describe every page."""
-    pages = dict(previous.get("pages", {}))
-    seconds = dict(previous.get("example_seconds", {}))
+    (or the gallery has none): a few pages never describe every page. A page whose example no longer
+    exists (split or renamed: :mod:`gallery_build.page_moves`) leaves the manifest."""
+    exists = {s.name for s in examples_dir.glob("plot_*.py")}  # a page split or renamed away leaves no entry
+    pages = {k: v for k, v in previous.get("pages", {}).items() if k in exists}
+    seconds = {k: v for k, v in previous.get("example_seconds", {}).items() if k in exists}
     for name, shard in sorted(sources.items()):
         env = shard.environment
         pages[name] = {
@@ -711,6 +713,8 @@ def _merged_manifest(
             "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}),
         }
     )
+    if isinstance(previous.get("last_run_seconds"), dict):
+        data["last_run_seconds"] = {k: v for k, v in previous["last_run_seconds"].items() if k in exists}
     if full or not previous.get("environment"):
         data["environment"] = newest.environment  # the machine of the latest recording merged
         data["package_md5"] = newest.package_md5 or package_md5()  # the package that recorded it
