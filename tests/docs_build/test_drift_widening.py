@@ -166,6 +166,12 @@ def test_a_ratio_without_its_own_history_takes_the_ratio_drift_of_its_page_or_th
     bands = {"examples": {"plot_a": page}, "global_ratio_p90": 0.02, "global_p95": 0.3}
     assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "torch") == 0.04  # the page's, above the site's
     assert drift_bands.for_ratio(bands, "plot_new", "cudnn", "torch") == 0.02  # a new page: the site's
+    # a page with a history of its own: a ratio new to it takes the page's ratio drift, even below the site's
+    page["changes"] = [{"cudnn": 0.3, "torch": 0.29}, {"cudnn": 0.1, "torch": 0.12}]
+    page["ratio_p90"] = 0.015
+    bands["global_ratio_p90"] = 0.16
+    assert drift_bands.for_ratio(bands, "plot_a", "cudnn", "FlashAttention-4") == 0.015
+    assert drift_bands.for_ratio(bands, "plot_new", "cudnn", "FlashAttention-4") == 0.16
     made = drift_bands.drift(
         [
             dict(

@@ -37,6 +37,8 @@ __all__ = [
     "for_headline",
     "for_ratio",
     "widen_headlines",
+    "drift_basis",
+    "DRIFT_BASES",
     "rewiden_headlines",
     "widened_rst",
     "is_widened",
@@ -527,11 +529,14 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
     cancels in their ratio. With :data:`RATIO_MIN_PAIRS` or more past pairs holding both, this is
     the ratio's own largest past change, at least its page's :data:`RATIO_FLOOR_QUANTILE` quantile
     of ratio changes (``ratio_floor``; a drift file without it: the 90th percentile).
-    Otherwise it is the larger of its page's and the whole site's 90th percentile of ratio changes
-    (``global_ratio_p90``): still a ratio's drift, not two measurements' drifts combined as if
-    they were independent, which widened a ratio new to its page far beyond how far its page's
-    ratios had moved. A drift file without ``global_ratio_p90`` (written before it) keeps the
-    independent combination, ``√(r_a² + r_b²)``.
+    Otherwise, on a page with :data:`RATIO_MIN_PAIRS` or more past pairs, it is its page's 90th
+    percentile of ratio changes (``ratio_p90``): a contender new to a page is timed like its page's
+    others. On a page with fewer, it is the larger of its page's and the whole site's
+    (``global_ratio_p90``). (The site's used to bound every ratio new to its page, which widened a
+    page of steady kernel ratios, plot_05's, by other pages' host-time ratios; the headline
+    backtest holds the same coverage either way.) Still a ratio's drift, not two measurements'
+    drifts combined as if they were independent; a drift file without ``global_ratio_p90`` (written
+    before it) keeps that independent combination, ``√(r_a² + r_b²)``.
 
     Parameters
     ----------
@@ -561,9 +566,54 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
         seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
         if len(seen) >= RATIO_MIN_PAIRS:
             return max(max(seen), float(entry.get("ratio_floor", entry.get("ratio_p90")) or 0.0))
+        pairs = len(entry.get("changes") or [])
+        if "global_ratio_p90" in bands and pairs >= RATIO_MIN_PAIRS and entry.get("ratio_p90") is not None:
+            return float(entry["ratio_p90"])  # a ratio new to a page with a history: the page's ratios
     if bands and "global_ratio_p90" in bands:
         return max(float(bands["global_ratio_p90"]), float((entry or {}).get("ratio_p90") or 0.0))
     return math.hypot(for_label(bands, page, a), for_label(bands, page, b))
+
+
+DRIFT_BASES = ("own", "page", "site", "none")
+"""Where a widened headline's ``drift`` came from (:func:`drift_basis`)."""
+
+
+def drift_basis(bands: dict[str, Any], page: str, headline: dict[str, Any]) -> str:
+    """Where :func:`widen_headlines` takes ``headline``'s drift from: evidence about it, or a fallback.
+
+    ``"own"``: its own past changes (a comparison: its ratio's, in :data:`RATIO_MIN_PAIRS` or more
+    past pairs); ``"page"``: its page's quantile (its page has a history, the headline not yet);
+    ``"site"``: the whole site's, because its page has no comparable past recording (or, for a
+    ratio, fewer than :data:`RATIO_MIN_PAIRS`); ``"none"``: no drift file. Only ``"own"`` and
+    ``"page"`` say how far this page's numbers moved between recordings
+    (:func:`gallery_build.machine_dependence.is_machine_dependent`).
+
+    Example
+    -------
+    >>> drift_basis({"global_p95": 0.1, "examples": {}}, "plot_new", {"name": "t"})
+    'site'
+    >>> drift_basis({"examples": {"p": {"p95": 0.1, "headlines": {"t": 0.2}}}}, "p", {"name": "t"})
+    'own'
+    """
+    if not bands:
+        return "none"
+    entry = _page(bands, page)
+    if headline.get("kind") == "comparison" and "candidate_measurement" in headline:
+        a, b = headline.get("baseline_measurement"), headline["candidate_measurement"]
+        if entry is not None:
+            changes = entry.get("changes") or []
+            if sum(1 for s in changes if a in s and b in s) >= RATIO_MIN_PAIRS:
+                return "own"
+            if "global_ratio_p90" in bands and len(changes) >= RATIO_MIN_PAIRS and entry.get("ratio_p90") is not None:
+                return "page"
+        if "global_ratio_p90" in bands:
+            page_p90 = float((entry or {}).get("ratio_p90") or 0.0)
+            return "page" if page_p90 > float(bands["global_ratio_p90"]) else "site"
+        return "page" if entry is not None else "site"
+    if entry is None:
+        return "site"
+    key, table = (headline["measurement"], "labels") if "measurement" in headline else (headline.get("name"), "headlines")
+    return "own" if key in (entry.get(table) or {}) else "page"
 
 
 def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str) -> list[dict[str, Any]]:
@@ -615,6 +665,7 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
         if h.get("interval") and h["interval"] != WIDENED:  # what the page's own interval was (min–max, ...)
             h["run_interval"] = h["interval"]
         h.update(run_low=float(low), run_high=float(high), drift=r, interval=WIDENED)
+        h["drift_basis"] = drift_basis(bands, page, h)
         h.update(low=float(low) * math.exp(-r), high=float(high) * math.exp(r))
         if h.get("kind") == "comparison" and "verdict" in h and "tie_band" in h:
             h["run_verdict"] = h["verdict"]

@@ -51,13 +51,19 @@ def is_machine_dependent(headline: dict[str, Any]) -> bool:
     Returns
     -------
     bool
-        ``True`` when its value moved between past recordings by more than ±15%.
+        ``True`` when its value (or its page's, ``drift_basis`` ``"page"``) moved between past
+        recordings by more than ±15%; never for a drift that is the site's fallback
+        (``drift_basis`` ``"site"``: its page had no comparable past recording).
 
     Example
     -------
     >>> is_machine_dependent({"drift": 0.49}), is_machine_dependent({"drift": 0.05}), is_machine_dependent({})
     (True, False, False)
+    >>> is_machine_dependent({"drift": 0.49, "drift_basis": "site"})
+    False
     """
+    if headline.get("drift_basis") == "site":  # its page had no past: the site's drift says nothing of it
+        return False
     try:
         return float(headline.get("drift") or 0.0) > MACHINE_DEPENDENT_DRIFT
     except (TypeError, ValueError):

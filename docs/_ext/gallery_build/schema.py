@@ -265,6 +265,8 @@ def _check_headline(h: Any, at: Path_, signs: bool = True) -> None:
     for key in ("drift", "tie_band"):
         if key in h:
             _num(h[key], (*at, key), nonneg=True)
+    if "drift_basis" in h and h["drift_basis"] not in ("own", "page", "site", "none"):
+        raise SchemaError((*at, "drift_basis"), f"{_show(h['drift_basis'])} is not one of own, page, site, none")
     if "rounds" in h:
         _num(h["rounds"], (*at, "rounds"), positive=True, integer=True)
 
