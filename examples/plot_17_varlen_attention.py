@@ -5,12 +5,12 @@ Variable-length batches: packed (ragged) sequences
 A batch of real requests has sequences of different lengths, and padding them all to
 the longest wastes work on tokens that do not exist. cuDNN attention can read *packed*
 sequences instead: only the real tokens, T×H×D, with a *ragged offset* per sequence
-(where it starts, in elements) and its true length. This is the layout of
-FlashAttention's ``varlen`` API and of PyTorch's nested tensors. Here you build the
-packed causal graph, check it sequence by sequence, then time its forward against the
-same attention on padded tensors and against PyTorch's varlen paths. Training on
-packed sequences, the forward that saves its statistics and the ``sdpa_backward``
-graph with the same ragged offsets, is on the
+(where it starts, in elements) and its true length. This is the layout of the
+``flash_attn_varlen_func`` of FlashAttention 2 to 4 and of PyTorch's nested tensors.
+Here you build the packed causal graph, check it sequence by sequence, then time its
+forward against the same attention on padded tensors, PyTorch's varlen paths,
+FlexAttention and FlashAttention-4. Training on packed sequences (the forward that
+saves its statistics, and ``sdpa_backward`` with the same ragged offsets) is on the
 :ref:`packed backward page <sphx_glr_auto_examples_plot_32_varlen_backward.py>`.
 
 What you will learn:
@@ -189,9 +189,9 @@ print(f"max |value| {pad_rows.nan_to_num().abs().max().item():g}")
 # Edge cases: a zero-length and a one-token sequence
 # --------------------------------------------------
 # Both are legal padding-mask inputs. A one-token sequence is ordinary attention over
-# one key. A zero-length sequence has no query rows at all, so cuDNN has nothing to
-# write: its output slots are poisoned (NaN) before the call, and we look at what is
-# left in them.
+# one key. A zero-length sequence has no query rows at all; its output slots are
+# poisoned (NaN) before the call, and we look at what is left in them. Compare the
+# padded run above: its rows past each length were poisoned too (NaN count printed).
 edge_lens = torch.tensor([S_MAX, 1, 0, 37], dtype=torch.int32, device="cuda")
 edge_lens = edge_lens.reshape(4, 1, 1, 1)
 attention_inputs.check_seq_lens(edge_lens, 4, S_MAX)

@@ -4,8 +4,8 @@ Attention masks: sliding windows, bias, ALiBi
 
 Causal is one mask among several that models use. cuDNN's SDPA describes the common
 ones without a mask tensor, as a *diagonal band*, and takes the rest as an additive
-bias. This page builds a sliding-window attention graph with the frontend, checks it
-against PyTorch, then measures each mask against the other ways to compute it.
+bias. This page builds a sliding-window graph, checks it against PyTorch, then times
+windows against FlexAttention and FlashAttention-4 and ALiBi against FlexAttention.
 
 The band aligned to the last key instead (``diagonal_alignment=BOTTOM_RIGHT``), for a
 chunk of new queries over a longer prefix, and chunked prefill over a paged K/V cache

@@ -3,23 +3,23 @@ When cuDNN says no: the common failures, reproduced, with their fixes
 =====================================================================
 
 Every message on this page was produced by running the code above it on the GPU named in
-the environment table. First a graph that cuDNN refuses, caught, and its fix. Then the
-failures most reported against cuDNN Frontend and PyTorch's cuDNN attention, tried one
-by one: "No valid engine configs", "No execution plans support the graph", matmuls
-written by accident, head dims, dtypes, layouts, the architecture a feature needs,
-and a tensor bound with other strides than declared. For each case the page records
-what happened (it builds, it fails with a message, or it raises nothing), the build
-step where a failure surfaced, cuDNN's own words, and the fix. Which libcudnn the
-frontend loaded, its log, and the plans each heuristic mode lists (with the filters
-that drop plans) are on the
+the environment table. First a graph that cuDNN refuses, caught, and its fix. Then
+common failures tried one by one: where "No valid engine configs" comes from, "No
+execution plans support the graph", matmuls written by accident, head dims, dtypes,
+layouts, the architecture a feature needs, a workspace too small, and a tensor bound
+with other strides than declared. For each case: what happened (it builds, it fails
+with a message or a kernel that does not compile, or it raises nothing), where it
+surfaced, cuDNN's own words and the fix. A graph that "builds" passed the five build
+steps but was not run (the lesson's padded graph is). The libcudnn loaded, the
+frontend's log and each heuristic mode's plans (with the filters) are on the
 :ref:`libcudnn and logs page <sphx_glr_auto_examples_plot_29_libcudnn_and_logs.py>`.
 
 What you will learn:
 
-* to catch a refusal (``cudnn.cudnnGraphNotSupportedError``) and read which of the five
-  build steps raised it: ``validate`` (the graph itself), ``create_execution_plans``
-  (the heuristics), ``check_support`` and ``build_plans`` (the engines), ``execute``
-  (the buffers);
+* to catch a refusal (``cudnn.cudnnGraphNotSupportedError``) and read which step raised
+  it: ``validate`` (the graph itself), ``build_operation_graph``,
+  ``create_execution_plans`` (the heuristics), ``check_support`` and ``build_plans``
+  (the engines), or ``execute`` when it runs (the buffers);
 * which head dims, dtypes, layouts and matmuls this GPU's cuDNN refuses, and at which
   step;
 * which failures raise nothing at all, so that you have to check for them yourself.
@@ -297,9 +297,9 @@ no_configs = [o["case"] for o in outcomes if "No valid engine configs" in o["mes
 
 # %%
 # "No execution plans support the graph" is ``check_support``'s message: the heuristics
-# listed something, but no listed engine runs this graph on this GPU. Frontend
-# 1.32's open-source engines (``heur_mode.OPENSOURCE``, most of them written for SM
-# 10.0), asked alone, on this GPU:
+# listed something, but no listed engine runs this graph on this GPU. Frontend 1.32's
+# open-source engines (``heur_mode.OPENSOURCE``), asked alone for this head dim 128
+# graph (on SM 9.0 their SDPA forward engine takes head dims above 256, up to 512):
 attempt(
     "heuristics: OPENSOURCE only",
     "add heur_mode.A (then FALLBACK): no open-source engine served this graph here",
@@ -310,8 +310,8 @@ attempt(
 # %%
 # Head dims, dtypes and layouts
 # -----------------------------
-# Which head dims, dtypes and layouts an engine serves depends on the GPU and the cuDNN
-# version; the answers below hold for the GPU and cuDNN of the environment table.
+# What an engine serves depends on the GPU and cuDNN of the environment table. A line
+# "SdpaFwdDslSm90 is an experimental API" is the SM 9.0 open-source engine's notice:
 for hd in (256, 512, 1024):
     attempt(
         f"head dim {hd}",
@@ -358,7 +358,7 @@ else:
 # %%
 # A workspace that is too small
 # -----------------------------
-# Most plans need scratch memory; ``get_workspace_size()`` says how much, after
+# A plan may need scratch memory; ``get_workspace_size()`` says how much, after
 # ``build_plans``. The lesson's padded graph, executed with an empty workspace, then
 # with the one it asked for:
 needed = g.get_workspace_size()

@@ -2,14 +2,14 @@
 A transformer block trained with cuDNN attention
 ================================================
 
-You build the two cuDNN graphs behind the custom-op page's attention operator
-(``torch.ops.cudnn_guide.sdpa``): a causal SDPA forward that also saves its softmax
-statistics, and the ``sdpa_backward`` that reads them, and check both against PyTorch.
-Then the operator goes into a pre-norm transformer block (RMSNorm, attention, RMSNorm, a
-SwiGLU MLP, two residual adds) and a whole training step is measured. The norms,
-projections and MLP stay PyTorch: the page measures what swapping the attention does.
-The same block on PyTorch's own cuDNN SDPA backend, served from the frontend's Python
-API by frontend 1.32's ``cudnn.torch`` provider, is trained on the
+You build the two cuDNN graphs behind the attention operator of the
+:ref:`custom op page <sphx_glr_auto_examples_plot_23_pytorch_custom_op.py>` as the guide
+packages it (``torch.ops.cudnn_guide.sdpa``): a causal SDPA forward that also saves its
+softmax statistics and the ``sdpa_backward`` that reads them, both checked against
+PyTorch. Then the operator goes into a pre-norm transformer block (RMSNorm, attention,
+RMSNorm, a SwiGLU MLP, two residual adds) and a whole training step is measured; only
+the attention is swapped, the rest stays PyTorch. The same block on PyTorch's own cuDNN
+SDPA backend, served by frontend 1.32's ``cudnn.torch`` provider, is trained on the
 :ref:`provider page <sphx_glr_auto_examples_plot_30_cudnn_torch_provider.py>`.
 
 What you will learn:

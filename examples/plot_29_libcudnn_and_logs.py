@@ -2,9 +2,9 @@
 Which libcudnn, what the frontend logs, and which plan it picks
 ===============================================================
 
-You build causal attention, list the execution plans that the heuristics propose for
-it in mode ``A`` and in mode ``FALLBACK`` (each plan's name and behaviour notes), print
-the version of the libcudnn the frontend loaded, then run the graph and check it
+You print the version of the libcudnn the frontend loaded, build causal attention, list
+the execution plans that the heuristics propose for it in mode ``A`` and in mode
+``FALLBACK`` (each plan's name and behaviour notes), then run the graph and check it
 against PyTorch. Then the page looks at the machinery behind those plans: where the
 frontend finds libcudnn and what happens when it finds the wrong one, what its log
 says while it builds, what each heuristic mode lists and costs, and how the plan
@@ -212,8 +212,8 @@ print("\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in lines[
 # %%
 # Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
 # frontend, prints the backend version it loaded, then creates a handle. What each one
-# did is read from what that process printed and its exit code; the running process
-# loaded backend ``cudnn.backend_version()``.
+# did is read from what that process printed and its exit code, and compared with this
+# process's own ``cudnn.backend_version()``.
 import tempfile
 
 PROBE = """
@@ -309,9 +309,9 @@ with tempfile.TemporaryDirectory() as bare:
 # The frontend's log, captured
 # ----------------------------
 # ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
-# each step: the graph as JSON, the checks, the heuristics' answer and the plan chosen.
-# The lines below come from building a causal SDPA graph in a fresh process with logging
-# on:
+# each step, from the checks to the heuristics' answer and the plan chosen. Below, the
+# first 30 lines of building a causal SDPA graph in a fresh process with logging on:
+# validation and op-graph set-up only (the heuristics' lines come later in the log).
 script = """
 import torch, cudnn
 h = cudnn.create_handle()
@@ -345,9 +345,9 @@ version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 # %%
 # Heuristic modes, plan names, notes and filters
 # ----------------------------------------------
-# ``heur_mode.A`` is the fast heuristic, ``B`` the slower more accurate one,
-# ``FALLBACK`` the generic engines. Each plan has a name (engine and knobs), behaviour
-# notes and a workspace; ``deselect_*`` filters drop plans before ``check_support``.
+# ``heur_mode.A`` is the fast heuristic, ``B`` one meant to rank more accurately at more
+# CPU time (it may list the same plans), ``FALLBACK`` the generic engines. Each time
+# below is of a single build: a few ms between modes is not a measured difference.
 import time
 
 import pandas as pd

@@ -330,8 +330,8 @@ plt.show()
 # Conclusions
 # -----------
 # The provider's block against the block with this guide's op and PyTorch's flash
-# backend, on GPU time and on the wall clock. Computed from the data when the page is
-# recorded.
+# backend, on GPU time and on the wall clock, each clock with its own tie band: one
+# speed-up can clear one band and not the other. Computed when the page is recorded.
 import statistics
 
 from cudnn_guide.report.prose import Prose

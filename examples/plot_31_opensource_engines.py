@@ -22,9 +22,9 @@ What you will learn:
 * where a refusal surfaces, the frontend's exception for it
   (``cudnn.cudnnGraphNotSupportedError``), and why falling back takes a new graph
   (planning is one-shot);
-* which of a causal attention forward, the same with its softmax statistics, and a
-  bf16 matmul ``heur_mode.OPENSOURCE`` builds, runs and gets right on this GPU,
-  beside ``heur_mode.A``.
+* which of a causal attention forward, the same with its softmax statistics (only its
+  output O is checked), and a bf16 matmul ``heur_mode.OPENSOURCE`` builds, runs and
+  gets right on this GPU, beside ``heur_mode.A``.
 """
 
 # %%
@@ -139,9 +139,9 @@ del ref
 # Asking a graph for ``OPENSOURCE`` plans only. ``create_execution_plans`` then lists
 # one delegating entry (``backend_heuristics``): the open-source candidates live inside
 # the backend and are not enumerated. Whether one *serves* the graph shows at
-# ``check_support`` and ``build_plans``; a graph that builds is then executed and
-# checked. cuDNN's refusals are shown verbatim (first line). Many open-source engines
-# target Blackwell (SM 100) only.
+# ``check_support`` and ``build_plans``; a graph that builds is then executed and its
+# output checked (O only). cuDNN's refusals are shown verbatim (first line, at most
+# 160 characters). Many open-source engines target Blackwell (SM 100) only.
 def sdpa_forward(g, stats):
     Q, K, V = (g.tensor_like(qb, name=n) for n in "qkv")
     O, Stats = g.sdpa(
@@ -237,7 +237,7 @@ html_table(pd.DataFrame(oss_rows))
 # Plot
 # ----
 # Each graph (row) under each heuristic mode (column): green where it built, ran and
-# passed its check, red where it did not, with the step that refused it.
+# passed its check, orange where it did not, with the step that refused it.
 import matplotlib.pyplot as plt
 
 graph_names = list(dict.fromkeys(r["graph"] for r in oss_rows))

@@ -242,7 +242,7 @@ checks = []
 qp, kp, vp = padded(q), padded(k), padded(v)
 
 # %%
-# The PyTorch contenders, as the varlen page builds them: PyTorch's flash backend
+# The other contenders, as the varlen page builds them: PyTorch's flash backend
 # (FlashAttention-2), forced, on the padded tensors with ``is_causal=True``;
 # FlexAttention (compiled) with a document mask over the packed tokens;
 # ``torch.nn.attention.varlen``'s ``varlen_attn`` and FlashAttention-4's

@@ -92,7 +92,7 @@ print(f"max |cuDNN − fp32 reference| = {(o_sink.float() - ref_sink).abs().max(
 # Measuring sinks against FlexAttention and FlashAttention-4
 # ----------------------------------------------------------
 # First the guide's check of the lesson's graph (its output filled with NaN, then run
-# again), and how much the sinks matter here. The baselines (next cell):
+# again), and how much the sinks matter here. The baselines (this cell and the next):
 #
 # * PyTorch's FlexAttention with a causal block mask, compiled together with the
 #   rescale by its log-sum-exp that gives the sinks' result;

@@ -4,19 +4,19 @@ Frontend 1.32's open-source attention kernels on Hopper
 
 cuDNN Frontend 1.32 ships attention kernels written in the CuTe DSL
 (``nvidia-cutlass-dsl``), in source, beside the closed cuDNN library. This page first
-builds the sliding-window attention that those kernels are measured on, as a cuDNN
-graph, checks it against PyTorch, and then measures the open-source kernels on it.
+builds the sliding-window attention that those kernels are measured on (beside plain
+causal), as a cuDNN graph, checks it against PyTorch, then measures the kernels on both.
 
 What you will learn:
 
 * ``cudnn.flex_attention``: attention under an *interval mask*. For every query you list
   the key intervals it may see; ``create_mask_plan`` turns that into a reusable plan and
-  ``flex_attn_func`` runs it, forward and backward, on fixed (BSHD) or packed (THD)
-  batches;
+  ``flex_attn_func`` runs it, forward and backward, here on fixed (BSHD) batches (it
+  also takes packed THD batches, which this page does not show);
 * ``torch.ops.cudnn.sdpa_fwd``: a PyTorch op over the same SDPA graphs;
-* what their plan and first-call compilation cost in a fresh process, and how they
-  compare with cuDNN's graph SDPA, FlashAttention-4 and PyTorch on the same masks, in
-  GPU time and in a host-bound loop.
+* what ``cudnn.flex_attention``'s plan and first-call compilation cost in a fresh
+  process, and how both compare with cuDNN's graph SDPA, FlashAttention-4 and PyTorch
+  on the same masks, in GPU time and in a back-to-back loop of eager calls.
 
 A graph's planner can also be asked for these open-source engines instead of the
 library's (``heur_mode.OPENSOURCE``); which graphs they then serve on this GPU is on the
@@ -171,9 +171,9 @@ for name, got, ref in zip(("dQ", "dK", "dV"), (qg.grad, kg.grad, vg.grad), ref_l
 # -----------------------------------------
 # The CuTe DSL compiles each kernel on its first call, in the calling process (its disk
 # cache is off by default). A new interpreter with an empty CUDA JIT cache
-# (``CUDA_CACHE_PATH``) shows what a server pays once per process; the second call is
-# the steady state. One fresh process (this page's earlier recordings ran two, within
-# 10% of each other) keeps the recording within its time budget.
+# (``CUDA_CACHE_PATH``) shows what a server pays once per process. The second call,
+# compiled already, is still not the steady state: it takes longer than a call in the
+# loops below. One process is run (earlier recordings ran two, up to ~20% apart).
 import tempfile
 
 from cudnn_guide.studies import coldstart, fresh_process

@@ -269,11 +269,11 @@ print("score_mod + diagonal_band_right_bound=0:")
 print(*refusals["score_mod + causal band"].split(": ", 1), sep="\n  ")
 
 # %%
-# Every contender's time, and cuDNN's speed-up over it with the in-run 95% interval
-# over rounds and the verdict against the measured tie band. The time (and the rate
-# from it) is the median over rounds of the contender's per-round medians
-# (``Comparison.estimate``, as in the plot and the conclusions), not the median of all
-# its samples pooled, which the record's measurements show.
+# Every contender's time, and cuDNN's speed-up over it (in-run 95% interval over rounds,
+# verdict against the measured tie band). Times and rates are medians of per-round
+# medians (``Comparison.estimate``, as in the plot and conclusions), not the record's
+# pooled medians. A contender whose host time per call reaches 0.8 of its GPU time makes
+# ``compare`` also race back-to-back loops of calls: the conclusions' loop verdicts.
 import pandas as pd
 
 from cudnn_guide.report import html_table
@@ -313,7 +313,7 @@ plt.show()
 # %%
 # Conclusions
 # -----------
-# Computed from the comparison above when the page is recorded.
+# Computed when the page is recorded; "the fastest contender" leaves out the control.
 import statistics
 
 from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge

@@ -17,8 +17,8 @@ What you will learn:
 * grouped-query attention (64 query heads sharing 8 K/V heads) in one ``sdpa`` node;
 * the ``B×S×H×D`` memory layout that FlashAttention-4 takes, handed to cuDNN as strides;
 * the training pair: ``sdpa`` with ``generate_stats=True`` and ``sdpa_backward``;
-* where the cuDNN on this GPU wins, ties and loses against FlashAttention-4, and where
-  our measurements agree with NVIDIA's table.
+* how the cuDNN on this GPU compares with FlashAttention-4 at each shape (faster, tied
+  or slower), and where our measurements agree with NVIDIA's table.
 """
 
 # %%
@@ -267,12 +267,12 @@ torch.cuda.empty_cache()
 # %%
 # Measuring the vendor's shapes
 # -----------------------------
-# Every bf16 row of NVIDIA's table: 2k to 32k tokens, causal and not, forward and
+# Every bf16 shape of NVIDIA's table: 2k to 32k tokens, causal and not, forward and
 # backward. Before a shape is timed, the block reference above computes its fp32 output
 # and gradients, and cuDNN's and FlashAttention-4's O, dQ, dK and dV (cuDNN's filled
 # with NaN first) are checked against them; a failure stops the page there.
-# Each pair is timed in interleaved rounds with CUDA events (GPU time, close
-# to the vendor's CUPTI kernel time), cold L2, and judged against the run's tie band.
+# Each pair is timed in interleaved rounds with CUDA events (GPU time, close to the
+# vendor's CUPTI time), cold L2, and judged against its own rounds' tie band (>= ±1%).
 # A call at 32k tokens takes about 50-320 ms, so there each round times 3 calls per
 # contender instead of 5; from 16k tokens on, the host cost is sampled from 2 calls.
 # cuDNN's forward writes its softmax statistics for the backward; FlashAttention-4's
@@ -430,11 +430,11 @@ for line in VENDOR_CSV.split():
 
 # %%
 # Ours beside theirs: each backend's time (ms) with its interval over rounds, the
-# vendor's time, and the speed-up of cuDNN over FlashAttention-4 in both. Our time is
-# the median over rounds of a backend's per-round medians (``Comparison.estimate``),
-# not the median of all its samples pooled, which the record's measurements show.
-# Where our verdict points the other way from NVIDIA's, the last column says how far
-# each of our two times lies from NVIDIA's time for the same backend.
+# vendor's time, and cuDNN's speed-up over FlashAttention-4 in both (ours in-run; the
+# Measurement notes at the end widen it for re-recording drift). Our time is the median
+# over rounds of a backend's per-round medians (``Comparison.estimate``), not the median
+# of its pooled samples that the record's measurements show. Where our verdict and
+# NVIDIA's point opposite ways, the last column compares our two times with NVIDIA's.
 OURS = "ours, median of round medians"
 
 
@@ -477,8 +477,8 @@ table = pd.DataFrame(rows or [{"FlashAttention-4": FA4_DETAIL}])
 html_table(table)
 
 # %%
-# Throughput, ours and the vendor's, per shape: the vendor's dots sit on our lines
-# where the two recordings agree.
+# Throughput per shape: blue is cuDNN, orange FlashAttention-4; solid lines with error
+# bars are ours, dotted lines with crosses NVIDIA's, on ours where the two agree.
 import matplotlib.pyplot as plt
 
 fig, axes = plt.subplots(2, 2, figsize=(9, 7.5), layout="constrained", sharex=True)
@@ -523,7 +523,7 @@ plt.show()
 # %%
 # Conclusions
 # -----------
-# Computed from the rows above; clock and power-cap warnings are in Measurement notes.
+# From the rows above, in-run; the Measurement notes add drift widening and clocks.
 import statistics
 
 from cudnn_guide.report.prose import Prose

@@ -5,8 +5,8 @@ MLA head sizes: Q and K of 192, V of 128
 You build the causal attention forward and backward of DeepSeek V2/V3's multi-head
 latent attention (MLA) shapes, whose queries and keys carry 192 values per head and
 whose values and outputs carry 128, check both against PyTorch's autograd, then time a
-training step (forward + backward) against every other implementation that accepts two
-head sizes.
+training step (forward + backward) against PyTorch's SDPA backends, FlexAttention and
+FlashAttention-4, wherever they accept two head sizes.
 
 The two graphs are those of the
 :ref:`attention backward page <sphx_glr_auto_examples_plot_09_sdpa_backward.py>`,

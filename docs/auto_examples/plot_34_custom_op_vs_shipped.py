@@ -19,8 +19,8 @@ What you will learn:
   softmax statistics, a backward graph that reads them, each built once per layout and
   registered with ``custom_op``, ``register_fake`` and ``register_autograd``;
 * what a training step of it costs the GPU against ``torch.ops.cudnn.sdpa_fwd`` and
-  PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends, and which of them compute
-  bit-identical results;
+  PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends, and whether bit equality
+  shows which of them run the same cuDNN kernels;
 * what each costs the host to launch, and which of the two a loop of steps waits on.
 """
 

@@ -369,3 +369,29 @@ def test_rewiden_every_widens_again_from_the_in_run_interval_whatever_the_old_dr
     assert drift_bands.rewiden_headlines([h], {"global_ratio_p90": 0.05, "examples": {}}, "plot_x", every=True) == 1
     assert (h["run_low"], h["run_high"], h["drift"]) == (0.49, 0.51, 0.05) and h["low"] > wide["low"]
     assert h["low"] == pytest.approx(0.49 * math.exp(-0.05)) and h["verdict"] == "slower"
+
+
+def test_the_notes_say_when_a_page_was_widened_by_the_sites_drift_alone():
+    """A page with no comparable past recording is widened by the whole site's drift; its notes must not claim
+    that its own measurements moved that far (issue 35's audit of plot_26)."""
+    h = {
+        "name": "x: speed-up",
+        "value": 0.9,
+        "low": 0.8,
+        "high": 1.05,
+        "run_low": 0.89,
+        "run_high": 0.91,
+        "unit": "x",
+        "kind": "comparison",
+        "interval": "widened",
+        "drift": 0.16,
+        "drift_basis": "site",
+        "verdict": "tie",
+        "run_verdict": "slower",
+        "tie_band": 0.02,
+    }
+    text = drift_bands.widened_rst({"headlines": [h]})
+    assert "by the whole site's drift" in text and "how far this page's measurements moved" not in text
+    own = dict(h, drift_basis="own")
+    text = drift_bands.widened_rst({"headlines": [h, own]})
+    assert "how far this page's measurements moved" in text and "1 of them by the whole site's drift" in text

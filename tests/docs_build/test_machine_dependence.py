@@ -43,8 +43,18 @@ def test_a_drift_that_is_the_sites_fallback_is_not_called_machine_dependent():
     from gallery_build import drift_bands
 
     bands = {"global_p95": 0.3, "global_headline_p95": 0.3, "global_ratio_p90": 0.2, "examples": {}}
-    h = {"name": "x: speed-up", "value": 1.0, "low": 0.99, "high": 1.01, "unit": "x", "kind": "comparison",
-         "verdict": "tie", "tie_band": 0.02, "baseline_measurement": "a", "candidate_measurement": "b"}
+    h = {
+        "name": "x: speed-up",
+        "value": 1.0,
+        "low": 0.99,
+        "high": 1.01,
+        "unit": "x",
+        "kind": "comparison",
+        "verdict": "tie",
+        "tie_band": 0.02,
+        "baseline_measurement": "a",
+        "candidate_measurement": "b",
+    }
     (w,) = drift_bands.widen_headlines([dict(h)], bands, "plot_new")
     assert w["drift"] == 0.2 and w["drift_basis"] == "site"
     assert not md.is_machine_dependent(w)

@@ -42,6 +42,13 @@ def _code_line(text):
     return next(line for line in text.splitlines() if line[:1].isalpha() and " = " in line and "(" not in line)
 
 
+def _markdown(gallery):
+    import json
+
+    cells = json.loads((gallery / f"{PAGE}.ipynb").read_text())["cells"]
+    return "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
 def _state(example, gallery):
     return {s.source.name: s.state for s in staleness.example_states(example.parent, gallery)}[example.name]
 
@@ -57,7 +64,7 @@ def test_a_comment_edit_is_carried_into_the_page_and_the_stamp(copy):
     assert _state(example, gallery) == "fresh"
     rst = (gallery / f"{PAGE}.rst").read_text()
     assert new[2:] in rst and old[2:] not in rst
-    assert new[2:] in (gallery / f"{PAGE}.ipynb").read_text()
+    assert new[2:] in _markdown(gallery)
     with zipfile.ZipFile(gallery / f"{PAGE}.zip") as z:
         assert new in z.read(f"{PAGE}.py").decode()
 
@@ -78,3 +85,23 @@ def test_any_other_edit_still_needs_a_gpu_and_changes_nothing(copy, edit, why):
         restamp.restamp_text_edit(example, gallery)
     assert {p.name: p.read_bytes() for p in gallery.iterdir()} == before
     assert _state(example, gallery) == "stale"
+
+
+def test_a_retitled_cell_is_carried_into_the_notebook_heading_and_other_cells_keep_their_bytes(copy):
+    """A cell title is ``## Title`` in the notebook; the notebook keeps sphinx-gallery's format, so a restamp's
+    diff is the edited lines alone."""
+    example, gallery = copy
+    text = example.read_text()
+    lines = text.splitlines()
+    i = next(i for i, (a, b) in enumerate(zip(lines, lines[1:])) if a.startswith("# ") and b.startswith("# --"))
+    old = lines[i]
+    new = old + "!"
+    lines[i], lines[i + 1] = new, "# " + "-" * (len(new) - 2)
+    example.write_text("\n".join(lines) + ("\n" if text.endswith("\n") else ""))
+    before = (gallery / f"{PAGE}.ipynb").read_text()
+    restamp.restamp_text_edit(example, gallery)
+    after = (gallery / f"{PAGE}.ipynb").read_text()
+    assert "## " + new[2:] in _markdown(gallery)
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    assert len(before.splitlines()) == len(after.splitlines()) and len(changed) == 1, changed
+    assert _state(example, gallery) == "fresh"

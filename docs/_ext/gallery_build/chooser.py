@@ -145,7 +145,7 @@ _MLA_RULE = Rule(
 """plot_27's MLA training step (its headline "MLA step: ..."), forward and backward at d_qk=192, d_v=128."""
 
 PAGE_RULES: dict[str, tuple[Rule, ...]] = {
-    # plot_05:64,137 SdpaProblem(seq=s, head_dim=d, causal=True); head dim in the impl (", d=64"), S in params
+    # plot_05:105,203 SdpaProblem(seq=s, head_dim=d, causal=True); head dim in the impl (", d=64"), S in params
     # plot_05's per-length comparisons name their head dim and length ("d=128, S=4096: ..."); the
     # measurements of both head dims share the length's tag, so the head dim picks the group
     "plot_05_sdpa_causal": (
@@ -163,7 +163,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
         ),
         Rule(r".", _const(feature="causal", phase="fwd")),
     ),
-    # plot_09:200 SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
+    # plot_09:271 SdpaProblem(batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True)
     "plot_09_sdpa_backward": (
         Rule(
             r"speed-up over",
@@ -178,7 +178,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             },
         ),
     ),
-    # plot_13:68 PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64);
+    # plot_13:307 PagedDecodeProblem(batch=32, heads=32, head_dim=128, max_context=8192, page_size=64);
     # its pages-of-128 race (8k context, cuDNN against FlashAttention-4) is dataclasses.replace(p64, page_size=128).
     # Both comparisons name their page size ("at 8k context, pages of 64: ..."); pages of 64 is the sweep's point,
     # tagged "@ max_context=8192". The second rule reads the records from before the pages-of-64 name.
@@ -208,7 +208,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             },
         ),
     ),
-    # plot_16:39 B, HQ, S, D = 4, 32, 4096, 128; plot_16:150 decode is (32, 1, 8192): 1 query over 8192 keys
+    # plot_16:135 B, HQ, S, D = 4, 32, 4096, 128; plot_16:223 decode is (32, 1, 8192): 1 query over 8192 keys
     "plot_16_gqa_mqa": (
         Rule(
             r"^(?P<phase>prefill|decode), Hkv=(?P<hkv>\d+):",
@@ -224,7 +224,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             },
         ),
     ),
-    # plot_17:44 B, H, D, S_MAX = len(lengths), 16, 128, ...: 16 ragged lengths in [32, 4096]
+    # plot_17:50 B, H, D, S_MAX = len(lengths), 16, 128, ...: 16 ragged lengths in [32, 4096]
     "plot_17_varlen_attention": (
         Rule(
             r"packed THD",
@@ -270,7 +270,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_18:45 B, H, S, D, W = 4, 16, 4096, 128, 512
+    # plot_18:46 B, H, S, D, W = 4, 16, 4096, 128, 512
     "plot_18_attention_masks": (
         Rule(
             r"^window W=(?P<w>\d+):",
@@ -298,7 +298,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_19:51 B, H, S, D, W = 4, 16, 4096, 128, 512
+    # plot_19:57 B, H, S, D, W = 4, 16, 4096, 128, 512
     "plot_19_flex_attention_oss": (
         Rule(
             r"^(?P<mask>causal|window \d+):",
@@ -361,13 +361,13 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_27:48 B, H, S = 4, 16, 4096; plot_27:49 DQK, DV = 192, 128 (MLA, forward and backward)
+    # plot_27:49 B, H, S = 4, 16, 4096; plot_27:50 DQK, DV = 192, 128 (MLA, forward and backward)
     "plot_27_mla": (_MLA_RULE,),
     # plot_30:54 B, S, H, D = 8, 2048, 16, 128: plot_25's block on PyTorch's SDPA, served by cudnn.torch
     "plot_30_cudnn_torch_provider": (
         Rule(r"^cudnn\.torch provider", _const(), excluded="two routes to the same cuDNN kernel, not two backends"),
     ),
-    # plot_25:43 B, S, H, D = 8, 2048, 16, 128
+    # plot_25:47 B, S, H, D = 8, 2048, 16, 128
     "plot_25_transformer_block": (
         Rule(
             r"^training step:",
@@ -382,7 +382,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_26:38 B, S, H, HKV, D = 2, 4096, 64, 8, 128; S, causal and phase in each measurement's params
+    # plot_26:44 B, S, H, HKV, D = 2, 4096, 64, 8, 128; S, causal and phase in each measurement's params
     "plot_26_vendor_llama_fa4": (
         Rule(
             r"^S=(?P<s>\d+) (?P<mask>causal|no mask) (?P<phase>fwd|bwd):",

@@ -612,7 +612,10 @@ def drift_basis(bands: dict[str, Any], page: str, headline: dict[str, Any]) -> s
         return "page" if entry is not None else "site"
     if entry is None:
         return "site"
-    key, table = (headline["measurement"], "labels") if "measurement" in headline else (headline.get("name"), "headlines")
+    if "measurement" in headline:
+        key, table = headline["measurement"], "labels"
+    else:
+        key, table = headline.get("name"), "headlines"
     return "own" if key in (entry.get(table) or {}) else "page"
 
 
@@ -778,13 +781,20 @@ def widened_rst(record: dict[str, Any] | None) -> str:
         if len(widened) == 1
         else f" All {len(widened)} verdicts printed above hold once widened."
     )
+    site = [h for h in widened if h.get("drift_basis") == "site"]
+    how = (
+        "by the whole site's drift: this page's measuring code has no comparable past recording yet, so "
+        "how far its own numbers move between recordings is not known"
+        if len(site) == len(widened)
+        else "by how far this page's measurements moved between past recordings"
+        + (f" ({len(site)} of them by the whole site's drift, having no past of their own)" if site else "")
+    )
     head = [
         "\n.. admonition:: Recorded intervals, widened for re-recording drift",
         "   :class: cg-drift note",
         "",
         "   The page's output prints each comparison's in-run 95% interval. The record and the results "
-        "page keep it widened by how far this page's measurements moved between past recordings "
-        f"(:doc:`/methodology`).{moved_text}",
+        f"page keep it widened {how} (:doc:`/methodology`).{moved_text}",
         "",
     ]
     return "\n".join(head + rows) + "\n\n"

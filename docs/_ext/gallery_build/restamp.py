@@ -24,6 +24,13 @@ def _code_only(source: str) -> str:
     return ast.dump(ast.Module(body=body, type_ignores=[]))
 
 
+def _markdown_text(line: str) -> str:
+    """A notebook markdown line's text: a cell title (``## Title``) without its hashes."""
+    stripped = line.strip()
+    heading = stripped.lstrip("#")
+    return heading.strip() if stripped.startswith("#") and heading.startswith(" ") else stripped
+
+
 def restamp_text_edit(example: Path, gallery_dir: Path) -> list[tuple[str, str]]:
     """Carry an edit of an example's **text only** (its docstring and ``#`` comment lines) into its recorded page.
 
@@ -93,14 +100,15 @@ def restamp_text_edit(example: Path, gallery_dir: Path) -> list[tuple[str, str]]
                 continue
             was_list = isinstance(cell["source"], list)
             lines = ("".join(cell["source"]) if was_list else cell["source"]).splitlines(True)
-            lines = [line.replace(before, after) if line.strip() == before else line for line in lines]
+            lines = [line.replace(before, after) if _markdown_text(line) == before else line for line in lines]
             cell["source"] = ["".join(lines)] if was_list else "".join(lines)
         if not hits:
             raise StaleRecordingError(
                 f"{example.name}: the recorded page has no line {before!r}; re-record it on a GPU"
             )
     datafiles.write_text(rst_path, "\n".join(rst))
-    datafiles.write_text(nb_path, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    # as sphinx-gallery writes it (indent 2, ASCII escapes, no final newline): only the edited cells change
+    datafiles.write_text(nb_path, json.dumps(notebook, indent=2))
     datafiles.write_text(recorded_py, new)
     zip_path = gallery_dir / f"{stem}.zip"
     if zip_path.exists():
