@@ -24,8 +24,8 @@ def index():
         ("cudnn.create_kernel_cache", "plot_07_kernel_cache"),  # in a function the page runs in a fresh process
         ("set_output", "plot_02_conv_bias_relu"),
         ("cudnn.heur_mode", "plot_02_conv_bias_relu"),
-        ("sink_token=", "plot_24_softcap_sinks_mla"),  # options: keywords of an operation, a tensor, the graph
-        ("score_mod=", "plot_24_softcap_sinks_mla"),
+        ("sink_token=", "plot_35_attention_sinks"),  # options: keywords of an operation, a tensor, the graph
+        ("score_mod=", "plot_24_softcap"),
         ("ragged_offset=", "plot_17_varlen_attention"),
         ("kernel_cache=", "plot_07_kernel_cache"),
         ("use_deterministic_algorithm=", "plot_20_dropout_deterministic"),
