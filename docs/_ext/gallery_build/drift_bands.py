@@ -463,12 +463,20 @@ def _page(bands: dict[str, Any], page: str) -> dict[str, Any] | None:
 def _lookup(bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str) -> float:
     """``key``'s largest past change in the page's ``table``, at least the page's ``page_p95``
     (the site's ``site_p95`` for a page without history; 0 without a drift file)."""
+    return _lookup_basis(bands, page, key, table, page_p95, site_p95)[0]
+
+
+def _lookup_basis(
+    bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str
+) -> tuple[float, str]:
+    """:func:`_lookup`, with where it came from (:func:`drift_basis`)."""
     if not bands:
-        return 0.0
+        return 0.0, "none"
     entry = _page(bands, page)
     if entry is None:
-        return float(bands.get(site_p95) or 0.0)
-    return max(float(entry.get(page_p95) or 0.0), float((entry.get(table) or {}).get(key, 0.0)))
+        return float(bands.get(site_p95) or 0.0), "site"
+    own = entry.get(table) or {}
+    return max(float(entry.get(page_p95) or 0.0), float(own.get(key, 0.0))), ("own" if key in own else "page")
 
 
 def for_label(bands: dict[str, Any], page: str, label: str) -> float:
@@ -559,19 +567,28 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
     >>> for_ratio({}, "plot_05_sdpa_causal", "cuDNN graph", "PyTorch")
     0.0
     """
+    return _ratio_drift(bands, page, a, b)[0]
+
+
+def _ratio_drift(bands: dict[str, Any], page: str, a: str, b: str) -> tuple[float, str]:
+    """:func:`for_ratio`, with where it came from (:func:`drift_basis`)."""
     import math
 
-    entry = _page(bands, page) if bands else None
+    if not bands:
+        return 0.0, "none"
+    entry = _page(bands, page)
     if entry is not None:
         seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
         if len(seen) >= RATIO_MIN_PAIRS:
-            return max(max(seen), float(entry.get("ratio_floor", entry.get("ratio_p90")) or 0.0))
+            return max(max(seen), float(entry.get("ratio_floor", entry.get("ratio_p90")) or 0.0)), "own"
         pairs = len(entry.get("changes") or [])
         if "global_ratio_p90" in bands and pairs >= RATIO_MIN_PAIRS and entry.get("ratio_p90") is not None:
-            return float(entry["ratio_p90"])  # a ratio new to a page with a history: the page's ratios
-    if bands and "global_ratio_p90" in bands:
-        return max(float(bands["global_ratio_p90"]), float((entry or {}).get("ratio_p90") or 0.0))
-    return math.hypot(for_label(bands, page, a), for_label(bands, page, b))
+            return float(entry["ratio_p90"]), "page"  # a ratio new to a page with a history: the page's ratios
+    if "global_ratio_p90" in bands:
+        site, own_page = float(bands["global_ratio_p90"]), float((entry or {}).get("ratio_p90") or 0.0)
+        return max(site, own_page), ("page" if own_page > site else "site")
+    both = math.hypot(for_label(bands, page, a), for_label(bands, page, b))
+    return both, ("page" if entry is not None else "site")
 
 
 DRIFT_BASES = ("own", "page", "site", "none")
@@ -595,28 +612,16 @@ def drift_basis(bands: dict[str, Any], page: str, headline: dict[str, Any]) -> s
     >>> drift_basis({"examples": {"p": {"p95": 0.1, "headlines": {"t": 0.2}}}}, "p", {"name": "t"})
     'own'
     """
-    if not bands:
-        return "none"
-    entry = _page(bands, page)
-    if headline.get("kind") == "comparison" and "candidate_measurement" in headline:
-        a, b = headline.get("baseline_measurement"), headline["candidate_measurement"]
-        if entry is not None:
-            changes = entry.get("changes") or []
-            if sum(1 for s in changes if a in s and b in s) >= RATIO_MIN_PAIRS:
-                return "own"
-            if "global_ratio_p90" in bands and len(changes) >= RATIO_MIN_PAIRS and entry.get("ratio_p90") is not None:
-                return "page"
-        if "global_ratio_p90" in bands:
-            page_p90 = float((entry or {}).get("ratio_p90") or 0.0)
-            return "page" if page_p90 > float(bands["global_ratio_p90"]) else "site"
-        return "page" if entry is not None else "site"
-    if entry is None:
-        return "site"
-    if "measurement" in headline:
-        key, table = headline["measurement"], "labels"
-    else:
-        key, table = headline.get("name"), "headlines"
-    return "own" if key in (entry.get(table) or {}) else "page"
+    return _drift_of(bands, page, headline)[1]
+
+
+def _drift_of(bands: dict[str, Any], page: str, h: dict[str, Any]) -> tuple[float, str]:
+    """The drift :func:`widen_headlines` widens ``h`` by, and :func:`drift_basis`'s answer for it."""
+    if h.get("kind") == "comparison" and "candidate_measurement" in h:
+        return _ratio_drift(bands, page, h["baseline_measurement"], h["candidate_measurement"])
+    if "measurement" in h:
+        return _lookup_basis(bands, page, h["measurement"], "labels", "p95", "global_p95")
+    return _lookup_basis(bands, page, h["name"], "headlines", "headline_p95", "global_headline_p95")
 
 
 def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str) -> list[dict[str, Any]]:
@@ -659,16 +664,10 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
         low, high = h.get("low"), h.get("high")
         if "run_low" in h or low is None or high is None or h.get("unit") not in DRIFT_UNITS or not float(low) > 0:
             continue
-        if h.get("kind") == "comparison" and "candidate_measurement" in h:
-            r = for_ratio(bands, page, h["baseline_measurement"], h["candidate_measurement"])
-        elif "measurement" in h:
-            r = for_label(bands, page, h["measurement"])
-        else:
-            r = for_headline(bands, page, h["name"])
+        r, basis = _drift_of(bands, page, h)
         if h.get("interval") and h["interval"] != WIDENED:  # what the page's own interval was (min–max, ...)
             h["run_interval"] = h["interval"]
-        h.update(run_low=float(low), run_high=float(high), drift=r, interval=WIDENED)
-        h["drift_basis"] = drift_basis(bands, page, h)
+        h.update(run_low=float(low), run_high=float(high), drift=r, drift_basis=basis, interval=WIDENED)
         h.update(low=float(low) * math.exp(-r), high=float(high) * math.exp(r))
         if h.get("kind") == "comparison" and "verdict" in h and "tie_band" in h:
             h["run_verdict"] = h["verdict"]
