@@ -16,13 +16,16 @@ def _entry(example, utc, value, code="c1", name="t"):
     }
 
 
-def test_a_new_page_with_no_recording_gets_its_sources_drift():
+def test_a_new_page_with_no_recording_gets_its_sources_drift(monkeypatch):
     old = [_entry("old", "1", 1.0), _entry("old", "2", 1.3), _entry("old", "3", 1.0)]
-    moves = {"new": "old"}
-    bands_without = drift_bands._drift(old)
-    assert "new" not in bands_without["examples"]
-    groups = page_moves.with_lineage({"old": old}, moves)
-    assert [e["recorded_utc"] for e in groups["new"]] == ["1", "2", "3"]
+    assert "new" not in drift_bands._drift(old)["examples"]
+    monkeypatch.setattr(page_moves, "MOVED_FROM", {"new": "old"})
+    bands = drift_bands._drift(old)
+    assert bands["examples"]["new"] == bands["examples"]["old"] and bands["examples"]["old"]["headlines"]["t"] > 0.2
+    # its first recording is widened by the old page's history of that headline, not the site's fallback
+    h = {"name": "t", "value": 1.0, "low": 0.99, "high": 1.01, "unit": "ms"}
+    (w,) = drift_bands.widen_headlines([h], bands, "new")
+    assert w["drift_basis"] == "own" and w["drift"] == bands["examples"]["old"]["headlines"]["t"]
 
 
 def test_the_drift_file_carries_every_moved_page_whose_source_has_history():
