@@ -108,6 +108,7 @@ print(f"max |error| against PyTorch in fp32: {(o.float() - ref).abs().max():.1e}
 # the message whole and the fix; ``sdpa_graph`` declares causal attention on
 # 2×8×1024×head-dim tensors afresh, and ``five_steps`` lists its five build steps with
 # the heuristic modes given.
+import re
 import textwrap
 
 from cudnn_guide import check, libcudnn
@@ -309,9 +310,10 @@ with tempfile.TemporaryDirectory() as bare:
 # The frontend's log, captured
 # ----------------------------
 # ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
-# each step, from the checks to the heuristics' answer and the plan chosen. Below, the
-# first 30 lines of building a causal SDPA graph in a fresh process with logging on:
-# validation and op-graph set-up only (the heuristics' lines come later in the log).
+# each step, from the checks to the heuristics' answer and the plan chosen. Below, from
+# building a causal SDPA graph in a fresh process with logging on: the log's first 12
+# lines (validation), then every later line that names the heuristics, an engine, a
+# plan or an execution (at most 20); banners' runs of ``=`` are shortened to fit.
 script = """
 import torch, cudnn
 h = cudnn.create_handle()
@@ -337,9 +339,13 @@ log_lines = [
     for ln in logged.stdout.splitlines()
     if ln.startswith("[cudnn_frontend]") and "Inferrencing" not in ln
 ]
-print(
-    "\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in log_lines[:30])
-)
+PLANNING = re.compile(r"heur|engine|plan|execut|knob|workspace", re.IGNORECASE)
+shown = log_lines[:12] + [ln for ln in log_lines[12:] if PLANNING.search(ln)][:20]
+skipped = len(log_lines) - len(shown)
+for ln in shown:
+    ln = re.sub(r"={3,}", "==", ln)
+    print(textwrap.fill(ln, 88, subsequent_indent="    ", break_on_hyphens=False))
+print(f"({len(log_lines)} log lines in all; {skipped} not shown)")
 version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 
 # %%
