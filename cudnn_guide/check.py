@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from cudnn_guide.errors import CheckFailedError, InputError
 
 __all__ = [
+    "LINE_WIDTH",
     "CheckResult",
     "tolerance",
     "poison",
@@ -26,6 +28,10 @@ __all__ = [
     "reference_grads",
     "full_precision",
 ]
+
+
+LINE_WIDTH = 88
+"""The most characters on a line of a printed :class:`CheckResult`: a longer check line is split in two."""
 
 
 def _tolerances() -> dict[Any, float]:
@@ -100,6 +106,14 @@ def poison(*tensors: Any) -> None:
 class CheckResult:
     """The outcome of one comparison.
 
+    Printed, it is one line, ``check <name>: <verdict>``, where that fits in :data:`LINE_WIDTH`
+    characters; a longer one puts the name on the first line (wrapped, if the name alone is longer)
+    and the verdict on the next, indented by four spaces::
+
+        check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)
+        check dQ of the packed THD backward against PyTorch SDPA's flash backend, padded:
+            PASS rel. error 3.90e-03 (tolerance 1.6e-02, bfloat16)
+
     Example
     -------
     >>> r = compare(y, y_ref)
@@ -121,11 +135,19 @@ class CheckResult:
         return {**dataclasses.asdict(self), "passed": self.passed}
 
     def __str__(self) -> str:
+        """``check <name>: <verdict>`` on one line; longer than :data:`LINE_WIDTH`, the verdict on a line of its own."""
         verdict = "PASS" if self.passed else "FAIL"
         nan = f", {self.nan_count} NaN of {self.numel}" if self.nan_count else ""
-        return (
-            f"check {self.name}: {verdict} rel. error {self.rel_error:.2e} "
-            f"(tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+        head = f"check {self.name}:"
+        tail = f"{verdict} rel. error {self.rel_error:.2e} (tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+        if len(head) + 1 + len(tail) <= LINE_WIDTH and "\n" not in head:
+            return f"{head} {tail}"
+        indent = " " * 4
+        return "\n".join(
+            [
+                *textwrap.wrap(head, LINE_WIDTH, break_on_hyphens=False),
+                *textwrap.wrap(tail, LINE_WIDTH, initial_indent=indent, subsequent_indent=indent),
+            ]
         )
 
 
@@ -208,7 +230,7 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     -------
     >>> result = check(y, y_ref, name="conv_bias_relu")
     >>> print(result)
-    check conv_bias_relu: PASS rel. error 2.1e-03 (tolerance 1.6e-02, bfloat16)
+    check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)
     """
     return _passing(compare(actual, expected, name=name, tol=tol))
 

@@ -89,3 +89,45 @@ def test_a_childs_check_is_judged_and_collected_like_a_local_one():
         assert records.page().checks == [kept]  # the failure was not recorded as a check
     finally:
         collector.stop()
+
+
+LONG_NAME = "dQ of the packed THD varlen backward against PyTorch SDPA's flash backend (FlashAttention-2), padded"
+
+
+def test_a_short_check_prints_on_one_line_as_before():
+    r = check.CheckResult("conv_bias_relu", "bfloat16", 2.1e-3, 1.6e-2, 0, 8)
+    assert str(r) == "check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)"
+    nan = check.CheckResult("y", "float16", float("nan"), 3e-3, 2, 8)
+    assert str(nan) == "check y: FAIL rel. error nan (tolerance 3.0e-03, float16, 2 NaN of 8)"
+
+
+@pytest.mark.parametrize("name", [LONG_NAME[:60], LONG_NAME, "x" * 150, f"{LONG_NAME}, {LONG_NAME}"])
+def test_a_long_check_puts_its_verdict_on_an_indented_line_of_its_own(name):
+    r = check.CheckResult(name, "float8_e4m3fn", float("nan"), 8e-2, 123456, 1234567)
+    one_line = f"check {name}: FAIL rel. error nan (tolerance 8.0e-02, float8_e4m3fn, 123456 NaN of 1234567)"
+    assert len(one_line) > check.LINE_WIDTH
+    lines = str(r).splitlines()
+    assert all(len(line) <= check.LINE_WIDTH for line in lines), [len(line) for line in lines]
+    assert lines[-1] == "    FAIL rel. error nan (tolerance 8.0e-02, float8_e4m3fn, 123456 NaN of 1234567)"
+    assert "".join(lines[:-1]).replace(" ", "") == f"check {name}:".replace(" ", "")  # the name, whole
+    assert not lines[0].startswith(" ") and lines[0].startswith("check ")
+
+
+def test_a_check_line_that_just_fits_stays_on_one_line():
+    tail = ": PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)"
+    name = "n" * (check.LINE_WIDTH - len("check ") - len(tail))
+    assert str(check.CheckResult(name, "bfloat16", 2.1e-3, 1.6e-2, 0, 8)) == f"check {name}{tail}"
+    assert len(str(check.CheckResult(name + "n", "bfloat16", 2.1e-3, 1.6e-2, 0, 8)).splitlines()) == 2
+
+
+def test_an_admitted_baseline_prints_its_check_within_the_line_width(capsys):
+    from cudnn_guide.measure import baselines
+
+    ref = torch.randn(64, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    name = "PyTorch SDPA, efficient backend (memory-efficient attention), padded"
+    contenders = {}
+    assert baselines.admit(contenders, name, lambda: out, ref) is None
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"check {name}:" and printed[1].startswith("    PASS rel. error ")
+    assert all(len(line) <= check.LINE_WIDTH for line in printed) and name in contenders
