@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cudnn_guide.errors import CheckFailedError, InputError
@@ -23,6 +23,7 @@ __all__ = [
     "poison",
     "compare",
     "check",
+    "worst_sequence",
     "from_child",
     "reference",
     "reference_grads",
@@ -233,6 +234,58 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)
     """
     return _passing(compare(actual, expected, name=name, tol=tol))
+
+
+def worst_sequence(
+    label: str,
+    outputs: Mapping[str, Any],
+    rows: Callable[[Any, int, int, int], Any],
+    expected: Mapping[str, Sequence[Any]],
+    spans: Iterable[tuple[int, tuple[int, int]]],
+) -> CheckResult:
+    """:func:`check` every sequence of every output of a variable-length batch; return the worst.
+
+    Each sequence is checked alone, named ``"<label> <output>, seq. <b>"``, so a sequence the
+    kernel got wrong fails by its name, and every pass joins the record as :func:`check`'s do.
+
+    Parameters
+    ----------
+    label
+        The contender, first in each check's name.
+    outputs
+        Output name → the output under test, in whatever layout ``rows`` reads.
+    rows
+        ``rows(y, b, start, end)``: sequence ``b`` of output ``y``, shaped like its reference
+        (e.g. :func:`cudnn_guide.graphs.varlen.packed_rows` or ``padded_rows``).
+    expected
+        Output name → the references, one per sequence, in order.
+    spans
+        ``(b, (start, end))`` per sequence (:func:`cudnn_guide.graphs.varlen.spans`).
+
+    Returns
+    -------
+    CheckResult
+        The passing check with the largest relative error.
+
+    Raises
+    ------
+    CheckFailedError
+        The first sequence that fails.
+
+    Example
+    -------
+    >>> worst = worst_sequence("packed THD", {"O": o}, varlen.packed_rows, {"O": refs}, spans)
+    >>> print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
+    """
+    spans = list(spans)
+    return max(
+        (
+            check(rows(y, b, start, end), expected[n][b], name=f"{label} {n}, seq. {b}")
+            for n, y in outputs.items()
+            for b, (start, end) in spans
+        ),
+        key=lambda r: r.rel_error,
+    )
 
 
 def from_child(result: dict[str, Any], *, name: str | None = None) -> CheckResult:

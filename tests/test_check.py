@@ -131,3 +131,26 @@ def test_an_admitted_baseline_prints_its_check_within_the_line_width(capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"check {name}:" and printed[1].startswith("    PASS rel. error ")
     assert all(len(line) <= check.LINE_WIDTH for line in printed) and name in contenders
+
+
+def test_the_worst_sequence_is_returned_and_every_sequence_is_checked_by_its_name():
+    from cudnn_guide import collector
+    from cudnn_guide.graphs import varlen
+    from cudnn_guide.report import records
+
+    cu = torch.tensor([0, 3, 5, 9])
+    spans = varlen.spans(cu)
+    ref = torch.randn(9, 2, 4, dtype=torch.float64)
+    out = ref.clone()
+    out[3:5] *= 1 + 1e-12  # sequence 1 off by 1e-12 (within float64's 1e-10), the others exact
+    expected = {"O": [varlen.packed_rows(ref, b, a, e) for b, (a, e) in spans]}
+    records.begin()
+    try:
+        worst = check.worst_sequence("packed", {"O": out}, varlen.packed_rows, expected, spans)
+        assert worst.name == "packed O, seq. 1" and worst.rel_error == pytest.approx(1e-12, rel=1e-3)
+        assert [r.name for r in records.page().checks] == [f"packed O, seq. {b}" for b in range(3)]
+        out[6] = float("nan")
+        with pytest.raises(CheckFailedError, match="check packed O, seq. 2 failed"):
+            check.worst_sequence("packed", {"O": out}, varlen.packed_rows, expected, spans)
+    finally:
+        collector.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from cudnn_guide.errors import CheckFailedError
@@ -18,6 +18,7 @@ from cudnn_guide.errors import CheckFailedError
 __all__ = [
     "RECOMPILE_LIMIT",
     "admit",
+    "admit_backward",
     "compile_quietly",
     "forced_sdpa",
     "sdpa_backends",
@@ -280,6 +281,68 @@ def admit(
         if line is not None:
             print(line)
     contenders[name] = fn
+    return None
+
+
+def admit_backward(
+    contenders: MutableMapping[str, Callable[[], Any]],
+    name: str,
+    forward: Callable[..., Any],
+    inputs: Sequence[Any],
+    grad_out: Any,
+    *,
+    check: Callable[[tuple[Any, ...]], Any],
+) -> str | None:
+    """Admit a PyTorch backward alone, from one retained autograd graph: checked first, or said unavailable.
+
+    The forward runs once on fresh leaves (detached copies of ``inputs`` that require gradients)
+    and its gradients are taken with ``retain_graph=True``; the launcher added to ``contenders``
+    repeats only that ``torch.autograd.grad``, so the forward is not timed. A forward or backward
+    that raises is **unavailable**: ``"<name>: unavailable here (<ExceptionType>)"`` is printed and
+    the reason returned. A wrong gradient is not: ``check`` raises and stops the page.
+
+    Parameters
+    ----------
+    contenders
+        Name → launcher, as passed to :func:`~cudnn_guide.measure.compare.compare`; updated in place.
+    name
+        The contender's display name.
+    forward
+        Called as ``forward(*leaves)``; returns the output.
+    inputs
+        The forward's inputs (tensors), one leaf each.
+    grad_out
+        The output's gradient.
+    check
+        Given the gradients (one per input, in order); raises ``CheckFailedError`` on a wrong one.
+        What it returns is printed unless None, as :func:`admit` does.
+
+    Returns
+    -------
+    str | None
+        ``None`` when admitted; otherwise ``"ExceptionType: first line of its message"`` (140
+        characters at most).
+
+    Example
+    -------
+    >>> check = lambda grads: checks.check(grads[0], dq_ref, name="dQ")
+    >>> why = admit_backward(contenders, "flash backward", flash, (q, k, v), d_o, check=check)
+    """
+    import torch
+
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    try:
+        y = forward(*leaves)
+        grads = torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
+    except Exception as exc:  # cannot run here: shown, not hidden
+        first = (str(exc).splitlines() or [""])[0][:140]
+        print(f"{name}: unavailable here ({type(exc).__name__})")
+        return f"{type(exc).__name__}: {first}"
+    result = check(grads)
+    for line in result if isinstance(result, (list, tuple)) else [result]:
+        if line is not None:
+            print(line)
+    contenders[name] = lambda: torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudnn_guide.report.prose import Prose
+from cudnn_guide.report.prose import Prose, verdict_text
 
 
 def test_paragraphs_and_list_items_render_as_html_with_every_string_escaped():
@@ -24,3 +24,36 @@ def test_the_terminal_form_wraps_at_88_columns():
 def test_empty_or_non_text_conclusions_are_refused(bad):
     with pytest.raises(ValueError, match="non-empty strings"):
         Prose(*bad)
+
+
+class _Comparison:
+    """What verdict_text reads of a Comparison: describe(), best_baseline, and the loop race (wall)."""
+
+    def __init__(self, wall=None):
+        self.best_baseline, self.wall = "FA2", wall
+
+    def describe(self, baseline):
+        text = f"1.20× faster than {baseline} (in-run 95% interval 1.10–1.30; tie band ±1.5%, 9 rounds)"
+        if self.wall is not None and baseline in self.wall.versus:
+            text += "; in a back-to-back loop, host time included: tie (1.01×, 0.98–1.04)"
+        return text
+
+
+def test_a_verdict_without_a_loop_race_is_the_comparisons_own_words():
+    from types import SimpleNamespace
+
+    assert verdict_text(_Comparison()) == _Comparison().describe("FA2")
+    wall = SimpleNamespace(versus={"FA2": {}}, tie_band=0.03)
+    assert verdict_text(_Comparison(wall), "Flex") == _Comparison(wall).describe("Flex")  # no loop for Flex
+
+
+def test_a_loop_verdict_gets_the_loops_tie_band_inside_its_parenthesis():
+    from types import SimpleNamespace
+
+    cmp = _Comparison(SimpleNamespace(versus={"FA2": {}}, tie_band=0.025))
+    assert verdict_text(cmp) == (
+        "1.20× faster than FA2 (in-run 95% interval 1.10–1.30; tie band ±1.5%, 9 rounds); in a back-to-back "
+        "loop, host time included: tie (1.01×, 0.98–1.04; loop tie band ±2.5%)"
+    )
+    cmp.describe = lambda b: f"a tie with {b}"  # no closing parenthesis: the band gets its own
+    assert verdict_text(cmp, "FA2") == "a tie with FA2 (loop tie band ±2.5%)"
