@@ -3,7 +3,9 @@
 The rule: compute the reference in higher precision, compare by relative norm
 ``‖out − ref‖₂ / ‖ref‖₂`` against a tolerance chosen by the output's dtype, and fail on any NaN.
 Outputs are *poisoned* with NaN before the run (:func:`poison`), so an element the kernel never
-wrote is a NaN and fails the check instead of passing as a stale or zero value.
+wrote is a NaN and fails the check instead of passing as a stale or zero value. A whole module
+(a transformer block) is checked on its output and every parameter's gradient against a float32
+copy of itself (:class:`ModuleCheck`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ __all__ = [
     "from_child",
     "reference",
     "reference_grads",
+    "module_reference",
+    "check_module",
+    "ModuleCheck",
     "full_precision",
 ]
 
@@ -438,3 +443,146 @@ def reference_grads(
         out.backward(grad_output.detach().to(dtype))
     grads = {k: v.grad for k, v in up.items() if isinstance(v, torch.Tensor) and v.requires_grad}
     return out.detach(), grads
+
+
+def module_reference(module: Any, x: Any, grad_output: Any, *, dtype: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Autograd reference for a module: a copy of ``module`` upcast to ``dtype``, forward and backward.
+
+    The copy (``copy.deepcopy``, then ``.to(dtype)``) runs ``x`` and backpropagates
+    ``grad_output``, both upcast, with TF32 off (:func:`full_precision`); ``module`` itself is
+    untouched. Check a module of the same weights against it with :func:`check_module`.
+
+    Parameters
+    ----------
+    module
+        The ``nn.Module``, in its working precision.
+    x
+        Its input.
+    grad_output
+        The gradient flowing into its output.
+    dtype
+        Reference precision (default float32).
+
+    Returns
+    -------
+    tuple[Any, dict[str, Any]]
+        The output (detached) and parameter name → gradient.
+
+    Example
+    -------
+    >>> ref_y, ref_grads = module_reference(template, x, dy)
+    >>> check_module(block, x, dy, ref_y, ref_grads, name="block")
+    """
+    import copy
+
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    reference = copy.deepcopy(module).to(dtype)
+    with full_precision(), torch.enable_grad():
+        out = reference(x.to(dtype))
+        out.backward(grad_output.to(dtype))
+    return out.detach(), {n: p.grad for n, p in reference.named_parameters()}
+
+
+def check_module(
+    module: Any,
+    x: Any,
+    grad_output: Any,
+    expected: Any,
+    expected_grads: Mapping[str, Any],
+    *,
+    name: str,
+    grad_tol: float | None = None,
+) -> tuple[CheckResult, CheckResult]:
+    """:func:`check` a module's output and every parameter's gradient against its reference.
+
+    The module's gradients are cleared, then it runs ``x`` and backpropagates ``grad_output``.
+    The output is checked as ``"<name>: output"`` (tolerance by dtype), then each parameter's
+    gradient as ``"<name>: d<parameter>"`` with ``grad_tol``; a compiled module's
+    ``_orig_mod.`` prefix is dropped, so it is checked against the eager module's reference.
+    Each check raises on a failure and joins the record on a pass, as :func:`check`'s do.
+
+    Parameters
+    ----------
+    module
+        The ``nn.Module`` under test (eager or ``torch.compile``'d).
+    x
+        Its input.
+    grad_output
+        The gradient flowing into its output.
+    expected
+        The reference output (:func:`module_reference`).
+    expected_grads
+        Parameter name → reference gradient (:func:`module_reference`).
+    name
+        The module's label, first in each check's name.
+    grad_tol
+        The gradients' tolerance; default by dtype.
+
+    Returns
+    -------
+    tuple[CheckResult, CheckResult]
+        The output's check and the gradient check with the largest relative error.
+
+    Raises
+    ------
+    CheckFailedError
+        The output, or the first gradient, that fails.
+
+    Example
+    -------
+    >>> out, worst = check_module(block, x, dy, ref_y, ref_grads, name="block", grad_tol=0.032)
+    >>> print(out); print(worst, f"(the worst of {len(ref_grads)} weight gradients)")
+    """
+    for p in module.parameters():
+        p.grad = None
+    y = module(x)
+    y.backward(grad_output)
+    output = check(y, expected, name=f"{name}: output")
+    grads = []
+    for n, p in module.named_parameters():
+        n = n.removeprefix("_orig_mod.")
+        grads.append(check(p.grad, expected_grads[n], name=f"{name}: d{n}", tol=grad_tol))
+    return output, max(grads, key=lambda r: r.rel_error)
+
+
+class ModuleCheck:
+    """A module's autograd reference, computed once, and the check of any module of its weights against it.
+
+    On construction, :func:`module_reference` runs a float32 copy of ``module`` (TF32 off) on
+    ``x`` and backpropagates ``grad_output``. Called with a module of the same weights (a copy
+    with another attention, eager or compiled) and a label, it runs :func:`check_module` and
+    prints the output's check and the worst gradient's, ``(the worst of N weight gradients)``.
+
+    Parameters
+    ----------
+    module
+        The module the reference is copied from, in its working precision (it is not changed).
+    x
+        The input every checked module runs.
+    grad_output
+        The gradient every checked module backpropagates.
+    grad_tol
+        The gradients' tolerance; default by dtype.
+
+    Example
+    -------
+    >>> check_block = ModuleCheck(template, x, dy, grad_tol=2 * tolerance(torch.bfloat16))
+    >>> out, worst = check_block(eager_cudnn, "block with the cuDNN op")
+    check block with the cuDNN op: output: PASS rel. error 3.1e-03 (tolerance 1.6e-02, bfloat16)
+    check block with the cuDNN op: dqkv.weight: PASS rel. error 8.2e-03 (...) (the worst of 6 weight gradients)
+    """
+
+    def __init__(self, module: Any, x: Any, grad_output: Any, *, grad_tol: float | None = None) -> None:
+        self.x, self.grad_output, self.grad_tol = x, grad_output, grad_tol
+        self.expected, self.expected_grads = module_reference(module, x, grad_output)
+
+    def __call__(self, module: Any, name: str) -> tuple[CheckResult, CheckResult]:
+        """Check ``module`` (see :func:`check_module`), print both results, and return them."""
+        out, worst = check_module(
+            module, self.x, self.grad_output, self.expected, self.expected_grads, name=name, grad_tol=self.grad_tol
+        )
+        print(out)
+        print(worst, f"(the worst of {len(self.expected_grads)} weight gradients)")
+        return out, worst

@@ -5,7 +5,8 @@ DSL and compiles each kernel configuration on its first call. It takes tensors l
 ``B×S×H×D``; the guide's attention inputs are ``B×H×S×D``, so each launcher here makes its own
 ``B×S×H×D`` copy once, outside the timed calls, and returns its output seen as ``B×H×S×D`` (a view,
 no copy) so that it is checked against the same reference as every other contender.
-:func:`varlen_attention` takes packed ``T×H×D`` tensors, FlashAttention's own layout, as they are.
+:func:`attention` (``B×S×H×D`` tensors, for a model that lays them out so) and :func:`varlen_attention`
+(packed ``T×H×D`` tensors) take FlashAttention's own layouts, as they are.
 
 When the package (or the CuTe DSL under it) is missing, :func:`status` says so with the install
 command, and the pages show "not installed" rows instead of failing.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["INSTALL", "label", "status", "forward", "training_step", "varlen_attention"]
+__all__ = ["INSTALL", "label", "status", "attention", "forward", "training_step", "varlen_attention"]
 
 INSTALL = "pip install flash-attn-4==4.0.0b36  (needs nvidia-cutlass-dsl[cu13], a GPU of SM 9.0 or newer)"
 
@@ -81,6 +82,39 @@ def label() -> str:
 
 def _output(result: Any) -> Any:
     return result[0] if isinstance(result, tuple) else result
+
+
+def attention(*, causal: bool, scale: float | None = None) -> Callable[..., Any]:
+    """FlashAttention-4's ``flash_attn_func`` as ``attend(q, k, v)``, on ``B×S×H×D`` tensors in and out.
+
+    Nothing is copied: the inputs are FlashAttention's own layout (a model's projection can
+    produce them so, e.g. :func:`cudnn_guide.graphs.block.variant` with ``bshd=True``). Autograd
+    runs through it.
+
+    Parameters
+    ----------
+    causal
+        Causal masking.
+    scale
+        Softmax scale; default ``D ** -0.5``.
+
+    Returns
+    -------
+    Callable[..., Any]
+        ``attend(q, k, v)`` returning the ``B×S×H×D`` output; this function raises
+        :class:`ImportError` up front when FlashAttention-4 is missing.
+
+    Example
+    -------
+    >>> attend = attention(causal=True, scale=D**-0.5)
+    >>> out = attend(q, k, v)  # B×S×H×D
+    """
+    fn = _require()
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return _output(fn(q, k, v, softmax_scale=scale, causal=causal))
+
+    return attend
 
 
 def forward(

@@ -195,3 +195,29 @@ def test_a_backward_that_cannot_run_is_said_and_a_wrong_one_stops_the_page(capsy
     with pytest.raises(CheckFailedError, match="dQ"):
         baselines.admit_backward(contenders, "x", lambda t: t * 2, (torch.ones(2),), torch.ones(2), check=wrong)
     assert contenders == {}
+
+
+def test_a_synchronized_step_waits_for_the_gpu_after_each_call(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
+    call = baselines.synchronized(lambda: events.append("step"))
+    call()
+    call()
+    assert events == ["step", "sync", "step", "sync"]
+
+
+def test_each_attention_is_matched_bit_for_bit_against_each_forced_backend():
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    math = baselines.forced_sdpa(SDPBackend.MATH, is_causal=True)
+    attends = {
+        "math": math,
+        "off by a bit": lambda q, k, v: math(q, k, v) * (1 + 2**-20),
+        "not causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    }
+    found = baselines.sdpa_matches(attends, (q, k, v), [SDPBackend.MATH], is_causal=True)
+    assert found == {"math": ["MATH"], "off by a bit": [], "not causal": []}
+    with pytest.raises(RuntimeError):  # a forced backend that cannot run raises, as on the page
+        baselines.sdpa_matches(attends, (q, k, v), [SDPBackend.CUDNN_ATTENTION], is_causal=True)

@@ -57,3 +57,46 @@ def test_a_loop_verdict_gets_the_loops_tie_band_inside_its_parenthesis():
     )
     cmp.describe = lambda b: f"a tie with {b}"  # no closing parenthesis: the band gets its own
     assert verdict_text(cmp, "FA2") == "a tie with FA2 (loop tie band ±2.5%)"
+
+
+def _with_host(host_ms, gpu_us, wall_ms=None):
+    from types import SimpleNamespace
+
+    cmp = SimpleNamespace(
+        measurements={"step": SimpleNamespace(host_median_ms=host_ms)}, estimate=lambda n: {"value": gpu_us}
+    )
+    wall = None if wall_ms is None else SimpleNamespace(round_medians_ms={"step": wall_ms})
+    return cmp, wall
+
+
+def test_a_loop_note_compares_host_and_gpu_time_and_adds_the_wall_clock():
+    from cudnn_guide.report.prose import loop_note
+
+    cmp, wall = _with_host(2.5, 1800.0, [3.0, 2.9, 3.1, 3.0, 3.2])
+    assert loop_note(cmp, "step", wall) == (
+        "* step: host 2,500 µs to enqueue one step, GPU 1,800 µs, wall clock 3,000 µs: "
+        "host time per step above GPU time per step."
+    )
+    cmp, _ = _with_host(0.2, 1800.0)
+    assert loop_note(cmp, "step").endswith("GPU 1,800 µs: host time per step below GPU time per step.")
+    cmp, _ = _with_host(None, 1800.0)
+    assert loop_note(cmp, "step") == "* step: host time per step not measured; GPU 1,800 µs."
+
+
+@pytest.mark.parametrize("names, text", [(["a"], "a"), (["a", "b"], "a and b"), (("a", "b", "c"), "a, b and c")])
+def test_names_are_listed_in_words(names, text):
+    from cudnn_guide.report.prose import listed
+
+    assert listed(names) == text
+
+
+def test_the_sdpa_kernel_note_says_when_pytorch_ran_cudnns_own_kernel():
+    from cudnn_guide.report.prose import sdpa_kernel_note
+
+    own = sdpa_kernel_note(["CUDNN_ATTENTION"], "compiled")
+    assert own.startswith("PyTorch's compiled SDPA here is cuDNN's own attention kernel")
+    assert "how the kernel is called" in own
+    assert sdpa_kernel_note(["FLASH_ATTENTION", "EFFICIENT_ATTENTION"], "eager") == (
+        "PyTorch's eager SDPA here matched, bit for bit: FLASH_ATTENTION and EFFICIENT_ATTENTION."
+    )
+    assert sdpa_kernel_note([], "eager").endswith("bit for bit: none of the forced backends.")
