@@ -17,7 +17,7 @@ from typing import Any
 
 from .history import by_example, comparable, compare, load
 from .page_moves import with_lineage
-from .schema import rst_text
+from .schema import DRIFT_BASES, rst_text
 
 __all__ = [
     "DRIFT",
@@ -205,6 +205,7 @@ def _in_run(headline: dict[str, Any]) -> dict[str, Any]:
     if "run_low" in h:
         h["low"], h["high"] = h.pop("run_low"), h.pop("run_high")
         h.pop("drift", None)
+        h.pop("drift_basis", None)
         if "run_verdict" in h:
             h["verdict"] = h.pop("run_verdict")
         h["interval"] = h.pop("run_interval", None)
@@ -589,10 +590,6 @@ def _ratio_drift(bands: dict[str, Any], page: str, a: str, b: str) -> tuple[floa
         return max(site, own_page), ("page" if own_page > site else "site")
     both = math.hypot(for_label(bands, page, a), for_label(bands, page, b))
     return both, ("page" if entry is not None else "site")
-
-
-DRIFT_BASES = ("own", "page", "site", "none")
-"""Where a widened headline's ``drift`` came from (:func:`drift_basis`)."""
 
 
 def drift_basis(bands: dict[str, Any], page: str, headline: dict[str, Any]) -> str:
