@@ -129,21 +129,6 @@ def _peak_len(rec: dict[str, Any]) -> int | None:
     return next((h["seq_len"] for h in rec.get("headlines", []) if isinstance(h.get("seq_len"), int)), None)
 
 
-_MLA_RULE = Rule(
-    r"^MLA",
-    _const(
-        feature="MLA",
-        features=("causal", "backward"),
-        head_dim="192/128",
-        phase="fwd+bwd",
-        seq_len=4096,
-        detail="d_qk=192, d_v=128",
-        candidate="cuDNN MLA step",
-        tag="mla",
-    ),
-)
-"""plot_27's MLA training step (its headline "MLA step: ..."), forward and backward at d_qk=192, d_v=128."""
-
 PAGE_RULES: dict[str, tuple[Rule, ...]] = {
     # plot_05:105,203 SdpaProblem(seq=s, head_dim=d, causal=True); head dim in the impl (", d=64"), S in params
     # plot_05's per-length comparisons name their head dim and length ("d=128, S=4096: ..."); the
@@ -362,7 +347,21 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
         ),
     ),
     # plot_27:49 B, H, S = 4, 16, 4096; plot_27:50 DQK, DV = 192, 128 (MLA, forward and backward)
-    "plot_27_mla": (_MLA_RULE,),
+    "plot_27_mla": (
+        Rule(
+            r"^MLA",
+            _const(
+                feature="MLA",
+                features=("causal", "backward"),
+                head_dim="192/128",
+                phase="fwd+bwd",
+                seq_len=4096,
+                detail="d_qk=192, d_v=128",
+                candidate="cuDNN MLA step",
+                tag="mla",
+            ),
+        ),
+    ),
     # plot_30:54 B, S, H, D = 8, 2048, 16, 128: plot_25's block on PyTorch's SDPA, served by cudnn.torch
     "plot_30_cudnn_torch_provider": (
         Rule(r"^cudnn\.torch provider", _const(), excluded="two routes to the same cuDNN kernel, not two backends"),

@@ -17,7 +17,7 @@ from typing import Any
 
 from .history import by_example, comparable, compare, load
 from .page_moves import with_lineage
-from .schema import rst_text
+from .schema import DRIFT_BASES, rst_text
 
 __all__ = [
     "DRIFT",
@@ -205,6 +205,7 @@ def _in_run(headline: dict[str, Any]) -> dict[str, Any]:
     if "run_low" in h:
         h["low"], h["high"] = h.pop("run_low"), h.pop("run_high")
         h.pop("drift", None)
+        h.pop("drift_basis", None)
         if "run_verdict" in h:
             h["verdict"] = h.pop("run_verdict")
         h["interval"] = h.pop("run_interval", None)
@@ -591,10 +592,6 @@ def _ratio_drift(bands: dict[str, Any], page: str, a: str, b: str) -> tuple[floa
     return both, ("page" if entry is not None else "site")
 
 
-DRIFT_BASES = ("own", "page", "site", "none")
-"""Where a widened headline's ``drift`` came from (:func:`drift_basis`)."""
-
-
 def drift_basis(bands: dict[str, Any], page: str, headline: dict[str, Any]) -> str:
     """Where :func:`widen_headlines` takes ``headline``'s drift from: evidence about it, or a fallback.
 
@@ -782,8 +779,8 @@ def widened_rst(record: dict[str, Any] | None) -> str:
     )
     site = [h for h in widened if h.get("drift_basis") == "site"]
     how = (
-        "by the whole site's drift: this page's measuring code has no comparable past recording yet, so "
-        "how far its own numbers move between recordings is not known"
+        "by the whole site's drift: this page has too few comparable past recordings (its measuring code is "
+        "new or changed), so how far its own numbers move between recordings is not known yet"
         if len(site) == len(widened)
         else "by how far this page's measurements moved between past recordings"
         + (f" ({len(site)} of them by the whole site's drift, having no past of their own)" if site else "")

@@ -29,6 +29,7 @@ from cudnn_guide.report.records import POSITIVE_UNITS, SCHEMA, VERDICTS
 __all__ = [
     "SchemaError",
     "PLACEHOLDERS",
+    "DRIFT_BASES",
     "check_environment",
     "check_record",
     "check_manifest",
@@ -40,6 +41,9 @@ __all__ = [
     "validate_rst",
     "rst_text",
 ]
+
+DRIFT_BASES = ("own", "page", "site", "none")
+"""Where a widened headline's ``drift`` came from (:func:`gallery_build.drift_bands.drift_basis`)."""
 
 PLACEHOLDERS = frozenset({"unknown", "none", "None"})
 """What a writer puts where a commit or version could not be found (``git_commit``, ``str(None)``)."""
@@ -265,8 +269,8 @@ def _check_headline(h: Any, at: Path_, signs: bool = True) -> None:
     for key in ("drift", "tie_band"):
         if key in h:
             _num(h[key], (*at, key), nonneg=True)
-    if "drift_basis" in h and h["drift_basis"] not in ("own", "page", "site", "none"):
-        raise SchemaError((*at, "drift_basis"), f"{_show(h['drift_basis'])} is not one of own, page, site, none")
+    if "drift_basis" in h and h["drift_basis"] not in DRIFT_BASES:
+        raise SchemaError((*at, "drift_basis"), f"{_show(h['drift_basis'])} is not one of {', '.join(DRIFT_BASES)}")
     if "rounds" in h:
         _num(h["rounds"], (*at, "rounds"), positive=True, integer=True)
 
