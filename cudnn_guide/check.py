@@ -3,29 +3,41 @@
 The rule: compute the reference in higher precision, compare by relative norm
 ``‖out − ref‖₂ / ‖ref‖₂`` against a tolerance chosen by the output's dtype, and fail on any NaN.
 Outputs are *poisoned* with NaN before the run (:func:`poison`), so an element the kernel never
-wrote is a NaN and fails the check instead of passing as a stale or zero value.
+wrote is a NaN and fails the check instead of passing as a stale or zero value. A whole module
+(a transformer block) is checked on its output and every parameter's gradient against a float32
+copy of itself (:class:`ModuleCheck`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+import textwrap
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cudnn_guide.errors import CheckFailedError, InputError
 
 __all__ = [
+    "LINE_WIDTH",
     "CheckResult",
     "tolerance",
     "poison",
     "compare",
     "check",
+    "worst_sequence",
     "from_child",
     "reference",
     "reference_grads",
+    "module_reference",
+    "check_module",
+    "ModuleCheck",
     "full_precision",
 ]
+
+
+LINE_WIDTH = 88
+"""The most characters on a line of a printed :class:`CheckResult`: a longer check line is split in two."""
 
 
 def _tolerances() -> dict[Any, float]:
@@ -100,6 +112,14 @@ def poison(*tensors: Any) -> None:
 class CheckResult:
     """The outcome of one comparison.
 
+    Printed, it is one line, ``check <name>: <verdict>``, where that fits in :data:`LINE_WIDTH`
+    characters; a longer one puts the name on the first line (wrapped, if the name alone is longer)
+    and the verdict on the next, indented by four spaces::
+
+        check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)
+        check dQ of the packed THD backward against PyTorch SDPA's flash backend, padded:
+            PASS rel. error 3.90e-03 (tolerance 1.6e-02, bfloat16)
+
     Example
     -------
     >>> r = compare(y, y_ref)
@@ -121,11 +141,19 @@ class CheckResult:
         return {**dataclasses.asdict(self), "passed": self.passed}
 
     def __str__(self) -> str:
+        """``check <name>: <verdict>`` on one line; longer than :data:`LINE_WIDTH`, the verdict on a line of its own."""
         verdict = "PASS" if self.passed else "FAIL"
         nan = f", {self.nan_count} NaN of {self.numel}" if self.nan_count else ""
-        return (
-            f"check {self.name}: {verdict} rel. error {self.rel_error:.2e} "
-            f"(tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+        head = f"check {self.name}:"
+        tail = f"{verdict} rel. error {self.rel_error:.2e} (tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
+        if len(head) + 1 + len(tail) <= LINE_WIDTH and "\n" not in head:
+            return f"{head} {tail}"
+        indent = " " * 4
+        return "\n".join(
+            [
+                *textwrap.wrap(head, LINE_WIDTH, break_on_hyphens=False),
+                *textwrap.wrap(tail, LINE_WIDTH, initial_indent=indent, subsequent_indent=indent),
+            ]
         )
 
 
@@ -208,9 +236,61 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     -------
     >>> result = check(y, y_ref, name="conv_bias_relu")
     >>> print(result)
-    check conv_bias_relu: PASS rel. error 2.1e-03 (tolerance 1.6e-02, bfloat16)
+    check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)
     """
     return _passing(compare(actual, expected, name=name, tol=tol))
+
+
+def worst_sequence(
+    label: str,
+    outputs: Mapping[str, Any],
+    rows: Callable[[Any, int, int, int], Any],
+    expected: Mapping[str, Sequence[Any]],
+    spans: Iterable[tuple[int, tuple[int, int]]],
+) -> CheckResult:
+    """:func:`check` every sequence of every output of a variable-length batch; return the worst.
+
+    Each sequence is checked alone, named ``"<label> <output>, seq. <b>"``, so a sequence the
+    kernel got wrong fails by its name, and every pass joins the record as :func:`check`'s do.
+
+    Parameters
+    ----------
+    label
+        The contender, first in each check's name.
+    outputs
+        Output name → the output under test, in whatever layout ``rows`` reads.
+    rows
+        ``rows(y, b, start, end)``: sequence ``b`` of output ``y``, shaped like its reference
+        (e.g. :func:`cudnn_guide.graphs.varlen.packed_rows` or ``padded_rows``).
+    expected
+        Output name → the references, one per sequence, in order.
+    spans
+        ``(b, (start, end))`` per sequence (:func:`cudnn_guide.graphs.varlen.spans`).
+
+    Returns
+    -------
+    CheckResult
+        The passing check with the largest relative error.
+
+    Raises
+    ------
+    CheckFailedError
+        The first sequence that fails.
+
+    Example
+    -------
+    >>> worst = worst_sequence("packed THD", {"O": o}, varlen.packed_rows, {"O": refs}, spans)
+    >>> print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
+    """
+    spans = list(spans)
+    return max(
+        (
+            check(rows(y, b, start, end), expected[n][b], name=f"{label} {n}, seq. {b}")
+            for n, y in outputs.items()
+            for b, (start, end) in spans
+        ),
+        key=lambda r: r.rel_error,
+    )
 
 
 def from_child(result: dict[str, Any], *, name: str | None = None) -> CheckResult:
@@ -363,3 +443,146 @@ def reference_grads(
         out.backward(grad_output.detach().to(dtype))
     grads = {k: v.grad for k, v in up.items() if isinstance(v, torch.Tensor) and v.requires_grad}
     return out.detach(), grads
+
+
+def module_reference(module: Any, x: Any, grad_output: Any, *, dtype: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Autograd reference for a module: a copy of ``module`` upcast to ``dtype``, forward and backward.
+
+    The copy (``copy.deepcopy``, then ``.to(dtype)``) runs ``x`` and backpropagates
+    ``grad_output``, both upcast, with TF32 off (:func:`full_precision`); ``module`` itself is
+    untouched. Check a module of the same weights against it with :func:`check_module`.
+
+    Parameters
+    ----------
+    module
+        The ``nn.Module``, in its working precision.
+    x
+        Its input.
+    grad_output
+        The gradient flowing into its output.
+    dtype
+        Reference precision (default float32).
+
+    Returns
+    -------
+    tuple[Any, dict[str, Any]]
+        The output (detached) and parameter name → gradient.
+
+    Example
+    -------
+    >>> ref_y, ref_grads = module_reference(template, x, dy)
+    >>> check_module(block, x, dy, ref_y, ref_grads, name="block")
+    """
+    import copy
+
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    reference = copy.deepcopy(module).to(dtype)
+    with full_precision(), torch.enable_grad():
+        out = reference(x.to(dtype))
+        out.backward(grad_output.to(dtype))
+    return out.detach(), {n: p.grad for n, p in reference.named_parameters()}
+
+
+def check_module(
+    module: Any,
+    x: Any,
+    grad_output: Any,
+    expected: Any,
+    expected_grads: Mapping[str, Any],
+    *,
+    name: str,
+    grad_tol: float | None = None,
+) -> tuple[CheckResult, CheckResult]:
+    """:func:`check` a module's output and every parameter's gradient against its reference.
+
+    The module's gradients are cleared, then it runs ``x`` and backpropagates ``grad_output``.
+    The output is checked as ``"<name>: output"`` (tolerance by dtype), then each parameter's
+    gradient as ``"<name>: d<parameter>"`` with ``grad_tol``; a compiled module's
+    ``_orig_mod.`` prefix is dropped, so it is checked against the eager module's reference.
+    Each check raises on a failure and joins the record on a pass, as :func:`check`'s do.
+
+    Parameters
+    ----------
+    module
+        The ``nn.Module`` under test (eager or ``torch.compile``'d).
+    x
+        Its input.
+    grad_output
+        The gradient flowing into its output.
+    expected
+        The reference output (:func:`module_reference`).
+    expected_grads
+        Parameter name → reference gradient (:func:`module_reference`).
+    name
+        The module's label, first in each check's name.
+    grad_tol
+        The gradients' tolerance; default by dtype.
+
+    Returns
+    -------
+    tuple[CheckResult, CheckResult]
+        The output's check and the gradient check with the largest relative error.
+
+    Raises
+    ------
+    CheckFailedError
+        The output, or the first gradient, that fails.
+
+    Example
+    -------
+    >>> out, worst = check_module(block, x, dy, ref_y, ref_grads, name="block", grad_tol=0.032)
+    >>> print(out); print(worst, f"(the worst of {len(ref_grads)} weight gradients)")
+    """
+    for p in module.parameters():
+        p.grad = None
+    y = module(x)
+    y.backward(grad_output)
+    output = check(y, expected, name=f"{name}: output")
+    grads = []
+    for n, p in module.named_parameters():
+        n = n.removeprefix("_orig_mod.")
+        grads.append(check(p.grad, expected_grads[n], name=f"{name}: d{n}", tol=grad_tol))
+    return output, max(grads, key=lambda r: r.rel_error)
+
+
+class ModuleCheck:
+    """A module's autograd reference, computed once, and the check of any module of its weights against it.
+
+    On construction, :func:`module_reference` runs a float32 copy of ``module`` (TF32 off) on
+    ``x`` and backpropagates ``grad_output``. Called with a module of the same weights (a copy
+    with another attention, eager or compiled) and a label, it runs :func:`check_module` and
+    prints the output's check and the worst gradient's, ``(the worst of N weight gradients)``.
+
+    Parameters
+    ----------
+    module
+        The module the reference is copied from, in its working precision (it is not changed).
+    x
+        The input every checked module runs.
+    grad_output
+        The gradient every checked module backpropagates.
+    grad_tol
+        The gradients' tolerance; default by dtype.
+
+    Example
+    -------
+    >>> check_block = ModuleCheck(template, x, dy, grad_tol=2 * tolerance(torch.bfloat16))
+    >>> out, worst = check_block(eager_cudnn, "block with the cuDNN op")
+    check block with the cuDNN op: output: PASS rel. error 3.1e-03 (tolerance 1.6e-02, bfloat16)
+    check block with the cuDNN op: dqkv.weight: PASS rel. error 8.2e-03 (...) (the worst of 6 weight gradients)
+    """
+
+    def __init__(self, module: Any, x: Any, grad_output: Any, *, grad_tol: float | None = None) -> None:
+        self.x, self.grad_output, self.grad_tol = x, grad_output, grad_tol
+        self.expected, self.expected_grads = module_reference(module, x, grad_output)
+
+    def __call__(self, module: Any, name: str) -> tuple[CheckResult, CheckResult]:
+        """Check ``module`` (see :func:`check_module`), print both results, and return them."""
+        out, worst = check_module(
+            module, self.x, self.grad_output, self.expected, self.expected_grads, name=name, grad_tol=self.grad_tol
+        )
+        print(out)
+        print(worst, f"(the worst of {len(self.expected_grads)} weight gradients)")
+        return out, worst

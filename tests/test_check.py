@@ -89,3 +89,162 @@ def test_a_childs_check_is_judged_and_collected_like_a_local_one():
         assert records.page().checks == [kept]  # the failure was not recorded as a check
     finally:
         collector.stop()
+
+
+LONG_NAME = "dQ of the packed THD varlen backward against PyTorch SDPA's flash backend (FlashAttention-2), padded"
+
+
+def test_a_short_check_prints_on_one_line_as_before():
+    r = check.CheckResult("conv_bias_relu", "bfloat16", 2.1e-3, 1.6e-2, 0, 8)
+    assert str(r) == "check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)"
+    nan = check.CheckResult("y", "float16", float("nan"), 3e-3, 2, 8)
+    assert str(nan) == "check y: FAIL rel. error nan (tolerance 3.0e-03, float16, 2 NaN of 8)"
+
+
+@pytest.mark.parametrize("name", [LONG_NAME[:60], LONG_NAME, "x" * 150, f"{LONG_NAME}, {LONG_NAME}"])
+def test_a_long_check_puts_its_verdict_on_an_indented_line_of_its_own(name):
+    r = check.CheckResult(name, "float8_e4m3fn", float("nan"), 8e-2, 123456, 1234567)
+    one_line = f"check {name}: FAIL rel. error nan (tolerance 8.0e-02, float8_e4m3fn, 123456 NaN of 1234567)"
+    assert len(one_line) > check.LINE_WIDTH
+    lines = str(r).splitlines()
+    assert all(len(line) <= check.LINE_WIDTH for line in lines), [len(line) for line in lines]
+    assert lines[-1] == "    FAIL rel. error nan (tolerance 8.0e-02, float8_e4m3fn, 123456 NaN of 1234567)"
+    assert "".join(lines[:-1]).replace(" ", "") == f"check {name}:".replace(" ", "")  # the name, whole
+    assert not lines[0].startswith(" ") and lines[0].startswith("check ")
+
+
+def test_a_check_line_that_just_fits_stays_on_one_line():
+    tail = ": PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)"
+    name = "n" * (check.LINE_WIDTH - len("check ") - len(tail))
+    assert str(check.CheckResult(name, "bfloat16", 2.1e-3, 1.6e-2, 0, 8)) == f"check {name}{tail}"
+    assert len(str(check.CheckResult(name + "n", "bfloat16", 2.1e-3, 1.6e-2, 0, 8)).splitlines()) == 2
+
+
+def test_an_admitted_baseline_prints_its_check_within_the_line_width(capsys):
+    from cudnn_guide.measure import baselines
+
+    ref = torch.randn(64, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    name = "PyTorch SDPA, efficient backend (memory-efficient attention), padded"
+    contenders = {}
+    assert baselines.admit(contenders, name, lambda: out, ref) is None
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"check {name}:" and printed[1].startswith("    PASS rel. error ")
+    assert all(len(line) <= check.LINE_WIDTH for line in printed) and name in contenders
+
+
+def test_the_worst_sequence_is_returned_and_every_sequence_is_checked_by_its_name():
+    from cudnn_guide import collector
+    from cudnn_guide.graphs import varlen
+    from cudnn_guide.report import records
+
+    cu = torch.tensor([0, 3, 5, 9])
+    spans = varlen.spans(cu)
+    ref = torch.randn(9, 2, 4, dtype=torch.float64)
+    out = ref.clone()
+    out[3:5] *= 1 + 1e-12  # sequence 1 off by 1e-12 (within float64's 1e-10), the others exact
+    expected = {"O": [varlen.packed_rows(ref, b, a, e) for b, (a, e) in spans]}
+    records.begin()
+    try:
+        worst = check.worst_sequence("packed", {"O": out}, varlen.packed_rows, expected, spans)
+        assert worst.name == "packed O, seq. 1" and worst.rel_error == pytest.approx(1e-12, rel=1e-3)
+        assert [r.name for r in records.page().checks] == [f"packed O, seq. {b}" for b in range(3)]
+        out[6] = float("nan")
+        with pytest.raises(CheckFailedError, match="check packed O, seq. 2 failed"):
+            check.worst_sequence("packed", {"O": out}, varlen.packed_rows, expected, spans)
+    finally:
+        collector.stop()
+
+
+def _small_block():
+    from cudnn_guide.graphs import block
+
+    torch.manual_seed(0)
+    return block.transformer_block(block.torch_attention, heads=2, head_dim=8, hidden=32)
+
+
+def test_a_modules_reference_is_an_fp32_copy_run_with_tf32_off_and_the_module_is_untouched():
+    template = _small_block().to(torch.bfloat16)
+    before = [p.detach().clone() for p in template.parameters()]
+    x = torch.randn(2, 4, 16, dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    ref_y, ref_grads = check.module_reference(template, x, dy)
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == flags
+    assert ref_y.dtype == torch.float32 and ref_y.shape == x.shape and not ref_y.requires_grad
+    assert list(ref_grads) == [n for n, _ in template.named_parameters()]
+    assert all(g.dtype == torch.float32 for g in ref_grads.values())
+    assert all(p.grad is None for p in template.parameters())
+    assert all(torch.equal(p, b) for p, b in zip(template.parameters(), before))
+    by_hand = template.float()  # the same weights upcast: the same output and gradients
+    y = by_hand(x.float())
+    y.backward(dy.float())
+    torch.testing.assert_close(ref_y, y.detach())
+    for n, p in by_hand.named_parameters():
+        torch.testing.assert_close(ref_grads[n], p.grad)
+
+
+def test_a_module_is_checked_on_its_output_and_every_gradient_and_the_worst_is_returned():
+    from cudnn_guide import collector
+    from cudnn_guide.graphs import block
+    from cudnn_guide.report import records
+
+    template = _small_block()
+    x, dy = torch.randn(2, 4, 16), torch.randn(2, 4, 16)
+    ref_y, ref_grads = check.module_reference(template, x, dy)
+    records.begin()
+    try:
+        out, worst = check.check_module(
+            block.variant(template, block.torch_attention).to(torch.bfloat16),
+            x.to(torch.bfloat16),
+            dy.to(torch.bfloat16),
+            ref_y,
+            ref_grads,
+            name="bf16 block",
+            grad_tol=0.032,
+        )
+        collected = list(records.page().checks)
+    finally:
+        collector.stop()
+    assert out.name == "bf16 block: output" and out.tolerance == check.tolerance(torch.bfloat16)
+    assert [r.name for r in collected] == ["bf16 block: output", *(f"bf16 block: d{n}" for n in ref_grads)]
+    assert worst.tolerance == 0.032 and worst == max(collected[1:], key=lambda r: r.rel_error)
+
+
+def test_a_compiled_modules_prefix_is_dropped_and_a_wrong_gradient_fails():
+    import torch.nn as nn
+
+    template = _small_block()
+    x, dy = torch.randn(2, 4, 16), torch.randn(2, 4, 16)
+    ref_y, ref_grads = check.module_reference(template, x, dy)
+
+    class Wrapped(nn.Module):  # what torch.compile's OptimizedModule names its parameters
+        def __init__(self, inner):
+            super().__init__()
+            self._orig_mod = inner
+
+        def forward(self, x):
+            return self._orig_mod(x)
+
+    out, worst = check.check_module(Wrapped(template), x, dy, ref_y, ref_grads, name="compiled")
+    assert out.passed and worst.name.startswith("compiled: d") and "_orig_mod" not in worst.name
+
+    wrong = _small_block()
+    with torch.no_grad():
+        wrong.down.weight.mul_(-1)  # the output changes too; its check fails first
+    with pytest.raises(CheckFailedError, match="check wrong: output failed"):
+        check.check_module(wrong, x, dy, ref_y, ref_grads, name="wrong")
+    ref_grads = {**ref_grads, "qkv.weight": -ref_grads["qkv.weight"]}
+    with pytest.raises(CheckFailedError, match=r"check grads: dqkv\.weight failed"):
+        check.check_module(template, x, dy, ref_y, ref_grads, name="grads")
+
+
+def test_a_module_check_runs_its_reference_once_and_prints_the_output_and_the_worst_gradient(capsys):
+    from cudnn_guide.graphs import block
+
+    template = _small_block()
+    x, dy = torch.randn(2, 4, 16), torch.randn(2, 4, 16)
+    check_block = check.ModuleCheck(template, x, dy, grad_tol=1e-3)
+    out, worst = check_block(block.variant(template, block.torch_attention), "PyTorch block")
+    assert capsys.readouterr().out == f"{out}\n{worst} (the worst of 6 weight gradients)\n"
+    assert worst.tolerance == 1e-3 and out.name == "PyTorch block: output"

@@ -10,6 +10,7 @@ import pytest
 CPU_MODULES = (
     "collector",
     "graphs.attention_inputs",
+    "graphs.block",
     "datafiles",
     "measure.measurement",
     "measure.verdicts",

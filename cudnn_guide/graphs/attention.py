@@ -1,5 +1,6 @@
 """Attention graphs: causal SDPA for inference, and for training the forward with statistics and
-the backward.
+the backward; :func:`sdpa_band_launcher`, causal SDPA with an optional sliding window, built and bound
+for timing.
 
 The forward graph for training keeps the softmax statistics (``generate_stats=True``): one fp32
 log-sum-exp per query row, which the backward graph reads instead of recomputing the softmax
@@ -9,6 +10,7 @@ normalisation.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from cudnn_guide import graphs
@@ -22,6 +24,7 @@ __all__ = [
     "make_training_inputs",
     "sdpa_forward_training_graph",
     "sdpa_backward_graph",
+    "sdpa_band_launcher",
 ]
 
 
@@ -297,3 +300,70 @@ def sdpa_backward_graph(
     for n, t in (("dq", dQ), ("dk", dK), ("dv", dV)):
         io[n] = tensors.output_like(t, inputs[n])
     return graphs.build(g, name=name, handle=handle, io=io)
+
+
+# ---------------------------------------------------------------------------------------------
+# Causal SDPA with a sliding window (forward, inference), as a page writes it
+# ---------------------------------------------------------------------------------------------
+
+
+def sdpa_band_launcher(
+    q: Any, k: Any, v: Any, *, left_bound: int | None = None, handle: Any = None
+) -> tuple[Callable[[], None], Any]:
+    """cuDNN's graph SDPA over B×H×S×D tensors, causal, with an optional sliding window: built, bound.
+
+    Declared with the frontend's own calls, as plot_19's lesson declares its window graph: a
+    top-left band ending on the diagonal (``diagonal_band_right_bound=0``) and, with
+    ``left_bound=W``, starting W keys back (each query sees itself and the W - 1 keys before it);
+    scale ``D ** -0.5``, no statistics, fp32 intermediates and compute; planned from heuristics A,
+    then FALLBACK (``pygraph.build``).
+
+    Parameters
+    ----------
+    q
+        B×H×S×D queries (their dtype is the graph's I/O type).
+    k
+        B×H×S×D keys.
+    v
+        B×H×S×D values.
+    left_bound
+        ``diagonal_band_left_bound``: the window's width W, or None for plain causal attention.
+    handle
+        cuDNN handle; default the device's.
+
+    Returns
+    -------
+    tuple[Callable[[], None], Any]
+        A zero-argument launcher on torch's current stream (:meth:`~cudnn_guide.graphs.BuiltGraph.bind`),
+        and the output tensor (``torch.empty_like(q)``) it writes.
+
+    Example
+    -------
+    >>> run, o = sdpa_band_launcher(q, k, v, left_bound=512, handle=handle)
+    >>> run()  # o holds the windowed attention
+    """
+    import cudnn
+    import torch
+
+    handle = handle if handle is not None else graphs.handle_for_current_device()
+    o = torch.empty_like(q)
+    g = cudnn.pygraph(
+        handle=handle,
+        io_data_type=tensors.cudnn_dtype(q.dtype),
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    Q, K, V = (g.tensor_like(q, name="q"), g.tensor_like(k, name="k"), g.tensor_like(v, name="v"))
+    O, _ = g.sdpa(
+        q=Q,
+        k=K,
+        v=V,
+        attn_scale=q.shape[-1] ** -0.5,
+        generate_stats=False,
+        diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
+        diagonal_band_right_bound=0,
+        diagonal_band_left_bound=left_bound,
+    )
+    O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    return graphs.adopt(g, handle, name="sdpa").bind({Q: q, K: k, V: v, O: o}), o

@@ -4,6 +4,8 @@ cuDNN reports a bad attention input late (at ``validate`` or ``check_support``, 
 non-monotonic ragged offset reads the wrong tokens). These checks name the problem, the
 tensor and the fix first. :func:`reference` is the one reference the cookbook pages use:
 dense fp32 attention with grouped heads expanded, an optional visibility mask and bias.
+:func:`band` is cuDNN's diagonal band as a visibility mask, and :func:`key_intervals` the same
+causal or sliding-window mask as ``cudnn.flex_attention`` takes it: key intervals per query.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from cudnn_guide.errors import InputError
 
-__all__ = ["check_heads", "check_seq_lens", "ragged_offsets", "check_window", "band", "reference"]
+__all__ = ["check_heads", "check_seq_lens", "ragged_offsets", "check_window", "band", "key_intervals", "reference"]
 
 
 def check_heads(q: Any, k: Any, v: Any) -> int:
@@ -217,6 +219,49 @@ def band(
     if left is not None:
         visible &= j > pos - left
     return visible
+
+
+def key_intervals(batch: int, seq: int, *, window: int | None = None, device: Any = "cuda") -> Any:
+    """``cudnn.flex_attention``'s ``mask_func`` for causal or sliding-window attention over a fixed batch.
+
+    ``mask_func`` is int32 ``[Hmask, nfunc, total_q]``: for query ``i`` its column ``F0, F1, F2, …``
+    makes keys ``[0, F0) ∪ [F1, F2) ∪ …`` visible, counted within the query's own sequence. Causal
+    is one endpoint per query, ``F0 = i + 1``; a window of ``window`` keys is three,
+    ``[0, 0) ∪ [i − window + 1, i + 1)`` (the start clamped at 0). The same mask for every head
+    (``Hmask`` 1) and every sequence of the batch, whose ``batch · seq`` queries follow each other.
+    The visible keys are those of :func:`band` with ``left=window``.
+
+    Parameters
+    ----------
+    batch
+        Sequences, each of ``seq`` queries and ``seq`` keys.
+    seq
+        Tokens per sequence.
+    window
+        Keys each query sees (itself and the ``window - 1`` before it); None: causal.
+    device
+        Where to build it.
+
+    Returns
+    -------
+    Any
+        A contiguous int32 tensor, ``1×1×(batch·seq)`` (causal) or ``1×3×(batch·seq)`` (window),
+        for ``cudnn.flex_attention.create_mask_plan``.
+
+    Example
+    -------
+    >>> key_intervals(2, 3, device="cpu").tolist()
+    [[[1, 2, 3, 1, 2, 3]]]
+    >>> key_intervals(1, 4, window=2, device="cpu").tolist()
+    [[[0, 0, 0, 0], [0, 0, 1, 2], [1, 2, 3, 4]]]
+    """
+    import torch
+
+    pos = torch.arange(seq, device=device, dtype=torch.int32)
+    if window is None:
+        return (pos + 1).repeat(batch).reshape(1, 1, batch * seq).contiguous()
+    ends = torch.stack([torch.zeros_like(pos), (pos - window + 1).clamp_min(0), pos + 1]).repeat(1, batch)
+    return ends.reshape(1, 3, batch * seq).contiguous()
 
 
 def reference(q: Any, k: Any, v: Any, *, visible: Any = None, bias: Any = None, scale: float | None = None) -> Any:

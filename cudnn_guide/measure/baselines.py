@@ -3,6 +3,8 @@
 ``torch.compile`` with ``mode="max-autotune-no-cudagraphs"`` is the strongest compiled baseline
 for a single call (it benchmarks Triton templates against cuBLAS/cuDNN and fuses epilogues), and
 leaves CUDA graphs out so that every contender is timed launching its own kernels.
+:func:`band_attention` gathers PyTorch's causal and sliding-window attention (and the frontend's
+own ``torch.ops.cudnn.sdpa_fwd``); :func:`check_each` checks such launchers before they race.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from cudnn_guide.errors import CheckFailedError
@@ -18,9 +20,14 @@ from cudnn_guide.errors import CheckFailedError
 __all__ = [
     "RECOMPILE_LIMIT",
     "admit",
+    "admit_backward",
+    "band_attention",
+    "check_each",
     "compile_quietly",
     "forced_sdpa",
     "sdpa_backends",
+    "sdpa_matches",
+    "synchronized",
     "training_step",
     "with_cudnn_benchmark",
 ]
@@ -135,6 +142,85 @@ def forced_sdpa(backend: Any, **sdpa_kwargs: Any) -> Callable[..., Any]:
             return F.scaled_dot_product_attention(q, k, v, **sdpa_kwargs)
 
     return attend
+
+
+def sdpa_matches(
+    attends: Mapping[str, Callable[..., Any]], inputs: Sequence[Any], backends: Sequence[Any], **sdpa_kwargs: Any
+) -> dict[str, list[str]]:
+    """Which of PyTorch's SDPA backends each attention's output matches, bit for bit.
+
+    Each attention in ``attends`` (PyTorch's default SDPA, eager or compiled) runs on ``inputs``
+    once; then each backend, forced in turn with ``sdpa_kernel([backend])``, runs
+    ``scaled_dot_product_attention(*inputs, **sdpa_kwargs)``, and its output is compared with
+    each attention's by ``torch.equal``. Forward kernels are deterministic, so an attention that
+    matches a forced backend ran that backend's kernel (or one that computes the same bits).
+    Inputs that require gradients select the kernels a training step would.
+
+    Parameters
+    ----------
+    attends
+        Name → ``attend(*inputs)``.
+    inputs
+        The inputs, e.g. ``(q, k, v)``.
+    backends
+        ``torch.nn.attention.SDPBackend`` members, in the order their names are listed.
+    sdpa_kwargs
+        Passed to the forced ``scaled_dot_product_attention`` (``is_causal``, ``scale``, ...).
+
+    Returns
+    -------
+    dict[str, list[str]]
+        Name → the names (``SDPBackend.name``) of the backends it matched; empty when none.
+
+    Example
+    -------
+    >>> backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
+    >>> sdpa_matches({"eager": attend}, (q, k, v), backends, is_causal=True)
+    {'eager': ['CUDNN_ATTENTION']}
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    outputs = {name: attend(*inputs) for name, attend in attends.items()}
+    found: dict[str, list[str]] = {name: [] for name in attends}
+    for backend in backends:
+        with sdpa_kernel([backend]):
+            forced = F.scaled_dot_product_attention(*inputs, **sdpa_kwargs)
+        for name, out in outputs.items():
+            if torch.equal(out, forced):
+                found[name].append(backend.name)
+    return found
+
+
+def synchronized(step: Callable[[], Any]) -> Callable[[], None]:
+    """``step``, then ``torch.cuda.synchronize()``: one iteration of a loop that reads its result.
+
+    Timed on the wall clock (:func:`~cudnn_guide.measure.compare.compare_host`), such a call
+    costs the host time to enqueue the step or the GPU time to run it, whichever is longer,
+    plus the synchronize: the time per step of a training loop that reads its loss every step.
+
+    Parameters
+    ----------
+    step
+        A zero-argument launcher.
+
+    Returns
+    -------
+    Callable[[], None]
+        The launcher that waits for the GPU after each call.
+
+    Example
+    -------
+    >>> wall = compare_host({n: synchronized(s) for n, s in steps.items()}, candidate=CAND, calls=2, batches=2)
+    """
+    import torch
+
+    def call() -> None:
+        step()
+        torch.cuda.synchronize()
+
+    return call
 
 
 def training_step(forward: Callable[..., Any], leaves: Any, grad_out: Any) -> Callable[[], Any]:
@@ -281,6 +367,168 @@ def admit(
             print(line)
     contenders[name] = fn
     return None
+
+
+def admit_backward(
+    contenders: MutableMapping[str, Callable[[], Any]],
+    name: str,
+    forward: Callable[..., Any],
+    inputs: Sequence[Any],
+    grad_out: Any,
+    *,
+    check: Callable[[tuple[Any, ...]], Any],
+) -> str | None:
+    """Admit a PyTorch backward alone, from one retained autograd graph: checked first, or said unavailable.
+
+    The forward runs once on fresh leaves (detached copies of ``inputs`` that require gradients)
+    and its gradients are taken with ``retain_graph=True``; the launcher added to ``contenders``
+    repeats only that ``torch.autograd.grad``, so the forward is not timed. A forward or backward
+    that raises is **unavailable**: ``"<name>: unavailable here (<ExceptionType>)"`` is printed and
+    the reason returned. A wrong gradient is not: ``check`` raises and stops the page.
+
+    Parameters
+    ----------
+    contenders
+        Name → launcher, as passed to :func:`~cudnn_guide.measure.compare.compare`; updated in place.
+    name
+        The contender's display name.
+    forward
+        Called as ``forward(*leaves)``; returns the output.
+    inputs
+        The forward's inputs (tensors), one leaf each.
+    grad_out
+        The output's gradient.
+    check
+        Given the gradients (one per input, in order); raises ``CheckFailedError`` on a wrong one.
+        What it returns is printed unless None, as :func:`admit` does.
+
+    Returns
+    -------
+    str | None
+        ``None`` when admitted; otherwise ``"ExceptionType: first line of its message"`` (140
+        characters at most).
+
+    Example
+    -------
+    >>> check = lambda grads: checks.check(grads[0], dq_ref, name="dQ")
+    >>> why = admit_backward(contenders, "flash backward", flash, (q, k, v), d_o, check=check)
+    """
+    import torch
+
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    try:
+        y = forward(*leaves)
+        grads = torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
+    except Exception as exc:  # cannot run here: shown, not hidden
+        first = (str(exc).splitlines() or [""])[0][:140]
+        print(f"{name}: unavailable here ({type(exc).__name__})")
+        return f"{type(exc).__name__}: {first}"
+    result = check(grads)
+    for line in result if isinstance(result, (list, tuple)) else [result]:
+        if line is not None:
+            print(line)
+    contenders[name] = lambda: torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
+    return None
+
+
+def band_attention(
+    q: Any, k: Any, v: Any, *, left: int | None = None, scale: float | None = None
+) -> dict[str, Callable[[], Any]]:
+    """PyTorch's causal (or sliding-window) attention over B×H×S×D tensors, and the frontend's torch op.
+
+    Each launcher computes what cuDNN's diagonal band with ``diagonal_band_right_bound=0`` and
+    ``diagonal_band_left_bound=left`` computes: query ``i`` sees keys ``j ≤ i`` (and ``i - j < left``):
+
+    * ``"PyTorch FlexAttention (compiled)"``: ``flex_attention`` under ``torch.compile(fullgraph=True)``
+      with a block mask of that band, made here, once;
+    * ``"torch.ops.cudnn.sdpa_fwd"``: the frontend's PyTorch op over its SDPA graphs (``is_causal``,
+      ``window_left``), registered by importing ``cudnn.sdpa.fwd.torch_op``; it returns a tuple;
+    * ``"PyTorch SDPA, flash backend (FlashAttention-2)"``, causal only (``left=None``): the flash
+      backend forced (:func:`forced_sdpa`), ``is_causal=True``.
+
+    Nothing runs here but the block mask's construction; check the launchers (:func:`check_each`)
+    before timing them.
+
+    Parameters
+    ----------
+    q
+        B×H×S×D queries (S queries and S keys).
+    k
+        B×H×S×D keys.
+    v
+        B×H×S×D values.
+    left
+        The window's width W, or None for causal attention.
+    scale
+        ``sdpa_fwd``'s softmax scale; default ``D ** -0.5`` (FlexAttention's and SDPA's own default).
+
+    Returns
+    -------
+    dict[str, Callable[[], Any]]
+        Name → zero-argument launcher, in the order above.
+
+    Example
+    -------
+    >>> launchers = band_attention(q, k, v, left=512)
+    >>> checks = check_each(launchers, reference, tag="window 512")
+    """
+    import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
+    import torch
+    from torch.nn.attention import SDPBackend
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    seq = q.shape[2]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    flex = torch.compile(flex_attention, fullgraph=True)
+    visible = (lambda b, h, qi, ki: ki <= qi) if left is None else (lambda b, h, qi, ki: (ki <= qi) & (qi - ki < left))
+    block_mask = create_block_mask(visible, None, None, seq, seq)
+    launchers: dict[str, Callable[[], Any]] = {
+        "PyTorch FlexAttention (compiled)": lambda: flex(q, k, v, block_mask=block_mask),
+        "torch.ops.cudnn.sdpa_fwd": lambda: torch.ops.cudnn.sdpa_fwd(
+            q, k, v, scale, is_causal=True, window_left=-1 if left is None else left, return_lse=False
+        ),
+    }
+    if left is None:
+        attend = forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
+        launchers["PyTorch SDPA, flash backend (FlashAttention-2)"] = lambda: attend(q, k, v)
+    return launchers
+
+
+def check_each(launchers: Mapping[str, Callable[[], Any]], reference: Any, *, tag: str = "") -> list[Any]:
+    """Run each launcher once and check its output against ``reference``; a wrong one stops the page.
+
+    Unlike :func:`admit`, a launcher that raises is not said to be unavailable: the exception
+    propagates, as does the :class:`~cudnn_guide.errors.CheckFailedError` of a wrong result. Nothing
+    is printed; each passing check joins the page's record (:func:`cudnn_guide.check.check`).
+
+    Parameters
+    ----------
+    launchers
+        Name → zero-argument launcher; one returning a tuple is checked on its first element.
+    reference
+        The expected output, laid out as the launchers return theirs.
+    tag
+        Appended to each check's name, after a comma: ``"<name>, <tag>"``.
+
+    Returns
+    -------
+    list[Any]
+        The passing :class:`~cudnn_guide.check.CheckResult` of each launcher, in order.
+
+    Example
+    -------
+    >>> results = check_each({"torch": lambda: attend(q, k, v)}, reference, tag="causal")
+    >>> results[0].name
+    'torch, causal'
+    """
+    from cudnn_guide import check
+
+    results = []
+    for name, fn in launchers.items():
+        out = fn()
+        out = out[0] if isinstance(out, tuple) else out
+        results.append(check.check(out, reference, name=f"{name}, {tag}" if tag else name))
+    return results
 
 
 _FORCED = re.compile(r"has been runtime disabled")

@@ -67,7 +67,7 @@ from cudnn_guide.measure.measurement import (
     spread_warnings,
 )
 
-__all__ = ["BenchOptions", "benchmark", "measure"]
+__all__ = ["BenchOptions", "benchmark", "measure", "peak_memory_mib"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +252,39 @@ def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measure
     )
     collector.add_measurements(m)  # the running example's record keeps it (cudnn_guide.collector)
     return m
+
+
+def peak_memory_mib(fn: Callable[[], Any]) -> float:
+    """The peak GPU memory one call of ``fn`` allocates above what is allocated before it, in MiB.
+
+    After a synchronize, the allocated bytes are read and the peak statistics reset; ``fn`` runs
+    once, and after another synchronize the peak (``torch.cuda.max_memory_allocated``) less those
+    bytes is the call's own: activations, gradients and workspaces, those it frees before it
+    returns included. An exact count of torch's caching allocator, not a sample; memory a library
+    allocates outside that allocator is not counted.
+
+    Parameters
+    ----------
+    fn
+        A zero-argument launcher (e.g. one training step).
+
+    Returns
+    -------
+    float
+        MiB (2**20 bytes).
+
+    Example
+    -------
+    >>> peak_memory_mib(step)  # e.g. 3120.0 for a training step's activations and gradients
+    """
+    import torch
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def _first_call(fn: Callable[[], Any], label: str, options: BenchOptions) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "host_bound",
     "HOST_BOUND",
     "one_launch_rule",
+    "rejudged",
 ]
 
 _REPEAT = " (repeat)"
@@ -333,6 +334,50 @@ def host_bound(result: Comparison) -> list[str]:
         if host is not None and m.samples_ms and host >= HOST_BOUND * m.median_ms:
             out.append(name)
     return out
+
+
+def rejudged(cmp: Comparison, candidate: str, baselines: list[str]) -> Comparison:
+    """The same rounds judged again, with another contender as the candidate: its per-round ratios.
+
+    Every contender ran in the same interleaved rounds, so any two of them have paired round
+    medians: ``candidate``'s speed-up over each of ``baselines`` is the median over rounds of
+    baseline time / candidate time, with its bootstrap 95% interval and its verdict against the
+    comparison's own tie band. Nothing is timed again. A page that races several like-for-like
+    pairs in one comparison (eager against eager, compiled against compiled) judges each pair
+    this way.
+
+    Parameters
+    ----------
+    cmp
+        A :class:`Comparison` (from :func:`compare` or :func:`compare_host`).
+    candidate
+        The contender to judge.
+    baselines
+        The contenders to judge it against.
+
+    Returns
+    -------
+    Comparison
+        A copy of ``cmp`` with ``candidate`` and ``versus`` (``baselines`` only) replaced; its
+        measurements, round medians, tie band and rounds are ``cmp``'s.
+
+    Example
+    -------
+    >>> eager_cmp = rejudged(result, "cuDNN op, eager", ["PyTorch eager"])
+    >>> eager_cmp.describe("PyTorch eager")
+    """
+    versus = {}
+    for b in baselines:
+        rounds = zip(cmp.round_medians_ms[b], cmp.round_medians_ms[candidate])
+        ratios = [t_b / t_c for t_b, t_c in rounds]
+        lo, hi = bootstrap_median_ci(ratios)
+        versus[b] = {
+            "value": statistics.median(ratios),
+            "low": lo,
+            "high": hi,
+            "verdict": judge(lo, hi, cmp.tie_band),
+        }
+    return dataclasses.replace(cmp, candidate=candidate, versus=versus)
 
 
 def _time_loop(fn: Callable[[], Any], calls: int) -> float:

@@ -5,6 +5,8 @@ DSL and compiles each kernel configuration on its first call. It takes tensors l
 ``B×S×H×D``; the guide's attention inputs are ``B×H×S×D``, so each launcher here makes its own
 ``B×S×H×D`` copy once, outside the timed calls, and returns its output seen as ``B×H×S×D`` (a view,
 no copy) so that it is checked against the same reference as every other contender.
+:func:`attention` (``B×S×H×D`` tensors, for a model that lays them out so) and :func:`varlen_attention`
+(packed ``T×H×D`` tensors) take FlashAttention's own layouts, as they are.
 
 When the package (or the CuTe DSL under it) is missing, :func:`status` says so with the install
 command, and the pages show "not installed" rows instead of failing.
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["INSTALL", "label", "status", "forward", "training_step"]
+__all__ = ["INSTALL", "label", "status", "attention", "forward", "training_step", "varlen_attention"]
 
 INSTALL = "pip install flash-attn-4==4.0.0b36  (needs nvidia-cutlass-dsl[cu13], a GPU of SM 9.0 or newer)"
 
@@ -80,6 +82,39 @@ def label() -> str:
 
 def _output(result: Any) -> Any:
     return result[0] if isinstance(result, tuple) else result
+
+
+def attention(*, causal: bool, scale: float | None = None) -> Callable[..., Any]:
+    """FlashAttention-4's ``flash_attn_func`` as ``attend(q, k, v)``, on ``B×S×H×D`` tensors in and out.
+
+    Nothing is copied: the inputs are FlashAttention's own layout (a model's projection can
+    produce them so, e.g. :func:`cudnn_guide.graphs.block.variant` with ``bshd=True``). Autograd
+    runs through it.
+
+    Parameters
+    ----------
+    causal
+        Causal masking.
+    scale
+        Softmax scale; default ``D ** -0.5``.
+
+    Returns
+    -------
+    Callable[..., Any]
+        ``attend(q, k, v)`` returning the ``B×S×H×D`` output; this function raises
+        :class:`ImportError` up front when FlashAttention-4 is missing.
+
+    Example
+    -------
+    >>> attend = attention(causal=True, scale=D**-0.5)
+    >>> out = attend(q, k, v)  # B×S×H×D
+    """
+    fn = _require()
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return _output(fn(q, k, v, softmax_scale=scale, causal=causal))
+
+    return attend
 
 
 def forward(
@@ -167,3 +202,42 @@ def training_step(
         return [leaf.grad.transpose(1, 2) for leaf in leaves]
 
     return step, grads
+
+
+def varlen_attention(cu_seqlens: Any, max_len: int, *, causal: bool, scale: float | None = None) -> Callable[..., Any]:
+    """FlashAttention-4's ``flash_attn_varlen_func`` over packed ``T×H×D`` tensors, as ``attend(q, k, v)``.
+
+    The packed layout is FlashAttention's own (tokens first), so nothing is copied; queries and
+    keys share ``cu_seqlens``. Autograd runs through it, so it serves a backward contender too.
+
+    Parameters
+    ----------
+    cu_seqlens
+        The B+1 prefix sums of the lengths, int32 on the GPU.
+    max_len
+        The longest sequence (``max_seqlen_q`` and ``max_seqlen_k``).
+    causal
+        Causal masking within each sequence.
+    scale
+        Softmax scale; default ``D ** -0.5``.
+
+    Returns
+    -------
+    Callable[..., Any]
+        ``attend(q, k, v)`` returning the packed ``T×H×D`` output; this function raises
+        :class:`ImportError` up front when FlashAttention-4 is missing.
+
+    Example
+    -------
+    >>> attend = varlen_attention(cu_seqlens, S_MAX, causal=True, scale=D**-0.5)
+    >>> out = attend(q, k, v)  # T×H×D
+    """
+    _require()
+    from flash_attn.cute import flash_attn_varlen_func
+
+    kw = dict(cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, softmax_scale=scale)
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return _output(flash_attn_varlen_func(q, k, v, **kw, max_seqlen_q=max_len, max_seqlen_k=max_len, causal=causal))
+
+    return attend

@@ -2,7 +2,8 @@
 
 :class:`Measurement` is what :func:`cudnn_guide.measure.bench.benchmark` returns and what records keep;
 :func:`median_ci` is the order-statistics interval of a median, and :func:`estimate` turns a
-time and its interval into a headline in µs, ms, TFLOP/s or GB/s.
+time and its interval into a headline in µs, ms, TFLOP/s or GB/s; :func:`per_second` turns a
+headline in µs into items (tokens, images) per second.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from cudnn_guide.errors import BenchmarkError
 
-__all__ = ["median_ci", "Measurement"]
+__all__ = ["median_ci", "per_second", "Measurement"]
 
 TIMING_METHOD = 2
 """Version of how :func:`~cudnn_guide.measure.bench.benchmark` times a call, kept in every measurement it makes, so the
@@ -142,6 +143,36 @@ def estimate(
         rate = lambda ms: work / (ms * 1e-3) / per * scale
         return {"value": rate(median_ms), "low": rate(high_ms), "high": rate(low_ms)}
     raise ValueError(f"estimate: unknown unit {unit!r}")
+
+
+def per_second(est: Mapping[str, float], count: float) -> dict[str, float]:
+    """A time per call in µs, with its interval, as ``count`` items per call per second.
+
+    The interval inverts: the longest time gives the lowest rate.
+
+    Parameters
+    ----------
+    est
+        ``{"value", "low", "high"}`` in µs per call (e.g. :meth:`Comparison.estimate
+        <cudnn_guide.measure.compare.Comparison.estimate>`).
+    count
+        Items per call (tokens of a training step, images of a batch).
+
+    Returns
+    -------
+    dict[str, float]
+        ``{"value", "low", "high"}`` in items per second.
+
+    Example
+    -------
+    >>> per_second({"value": 2000.0, "low": 1000.0, "high": 4000.0}, 16384)
+    {'value': 8192000.0, 'low': 4096000.0, 'high': 16384000.0}
+    """
+    return {
+        "value": count / (est["value"] * 1e-6),
+        "low": count / (est["high"] * 1e-6),
+        "high": count / (est["low"] * 1e-6),
+    }
 
 
 @dataclasses.dataclass

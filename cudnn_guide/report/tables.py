@@ -1,7 +1,9 @@
 """Comparison tables (HTML in the gallery, text in a terminal), ratios, and links between pages.
 
 A :class:`ComparisonTable` pivots measurements into one row per implementation and one column per
-problem size, with the best entry of each column marked, in one unit.
+problem size, with the best entry of each column marked, in one unit. :func:`comparison_rows` and
+:func:`loop_rows` lay out several comparisons (one per mask, size, …) as rows for :func:`html_table`:
+time, rate and speed-up, or GPU time against a back-to-back loop's wall clock.
 """
 
 from __future__ import annotations
@@ -13,7 +15,22 @@ from typing import Any
 
 from cudnn_guide.measure.measurement import Measurement
 
-__all__ = ["ratio", "ratio_estimate", "ComparisonTable", "Html", "page_link", "html_table", "sweep_table"]
+__all__ = [
+    "GPU_US",
+    "HOST_US",
+    "LOOP_US",
+    "ratio",
+    "ratio_estimate",
+    "ComparisonTable",
+    "Html",
+    "page_link",
+    "html_table",
+    "sweep_table",
+    "comparison_rows",
+    "loop_rows",
+    "time_rows",
+    "verdict_rows",
+]
 
 METRICS: dict[str, tuple[str, bool, Callable[[Measurement], float | None]]] = {
     # name: (unit label, higher is better, getter)
@@ -281,3 +298,191 @@ def html_table(frame: Any, formats: dict[str, Any] | None = None, **format_kwarg
 
         styler = styler.format(text, subset=text_cols)
     return styler
+
+
+HOST_US = "host µs per call"
+""":func:`loop_rows`' column of the host time per call (median of the first round's host samples)."""
+GPU_US = "GPU µs per call (median of round medians)"
+""":func:`loop_rows`' column of the GPU time per call."""
+LOOP_US = "loop µs per call (median of round medians)"
+""":func:`loop_rows`' column of the wall-clock time per call in a back-to-back loop."""
+
+
+def _speed_up(s: dict[str, Any], band: float | None = None) -> str:
+    """``1.23× (1.20–1.26) faster``, with ``, tie band ±1.5%`` when ``band`` is given."""
+    text = f"{s['value']:.2f}× ({s['low']:.2f}–{s['high']:.2f}) {s['verdict']}"
+    return text if band is None else f"{text}, tie band ±{100 * band:.1f}%"
+
+
+def comparison_rows(results: Any, *, key: str, speedup: str) -> list[dict[str, Any]]:
+    """One row per contender of each comparison: its time, its rate and the candidate's speed-up over it.
+
+    Parameters
+    ----------
+    results
+        Label → :class:`~cudnn_guide.measure.compare.Comparison` (with ``flops``), e.g. one per mask.
+    key
+        The column that holds each comparison's label (``"mask"``).
+    speedup
+        The column of the candidate's speed-up over the row's contender: ``value× (low–high) verdict``,
+        empty on the candidate's own row.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        Rows with the columns ``key``, ``"implementation"``, ``"µs"`` and ``"TFLOP/s"`` (medians of
+        round medians, :meth:`~cudnn_guide.measure.compare.Comparison.estimate`) and ``speedup``.
+
+    Example
+    -------
+    >>> rows = comparison_rows({"causal": c}, key="mask", speedup="speed-up")
+    >>> html_table(pd.DataFrame(rows), {"µs": "{:.1f}", "TFLOP/s": "{:.0f}"})
+    """
+    rows = []
+    for label, c in results.items():
+        for name in c.measurements:
+            s = c.versus.get(name)
+            rows.append(
+                {
+                    key: label,
+                    "implementation": name,
+                    "µs": c.estimate(name)["value"],
+                    "TFLOP/s": c.estimate(name, "TFLOP/s")["value"],
+                    speedup: _speed_up(s) if s else "",
+                }
+            )
+    return rows
+
+
+def loop_rows(results: Any, *, key: str) -> list[dict[str, Any]]:
+    """One row per contender of each comparison: host, GPU and loop time per call, and both verdicts.
+
+    For comparisons that also raced their contenders in back-to-back loops (``compare(...,
+    wall_clock=True)``, whose loop comparison is ``c.wall``). The GPU and loop µs are each the median
+    over rounds of a round's median, as the verdicts use them; each verdict carries its own tie band.
+
+    Parameters
+    ----------
+    results
+        Label → :class:`~cudnn_guide.measure.compare.Comparison` with its ``wall``.
+    key
+        The column that holds each comparison's label (``"mask"``).
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        Rows with the columns ``key``, ``"implementation"``, :data:`HOST_US` (None where not measured),
+        :data:`GPU_US`, :data:`LOOP_US`, ``"GPU verdict"`` and ``"loop verdict"`` (the candidate's
+        speed-up, ``value× (low–high) verdict, tie band ±x%``; empty on its own row).
+
+    Example
+    -------
+    >>> rows = loop_rows({"causal": c}, key="mask")
+    >>> html_table(pd.DataFrame(rows), dict.fromkeys([HOST_US, GPU_US, LOOP_US], "{:.0f}"))
+    """
+    rows = []
+    for label, c in results.items():
+        for name, m in c.measurements.items():
+            gpu, loop = c.versus.get(name), c.wall.versus.get(name)
+            rows.append(
+                {
+                    key: label,
+                    "implementation": name,
+                    HOST_US: m.host_median_ms * 1e3 if m.host_median_ms else None,
+                    GPU_US: c.estimate(name)["value"],
+                    LOOP_US: c.wall.estimate(name)["value"],
+                    "GPU verdict": _speed_up(gpu, c.tie_band) if gpu else "",
+                    "loop verdict": _speed_up(loop, c.wall.tie_band) if loop else "",
+                }
+            )
+    return rows
+
+
+def verdict_rows(
+    pairs: Iterable[tuple[Any, str]], measure: str, *, candidate: str = "candidate"
+) -> list[dict[str, Any]]:
+    """One table row per like-for-like pair: the candidate, its baseline, the speed-up, interval, verdict.
+
+    Parameters
+    ----------
+    pairs
+        ``(comparison, baseline)``: a :class:`~cudnn_guide.measure.compare.Comparison` (e.g. from
+        :func:`~cudnn_guide.measure.compare.rejudged`) and one of its baselines.
+    measure
+        The speed-up's column, e.g. ``"GPU-time speed-up"``.
+    candidate
+        The candidate's column.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        Rows with the columns ``candidate``, ``"against"``, ``measure``, ``"in-run 95% interval"``
+        and ``"verdict"``, for ``pandas.DataFrame`` and :func:`html_table`.
+
+    Example
+    -------
+    >>> from types import SimpleNamespace
+    >>> s = {"value": 1.2, "low": 1.1, "high": 1.3, "verdict": "faster"}
+    >>> cmp = SimpleNamespace(candidate="cuDNN op, eager", versus={"PyTorch eager": s})
+    >>> rows = verdict_rows([(cmp, "PyTorch eager")], "speed-up", candidate="cuDNN op")
+    >>> rows[0]["cuDNN op"], rows[0]["in-run 95% interval"], rows[0]["verdict"]
+    ('cuDNN op, eager', '1.10–1.30', 'faster')
+    """
+    return [
+        {
+            candidate: c.candidate,
+            "against": b,
+            measure: c.versus[b]["value"],
+            "in-run 95% interval": "{low:.2f}–{high:.2f}".format(**c.versus[b]),
+            "verdict": c.versus[b]["verdict"],
+        }
+        for c, b in pairs
+    ]
+
+
+def time_rows(cmp: Any, wall: Any, label: str) -> list[dict[str, Any]]:
+    """One table row per contender: its GPU time, its host time to enqueue one call, its wall-clock time.
+
+    The GPU time is the comparison's estimate (median over rounds), the host time the one
+    :func:`~cudnn_guide.measure.compare.compare` measured in its first round (one call on an idle
+    GPU; ``None`` where it was not measured), the wall-clock time the median over rounds of
+    ``wall``, the same contenders timed by :func:`~cudnn_guide.measure.compare.compare_host`.
+
+    Parameters
+    ----------
+    cmp
+        A :class:`~cudnn_guide.measure.compare.Comparison` on GPU time.
+    wall
+        The wall-clock comparison of the same contenders.
+    label
+        The contenders' column, e.g. ``"training step"``.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        Rows with the columns ``label``, ``"GPU µs"``, ``"host µs to enqueue"`` and
+        ``"wall-clock µs"``, in the comparison's order.
+
+    Example
+    -------
+    >>> from types import SimpleNamespace
+    >>> m = SimpleNamespace(host_median_ms=None)
+    >>> cmp = SimpleNamespace(measurements={"X": m}, estimate=lambda n: {"value": 900.0})
+    >>> wall = SimpleNamespace(round_medians_ms={"X": [1.0, 1.2, 1.1]})
+    >>> time_rows(cmp, wall, "step")
+    [{'step': 'X', 'GPU µs': 900.0, 'host µs to enqueue': None, 'wall-clock µs': 1100.0}]
+    """
+    import statistics
+
+    rows = []
+    for name, m in cmp.measurements.items():
+        host_ms = m.host_median_ms
+        rows.append(
+            {
+                label: name,
+                "GPU µs": cmp.estimate(name)["value"],
+                "host µs to enqueue": None if host_ms is None else host_ms * 1e3,
+                "wall-clock µs": statistics.median(wall.round_medians_ms[name]) * 1e3,
+            }
+        )
+    return rows

@@ -10,6 +10,8 @@ the page that asks one question, and most of them answer it in fresh processes:
   from a plan cache (the serialization and FlexAttention pages);
 * :mod:`~cudnn_guide.studies.dynamic_shapes`: building a graph per shape, with and without the
   kernel cache (the kernel-cache page);
+* :mod:`~cudnn_guide.studies.failures`: failures reproduced on purpose, where each one surfaces
+  and the fix, and the frontend's log and plans (the troubleshooting and libcudnn-and-logs pages);
 * :mod:`~cudnn_guide.studies.host_levels`: the host cost of each launch path, process by process
   (the CUDA-graphs page);
 * :mod:`~cudnn_guide.studies.profiling`: the profiler's kernel times beside the harness's (the

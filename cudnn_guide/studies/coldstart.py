@@ -14,6 +14,9 @@ a shell. It reports:
 * ``first_result_s``: from the start of ``plan_s`` to the first output on the host side of a
   synchronize: what a fresh process waits before its first answer;
 * ``rel_error``: the first output checked against PyTorch.
+
+:func:`flex_attention_fresh` asks the same of ``cudnn.flex_attention``: its mask plan and its
+first call, which compiles the CuTe DSL kernel (:func:`flex_attention_first_call`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRAPHS", "PRELOAD", "first_result_speedups", "plot_first_results", "run_fresh", "flex_attention_first_call"]
+__all__ = [
+    "FLEX_PRELOAD",
+    "GRAPHS",
+    "PRELOAD",
+    "first_result_speedups",
+    "plot_first_results",
+    "run_fresh",
+    "flex_attention_first_call",
+    "flex_attention_fresh",
+]
 
 GRAPHS = ("matmul", "conv", "sdpa")
 
@@ -396,6 +408,63 @@ def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -
     ref = reference(*(t.transpose(1, 2) for t in (q, k, v)), visible=band(seq, seq, device="cuda")).transpose(1, 2)
     rel = compare(out, ref, name="flex_attention, causal").rel_error
     return {"plan_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s": t3 - t2, "rel_error": rel}
+
+
+FLEX_PRELOAD = ("torch", "cudnn", "cudnn.flex_attention")
+"""What :func:`flex_attention_fresh`'s interpreters import before their turn."""
+
+
+def flex_attention_fresh(
+    batch: int, heads: int, seq: int, head_dim: int, *, processes: int = 1, timeout: float = 600
+) -> list[dict[str, float]]:
+    """:func:`flex_attention_first_call` in ``processes`` fresh interpreters, each with an empty CUDA JIT cache.
+
+    Each interpreter imports :data:`FLEX_PRELOAD` ahead of its turn and gets a new, empty
+    ``CUDA_CACHE_PATH`` (a temporary folder, removed after it), so that neither the CuTe DSL's
+    compilation nor the driver's JIT cache is warm: what a server pays once per process.
+
+    Parameters
+    ----------
+    batch
+        Sequences.
+    heads
+        Heads of Q, K and V.
+    seq
+        Tokens per sequence.
+    head_dim
+        Head dimension.
+    processes
+        Fresh interpreters, one after the other.
+    timeout
+        Seconds before an interpreter is killed.
+
+    Returns
+    -------
+    list[dict[str, float]]
+        One :func:`flex_attention_first_call` result per process, in order.
+
+    Raises
+    ------
+    FreshProcessError
+        An interpreter failed or timed out (its traceback in the message).
+
+    Example
+    -------
+    >>> cold = flex_attention_fresh(4, 16, 4096, 128)
+    >>> cold[0]["first_call_s"], cold[0]["plan_s"]
+    """
+    import tempfile
+
+    from cudnn_guide.studies import fresh_process
+
+    cold = []
+    for _ in range(processes):
+        with (
+            tempfile.TemporaryDirectory() as jit_cache,
+            fresh_process.InterpreterPool(1, preload=FLEX_PRELOAD, env={"CUDA_CACHE_PATH": jit_cache}) as pool,
+        ):
+            cold.append(pool.run(flex_attention_first_call, batch, heads, seq, head_dim, timeout=timeout).value)
+    return cold
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -76,3 +76,28 @@ def test_reference_expands_grouped_heads_and_zeroes_empty_rows():
     assert torch.allclose(ai.reference(q, k, v, visible=ai.band(6, 6)), want, atol=1e-5)
     nothing = torch.zeros(6, 6, dtype=torch.bool)
     assert torch.equal(ai.reference(q, k, v, visible=nothing), torch.zeros(2, 4, 6, 8))
+
+
+def _visible_keys(ends, seq):
+    """``mask_func`` columns expanded into each query's visible keys: ``[0, F0) ∪ [F1, F2) ∪ …``."""
+    j = torch.arange(seq)
+    rows = []
+    for col in ends[0].T.tolist():  # one column per query
+        visible = j < col[0]
+        for start, end in zip(col[1::2], col[2::2]):
+            visible |= (j >= start) & (j < end)
+        rows.append(visible)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 8, 20])
+def test_key_intervals_make_the_bands_keys_visible_in_every_sequence(window):
+    batch, seq = 3, 11
+    ends = ai.key_intervals(batch, seq, window=window, device="cpu")
+    assert ends.dtype == torch.int32 and ends.is_contiguous()
+    assert tuple(ends.shape) == (1, 1 if window is None else 3, batch * seq)
+    per_sequence = _visible_keys(ends, seq).reshape(batch, seq, seq)
+    expected = ai.band(seq, seq, left=window)  # a window wider than the sequence is causal
+    assert all(torch.equal(visible, expected) for visible in per_sequence)
+    if window is not None:
+        assert int(ends[0, 0].abs().sum()) == 0 and int(ends.min()) == 0  # [0, 0), starts clamped at 0

@@ -482,3 +482,43 @@ def test_fp8_attention_output_and_amax_match_the_reference():
     check.check(fp8.dequantize(f8["o8"], f8["descale_o"]), ref, name="O", tol=0.1)
     check.check(f8["amax_o"].reshape(1), ref.abs().max().reshape(1), name="amax_O", tol=0.1)
     assert 0 < f8["amax_s"].item() <= 1.0 + 1e-3  # softmax probabilities
+
+
+@pytest.mark.parametrize("left", [None, 16])
+def test_the_band_graph_is_causal_with_an_optional_window_planned_from_a_then_fallback(left):
+    made, built, adopted = [], [], []
+
+    def pygraph(*args, handle=None, **kwargs):  # no GPU here: build only records its modes
+        g = cudnn.pygraph(*args, **kwargs)
+        g.build = lambda modes, g=g: built.append(list(modes))
+        made.append((g, handle, kwargs))
+        return g
+
+    class Adopted:
+        def __init__(self, g, handle, name=None):
+            self.g, self.handle, self.name = g, handle, name
+            adopted.append(self)
+
+        def bind(self, pack):
+            self.pack = pack
+            return "launcher"
+
+    shim = types.SimpleNamespace(**{n: getattr(cudnn, n) for n in dir(cudnn) if not n.startswith("__")})
+    shim.pygraph = pygraph
+    q, k, v = (torch.empty(2, 4, 64, 32, dtype=torch.bfloat16) for _ in range(3))
+    with mock.patch.dict("sys.modules", {"cudnn": shim}), mock.patch.object(attention.graphs, "adopt", Adopted):
+        run, o = attention.sdpa_band_launcher(q, k, v, left_bound=left, handle="handle")
+    ((g, handle, kwargs),) = made
+    assert handle == "handle" and kwargs["io_data_type"] == cudnn.data_type.BFLOAT16
+    assert kwargs["intermediate_data_type"] == kwargs["compute_data_type"] == cudnn.data_type.FLOAT
+    (node,) = g.nodes
+    params = node.params
+    assert params["diagonal_alignment"] == cudnn.diagonal_alignment.TOP_LEFT
+    assert params["diagonal_band_right_bound"] == 0
+    assert params.get("diagonal_band_left_bound") == left and params["generate_stats"] is False
+    assert params["attn_scale"] == pytest.approx(32**-0.5) and set(node.inputs) >= {"q", "k", "v"}
+    assert built == [[cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK]]
+    assert run == "launcher" and o.shape == q.shape and o.dtype == q.dtype
+    (a,) = adopted
+    assert a.g is g and a.handle == "handle" and a.name == "sdpa"
+    assert len(a.pack) == 4 and all(x is y for x, y in zip(a.pack.values(), (q, k, v, o)))  # bound to these

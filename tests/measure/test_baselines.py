@@ -156,3 +156,68 @@ def test_a_function_compiled_at_more_shapes_than_dynamos_default_is_compiled_eve
         with pytest.raises(Exception, match="recompile_limit|Hard failure"):
             baselines.compile_quietly(_scaled_sine, mode="default", dynamic=False)(torch.randn(11), 2.0)
     torch._dynamo.reset()
+
+
+def test_a_backward_is_admitted_checked_and_timed_without_its_forward(capsys):
+    calls = {"forward": 0}
+
+    def forward(x, w):
+        calls["forward"] += 1
+        return x * w
+
+    x, w, grad_out = torch.randn(4), torch.randn(4), torch.randn(4)
+    seen = []
+    contenders = {}
+    why = baselines.admit_backward(contenders, "torch backward", forward, (x, w), grad_out, check=seen.append)
+    assert why is None and calls["forward"] == 1
+    (dx, dw) = seen[0]
+    torch.testing.assert_close(dx, grad_out * w)
+    torch.testing.assert_close(dw, grad_out * x)
+    again = contenders["torch backward"]()  # the timed call: the backward alone, repeatable
+    assert calls["forward"] == 1
+    torch.testing.assert_close(again[0], dx)
+    assert contenders["torch backward"]()[1].shape == w.shape
+    assert capsys.readouterr().out == ""  # the check printed nothing; it returned None
+
+
+def test_a_backward_that_cannot_run_is_said_and_a_wrong_one_stops_the_page(capsys):
+    def refuses(x):
+        raise RuntimeError("No available kernel.\nsecond line")
+
+    contenders = {}
+    why = baselines.admit_backward(contenders, "flash backward", refuses, (torch.ones(2),), torch.ones(2), check=print)
+    assert why == "RuntimeError: No available kernel." and contenders == {}
+    assert capsys.readouterr().out.strip() == "flash backward: unavailable here (RuntimeError)"
+
+    def wrong(grads):
+        raise CheckFailedError("check dQ failed")
+
+    with pytest.raises(CheckFailedError, match="dQ"):
+        baselines.admit_backward(contenders, "x", lambda t: t * 2, (torch.ones(2),), torch.ones(2), check=wrong)
+    assert contenders == {}
+
+
+def test_a_synchronized_step_waits_for_the_gpu_after_each_call(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
+    call = baselines.synchronized(lambda: events.append("step"))
+    call()
+    call()
+    assert events == ["step", "sync", "step", "sync"]
+
+
+def test_each_attention_is_matched_bit_for_bit_against_each_forced_backend():
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    math = baselines.forced_sdpa(SDPBackend.MATH, is_causal=True)
+    attends = {
+        "math": math,
+        "off by a bit": lambda q, k, v: math(q, k, v) * (1 + 2**-20),
+        "not causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    }
+    found = baselines.sdpa_matches(attends, (q, k, v), [SDPBackend.MATH], is_causal=True)
+    assert found == {"math": ["MATH"], "off by a bit": [], "not causal": []}
+    with pytest.raises(RuntimeError):  # a forced backend that cannot run raises, as on the page
+        baselines.sdpa_matches(attends, (q, k, v), [SDPBackend.CUDNN_ATTENTION], is_causal=True)

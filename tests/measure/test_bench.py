@@ -339,3 +339,26 @@ def test_a_sweep_from_hand_made_comparisons_tables_plots_and_judges_them(monkeyp
     assert res.get("flex", 1024).median_ms == pytest.approx(0.15)
     ax = report.plot_sweep(res, "median_us", logx=True)
     assert sorted(line.get_label() for line in ax.lines if not line.get_label().startswith("_")) == ["cudnn", "flex"]
+
+
+def test_the_peak_memory_of_a_call_is_counted_above_what_was_allocated_before(monkeypatch):
+    state = {"allocated": 3 * 2**20, "peak": 9 * 2**20}
+    seen = []
+
+    def call():
+        seen.append("call")
+        state["peak"] = max(state["peak"], state["allocated"] + 5 * 2**20)  # 5 MiB more at its peak
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: seen.append("sync"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: state.update(peak=state["allocated"]))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: state["peak"])
+    assert bench.peak_memory_mib(call) == 5.0  # the earlier 9 MiB peak was reset first
+    assert seen == ["sync", "call", "sync"]
+
+
+def test_a_time_per_call_becomes_items_per_second_with_the_interval_inverted():
+    est = {"value": 2000.0, "low": 1000.0, "high": 4000.0}  # µs per step
+    rate = measurement.per_second(est, 16384)  # tokens per step
+    assert rate == {"value": 16384 / 2e-3, "low": 16384 / 4e-3, "high": 16384 / 1e-3}
+    assert rate["low"] < rate["value"] < rate["high"]

@@ -377,3 +377,30 @@ def test_what_a_contender_adds_is_the_paired_difference_of_round_medians_with_it
     )
     added = c.added("wrap")  # µs: the drift between rounds (10 ↔ 20 µs) cancels in each pair
     assert added["value"] == pytest.approx(0.3) and added["low"] == pytest.approx(0.3) == added["high"]
+
+
+def _three_rounds_of(medians, band=0.02):
+    """A comparison of hand-made round medians (ms), five rounds each, candidate ``a``."""
+    versus = {"b": {"value": 0.0, "low": 0.0, "high": 0.0, "verdict": "tie"}}
+    return compare.Comparison("a", 5, {}, medians, versus, band)
+
+
+def test_rejudging_takes_another_candidates_per_round_ratios_from_the_same_rounds():
+    drift = [1.0, 1.1, 0.9, 1.05, 0.95]  # the clock drifts between rounds; each pair moves together
+    medians = {
+        "a": [1.0 * d for d in drift],
+        "b": [2.0 * d for d in drift],  # b takes twice a's time in every round
+        "c": [1.5 * d for d in drift],
+        "d": [1.5 * d * (1.005 if i % 2 else 0.995) for i, d in enumerate(drift)],  # c's twin, ±0.5%
+    }
+    cmp = _three_rounds_of(medians)
+    c_vs = compare.rejudged(cmp, "c", ["b", "d"])
+    assert c_vs.candidate == "c" and list(c_vs.versus) == ["b", "d"]
+    assert c_vs.versus["b"]["value"] == pytest.approx(2.0 / 1.5)
+    assert c_vs.versus["b"]["low"] == pytest.approx(2.0 / 1.5) == pytest.approx(c_vs.versus["b"]["high"])
+    assert c_vs.versus["b"]["verdict"] == "faster" and c_vs.versus["d"]["verdict"] == "tie"
+    assert c_vs.tie_band == cmp.tie_band and c_vs.round_medians_ms is cmp.round_medians_ms
+    assert "1.33× faster than b" in c_vs.describe("b")
+    slower = compare.rejudged(cmp, "b", ["a"])
+    assert slower.versus["a"]["verdict"] == "slower" and slower.versus["a"]["value"] == pytest.approx(0.5)
+    assert cmp.candidate == "a" and list(cmp.versus) == ["b"]  # the original is unchanged

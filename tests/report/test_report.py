@@ -85,3 +85,50 @@ def test_plot_bars_groups_by_x_with_one_colour_per_impl_and_iqr_error_bars():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["cudnn", "torch"]
     lows = [seg[0][1] for c in ax.collections for seg in c.get_segments()]  # error bars: the IQR, below and above
     assert all(low < h for low, h in zip(lows, heights)) and ax.get_title() == "t"
+
+
+def test_verdict_rows_give_one_row_per_like_for_like_pair():
+    from types import SimpleNamespace
+
+    from cudnn_guide.report.tables import verdict_rows
+
+    eager = SimpleNamespace(
+        candidate="cuDNN op, eager",
+        versus={"PyTorch eager": {"value": 1.2, "low": 1.1, "high": 1.3, "verdict": "faster"}},
+    )
+    compiled = SimpleNamespace(
+        candidate="cuDNN op, compiled",
+        versus={"PyTorch, compiled": {"value": 0.99, "low": 0.97, "high": 1.01, "verdict": "tie"}},
+    )
+    rows = verdict_rows([(eager, "PyTorch eager"), (compiled, "PyTorch, compiled")], "speed-up", candidate="op")
+    assert rows == [
+        {
+            "op": "cuDNN op, eager",
+            "against": "PyTorch eager",
+            "speed-up": 1.2,
+            "in-run 95% interval": "1.10–1.30",
+            "verdict": "faster",
+        },
+        {
+            "op": "cuDNN op, compiled",
+            "against": "PyTorch, compiled",
+            "speed-up": 0.99,
+            "in-run 95% interval": "0.97–1.01",
+            "verdict": "tie",
+        },
+    ]
+
+
+def test_time_rows_give_gpu_host_and_wall_clock_times_in_the_comparisons_order():
+    from types import SimpleNamespace
+
+    from cudnn_guide.report.tables import time_rows
+
+    measurements = {"b": SimpleNamespace(host_median_ms=0.5), "a": SimpleNamespace(host_median_ms=None)}
+    gpu = {"a": 700.0, "b": 900.0}
+    cmp = SimpleNamespace(measurements=measurements, estimate=lambda n: {"value": gpu[n]})
+    wall = SimpleNamespace(round_medians_ms={"a": [1.0, 1.2, 1.1], "b": [2.0, 2.0, 2.1]})
+    rows = time_rows(cmp, wall, "training step")
+    assert [r["training step"] for r in rows] == ["b", "a"]
+    assert rows[0] == {"training step": "b", "GPU µs": 900.0, "host µs to enqueue": 500.0, "wall-clock µs": 2000.0}
+    assert rows[1]["host µs to enqueue"] is None and rows[1]["wall-clock µs"] == 1100.0

@@ -224,7 +224,7 @@ PAGE_RULES: dict[str, tuple[Rule, ...]] = {
             ),
         ),
     ),
-    # plot_32:148 B, H, D, S_MAX, T = len(lengths), 16, 128, ...: plot_17's 16 ragged lengths, backward
+    # plot_32:151 B, H, D, S_MAX, T = len(lengths), 16, 128, ...: plot_17's 16 ragged lengths, backward
     "plot_32_varlen_backward": (
         Rule(
             r"backward",
