@@ -86,10 +86,30 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "sphinx.ext.intersphinx",
     "sphinx_gallery.gen_gallery",
     "myst_nb",
     "sphinx_copybutton",
 ]
+
+# Names from Python, PyTorch and NumPy in the pages' code and text link to those projects' docs.
+# Builds without network (CI, most readers) read the small inventories in docs/_intersphinx
+# (tools/make_inventories.py: the names the recorded pages use); the hosted site's build sets
+# CUDNN_GUIDE_INTERSPHINX=online to fetch the projects' full inventories, falling back to those.
+_INTERSPHINX_ONLINE = os.environ.get("CUDNN_GUIDE_INTERSPHINX") == "online"
+
+
+def _inventory(name: str) -> tuple[str | None, ...]:
+    local = str(Path(__file__).parent / "_intersphinx" / f"{name}.inv")
+    return (None, local) if _INTERSPHINX_ONLINE else (local,)
+
+
+intersphinx_mapping = {
+    "python": ("https://docs.python.org/3/", _inventory("python")),
+    "torch": ("https://docs.pytorch.org/docs/stable/", _inventory("torch")),
+    "numpy": ("https://numpy.org/doc/stable/", _inventory("numpy")),
+}
+intersphinx_timeout = 10
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 # sphinx-gallery writes a notebook and a script beside each page; they are downloads, not pages.

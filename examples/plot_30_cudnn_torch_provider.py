@@ -193,13 +193,13 @@ try:
     }
     gpu = dict(l2="cold", rounds=5, min_reps=3, flops=step_flops)
     provider_cmp = compare.compare(
-        provider_steps, candidate=PROVIDER, **gpu, tag="training step, second race"
+        provider_steps, candidate=PROVIDER, **gpu, tag="training step"
     )
     # one step then a synchronize, each
     synced = {n: baselines.synchronized(s) for n, s in provider_steps.items()}
     loop = dict(rounds=5, calls=2, batches=2)
     provider_wall = compare.compare_host(
-        synced, candidate=PROVIDER, **loop, tag="wall-clock step, second race"
+        synced, candidate=PROVIDER, **loop, tag="wall-clock step"
     )
 except CheckFailedError:  # a wrong result stops the page
     raise
