@@ -17,6 +17,19 @@ the page that asks one question, and most of them answer it in fresh processes:
 * :mod:`~cudnn_guide.studies.profiling`: the profiler's kernel times beside the harness's (the
   conv → bias → ReLU page, and ``tools/crosscheck.py``).
 
+The rest hold one page's measuring machinery each, so that the page reads as its lesson and then
+short "Measuring" cells: :mod:`~cudnn_guide.studies.autotuning` (plot_03),
+:mod:`~cudnn_guide.studies.epilogue_fusion` (plot_04), :mod:`~cudnn_guide.studies.plan_serialization`
+(plot_06), :mod:`~cudnn_guide.studies.cuda_graph_replay` (plot_08),
+:mod:`~cudnn_guide.studies.attention_backward` (plot_09), :mod:`~cudnn_guide.studies.norm_training`
+(plot_10), :mod:`~cudnn_guide.studies.batchnorm_stages` (plot_11),
+:mod:`~cudnn_guide.studies.paged_kv_decode` (plot_13), :mod:`~cudnn_guide.studies.fp8_sweeps`
+(plot_14), :mod:`~cudnn_guide.studies.grouped_query` (plot_16),
+:mod:`~cudnn_guide.studies.attention_masks` (plot_18), :mod:`~cudnn_guide.studies.dropout_determinism`
+(plot_20), :mod:`~cudnn_guide.studies.call_overhead` (plot_21),
+:mod:`~cudnn_guide.studies.softcap_attention` (plot_24) and
+:mod:`~cudnn_guide.studies.custom_op_comparison` (plot_34).
+
 A study may import the core; nothing in the core imports a study (``tests/test_layers.py``).
 """
 

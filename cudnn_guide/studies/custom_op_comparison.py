@@ -1,0 +1,384 @@
+"""A hand-written cuDNN attention op against what the frontend ships and PyTorch SDPA: the custom-op page's study.
+
+The page that writes causal attention again as a differentiable ``torch.library.custom_op``
+races one training step of it (forward, then backward) against ``torch.ops.cudnn.sdpa_fwd``
+(:func:`frontend_sdpa`, registered by ``cudnn.sdpa.fwd.torch_op``) and PyTorch's SDPA with a
+forced backend, by GPU time and by the wall clock of a back-to-back loop. This module holds the
+plumbing of that race and how the page reads it:
+
+* :func:`training_step` and :func:`admit_steps`: each forward as a training step over the same
+  leaves, run once and checked (its dQ against the fp32 reference's) before it is timed, or
+  said unavailable;
+* :func:`same_forward_bits`: which contenders compute the op's forward output bit for bit;
+* :func:`step_times` and :func:`verdict_rows`: the tables of time per step on each clock and of
+  the op's verdicts by each clock;
+* :func:`conclusions`: the page's sentences.
+
+The steps need a GPU; the tables and the sentences do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "admit_steps",
+    "conclusions",
+    "frontend_sdpa",
+    "same_forward_bits",
+    "step_times",
+    "training_step",
+    "verdict_rows",
+]
+
+_LOOP = "wall-clock µs in a loop"
+_HOST = "host µs, one call"
+
+
+def _said(v: Mapping[str, Any]) -> str:
+    """``verdict (value×, low–high)``."""
+    return f"{v['verdict']} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})"
+
+
+def frontend_sdpa(scale: float) -> Callable[..., Any]:
+    """The frontend's differentiable causal attention, ``torch.ops.cudnn.sdpa_fwd``, as ``forward(q, k, v)``.
+
+    The op is registered by importing ``cudnn.sdpa.fwd.torch_op`` (do that first); it is called
+    with ``is_causal=True`` and ``return_lse=True`` (the softmax statistics its backward reads),
+    and the forward returns its output O alone.
+
+    Parameters
+    ----------
+    scale
+        The softmax scale (``D ** -0.5``).
+
+    Returns
+    -------
+    Callable[..., Any]
+        ``forward(q, k, v)`` → O, B×H×S×D.
+
+    Example
+    -------
+    >>> import cudnn.sdpa.fwd.torch_op  # registers torch.ops.cudnn.sdpa_fwd
+    >>> o = frontend_sdpa(128**-0.5)(q, k, v)
+    """
+    import torch
+
+    def frontend_op(q_: Any, k_: Any, v_: Any) -> Any:
+        return torch.ops.cudnn.sdpa_fwd(q_, k_, v_, scale, is_causal=True, return_lse=True)[0]
+
+    return frontend_op
+
+
+def training_step(forward: Callable[..., Any], leaves: Sequence[Any], grad_out: Any) -> Callable[[], None]:
+    """One training step of attention alone as a launcher: clear the leaves' gradients, forward, backward.
+
+    Clearing first means no step pays for accumulating into the previous one's gradients, and
+    after a call each leaf's ``.grad`` holds that step's gradient. The step returns nothing.
+
+    Parameters
+    ----------
+    forward
+        ``forward(q, k, v)`` → O.
+    leaves
+        ``[q, k, v]``, tensors that require gradients (the same list for every contender).
+    grad_out
+        The gradient of O.
+
+    Returns
+    -------
+    Callable[[], None]
+        The step.
+
+    Example
+    -------
+    >>> import torch
+    >>> leaves = [torch.randn(2, 3, requires_grad=True) for _ in range(3)]
+    >>> step = training_step(lambda q, k, v: q * k + v, leaves, torch.ones(2, 3))
+    >>> step()
+    >>> leaves[2].grad.tolist()
+    [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    """
+
+    def run_step() -> None:
+        for t in leaves:
+            t.grad = None
+        forward(*leaves).backward(grad_out)
+
+    return run_step
+
+
+def admit_steps(
+    forwards: Mapping[str, Callable[..., Any]], leaves: Sequence[Any], grad_out: Any, reference_grad: Any
+) -> tuple[dict[str, Callable[[], None]], dict[str, str]]:
+    """Each forward's :func:`training_step`, run once and checked, then kept as a contender; or why it cannot run.
+
+    Each step is admitted in turn (:func:`~cudnn_guide.measure.baselines.admit`): it runs once,
+    and its dQ (``leaves[0].grad``) is checked against ``reference_grad`` under the name
+    ``"<name>: dQ"`` and printed. A step that raises is unavailable (the reason is printed); one
+    that computes a wrong gradient raises :class:`~cudnn_guide.errors.CheckFailedError`.
+
+    Parameters
+    ----------
+    forwards
+        Contender name → ``forward(q, k, v)`` → O, the candidate first.
+    leaves
+        ``[q, k, v]``, tensors that require gradients.
+    grad_out
+        The gradient of O.
+    reference_grad
+        dQ of the fp32 reference.
+
+    Returns
+    -------
+    tuple[dict[str, Callable[[], None]], dict[str, str]]
+        The contenders (name → step, in the order of ``forwards``), and name → why it is
+        unavailable.
+
+    Example
+    -------
+    >>> contenders, unavailable = admit_steps(forwards, leaves, d_o, ref_leaves[0].grad)
+    """
+    from cudnn_guide import check
+    from cudnn_guide.measure import baselines
+
+    contenders: dict[str, Callable[[], None]] = {}
+    unavailable: dict[str, str] = {}
+    for name, forward in forwards.items():
+        why = baselines.admit(
+            contenders,
+            name,
+            training_step(forward, leaves, grad_out),
+            check=lambda _, name=name: check.check(leaves[0].grad, reference_grad, name=f"{name}: dQ"),
+        )
+        if why:
+            unavailable[name] = why
+    return contenders, unavailable
+
+
+def same_forward_bits(
+    forwards: Mapping[str, Callable[..., Any]], names: Sequence[str], leaves: Sequence[Any], candidate: str
+) -> dict[str, bool]:
+    """Whether each contender's forward output equals the candidate's bit for bit (``torch.equal``).
+
+    The candidate's forward runs once, then each named forward (the candidate's again among
+    them, which shows whether its forward repeats bit for bit), all on ``leaves``, gradients on,
+    as in a training step, so that each keeps what its backward would need.
+
+    Parameters
+    ----------
+    forwards
+        Contender name → ``forward(q, k, v)`` → O.
+    names
+        The contenders to compare, in order (those admitted).
+    leaves
+        ``[q, k, v]``.
+    candidate
+        The name whose output the others are compared with.
+
+    Returns
+    -------
+    dict[str, bool]
+        Name → whether its O is bit-identical to the candidate's first one.
+
+    Example
+    -------
+    >>> import torch
+    >>> leaves = [torch.ones(2, requires_grad=True)] * 3
+    >>> same_forward_bits({"a": lambda q, k, v: q + k, "b": lambda q, k, v: q * k}, ["a", "b"], leaves, "a")
+    {'a': True, 'b': False}
+    """
+    import torch
+
+    def forward_output(forward: Callable[..., Any]) -> Any:
+        """O of a training forward (gradients on, so each keeps what its backward needs)."""
+        return forward(*leaves).detach()
+
+    mine = forward_output(forwards[candidate])
+    return {n: torch.equal(mine, forward_output(forwards[n])) for n in names}
+
+
+def step_times(cmp: Any, *, margin: float) -> dict[str, dict[str, Any]]:
+    """Each contender's time per step by each clock, and which of the two a loop of steps waits on.
+
+    The GPU and loop times are medians over rounds of a contender's per-round medians
+    (:meth:`~cudnn_guide.measure.compare.Comparison.estimate` of ``cmp`` and ``cmp.wall``); the
+    host time is the median of its host calls in the first round (None where not measured). A
+    loop waits on the host where a step takes over ``margin`` times its GPU time in the loop.
+
+    Parameters
+    ----------
+    cmp
+        The :class:`~cudnn_guide.measure.compare.Comparison` by GPU time, raced also in
+        back-to-back loops (``compare(..., wall_clock=True)``: ``cmp.wall``).
+    margin
+        The loop-over-GPU ratio above which a loop waits on the host.
+
+    Returns
+    -------
+    dict[str, dict[str, Any]]
+        Contender → ``{"GPU µs", "host µs, one call", "wall-clock µs in a loop", "loop ÷ GPU",
+        "a loop waits on"}`` (the last ``"host"`` or ``"GPU"``), in the comparison's order.
+
+    Example
+    -------
+    >>> per_step = step_times(training, margin=1.1)
+    >>> html_table(pd.DataFrame([{"contender": n, **row} for n, row in per_step.items()]))
+    """
+    per_step = {}
+    for n in cmp.measurements:
+        gpu_us = cmp.estimate(n)["value"]
+        host_ms = cmp.measurements[n].host_median_ms
+        wall_us = cmp.wall.estimate(n)["value"]
+        per_step[n] = {
+            "GPU µs": gpu_us,
+            _HOST: None if host_ms is None else 1e3 * host_ms,
+            _LOOP: wall_us,
+            "loop ÷ GPU": wall_us / gpu_us,
+            "a loop waits on": "host" if wall_us > margin * gpu_us else "GPU",
+        }
+    return per_step
+
+
+def verdict_rows(cmp: Any, candidate: str = "this page's op") -> list[dict[str, str]]:
+    """One row per baseline: the candidate's verdict and speed-up by GPU time and by the loop's wall clock.
+
+    Parameters
+    ----------
+    cmp
+        The :class:`~cudnn_guide.measure.compare.Comparison` with its loop race ``cmp.wall``.
+    candidate
+        How the first column names the candidate (``"<candidate> against"``).
+
+    Returns
+    -------
+    list[dict[str, str]]
+        Rows with the columns ``"<candidate> against"``, ``"GPU time (tie band ±x%)"`` and
+        ``"wall clock, loop (tie band ±y%)"``, each verdict ``verdict (value×, low–high)``.
+
+    Example
+    -------
+    >>> html_table(pd.DataFrame(verdict_rows(training)))
+    """
+    wall = cmp.wall
+    return [
+        {
+            f"{candidate} against": n,
+            f"GPU time (tie band ±{100 * cmp.tie_band:.1f}%)": _said(cmp.versus[n]),
+            f"wall clock, loop (tie band ±{100 * wall.tie_band:.1f}%)": _said(wall.versus[n]),
+        }
+        for n in cmp.versus
+    ]
+
+
+def _against_each(c: Any) -> str:
+    """The op against every baseline of ``c``, the ties together."""
+    from cudnn_guide.report.prose import listed
+
+    ties = [
+        f"{n} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})" for n, v in c.versus.items() if v["verdict"] == "tie"
+    ]
+    parts = [f"a tie with {listed(ties)}"] if ties else []
+    for n, v in c.versus.items():
+        if v["verdict"] == "faster":
+            parts.append(f"{v['value']:.2f}× faster than {n}")
+        elif v["verdict"] == "slower":
+            parts.append(f"{1 / v['value']:.2f}× slower than {n}")
+    return "; ".join(parts) + f" (tie band ±{100 * c.tie_band:.1f}%, {c.rounds} rounds; intervals above)"
+
+
+def _on_both_clocks(training: Any, n: str) -> str:
+    """The op against ``n`` by each clock: verdict, speed-up, interval, tie band."""
+    wall = training.wall
+    parts = []
+    for clock, c in (("GPU time", training), ("the loop's wall clock", wall)):
+        v = c.versus[n]
+        part = f"by {clock}: {_said(v)}, tie band ±{100 * c.tie_band:.1f}%"
+        if v["verdict"] == "tie" and (v["high"] < 1 or v["low"] > 1):
+            slower = v["high"] < 1
+            side = "below 1 (the op slower)" if slower else "above 1 (the op faster)"
+            part += f", but its interval lies wholly {side}: a tie only by the band"
+        parts.append(part)
+    if training.versus[n]["verdict"] != wall.versus[n]["verdict"]:
+        parts.append("the two clocks disagree")
+    return f"* against {n}: " + "; ".join(parts) + "."
+
+
+def conclusions(
+    training: Any,
+    per_step: Mapping[str, Mapping[str, Any]],
+    bitwise: Mapping[str, bool],
+    *,
+    candidate: str,
+    margin: float,
+) -> list[str]:
+    """The custom-op page's conclusions: the op's verdicts by each clock, what bit equality shows, what loops wait on.
+
+    Parameters
+    ----------
+    training
+        The :class:`~cudnn_guide.measure.compare.Comparison` of the training steps by GPU time, with
+        ``flops`` and its loop race ``training.wall``.
+    per_step
+        :func:`step_times` of it.
+    bitwise
+        :func:`same_forward_bits`: each contender's O against the op's (the op's own: run again).
+    candidate
+        The op's contender name.
+    margin
+        The ``margin`` :func:`step_times` was given.
+
+    Returns
+    -------
+    list[str]
+        Paragraphs and list items (``"* ..."``) for :class:`~cudnn_guide.report.prose.Prose`.
+
+    Example
+    -------
+    >>> Prose(*conclusions(training, per_step, bitwise, candidate=CAND, margin=MARGIN))
+    """
+    from cudnn_guide.report.prose import listed
+
+    wall = training.wall
+    rate = training.estimate(candidate, "TFLOP/s")["value"]
+    host_bound = [n for n, row in per_step.items() if row["a loop waits on"] == "host"]
+    same_kernels = [n for n, same_bits in bitwise.items() if same_bits and n != candidate]
+    if not bitwise[candidate]:
+        kernels = (
+            "The op's forward output differs between two runs of it here, so bit equality "
+            "does not show which contenders run its forward kernel."
+        )
+    elif same_kernels:
+        kernels = (
+            f"{listed(same_kernels)} computed an output bit-identical to the op's: the "
+            "same cuDNN forward kernel, so a GPU-time tie between them is largely a kernel "
+            "timed against itself, and what differs is the host path around it."
+        )
+    else:
+        kernels = "No other contender computed an output bit-identical to the op's."
+    return [
+        f"By GPU time the op's training step runs at {rate:.0f} TFLOP/s and is {_against_each(training)}.",
+        f"By the wall clock of a back-to-back loop of steps, host time included, it is {_against_each(wall)}.",
+        "Per baseline, the op's speed-up by each clock (in-run 95% interval):",
+        *(_on_both_clocks(training, n) for n in training.versus),
+        kernels,
+        (
+            f"A loop of steps waits on the host (a step takes over "
+            f"{100 * (margin - 1):.0f}% longer in the loop than on the GPU) for: "
+            f"{listed(host_bound)}."
+            if host_bound
+            else "For every contender a step takes about as long in the loop as on the GPU: a loop waits on the GPU."
+        ),
+        *(
+            f"* {n}: GPU {row['GPU µs']:,.0f} µs per step; in a loop "
+            f"{row[_LOOP]:,.0f} µs of wall clock per step "
+            f"({row['loop ÷ GPU']:.2f}× its GPU time); host "
+            + ("not measured" if row[_HOST] is None else f"{row[_HOST]:,.0f} µs for one call on an idle GPU")
+            + "."
+            for n, row in per_step.items()
+        ),
+        "GPU time is what a step costs where the GPU is the bottleneck (steps replayed "
+        "from a CUDA graph, or a host that keeps ahead of the GPU); the loop's wall clock "
+        "is what plain eager training pays, one step launched after another.",
+    ]

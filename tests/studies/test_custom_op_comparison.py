@@ -1,0 +1,203 @@
+"""custom_op_comparison: the training steps, their admission and bit comparison, the tables and the sentences the
+custom-op-against-shipped page shows, on the CPU with small forwards and comparisons written by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudnn_guide.errors import CheckFailedError
+from cudnn_guide.measure.compare import Comparison
+from cudnn_guide.measure.measurement import Measurement
+from cudnn_guide.studies import custom_op_comparison
+
+CAND = "this page's op"
+SHIPPED = "torch.ops.cudnn.sdpa_fwd (frontend 1.32)"
+CUDNN = "PyTorch SDPA, cuDNN backend"
+FLASH = "PyTorch SDPA, flash backend (FlashAttention-2)"
+
+
+def _attend(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+def _inputs(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, d_o = (torch.randn(1, 2, 8, 4, generator=gen, dtype=torch.float64) for _ in range(4))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    _attend(*ref).backward(d_o)
+    return leaves, d_o, ref[0].grad
+
+
+def test_a_training_step_clears_the_gradients_then_runs_forward_and_backward():
+    leaves, d_o, ref_dq = _inputs()
+    calls = []
+
+    def forward(q, k, v):
+        calls.append([t.grad is None for t in (q, k, v)])
+        return _attend(q, k, v)
+
+    step = custom_op_comparison.training_step(forward, leaves, d_o)
+    assert step() is None and step() is None
+    assert calls == [[True, True, True]] * 2  # no step accumulates into the previous one's gradients
+    torch.testing.assert_close(leaves[0].grad, ref_dq)
+
+
+def test_each_step_is_checked_on_its_dq_and_one_that_cannot_run_is_said_unavailable(capsys):
+    leaves, d_o, ref_dq = _inputs()
+
+    def refuses(q, k, v):
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    forwards = {CAND: _attend, SHIPPED: refuses, CUDNN: lambda q, k, v: _attend(q, k, v) * 1.0}
+    contenders, unavailable = custom_op_comparison.admit_steps(forwards, leaves, d_o, ref_dq)
+    assert list(contenders) == [CAND, CUDNN]
+    assert unavailable == {SHIPPED: "RuntimeError: No available kernel. Aborting execution."}
+    out = capsys.readouterr().out
+    assert f"check {CAND}: dQ: PASS" in out and f"check {CUDNN}: dQ:\n    PASS" in out  # a long name wraps
+    assert f"{SHIPPED}: unavailable here (RuntimeError: No available kernel." in out
+    contenders[CUDNN]()  # a contender is the step itself
+    torch.testing.assert_close(leaves[0].grad, ref_dq)
+    with pytest.raises(CheckFailedError):  # a wrong gradient stops the page
+        custom_op_comparison.admit_steps({FLASH: lambda q, k, v: _attend(k, q, v)}, leaves, d_o, ref_dq)
+
+
+def test_bit_equality_is_against_the_candidates_first_output_and_its_own_rerun():
+    leaves, _, _ = _inputs()
+    runs = []
+
+    def noisy(q, k, v):  # differs from itself between runs
+        runs.append(1)
+        return _attend(q, k, v) + len(runs) * 1e-12
+
+    forwards = {CAND: _attend, SHIPPED: lambda q, k, v: _attend(q, k, v).clone(), FLASH: noisy}
+    assert custom_op_comparison.same_forward_bits(forwards, [CAND, SHIPPED, FLASH], leaves, CAND) == {
+        CAND: True,
+        SHIPPED: True,
+        FLASH: False,
+    }
+    assert custom_op_comparison.same_forward_bits(forwards, [FLASH, SHIPPED], leaves, FLASH) == {
+        FLASH: False,
+        SHIPPED: False,
+    }
+
+
+def test_the_frontends_op_is_called_causal_with_its_statistics_and_gives_o(monkeypatch):
+    calls = []
+
+    class _Cudnn:
+        @staticmethod
+        def sdpa_fwd(q, k, v, scale, **kw):
+            calls.append((q, k, v, scale, kw))
+            return "O", "lse"
+
+    monkeypatch.setattr(torch.ops, "cudnn", _Cudnn, raising=False)
+    assert custom_op_comparison.frontend_sdpa(0.125)(1, 2, 3) == "O"
+    assert calls == [(1, 2, 3, 0.125, {"is_causal": True, "return_lse": True})]
+
+
+def _v(value, verdict, low=None, high=None):
+    return {
+        "value": value,
+        "low": value - 0.05 if low is None else low,
+        "high": value + 0.05 if high is None else high,
+        "verdict": verdict,
+    }
+
+
+def _comparison(ms, versus, tie_band, *, host=None, wall=None, flops=1e9, rounds=7):
+    medians = {n: [t] * rounds for n, t in ms.items()}
+    measured = {
+        n: Measurement(n, [t] * 3, "cold", flops=flops, host_samples_ms=list((host or {}).get(n, [])))
+        for n, t in ms.items()
+    }
+    return Comparison(CAND, rounds, measured, medians, versus, tie_band, wall=wall)
+
+
+@pytest.fixture
+def training():
+    """The op: 1 ms on the GPU; SHIPPED ties with it, CUDNN is slower, FLASH faster. In the loop the op and
+    SHIPPED wait on the host (2 ms a step)."""
+    wall = _comparison(
+        {CAND: 2.0, SHIPPED: 2.1, CUDNN: 1.3, FLASH: 0.85},
+        {SHIPPED: _v(1.05, "tie"), CUDNN: _v(0.65, "slower"), FLASH: _v(0.45, "slower")},
+        0.03,
+        flops=None,
+    )
+    return _comparison(
+        {CAND: 1.0, SHIPPED: 1.0, CUDNN: 1.25, FLASH: 0.8},
+        {SHIPPED: _v(1.0, "tie", 0.97, 0.99), CUDNN: _v(1.25, "faster"), FLASH: _v(0.8, "slower")},
+        0.02,
+        host={CAND: [0.3], SHIPPED: [0.5], CUDNN: [0.05]},
+        wall=wall,
+    )
+
+
+def test_step_times_give_each_clock_and_what_a_loop_waits_on(training):
+    per_step = custom_op_comparison.step_times(training, margin=1.1)
+    assert list(per_step) == [CAND, SHIPPED, CUDNN, FLASH]
+    op = per_step[CAND]
+    assert list(op) == ["GPU µs", "host µs, one call", "wall-clock µs in a loop", "loop ÷ GPU", "a loop waits on"]
+    assert op["GPU µs"] == pytest.approx(1000) and op["host µs, one call"] == pytest.approx(300)
+    assert op["wall-clock µs in a loop"] == pytest.approx(2000) and op["loop ÷ GPU"] == pytest.approx(2.0)
+    assert [row["a loop waits on"] for row in per_step.values()] == ["host", "host", "GPU", "GPU"]
+    assert per_step[FLASH]["host µs, one call"] is None
+
+
+def test_verdict_rows_give_each_baseline_by_both_clocks_with_their_tie_bands(training):
+    rows = custom_op_comparison.verdict_rows(training, CAND)
+    assert rows[0] == {
+        f"{CAND} against": SHIPPED,
+        "GPU time (tie band ±2.0%)": "tie (1.00×, 0.97–0.99)",
+        "wall clock, loop (tie band ±3.0%)": "tie (1.05×, 1.00–1.10)",
+    }
+    assert [r[f"{CAND} against"] for r in rows] == [SHIPPED, CUDNN, FLASH]
+
+
+def test_the_conclusions_read_both_clocks_the_bits_and_the_loop(training):
+    per_step = custom_op_comparison.step_times(training, margin=1.1)
+    bitwise = {CAND: True, SHIPPED: True, CUDNN: True, FLASH: False}
+    sentences = custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)
+    assert sentences[0] == (
+        f"By GPU time the op's training step runs at 1 TFLOP/s and is a tie with {SHIPPED} (1.00×, 0.97–0.99); "
+        f"1.25× faster than {CUDNN}; 1.25× slower than {FLASH} (tie band ±2.0%, 7 rounds; intervals above)."
+    )
+    assert sentences[1].startswith("By the wall clock of a back-to-back loop of steps, host time included, it is ")
+    assert "1.54× slower than" in sentences[1] and "(tie band ±3.0%, 7 rounds; intervals above)." in sentences[1]
+    assert sentences[2] == "Per baseline, the op's speed-up by each clock (in-run 95% interval):"
+    assert sentences[3] == (
+        f"* against {SHIPPED}: by GPU time: tie (1.00×, 0.97–0.99), tie band ±2.0%, but its interval lies wholly "
+        "below 1 (the op slower): a tie only by the band; by the loop's wall clock: tie (1.05×, 1.00–1.10), tie "
+        "band ±3.0%."
+    )
+    assert sentences[4].endswith("; the two clocks disagree.")  # CUDNN: faster on the GPU, slower in the loop
+    assert sentences[6].startswith(f"{SHIPPED} and {CUDNN} computed an output bit-identical to the op's")
+    assert sentences[7] == (
+        f"A loop of steps waits on the host (a step takes over 10% longer in the loop than on the GPU) for: "
+        f"{CAND} and {SHIPPED}."
+    )
+    assert sentences[8] == (
+        f"* {CAND}: GPU 1,000 µs per step; in a loop 2,000 µs of wall clock per step (2.00× its GPU time); host "
+        "300 µs for one call on an idle GPU."
+    )
+    assert sentences[11].endswith("host not measured.")
+    assert sentences[12].startswith("GPU time is what a step costs where the GPU is the bottleneck")
+    assert len(sentences) == 13
+
+
+def test_the_kernel_sentence_says_when_bits_show_nothing(training):
+    per_step = {
+        n: {**row, "a loop waits on": "GPU"} for n, row in custom_op_comparison.step_times(training, margin=1.1).items()
+    }
+
+    def kernels(bitwise):
+        return custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)
+
+    assert kernels({CAND: False, SHIPPED: True})[6].startswith("The op's forward output differs between two runs")
+    assert (
+        kernels({CAND: True, SHIPPED: False})[6] == "No other contender computed an output bit-identical to the op's."
+    )
+    assert kernels({CAND: True})[7] == (
+        "For every contender a step takes about as long in the loop as on the GPU: a loop waits on the GPU."
+    )
