@@ -109,12 +109,11 @@ class DecodeContenders:
     head_dim
         Head dimension D.
 
-    Attributes
-    ----------
-    fa4
-        FlashAttention-4's contender name, with its version (:func:`~cudnn_guide.measure.fa4.label`).
-    unavailable
-        Name → why it did not run here; FlashAttention-4 from the start when it does not import.
+    Notes
+    -----
+    ``fa4`` is FlashAttention-4's contender name, with its version
+    (:func:`~cudnn_guide.measure.fa4.label`); ``unavailable`` maps a name to why it did not run
+    here (FlashAttention-4 from the start when it does not import).
 
     Example
     -------

@@ -110,17 +110,14 @@ from cudnn_guide import check, graphs
 from cudnn_guide.graphs import matmul
 
 problem = matmul.MatmulProblem(batch=batch, m=m, k=k, n=n, alpha=0.5)
-inputs = {"a": a, "b": b, "bias": bias, "y": y, "amax": amax}
 built = graphs.adopt(g, handle, name="matmul epilogue")
 print(problem)
 
 check.poison(y, amax)
 built.execute(pack)
 ref_y, ref_amax = check.reference(problem.torch_forward, a, b, bias)
-y_check = check.check(y, ref_y, name="y = gelu(alpha·(a@b) + bias)")
-amax_check = check.check(amax, ref_amax, name="amax = max|y|", tol=1e-2)
-print(y_check)
-print(amax_check)
+print(check.check(y, ref_y, name="y = gelu(alpha·(a@b) + bias)"))
+print(check.check(amax, ref_amax, name="amax = max|y|", tol=1e-2))
 
 # %%
 # The same chain in PyTorch, eager and compiled, must agree too. ``torch.compile`` runs
@@ -128,23 +125,19 @@ print(amax_check)
 # candidates while it compiles, so what it picks can change from one cold compile to the
 # next (the methodology page shows its range over every recording); the default mode
 # does not autotune. The best baseline is the one the verdict below is judged against.
+# The contenders' names, and what the sweep below needs besides the lesson's graph, are
+# in :mod:`cudnn_guide.studies.epilogue_fusion`.
 from cudnn_guide.measure import baselines
+from cudnn_guide.studies import epilogue_fusion
+from cudnn_guide.studies.epilogue_fusion import BARE, CANDIDATE, EAGER
+from cudnn_guide.studies.epilogue_fusion import COMPILED, DEFAULT  # torch.compile's
 
-eager_y, eager_amax = problem.torch_forward(a, b, bias)
-print(check.check(eager_y, ref_y, name="PyTorch eager chain"))
-compiled = baselines.compile_quietly(
-    problem.torch_forward
-)  # max-autotune-no-cudagraphs
-comp_y, comp_amax = compiled(a, b, bias)
-print(
-    check.check(comp_y, ref_y, name="torch.compile (max-autotune-no-cudagraphs) chain")
-)
+print(check.check(problem.torch_forward(a, b, bias)[0], ref_y, name=EAGER))
+# compile_quietly's own mode, max-autotune-no-cudagraphs, then the default mode
+compiled = baselines.compile_quietly(problem.torch_forward)
+print(check.check(compiled(a, b, bias)[0], ref_y, name=COMPILED))
 compiled_default = baselines.compile_quietly(problem.torch_forward, mode="default")
-print(
-    check.check(
-        compiled_default(a, b, bias)[0], ref_y, name="torch.compile (default) chain"
-    )
-)
+print(check.check(compiled_default(a, b, bias)[0], ref_y, name=DEFAULT))
 
 # %%
 # Measuring at the base size
@@ -160,16 +153,15 @@ from cudnn_guide.measure import bench, compare
 from cudnn_guide.report import ComparisonTable
 
 mm_out = torch.empty_like(y)
-COMPILED = "torch.compile (max-autotune-no-cudagraphs) chain"
 contenders = {
-    "cuDNN graph (fused)": built.bind(pack),
-    "PyTorch eager chain": lambda: problem.torch_forward(a, b, bias),
+    CANDIDATE: built.bind(pack),
+    EAGER: lambda: problem.torch_forward(a, b, bias),
     COMPILED: lambda: compiled(a, b, bias),
-    "torch.compile (default) chain": lambda: compiled_default(a, b, bias),
+    DEFAULT: lambda: compiled_default(a, b, bias),
 }
 base_cmp = compare.compare(
     contenders,
-    candidate="cuDNN graph (fused)",
+    candidate=CANDIDATE,
     l2="cold",
     rounds=15,
     flops=problem.flops,
@@ -179,30 +171,21 @@ base_cmp = compare.compare(
 )
 bare = bench.benchmark(
     lambda: torch.matmul(a, b, out=mm_out),
-    label="bare matmul (no epilogue)",
+    label=BARE,
     l2="cold",
     flops=problem.flops,
-    params={"impl": "bare matmul (no epilogue)", "size": str(problem)},
+    params={"impl": BARE, "size": str(problem)},
 )
 base = [*base_cmp.measurements.values(), bare]
-for name, v in base_cmp.versus.items():
-    w = base_cmp.wall.versus[name]
-    print(
-        f"{name}: GPU time {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), "
-        f"{v['verdict']}; loop wall clock {w['value']:.2f}× "
-        f"({w['low']:.2f}–{w['high']:.2f}), {w['verdict']}"
-    )
-print(
-    f"tie band: GPU time ±{100 * base_cmp.tie_band:.1f}%, {base_cmp.rounds} rounds; "
-    f"loop ±{100 * base_cmp.wall.tie_band:.1f}%, {base_cmp.wall.rounds} rounds"
-)
+print(epilogue_fusion.gpu_and_loop_lines(base_cmp))
 ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + AMAX")
 
 # %%
 # Measuring across the reduction dimension
 # ----------------------------------------
 # With M = N = 512 fixed, the epilogue's work (∝ M·N) stays constant while the GEMM's
-# (∝ M·N·K) grows with K. Every fused graph is checked before it is timed. At each K the
+# (∝ M·N·K) grows with K. Every fused graph (the lesson's ``matmul_epilogue`` at each K,
+# in ``epilogue_fusion.KSweep``) is checked before it is timed. At each K the
 # contenders run in interleaved rounds, as at the base size, so each K has its verdicts;
 # then they race in back-to-back loops timed by the wall clock (host time included).
 # ``wall_clock=True`` runs that race at every K: by default the harness runs it only
@@ -214,54 +197,8 @@ ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + 
 from cudnn_guide.measure import sweep
 
 ks = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
-CANDIDATE, BARE = "cuDNN graph (fused)", "bare matmul (no epilogue)"
-DEFAULT = "torch.compile (default) chain"
-cases = {}
-
-
-def case(kk):
-    if kk not in cases:
-        p = matmul.MatmulProblem(batch=16, m=512, k=kk, n=512, alpha=0.5)
-        ins = p.make_inputs(seed=kk)
-        gk, pk = matmul_epilogue(**ins, alpha=p.alpha)
-        f = graphs.adopt(gk, handle, name=f"matmul epilogue K={kk}")
-        ref_k = check.reference(p.torch_forward, ins["a"], ins["b"], ins["bias"])[0]
-        check.poison(ins["y"])
-        f.execute(pk)
-        check.check(ins["y"], ref_k, name=f"K={kk}")
-        comp = baselines.compile_quietly(p.torch_forward, mode="default", dynamic=False)
-        check.check(
-            comp(ins["a"], ins["b"], ins["bias"])[0], ref_k, name=f"compiled K={kk}"
-        )
-        cases[kk] = (p, ins, f, pk, torch.empty_like(ins["y"]), comp)
-    return cases[kk]
-
-
-def fused_at(kk):
-    return case(kk)[2].bind(case(kk)[3])
-
-
-def eager_at(kk):
-    p, i = case(kk)[0], case(kk)[1]
-    return lambda: p.torch_forward(i["a"], i["b"], i["bias"])
-
-
-def compiled_at(kk):
-    c, i = case(kk)[5], case(kk)[1]
-    return lambda: c(i["a"], i["b"], i["bias"])
-
-
-def bare_at(kk):
-    i, o = case(kk)[1], case(kk)[4]
-    return lambda: torch.matmul(i["a"], i["b"], out=o)
-
-
-impls = {
-    CANDIDATE: fused_at,
-    "PyTorch eager chain": eager_at,
-    DEFAULT: compiled_at,
-    BARE: bare_at,
-}
+cases = epilogue_fusion.KSweep(matmul_epilogue, handle, batch=16, m=512, n=512)
+impls = cases.factories()  # CANDIDATE, EAGER, DEFAULT, BARE: each a factory of K
 result = sweep.sweep(
     ks,
     impls,
@@ -286,7 +223,6 @@ plot_sweep(
     result, "median_us", ax=ax1, logx=True, logy=True, title="time per call (cold L2)"
 )
 plot_relative(result, BARE, ax=ax2, title="time over the bare matmul's")
-over_mm = result.relative(BARE)  # implementation → {K: its time / the bare matmul's}
 plt.show()
 
 # %%
@@ -299,130 +235,18 @@ sweep_table(result, "median_us", title="time per call, µs (M = N = 512, batch 1
 # cuDNN is faster), in GPU time per call, then in the wall-clock time per call of the
 # back-to-back loops, each with its own interval and tie band. The bare matmul skips the
 # epilogue: it is a floor, not a competitor.
-import pandas as pd
-
-from cudnn_guide.report import html_table
-
-rows = []
-for row in result.verdicts():
-    loops = result.comparisons[row["K"]].wall
-    w = loops.versus[row["baseline"]]
-    rows.append(
-        {
-            "K": row["K"],
-            "baseline": row["baseline"],
-            "GPU speed-up": row["speed-up"],
-            "GPU in-run 95% interval": row["in-run 95% interval"],
-            "GPU verdict": row["verdict"],
-            "GPU tie band": row["tie band"],
-            "loop speed-up": w["value"],
-            "loop in-run 95% interval": f"{w['low']:.2f}–{w['high']:.2f}",
-            "loop verdict": w["verdict"],
-            "loop tie band": f"±{100 * loops.tie_band:.1f}%",
-        }
-    )
-html_table(pd.DataFrame(rows), {"GPU speed-up": "{:.2f}×", "loop speed-up": "{:.2f}×"})
+epilogue_fusion.verdict_table(result)
 
 # %%
 # Conclusions
 # -----------
-# Computed from the measurements and verdicts above when the page is recorded.
+# Computed from the measurements and verdicts above when the page is recorded
+# (``epilogue_fusion.conclusions``).
 from cudnn_guide.report.prose import Prose
 
 f_est = base_cmp.estimate(CANDIDATE, "µs")
-fused_ms, chain_ms = (
-    base_cmp.measurements[name].median_ms for name in (CANDIDATE, "PyTorch eager chain")
-)
-bare_ms = bare.median_ms
-chain, comp, fused = (
-    over_mm[name] for name in ("PyTorch eager chain", DEFAULT, CANDIDATE)
-)
-real = [name for name in impls if name not in (CANDIDATE, BARE)]
-
-
-def verdicts_by(clock):
-    """For each PyTorch chain, the K values of each verdict of ``clock(K)``."""
-    return {
-        name: {
-            verdict: [kk for kk in ks if clock(kk).versus[name]["verdict"] == verdict]
-            for verdict in ("faster", "tie", "slower")
-        }
-        for name in real
-    }
-
-
-by_clock = {
-    "in GPU time per call": verdicts_by(lambda kk: result.comparisons[kk]),
-    "in wall-clock time per call of a back-to-back loop": verdicts_by(
-        lambda kk: result.comparisons[kk].wall
-    ),
-}
-sentences = [
-    f"At the base size the fused graph takes {f_est['value']:.1f} µs of GPU time "
-    f"(in-run 95% interval {f_est['low']:.1f}–{f_est['high']:.1f}): "
-    + "; ".join(base_cmp.describe(name) for name in base_cmp.versus)
-    + ".",
-    f"* Its epilogue costs {100 * (fused_ms / bare_ms - 1):+.0f}% of GPU time over the "
-    f"bare matmul (timed just after the rounds); the eager chain's costs "
-    f"{100 * (chain_ms / bare_ms - 1):+.0f}%.",
-]
-for name in real:
-    said = []
-    for clock, by_verdict in by_clock.items():
-        v = by_verdict[name]
-        said.append(
-            f"{clock}, "
-            + ", ".join(
-                f"{word} at K = {', '.join(map(str, v[verdict]))}"
-                for verdict, word in (
-                    ("faster", "cuDNN is faster"),
-                    ("tie", "ties"),
-                    ("slower", "cuDNN is slower"),
-                )
-                if v[verdict]
-            )
-        )
-    sentences.append(f"* Against {name}, across the sweep: {'; '.join(said)}.")
-for clock, by_verdict in by_clock.items():
-    losses = {
-        name: by_verdict[name]["slower"] for name in real if by_verdict[name]["slower"]
-    }
-    if losses:
-        where = "; ".join(
-            f"to {name} at {len(lost)} of {len(ks)} K values "
-            f"(K = {', '.join(map(str, lost))})"
-            for name, lost in losses.items()
-        )
-        sentences.append(f"Where cuDNN loses {clock}: {where}.")
-    else:
-        sentences.append(
-            f"{clock[0].upper()}{clock[1:]}, cuDNN loses to no PyTorch chain at any K "
-            "of the sweep."
-        )
-hosts = []
-for name in (CANDIDATE, *real):
-    at = {kk: result.comparisons[kk].measurements[name] for kk in ks}
-    host = {kk: m.host_median_ms for kk, m in at.items() if m.host_median_ms}
-    if host:
-        over = [kk for kk in host if host[kk] > at[kk].median_ms]
-        above = f"K = {', '.join(map(str, over))}" if over else "no K"
-        hosts.append(
-            f"{name} {1e3 * min(host.values()):.0f}–{1e3 * max(host.values()):.0f} µs "
-            f"(above its GPU time at {above})"
-        )
-if hosts:
-    sentences.append(
-        "* Host time per call across the sweep (one call after a synchronize, in the "
-        "first round; GPU time leaves it out, the loop's wall clock does not): "
-        + "; ".join(hosts)
-        + "."
-    )
-sentences.append(
-    f"* Across the sweep the eager chain's GPU time over the bare matmul's goes from "
-    f"{chain[ks[0]]:.2f}× at K={ks[0]} to {chain[ks[-1]]:.2f}× at K={ks[-1]}; "
-    f"torch.compile's (default) from {comp[ks[0]]:.2f}× to {comp[ks[-1]]:.2f}×; "
-    f"the fused graph's from {fused[ks[0]]:.2f}× to {fused[ks[-1]]:.2f}×."
-)
+real = [name for name in impls if name not in (CANDIDATE, BARE)]  # the PyTorch chains
+sentences = epilogue_fusion.conclusions(base_cmp, bare, result, ks, real)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline

@@ -107,22 +107,20 @@ print(f"bit-identical to the original graph: {torch.equal(y, original)}")
 # -------------------------------------------
 # First the reloaded output joins the page's record as a check (the same comparison as
 # above, by relative L2 error). Then rebuild the same graph five times and reload it
-# five times, in this process.
+# five times, in this process, alternately
+# (``plan_serialization.warm_process_times``).
 import statistics
-import time
 
 from cudnn_guide import check
+from cudnn_guide.studies import plan_serialization
 
 reload_check = check.check(y, ref, name="reloaded plan")
 print(reload_check)
-rebuild_s, reload_s = [], []
-for _ in range(5):
-    t0 = time.perf_counter()
-    build_conv()
-    rebuild_s.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    cudnn.pygraph(handle=handle).deserialize(handle, blob)  # as the lesson reloads
-    reload_s.append(time.perf_counter() - t0)
+rebuild_s, reload_s = plan_serialization.warm_process_times(
+    build_conv,  # the lesson's declaration and build
+    lambda: cudnn.pygraph(handle=handle).deserialize(handle, blob),  # its reload
+    reps=5,
+)
 print(
     f"warm process, medians of 5: rebuild {statistics.median(rebuild_s) * 1e3:.1f} ms,"
     f" reload {statistics.median(reload_s) * 1e3:.1f} ms"
@@ -141,7 +139,8 @@ print(
 # The CUDA driver keeps a disk cache of the kernels it compiled
 # (``~/.nv/ComputeCache``), so a "cold" build on a machine that ran the graph before
 # is not cold. Each process here gets its cache folder through ``CUDA_CACHE_PATH``,
-# set before CUDA starts, in four cases:
+# set before CUDA starts, in four cases, three runs each
+# (``plan_serialization.fresh_first_results``):
 #
 # * **cold**: a new, empty JIT cache, and a build (a first deployment on a fresh
 #   machine);
@@ -160,66 +159,14 @@ print(
 # this package, then waits for its turn, so none spends seconds importing while the page
 # waits, and none imports while another measures. The methodology page's control
 # compares such interpreters with ones started on demand.
-import tempfile
-
 import pandas as pd
 
 from cudnn_guide.report import html_table
-from cudnn_guide.studies import coldstart, fresh_process
+from cudnn_guide.studies import coldstart
+from cudnn_guide.studies.plan_serialization import COLD_LOAD
 
-COLD_LOAD = "plan from disk, cold JIT"
-CASES = ("cold", "warm JIT", "plan from disk", COLD_LOAD)
-work = tempfile.TemporaryDirectory(prefix="cudnn-guide-")  # removed at the cell's end
-cache_dir = tempfile.mkdtemp(prefix="plans-", dir=work.name)
-REPS = 3
-fresh = {}
-RUNS = len(coldstart.GRAPHS) * len(CASES) * REPS
-
-
-def run(graph, mode, jit, pool):
-    return coldstart.run_fresh(graph, mode, cache_dir, jit_cache=jit, pool=pool)
-
-
-with fresh_process.InterpreterPool(RUNS, preload=coldstart.PRELOAD) as pool:
-    for graph in coldstart.GRAPHS:
-        # the first cold build fills warm_jit; each build stores its plan in the cache
-        jits = [tempfile.mkdtemp(prefix="jit-", dir=work.name) for _ in range(REPS)]
-        warm_jit = jits[0]
-        fresh[(graph, "cold")] = [run(graph, "build", jit, pool) for jit in jits]
-        fresh[(graph, "warm JIT")] = [
-            run(graph, "build", warm_jit, pool) for _ in range(REPS)
-        ]
-        fresh[(graph, "plan from disk")] = [
-            run(graph, "cache", warm_jit, pool) for _ in range(REPS)
-        ]
-        fresh[(graph, COLD_LOAD)] = [  # each with a new, empty JIT cache
-            run(graph, "cache", tempfile.mkdtemp(prefix="jit-", dir=work.name), pool)
-            for _ in range(REPS)
-        ]
-    print(
-        f"{RUNS} interpreters, started together, were ready in "
-        f"{pool.start_seconds:.1f} s"
-    )
-work.cleanup()  # the plan cache and JIT caches of the fresh processes
-table = []
-for graph in coldstart.GRAPHS:
-    for case in CASES:
-        runs = fresh[(graph, case)]
-        worst = max(r["rel_error"] for r in runs)
-        assert worst < check.tolerance(torch.bfloat16), f"{graph} {case}: {worst}"
-        first_ms = [r["first_result_s"] * 1e3 for r in runs]
-        table.append(
-            {
-                "graph": graph,
-                "case": case,
-                "plan (ms)": statistics.median(r["plan_s"] for r in runs) * 1e3,
-                "first result (ms)": statistics.median(first_ms),
-                "min–max (ms)": f"{min(first_ms):.1f}–{max(first_ms):.1f}",
-                "context + handle (ms)": statistics.median(r["context_s"] for r in runs)
-                * 1e3,
-                "max rel. error": f"{worst:.1e}",
-            }
-        )
+fresh = plan_serialization.fresh_first_results(coldstart.GRAPHS, reps=3)
+table = plan_serialization.first_result_rows(fresh)  # each run checked against PyTorch
 html_table(pd.DataFrame(table), precision=1)
 
 # %%
@@ -241,7 +188,7 @@ plt.show()
 # entry's header holds its key (graph description, GPU name, SM version, cuDNN backend
 # version, frontend version) and a SHA-256 of the plan bytes; a mismatch is found
 # *before* deserialization and the entry is rebuilt.
-import json
+import tempfile
 
 from cudnn_guide.graphs import conv, plan_cache
 
@@ -251,26 +198,20 @@ plans_dir = tempfile.TemporaryDirectory(prefix="cudnn-guide-plans-")
 cache = plan_cache.PlanCache(plans_dir.name)
 key = plan_cache.current_key(f"conv_bias_relu_graph|{problem!r}")
 build = lambda: conv.conv_bias_relu_graph(problem, inputs)  # noqa: E731
-_, source = cache.get_or_build(key, build)
-print(f"first lookup: {cache.last_event} → {source}")
-_, source = cache.get_or_build(key, build)
-print(f"second lookup: {cache.last_event} → {source}")
 
-path = cache.path(key)
-raw = bytearray(path.read_bytes())
-raw[-100] ^= 0xFF  # one flipped byte in the plan
-path.write_bytes(bytes(raw))
-_, source = cache.get_or_build(key, build)
-print(f"after corrupting one byte: {cache.last_event} → {source}")
 
-head, _, body = path.read_bytes().partition(b"\n")
-header = json.loads(head)
-header["key"]["cudnn_backend"] = 90100  # as if written by cuDNN 9.1
-path.write_bytes(json.dumps(header).encode() + b"\n" + body)
-_, source = cache.get_or_build(key, build)
-print(f"an entry written by another cuDNN: {cache.last_event} → {source}")
-_, source = cache.get_or_build(key, build)
-print(f"after the rebuild: {cache.last_event} → {source}")
+def lookup(when):
+    _, source = cache.get_or_build(key, build)
+    print(f"{when}: {cache.last_event} → {source}")
+
+
+lookup("first lookup")
+lookup("second lookup")
+plan_serialization.corrupt_one_byte(cache.path(key), -100)  # one byte of the plan
+lookup("after corrupting one byte")
+plan_serialization.as_if_from_backend(cache.path(key), 90100)  # as if by cuDNN 9.1
+lookup("an entry written by another cuDNN")
+lookup("after the rebuild")
 plans_dir.cleanup()
 
 # %%
@@ -287,123 +228,12 @@ plans_dir.cleanup()
 # range that spans 1 is a tie at this number of runs.
 from cudnn_guide.report.prose import Prose
 
-first = {
-    (g, c): statistics.median(r["first_result_s"] for r in fresh[(g, c)])
-    for g in coldstart.GRAPHS
-    for c in CASES
-}
-ctx = {
-    (g, c): statistics.median(r["context_s"] for r in fresh[(g, c)])
-    for g in coldstart.GRAPHS
-    for c in CASES
-}
 # (graph, build case) → (speed-up, min, max) of a load with a warm, or a cold, JIT cache
 speedups = coldstart.first_result_speedups(fresh)
 cold_speedups = coldstart.first_result_speedups(fresh, cached=COLD_LOAD)
-LIKE_FOR_LIKE = {  # the saved plan against a build, each with the same JIT cache
-    "a fresh machine": ("cold", COLD_LOAD),
-    "a restart": ("warm JIT", "plan from disk"),
-}
-
-
-def with_context(graph, case, load):
-    """The plan cache's speed-up counting context and handle creation too."""
-    build = [r["context_s"] + r["first_result_s"] for r in fresh[(graph, case)]]
-    loaded = [r["context_s"] + r["first_result_s"] for r in fresh[(graph, load)]]
-    return (
-        statistics.median(build) / statistics.median(loaded),
-        min(build) / max(loaded),
-        max(build) / min(loaded),
-    )
-
-
-def verdict(low, high, above="a gain", below="a loss"):
-    """What a ratio's min–max over the runs says: both ends above 1, below 1, or not."""
-    if low > 1:
-        return f"{above} in every pairing of runs"
-    if high < 1:
-        return f"{below} in every pairing of runs"
-    return "a tie: the range spans 1"
-
-
-def shown(ratio, low, high):
-    return f"{ratio:.2f}× ({low:.2f}–{high:.2f}×, {verdict(low, high)})"
-
-
-sentences = []
-for g in coldstart.GRAPHS:
-    like = {
-        where: (cold_speedups if load == COLD_LOAD else speedups)[(g, case)]
-        for where, (case, load) in LIKE_FOR_LIKE.items()
-    }
-    counted = {
-        where: with_context(g, case, load)
-        for where, (case, load) in LIKE_FOR_LIKE.items()
-    }
-    sentences += [
-        f"* {g}: first result {first[(g, 'cold')] * 1e3:.1f} ms from a build with a "
-        f"cold JIT cache, {first[(g, 'warm JIT')] * 1e3:.1f} ms with a warm one; "
-        f"{first[(g, COLD_LOAD)] * 1e3:.1f} ms from the plan on disk with a cold JIT "
-        f"cache, {first[(g, 'plan from disk')] * 1e3:.1f} ms with a warm one; each "
-        f"after {ctx[(g, 'plan from disk')] * 1e3:.0f} ms of context and handle "
-        "creation (medians of the runs; context: the plan-from-disk runs).",
-        f"* {g}, the saved plan's speed-up like for like, without context and handle: "
-        + " and ".join(f"{shown(*like[w])} on {w}" for w in LIKE_FOR_LIKE)
-        + "; with them: "
-        + " and ".join(f"{shown(*counted[w])} on {w}" for w in LIKE_FOR_LIKE)
-        + ". A restart with the plan and the warm JIT cache against a fresh machine's "
-        f"cold build: {shown(*speedups[(g, 'cold')])}.",
-    ]
-gains = [g for g in coldstart.GRAPHS if speedups[(g, "warm JIT")][0] >= 10]
-if gains:
-    sentences.append(
-        f"* For {', '.join(gains)}, even with a warm JIT cache the build is dominated "
-        "by work the cached plan skips (heuristics, and building runtime-fused "
-        "kernels)."
-    )
-rebuild_ms = statistics.median(rebuild_s) * 1e3
-reload_ms = statistics.median(reload_s) * 1e3
-for g in [g for g in coldstart.GRAPHS if speedups[(g, "warm JIT")][1] <= 1]:
-    loads = [r["plan_s"] * 1e3 for r in fresh[(g, "plan from disk")]]
-    builds = [r["plan_s"] * 1e3 for r in fresh[(g, "warm JIT")]]
-    # the share of a fresh process's plan step that the warm process above did not pay
-    once = (
-        1 - reload_ms / statistics.median(loads),
-        1 - rebuild_ms / statistics.median(builds),
-    )
-    per_process = (
-        f", against {reload_ms:.1f} ms to reload and {rebuild_ms:.1f} ms to rebuild in "
-        f"the warm process above: {once[0]:.0%} of a fresh load's median plan step and "
-        f"{once[1]:.0%} of a fresh build's is a cost each new process pays once, "
-        "loading or building alike"
-        if g == "conv" and min(once) > 0.5  # the graph the warm process timed
-        else ""
-    )
-    cold = [r["first_result_s"] for r in fresh[(g, "cold")]]
-    warm_builds = [r["first_result_s"] for r in fresh[(g, "warm JIT")]]
-    jit = first[(g, "cold")] / first[(g, "warm JIT")]
-    jit_range = (min(cold) / max(warm_builds), max(cold) / min(warm_builds))
-    jit_verdict = verdict(*jit_range, above="slower cold", below="faster cold")
-    sentences.append(
-        f"* For {g}, the saved plan on a restart is "
-        f"{shown(*speedups[(g, 'warm JIT')])}: it does not beat a build. Its plan step "
-        "takes "
-        f"{min(loads):.0f}–{max(loads):.0f} ms to load in a fresh process and "
-        f"{min(builds):.0f}–{max(builds):.0f} ms to build{per_process}. The cold JIT "
-        f"cache's own effect on its build is {jit:.2f}× (cold against warm JIT, both "
-        f"building; {jit_range[0]:.2f}–{jit_range[1]:.2f}×, {jit_verdict})."
-    )
-in_process = statistics.median(rebuild_s) / statistics.median(reload_s)
-fresh_conv = first[("conv", "warm JIT")] / first[("conv", "plan from disk")]
-word = "understates" if in_process < fresh_conv else "overstates"
-sentences += [
-    f"* Inside one warm process the conv graph rebuilds in {rebuild_ms:.1f} ms and "
-    f"reloads in {reload_ms:.1f} ms ({in_process:.1f}×); in fresh processes with a "
-    f"warm JIT cache the ratio of first results is {fresh_conv:.1f}×: in-process "
-    f"timing {word} the gain for this graph.",
-    "* A new interpreter also pays Python's and torch's imports (seconds; see the "
-    "methodology page's control), which no plan cache removes.",
-]
+sentences = plan_serialization.conclusions(
+    fresh, speedups, cold_speedups, rebuild_s, reload_s
+)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline, keep

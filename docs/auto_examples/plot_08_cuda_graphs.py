@@ -108,29 +108,33 @@ for new_inputs in (False, True):  # the inputs of the capture, then new data cop
 # problem (s = 64) whose GPU work per call is far shorter than the host's: the GPU
 # keeps up, and the time per call is the host's.
 #
-# A host-bound number is one process's draw. On the GPU builder the same launches run
-# at one of several host speeds: fresh processes land on any, and a process can switch
-# (the methodology page measures them), so a re-recording can move a number measured
-# in one process far beyond its noise with nothing changed. The host cost of
-# ``graph.execute`` is therefore measured in five fresh interpreters, one after
-# another (:func:`~cudnn_guide.studies.host_levels.loop_and_replay` at s = 64). Each
-# builds and checks the graph; times with ``compare_host`` the frontend's raw
-# ``graph.execute`` (handle already bound) against this package's ``bind`` launcher;
-# then times a loop of 100 eager calls, the replay of a CUDA graph holding those 100
-# calls and the replay of a graph holding one call. The processes are grouped into
-# levels (:func:`~cudnn_guide.studies.host_levels.levels`: a process more than 1.2×
-# above the next lower one starts a new level), and each level is reported on its
-# own. The median of the most common level is this site's host cost of
-# ``graph.execute``; the
+# A host-bound number is one process's draw: on the GPU builder the same launches run
+# at one of several host speeds, fresh processes land on any and a process can switch
+# (the methodology page measures them). So the host cost of ``graph.execute`` is
+# measured in five fresh interpreters, one after another
+# (:func:`~cudnn_guide.studies.host_levels.loop_and_replay` at s = 64). Each builds and
+# checks the graph; times with ``compare_host`` the frontend's raw ``graph.execute``
+# (handle already bound) against this package's ``bind`` launcher; then times a loop of
+# 100 eager calls, the replay of a CUDA graph holding those 100 calls and the replay of
+# a graph holding one call. The processes are grouped into levels
+# (:func:`~cudnn_guide.studies.host_levels.levels`: a process more than 1.2× above the
+# next lower one starts a new level), each reported on its own. The median of the most
+# common level is this site's host cost of ``graph.execute``; the
 # :ref:`per-call overhead page <sphx_glr_auto_examples_plot_21_call_overhead.py>`
 # measures only what other launch paths add to or save on a plain ``execute``.
+#
+# In the table every column is per call: host µs per ``graph.execute`` among
+# back-to-back calls; the eager loop's wall clock (first launch to the end of a
+# synchronize) over its 100 calls; a replay of the 100-call graph over the 100 calls it
+# holds (the replay's own launch is amortised over them); a replay of the one-call
+# graph, per replay (nothing amortised).
 import statistics
 
 import pandas as pd
 
 from cudnn_guide import check
 from cudnn_guide.report import html_table
-from cudnn_guide.studies import host_levels
+from cudnn_guide.studies import cuda_graph_replay, host_levels
 
 first_check = check.check(*outputs[0], name="first replay")
 replay_check = check.check(*outputs[1], name="replay after copying new inputs")
@@ -140,60 +144,29 @@ per_process = host_levels.in_fresh_processes(
     host_levels.loop_and_replay, small, processes=5
 )
 host_levels_us = host_levels.levels([r["host_us"] for r in per_process])
-main = max(host_levels_us, key=lambda lv: (lv["n"], -lv["value"]))
+main = cuda_graph_replay.most_common_level(host_levels_us)
 host_us = main["value"]  # the page's host cost of graph.execute, µs per call
-at_main = [r for r in per_process if main["low"] <= r["host_us"] <= main["high"]]
-table = [
-    {
-        "process": i,
-        "graph.execute host µs": r["host_us"],
-        "eager loop µs": r["eager_us"],
-        "replay of 100 calls µs": r["replay_us"],
-        "replay of 1 call µs": r["replay_one_us"],
-        "loop / replay of 100": f"{r['speedup']:.2f}×",
-    }
-    for i, r in enumerate(per_process, 1)
-]
-level_text = "; ".join(
-    f"{lv['n']} at {lv['value']:.1f} µs ({lv['low']:.1f}–{lv['high']:.1f})"
-    for lv in host_levels_us
-)
+at_main = cuda_graph_replay.at_level(per_process, main)
+level_text = cuda_graph_replay.level_text(host_levels_us)
 print(f"host cost of graph.execute, by level: {level_text}")
+table = cuda_graph_replay.process_rows(per_process)
 html_table(pd.DataFrame(table), precision=2)
-
-# %%
-# Every column is per call: host µs per ``graph.execute`` among back-to-back calls;
-# the eager loop's wall clock (first launch to the end of a synchronize) over its 100
-# calls; a replay of the 100-call graph over the 100 calls it holds (the replay's own
-# launch is amortised over them); a replay of the one-call graph, per replay (nothing
-# amortised).
 
 # %%
 # Measuring what this package's launchers add
 # -------------------------------------------
 # This package's launchers against the raw ``graph.execute``, in this one process, at
-# the same size and with the same ``compare_host`` call: the ``bind`` launcher
-# (rebinds the handle if torch's stream changed, then calls ``graph.execute``) and
-# ``BuiltGraph.execute`` (which also checks the variant pack on every call). What is
-# reported is a difference, not a host cost: in each round, a launcher's host µs per
-# call minus the raw call's, then the median over the 11 rounds with a bootstrap 95%
-# interval. Pairing within a round cancels the host's drift between rounds; this
-# process's own host cost of ``graph.execute`` is a draw like those above and is not
-# quoted.
+# the same size, with the same ``compare_host`` call: the ``bind`` launcher (rebinds the
+# handle if torch's stream changed, then calls ``graph.execute``) and
+# ``BuiltGraph.execute`` (which also checks the variant pack on every call). Reported is
+# a difference, not a host cost: in each round, a launcher's host µs per call minus the
+# raw call's, then the median over the 11 rounds with a bootstrap 95% interval. Pairing
+# within a round cancels the host's drift between rounds; this process's own host cost
+# of ``graph.execute`` is a draw like those above and is not quoted.
 from cudnn_guide import graphs
-from cudnn_guide.graphs import matmul, tensors
 from cudnn_guide.measure import compare
 
-
-def build(s, seed=0):
-    p = matmul.MatmulProblem(batch=1, m=s, k=s, n=s, alpha=0.5)
-    ins = p.make_inputs(seed=seed)
-    f = matmul.matmul_epilogue_graph(p, ins, amax=False)
-    kept = {k: v for k, v in ins.items() if k != "amax"}
-    return p, ins, f, f.pack(**kept, alpha=tensors.scalar_value(p.alpha))
-
-
-tp, tins, tf, tpack = build(small)
+tp, tins, tf, tpack = cuda_graph_replay.matmul_epilogue(small)
 raw_graph, tws, th = tf.graph, tf.workspace, tf.handle
 graphs.bind_to_current_stream(th)
 RAW, LAUNCHER = "raw graph.execute", "cudnn_guide bind() launcher"
@@ -204,78 +177,28 @@ variants = {
 }
 host = compare.compare_host(variants, candidate=RAW, rounds=11, calls=400)
 
-
 adds = {name: host.added(name) for name in variants if name != RAW}
-table = [
-    {
-        "launch": name,
-        "host µs added per call": e["value"],
-        "95% interval": f"{e['low']:+.2f} to {e['high']:+.2f}",
-    }
-    for name, e in adds.items()
-]
 overhead = adds[LAUNCHER]  # µs per call, signed
-low, high = overhead["low"], overhead["high"]
-overhead_text = f"{overhead['value']:+.2f} µs/call, 95% CI {low:+.2f} to {high:+.2f} µs"
-if low <= 0 <= high:
-    overhead_text = f"no overhead this measurement can resolve: {overhead_text}"
+overhead_text = cuda_graph_replay.overhead_text(overhead)
 print(f"launcher over raw graph.execute: {overhead_text}")
+table = cuda_graph_replay.added_rows(adds)
 html_table(pd.DataFrame(table), {"host µs added per call": "{:+.2f}"})
 
 # %%
 # Measuring an eager loop against graph replay, across sizes
 # ----------------------------------------------------------
-# For each size, in this process: the GPU time of one call (the harness hides the host
+# For each size, in this process, once its output is checked
+# (``cuda_graph_replay.sweep``): the GPU time of one call (the harness hides the host
 # behind a GPU spin and subtracts the launch cost; where that cost is over half the
 # event time it keeps the raw event time, an upper bound on the kernel, and says so);
 # the per-call time of a loop of 100 eager calls, wall clock to the end of a
-# synchronize divided by the 100 calls (what a loop really costs); and the same for one
-# replay of a CUDA graph holding those 100 calls, divided by the 100 (one launch for
-# 100 calls: the replay's own launch is amortised over them). All hot L2: the point is
-# launch overhead, not memory. At the small sizes these are host-bound, and so one
-# process's draw: the conclusions quote s = 64 from the fresh processes above.
-from cudnn_guide.measure import bench, cudagraphs
-
+# synchronize over the 100 calls (what a loop really costs); and the same for one
+# replay of a CUDA graph holding those 100 calls (its own launch amortised over them).
+# All hot L2: the point is launch overhead, not memory. At the small sizes these are
+# host-bound, so one process's draw: the conclusions quote s = 64 from the fresh
+# processes above.
 sizes = [small, 128, 256, 512, 1024, 2048, 4096]
-rows = []
-for s in sizes:
-    sp, sins, sf, spack = build(s, seed=s)
-    check.poison(sins["y"])
-    sf.execute(spack)
-    expected = check.reference(sp.torch_forward, sins["a"], sins["b"], sins["bias"])[0]
-    check.check(sins["y"], expected, name=f"s={s}")
-    fn = sf.bind(spack)
-    flops = sp.flops
-    gpu = bench.benchmark(
-        fn,
-        label=f"GPU time s={s}",
-        l2="hot",
-        flops=flops,
-        budget_ms=100,
-        params={"impl": "GPU time of one call", "s": s},
-    )
-    loop = cudagraphs.time_loop(
-        fn,
-        label=f"eager loop s={s}",
-        calls=100,
-        reps=20,
-        flops=flops,
-        params={"impl": "eager loop, per call", "s": s},
-    )
-    captured = cudagraphs.capture(fn, calls=100, label=f"s={s}")
-    replayed = cudagraphs.time_replay(
-        captured,
-        label=f"replay s={s}",
-        reps=20,
-        flops=flops,
-        params={"impl": "graph replay, per call", "s": s},
-    )
-    rows += [gpu, loop, replayed]
-    print(
-        f"s={s:5d}: GPU {gpu.median_ms * 1e3:7.2f} µs, "
-        f"eager loop {loop.median_ms * 1e3:7.2f} µs, "
-        f"replay {replayed.median_ms * 1e3:7.2f} µs"
-    )
+rows = cuda_graph_replay.sweep(sizes)
 
 # %%
 # Measuring, as a plot
@@ -284,24 +207,16 @@ for s in sizes:
 # processes (the most common level).
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
+from cudnn_guide.report import ComparisonTable, plot_lines
 
-ax = plot_lines(
-    rows,
-    x="s",
-    metric="median_us",
-    logx=True,
-    logy=True,
-    title="per-call time: eager loop vs. replay of a 100-call CUDA graph",
-    ceiling=host_us,
-    ceiling_label=f"host cost of graph.execute (fresh processes): {host_us:.1f} µs",
-)
+title = "per-call time: eager loop vs. replay of a 100-call CUDA graph"
+host_line = f"host cost of graph.execute (fresh processes): {host_us:.1f} µs"
+axes = dict(x="s", metric="median_us", logx=True, logy=True, title=title)
+ax = plot_lines(rows, **axes, ceiling=host_us, ceiling_label=host_line)
 ax.set_xlabel("s (problem: s×s @ s×s + epilogue)")
 plt.show()
 
 # %%
-from cudnn_guide.report import ComparisonTable
-
 ComparisonTable(
     rows, row="impl", column="s", metric="median_us", title="per-call time (µs)"
 )
@@ -310,67 +225,13 @@ ComparisonTable(
 # Conclusions
 # -----------
 # Computed from the data when the page is recorded.
-from cudnn_guide.report import ratio
 from cudnn_guide.report.prose import Prose
 
-by = {(m.params["impl"], m.params["s"]): m for m in rows}
-crossover = next(
-    (s for s in sizes if by[("GPU time of one call", s)].median_ms * 1e3 > host_us),
-    None,
-)
-large = sizes[-1]
-speedups = sorted(r["speedup"] for r in at_main)
-eager_main, replay_main, one_call = (
-    statistics.median(r[key] for r in at_main)
-    for key in ("eager_us", "replay_us", "replay_one_us")
-)
-gpu_us = by[("GPU time of one call", small)].median_ms * 1e3
-sentences = [
-    f"One call of graph.execute keeps the host busy {host_us:.1f} µs (per call among "
-    f"back-to-back calls; compare_host, s={small}; the median of the most common "
-    f"level of {len(per_process)} fresh processes: {main['low']:.1f}–"
-    f"{main['high']:.1f} µs over {main['n']} of them). "
-    + (
-        f"The processes fell on {len(host_levels_us)} levels: {level_text}: a host "
-        "cost is a property of the process as much as of the call."
-        if len(host_levels_us) > 1
-        else "All processes fell on one level."
-    ),
-    "This package's bind() launcher over the raw graph.execute, paired per round in "
-    f"this process: {overhead_text}.",
-]
-
-
-def less_or_more(x):
-    """'2.0× less' for a ratio of 2, '2.0× more' for one of 0.5."""
-    return f"{x:.1f}× less" if x >= 1 else f"{1 / x:.1f}× more"
-
-
+speedups = sorted(r["speedup"] for r in at_main)  # the most common level's processes
 speedup = statistics.median(speedups)
 every = sorted(r["speedup"] for r in per_process)  # all processes, every host level
-sentences.append(
-    f"At s={small}, in the {len(at_main)} fresh processes of that level, a loop of "
-    f"100 eager calls takes {eager_main:.1f} µs per call for at most "
-    f"{min(gpu_us, replay_main):.1f} µs of GPU work (the replay below bounds it; one "
-    f"call's raw events read {gpu_us:.1f} µs); replaying a graph of 100 calls takes "
-    f"{replay_main:.1f} µs per call, {less_or_more(speedup)} (median of the "
-    f"per-process ratios; {speedups[0]:.1f}–{speedups[-1]:.1f}× over those "
-    f"{len(at_main)} of {len(per_process)} processes, {every[0]:.1f}–{every[-1]:.1f}× "
-    f"over all {len(per_process)}). That is per call "
-    "inside a 100-call graph: the replay's own launch is amortised over the 100 "
-    f"calls. A graph holding one call takes {one_call:.1f} µs per replay, "
-    f"{less_or_more(eager_main / one_call)} than an eager call: what a replay saves "
-    "without amortising its own launch."
-)
-far = ratio(by[("eager loop, per call", large)], by[("graph replay, per call", large)])
-sentences.append(
-    f"At s={large}, eager and replay are {far:.2f}× apart: the GPU work hides the host."
-)
-sentences.append(
-    f"The GPU time of one call first exceeds the host cost of graph.execute at "
-    f"s={crossover}."
-    if crossover
-    else "The GPU time never exceeds the host cost of graph.execute in this sweep."
+sentences = cuda_graph_replay.conclusions(
+    per_process, host_levels_us, rows, sizes, small, overhead_text
 )
 
 # sphinx_gallery_start_ignore

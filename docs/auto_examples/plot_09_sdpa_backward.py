@@ -137,24 +137,22 @@ print(f"max abs error of dQ: {(dq.float() - q32.grad).abs().max().item():.1e}")
 # fails) and both graphs run again; each output is compared with the fp32 reference by
 # relative norm. The statistics are checked directly: the log-sum-exp of each row of
 # scaled, masked scores.
-from cudnn_guide import check, graphs
+from cudnn_guide import graphs
 from cudnn_guide.graphs import attention
+from cudnn_guide.studies import attention_backward as study  # this page's measuring
 
 problem = attention.SdpaProblem(batch=b, heads=h, seq=s, head_dim=d, causal=True)
 ins = dict(q=q, k=k, v=v, o=o, d_o=d_o, stats=stats, dq=dq, dk=dk, dv=dv)
 ref_grads = {"q": q32.grad, "k": k32.grad, "v": v32.grad}
 print(problem)
-check.poison(o, stats, dq, dk, dv)
-gf.execute(fwd_pack, workspace, handle=handle)
-gb.execute(bwd_pack, workspace, handle=handle)
-checks = [check.check(o, ref.detach(), name="O")]
-checks += [check.check(ins["d" + n], ref_grads[n], name="d" + n.upper()) for n in "qkv"]
-with check.full_precision():
-    scores = (q.float() @ k.float().transpose(-1, -2)) * problem.scale
-    future = torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1)
-    lse = torch.logsumexp(scores.masked_fill(future, float("-inf")), -1, keepdim=True)
-    del scores
-checks.append(check.check(stats, lse, name="stats (log-sum-exp)"))
+
+
+def run_both():
+    gf.execute(fwd_pack, workspace, handle=handle)
+    gb.execute(bwd_pack, workspace, handle=handle)
+
+
+checks = study.check_forward_backward(run_both, ins, ref, ref_grads, problem.scale)
 for c in checks:
     print(c)
 del q32, k32, v32, ref
@@ -163,54 +161,23 @@ del q32, k32, v32, ref
 # The baselines, each forced and checked
 # --------------------------------------
 # PyTorch computes the same step through autograd: ``scaled_dot_product_attention``
-# forward, then ``backward(d_o)``. ``sdpa_kernel`` pins one backend at a time; gradients
-# are reset to ``None`` before each step so no step pays for accumulating into the
-# previous one's. On this torch the flash backend is FlashAttention-2; the cuDNN backend
-# calls cuDNN's own fused kernels, so a tie with it is expected, not a rival's result.
-from cudnn_guide.measure import baselines
+# forward, then ``backward(d_o)``, one backend pinned by ``sdpa_kernel``, the gradients
+# reset to ``None`` before each step. On this torch the flash backend is
+# FlashAttention-2; the cuDNN backend calls cuDNN's own fused kernels, so a tie with it
+# is expected, not a rival's result.
+from cudnn_guide.measure import baselines, fa4
 
-NAMES = {
-    "PyTorch flash": "PyTorch SDPA, flash backend (FlashAttention-2)",
-    "PyTorch mem-efficient": "PyTorch SDPA, memory-efficient backend",
-    "PyTorch cuDNN": "PyTorch SDPA, cuDNN backend",
-}
-BACKENDS = {NAMES.get(n, n): be for n, be in baselines.sdpa_backends().items()}
-
-
-def torch_step(backend, p, data):
-    leaves = [data[n].detach().requires_grad_(True) for n in "qkv"]
-    attend = baselines.forced_sdpa(backend, is_causal=p.causal, scale=p.scale)
-    return baselines.training_step(attend, leaves, data["d_o"]), leaves
-
-
-def passed(c):
-    """One short line for a check that passed (``check.check`` raises on a failure)."""
-    return f"{c.name}: rel. error {c.rel_error:.1e} (tolerance {c.tolerance:.1e})"
-
-
-def grads_checked(name, grads):
-    """Check dQ, dK, dV (``grads()``) against the reference, one short line each."""
-    return lambda _: [
-        passed(check.check(g, ref_grads[n], name=f"{name} d{n.upper()}"))
-        for n, g in zip("qkv", grads())
-    ]
-
-
-# each backend's gradients checked, or its refusal shown
-for name, backend in BACKENDS.items():
-    step, leaves = torch_step(backend, problem, ins)
-    grads = grads_checked(name, lambda leaves=leaves: [x.grad for x in leaves])
-    baselines.admit({}, name, step, check=grads)
+BACKENDS = study.sdpa_backends()  # display name → SDPBackend
+for name, backend in BACKENDS.items():  # each one's gradients checked, or its refusal
+    step, grads = study.torch_training_step(backend, problem, ins)
+    baselines.admit({}, name, step, check=study.grads_checked(name, grads, ref_grads))
 
 # %%
-# FlashAttention-4 (flash-attn-4, a beta): the same step through its autograd
-# function, on its own B×S×H×D copies, its gradients checked against the same fp32
-# reference. Its CuTe DSL compiler warns that an ``aux_data`` argument "cannot be
-# converted to a JitArgument" on every new kernel; the warning says nothing about the
-# result, so it is silenced here.
+# FlashAttention-4 (flash-attn-4, a beta): the same step through its autograd function,
+# on its own B×S×H×D copies, its gradients checked against the same fp32 reference. Its
+# CuTe DSL compiler warns that an ``aux_data`` argument "cannot be converted to a
+# JitArgument" on every new kernel; the warning says nothing about the result: silenced.
 import warnings
-
-from cudnn_guide.measure import fa4
 
 warnings.filterwarnings("ignore", message=".*aux_data.*", category=UserWarning)
 FA4_OK, FA4_DETAIL = fa4.status()
@@ -219,7 +186,8 @@ if FA4_OK:
     fa4_step, fa4_grads = fa4.training_step(
         q, k, v, d_o, causal=True, scale=problem.scale
     )
-    baselines.admit({}, FA4, fa4_step, check=grads_checked(FA4, fa4_grads))
+    fa4_check = study.grads_checked(FA4, fa4_grads, ref_grads)
+    baselines.admit({}, FA4, fa4_step, check=fa4_check)
 else:
     print(f"{FA4}: {FA4_DETAIL}")
 ref_grads.clear()
@@ -231,24 +199,11 @@ torch.cuda.empty_cache()
 # Forward (with statistics) and backward timed separately, cold L2. The backward does
 # 2.5× the forward's matrix work (five GEMMs to two); how much longer it takes is
 # measured below.
-from cudnn_guide.measure import bench
-
-# bind: checks the pack, then launches on the current stream
-fwd_launch = graphs.adopt(gf, handle, name="forward").bind(fwd_pack)
+fwd_launch = graphs.adopt(gf, handle, name="forward").bind(fwd_pack)  # pack checked
 bwd_launch = graphs.adopt(gb, handle, name="backward").bind(bwd_pack)
-split = [
-    bench.benchmark(
-        launch,
-        label=label,
-        l2="cold",
-        flops=work * problem.flops,
-        params={"impl": label, "size": str(problem)},
-    )
-    for launch, label, work in (
-        (fwd_launch, "cuDNN forward (with stats)", 1.0),
-        (bwd_launch, "cuDNN backward", 2.5),
-    )
-]
+parts = {"cuDNN forward (with stats)": (fwd_launch, 1.0)}  # (launcher, matrix work)
+parts["cuDNN backward"] = (bwd_launch, 2.5)
+split = study.time_split(parts, problem)  # in this order, cold L2
 for m in split:
     print(f"{m.label}: median {1e3 * m.median_ms:.1f} µs, {m.tflops:.0f} TFLOP/s")
 bwd_over_fwd = split[1].median_ms / split[0].median_ms
@@ -259,87 +214,23 @@ print(f"backward / forward time: {bwd_over_fwd:.2f}× for 2.5× the matrix work"
 # ---------------------------------
 # 16,384 tokens per point (B = 16384 / S), 16 heads of 128. One training step = forward
 # + backward; its FLOPs are 3.5× the causal forward's
-# (:func:`~cudnn_guide.graphs.attention.training_flops`). Each cuDNN pair is checked
-# against autograd (dQ) before it is timed.
+# (:func:`~cudnn_guide.graphs.attention.training_flops`). Each cuDNN pair (the lesson's
+# graphs, rebuilt per length) is checked against autograd (dQ) before it is timed.
 from cudnn_guide.measure import sweep
 
 seqs = [1024, 2048, 4096, 8192, 16384]
-cases = {}
-
-
-def problem_at(s):
-    return attention.SdpaProblem(
-        batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True
-    )
-
-
-def training_pair(ins):
-    """Both graphs for ``attention.make_training_inputs``' tensors, adopted."""
-    gf, fwd_pack = sdpa_training_forward(
-        *(ins[n] for n in ("q", "k", "v", "o", "stats"))
-    )
-    gb, bwd_pack = sdpa_backward(
-        *(ins[n] for n in ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv"))
-    )
-    fwd = graphs.adopt(gf, handle, name="forward")
-    bwd = graphs.adopt(gb, handle, name="backward")
-    return fwd, fwd_pack, bwd, bwd_pack
-
-
-def cudnn_step(s):
-    p = problem_at(s)
-    data = attention.make_training_inputs(p, seed=s)
-    f, f_pack, b, b_pack = training_pair(data)
-    fl, bl = f.bind(f_pack), b.bind(b_pack)
-    check.poison(data["dq"])
-    fl()
-    bl()
-    qkv = {n: data[n] for n in "qkv"}
-    _, grads = check.reference_grads(p.torch_forward, qkv, data["d_o"])
-    check.check(data["dq"], grads["q"], name=f"dQ at S={s}")
-    del grads
-    cases[s] = (p, data)
-
-    def step():
-        fl()
-        bl()
-
-    return step
-
-
-def torch_at(backend):
-    def factory(s):
-        p, data = cases[s]
-        step, _ = torch_step(backend, p, data)
-        try:
-            step()
-        except RuntimeError:
-            return None  # this backend cannot run this shape: shown as "—"
-        return step
-
-    return factory
-
-
-def fa4_at(s):
-    p, data = cases[s]
-    qkv_do = (data[n] for n in ("q", "k", "v", "d_o"))
-    return fa4.training_step(*qkv_do, causal=True, scale=p.scale)[0]
-
-
 CAND = "cuDNN graphs (fwd + bwd)"
-impls = {CAND: cudnn_step}
-impls.update({name: torch_at(backend) for name, backend in BACKENDS.items()})
-if FA4_OK:
-    impls[FA4] = fa4_at
-result = sweep.sweep(  # interleaved rounds and verdicts per length
-    seqs,
-    impls,
-    x="seq_len",
-    l2="cold",
-    flops=lambda s: attention.training_flops(problem_at(s)),
-    candidate=CAND,
-    rounds=7,
+problem_at = lambda s: attention.SdpaProblem(
+    batch=16384 // s, heads=16, seq=s, head_dim=128, causal=True
 )
+at = study.TrainingSweep(sdpa_training_forward, sdpa_backward, handle, problem_at)
+impls = {CAND: at.cudnn_step}
+impls.update({name: at.torch_step(backend) for name, backend in BACKENDS.items()})
+if FA4_OK:
+    impls[FA4] = at.fa4_step
+step_flops = lambda s: attention.training_flops(problem_at(s))
+settings = dict(x="seq_len", l2="cold", flops=step_flops, candidate=CAND, rounds=7)
+result = sweep.sweep(seqs, impls, **settings)  # interleaved rounds, verdicts per length
 
 # %%
 # Plot
@@ -347,30 +238,20 @@ result = sweep.sweep(  # interleaved rounds and verdicts per length
 import matplotlib.pyplot as plt
 
 from cudnn_guide.measure.ceilings import measure_ceilings
-from cudnn_guide.report import plot_sweep
 
 ceil = measure_ceilings()
-plot_sweep(
-    result,
-    "tflops",
-    logx=True,
-    title="causal attention, forward + backward, head dim 128",
-    ceiling=ceil.peak_bf16_tflops,
-    ceiling_label="datasheet dense bf16 peak",
-)
+study.plot_tflops(result, ceil)  # TFLOP/s by length, under the datasheet bf16 peak
 plt.show()
 
 # %%
-from cudnn_guide.report import sweep_table
+import pandas as pd
+
+from cudnn_guide.report import html_table, sweep_table
 
 sweep_table(result, "tflops", title="causal SDPA forward + backward, TFLOP/s")
 
 # %%
 # The verdicts at every length (above 1: the cuDNN step is faster):
-import pandas as pd
-
-from cudnn_guide.report import html_table
-
 html_table(pd.DataFrame(result.verdicts()), {"speed-up": "{:.2f}×"})
 
 # %%
@@ -379,10 +260,9 @@ html_table(pd.DataFrame(result.verdicts()), {"speed-up": "{:.2f}×"})
 # Computed from the measurements above; the verdicts compare GPU time, not host time.
 from cudnn_guide.report.prose import Prose
 
-peak_s = max(seqs, key=lambda s: result.comparisons[s].measurements[CAND].tflops)
+peak_s = study.peak_length(result, CAND)
 peak = result.comparisons[peak_s]
 peak_est = peak.estimate(CAND, "TFLOP/s")
-fa = [c.versus[FA4]["verdict"] for c in result.comparisons.values() if FA4 in c.versus]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 
@@ -391,24 +271,7 @@ comparison("speed-up over the fastest contender at that length", peak)
 for s in seqs:  # each length's verdict against the fastest contender there
     comparison(f"S={s}: speed-up over the fastest contender", result.comparisons[s])
 # sphinx_gallery_end_ignore
-longer = "longer than" if bwd_over_fwd > 2.5 else "no longer than"
-Prose(
-    f"One cuDNN training step (both graphs built with heuristics A) peaks at "
-    f"{peak_est['value']:.0f} TFLOP/s (S={peak_s}, in-run interval "
-    f"{peak_est['low']:.0f}–{peak_est['high']:.0f}), "
-    f"{100 * peak_est['value'] / ceil.peak_bf16_tflops:.0f}% of the datasheet bf16 "
-    f"peak.",
-    f"At S={problem.seq} the backward takes {bwd_over_fwd:.2f}× the forward's time for "
-    f"2.5× its matrix work: {longer} its share of the work alone predicts.",
-    (
-        f"Against {FA4} the cuDNN step is faster at {fa.count('faster')}, ties at "
-        f"{fa.count('tie')} and is slower at {fa.count('slower')} of {len(fa)} lengths."
-        if fa
-        else f"{FA4} was not timed: {FA4_DETAIL}."
-    ),
-    *[
-        "* " + line.strip()
-        for line in result.describe_verdicts().splitlines()
-        if line.strip()
-    ],
+sentences = study.conclusions(
+    result, CAND, peak_s, ceil, problem.seq, bwd_over_fwd, FA4, FA4_DETAIL
 )
+Prose(*sentences)

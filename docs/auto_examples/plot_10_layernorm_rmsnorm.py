@@ -101,9 +101,11 @@ print(f"layernorm y checked against PyTorch; plan {g.get_plan_name_at_index(0)}"
 # The lesson's result joins the page's record through ``check.check``. The same graphs
 # for LayerNorm and RMSNorm, forward and backward, come from
 # :mod:`cudnn_guide.graphs.norms` (declared like the lesson's); each is checked against
-# PyTorch autograd in fp32: the output, the saved statistics, and every gradient.
+# PyTorch autograd in fp32: the output, the saved statistics, and every gradient
+# (``norm_training.checked_graphs``, in ``cudnn_guide/studies/norm_training.py``).
 from cudnn_guide import check
 from cudnn_guide.graphs import norms
+from cudnn_guide.studies import norm_training
 
 lesson_stats = norms.NormProblem(tokens=tokens, hidden=hidden, eps=eps).torch_stats(x)
 lesson_checks = [
@@ -113,39 +115,13 @@ lesson_checks = [
 ]
 del ref, lesson_stats
 
-
-def norm_launchers(p, d):
-    """The forward and backward graphs of ``p`` on the buffers ``d``, as launchers."""
-    f, b = norms.norm_forward_graph(p, d), norms.norm_backward_graph(p, d)
-    return f.bind(norms.pack_norm(f, d, eps=p.eps)), b.bind(norms.pack_norm(b, d))
-
-
-def grad_params(p, data):
-    names = ("x", "scale", "bias") if p.kind == "layer" else ("x", "scale")
-    return {n: data[n] for n in names}
-
-
 TOKENS, HIDDEN = tokens, hidden
 CUDNN, FUSED = "cuDNN graphs (heuristics A)", "cuDNN graph (fused, heuristics A)"
 graphs_by_kind, checks = {}, list(lesson_checks)
 for kind in ("layer", "rms"):
     p = norms.NormProblem(tokens=TOKENS, hidden=HIDDEN, kind=kind)
-    data = p.make_inputs(seed=1)
-    fwd_launch, bwd_launch = norm_launchers(p, data)
-    check.poison(data["y"], data["inv_var"], data["dx"], data["dscale"])
-    fwd_launch()
-    bwd_launch()
-    params = grad_params(p, data)
-    ref_y, ref_grads = check.reference_grads(
-        lambda **kw: p.torch_forward(**kw), params, data["dy"]
-    )
-    stats = p.torch_stats(data["x"])
-    checks.append(check.check(data["y"], ref_y, name=f"{p} y"))
-    checks += [check.check(data[n], stats[n], name=f"{p} {n}") for n in stats]
-    checks += [
-        check.check(data["d" + n], ref_grads[n], name=f"{p} d{n}") for n in params
-    ]
-    graphs_by_kind[kind] = (p, data, fwd_launch, bwd_launch)  # launchers for timing
+    graphs_by_kind[kind], kind_checks = norm_training.checked_graphs(p, seed=1)
+    checks += kind_checks  # (p, data, forward, backward) kept above for timing
 for r in checks:
     print(r)
 
@@ -156,50 +132,15 @@ for r in checks:
 # with ``requires_grad`` inputs (so the forward saves its statistics, as in training),
 # then ``backward(dy)``. ``torch.compile`` (default mode; max-autotune, which also tunes
 # reductions, is not timed on this page) generates fused Triton kernels for
-# both passes. Each baseline's gradients are checked too.
-from cudnn_guide.measure import baselines
-
-
-def torch_training(p, data, fn):
-    names = ("x", "scale", "bias") if p.kind == "layer" else ("x", "scale")
-    leaves = {n: data[n].detach().clone().requires_grad_(True) for n in names}
-    return (
-        (lambda: fn(**leaves)),
-        baselines.training_step(fn, leaves, data["dy"]),
-        leaves,
-    )
-
-
+# both passes. Each baseline's gradients are checked too
+# (``norm_training.checked_baselines``).
 impls = {}
-for kind, (p, data, fwd_launch, bwd_launch) in graphs_by_kind.items():
-    label = "LayerNorm" if kind == "layer" else "RMSNorm"
-    eager = torch_training(p, data, p.torch_forward)
-    compiled = torch_training(
-        p, data, baselines.compile_quietly(p.torch_forward, mode="default")
+for p, data, fwd_launch, bwd_launch in graphs_by_kind.values():
+    kind_impls, kind_checks = norm_training.checked_baselines(
+        p, data, fwd_launch, bwd_launch, candidate=CUDNN
     )
-    for name, (forward, step, leaves) in (
-        ("PyTorch eager", eager),
-        ("torch.compile (default)", compiled),
-    ):
-        step()
-        checks.append(
-            check.check(
-                leaves["x"].grad,
-                check.reference_grads(
-                    lambda **kw: p.torch_forward(**kw),
-                    {n: data[n] for n in leaves},
-                    data["dy"],
-                )[1]["x"],
-                name=f"{name} {label} dx",
-            )
-        )
-        impls[(label, name)] = (p, forward, step)
-
-    def cudnn_step(f=fwd_launch, b=bwd_launch):
-        f()
-        b()
-
-    impls[(label, CUDNN)] = (p, fwd_launch, cudnn_step)
+    impls |= kind_impls  # (norm, contender) -> (problem, forward, training step)
+    checks += kind_checks
 print(*checks[-4:], sep="\n")
 
 # %%
@@ -208,56 +149,27 @@ print(*checks[-4:], sep="\n")
 # Cold L2 (the 128 MiB activation would not fit in this GPU's L2 anyway; its size is
 # printed below). Bytes are the fewest a kernel must move: the forward reads x and
 # writes y (2 × 128 MiB); the backward reads x and dy and writes dx (3 × 128 MiB).
-# Parameters and statistics (< 0.1 MiB) are not counted.
-from cudnn_guide.measure import compare
+# Parameters and statistics (< 0.1 MiB) are not counted. ``norm_training.compare_pass``
+# races the cuDNN graphs, PyTorch eager and ``torch.compile`` in 11 interleaved rounds.
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 print(f"activation {TOKENS * HIDDEN * 2 / 2**20:.0f} MiB; L2 {env.l2_mib:.0f} MiB")
 ceil = measure_ceilings()
-IMPLS = (CUDNN, "PyTorch eager", "torch.compile (default)")
 results, base = {}, []
 for label in ("LayerNorm", "RMSNorm"):
-    p = impls[(label, CUDNN)][0]
-    for pass_name, which, nbytes in (
-        ("forward (training)", 1, p.forward_bytes),
-        ("forward + backward", 2, p.forward_bytes + p.backward_bytes),
-    ):
-        res = compare.compare(
-            {n: impls[(label, n)][which] for n in IMPLS},
-            candidate=CUDNN,
-            l2="cold",
-            rounds=11,
-            bytes=nbytes,
-            params={"norm": label, "pass": pass_name},
-            tag=f"{label} {pass_name}",
-        )
+    for pass_name in norm_training.PASSES:  # the forward, then forward + backward
+        res = norm_training.compare_pass(impls, label, pass_name, candidate=CUDNN)
         results[(label, pass_name)] = res
         base += res.measurements.values()
         gbps = res.measurements[CUDNN].gbps
-        print(
-            f"{label} {pass_name}: cuDNN {gbps:.0f} GB/s "
-            f"({100 * gbps / ceil.copy_gbps:.0f}% of copy)"
-        )
+        share = 100 * gbps / ceil.copy_gbps
+        print(f"{label} {pass_name}: cuDNN {gbps:.0f} GB/s ({share:.0f}% of copy)")
 
 # %%
-from cudnn_guide.report import ComparisonTable
-
-ComparisonTable(
-    [m for m in base if m.params["norm"] == "LayerNorm"],
-    row="impl",
-    column="pass",
-    metric="gbps",
-    title=f"LayerNorm, {TOKENS} × {HIDDEN} bf16: GB/s (higher is better)",
-)
+norm_training.pass_table(base, "LayerNorm", TOKENS, HIDDEN)
 
 # %%
-ComparisonTable(
-    [m for m in base if m.params["norm"] == "RMSNorm"],
-    row="impl",
-    column="pass",
-    metric="gbps",
-    title=f"RMSNorm, {TOKENS} × {HIDDEN} bf16: GB/s (higher is better)",
-)
+norm_training.pass_table(base, "RMSNorm", TOKENS, HIDDEN)
 
 # %%
 # Measuring a fused residual add → norm
@@ -267,61 +179,14 @@ ComparisonTable(
 # and r once and writes s and y; PyTorch eager does the add (reads x and r, writes s),
 # then the norm (reads s, writes y). The byte counts are printed below. All three run
 # the training forward (the statistics are saved: PyTorch's inputs require gradients).
+# ``norm_training.residual_comparison`` checks the three, then races them.
 residual, res_checks = [], []
 for kind in ("layer", "rms"):
     p = norms.NormProblem(tokens=TOKENS, hidden=HIDDEN, kind=kind, residual=True)
-    label = "LayerNorm" if kind == "layer" else "RMSNorm"
-    data = p.make_inputs(seed=2)
-    fused = norms.norm_forward_graph(p, data, name=f"{p}")
-    res_pack = norms.pack_norm(fused, data, eps=p.eps)
-    check.poison(data["y"], data["s"])
-    fused.execute(res_pack)
-    ref = check.reference(
-        p.torch_forward, data["x"], data["scale"], data.get("bias"), data["r"]
-    )
-    res_checks += [
-        check.check(data["y"], ref, name=f"{p} y"),
-        check.check(data["s"], data["x"].float() + data["r"].float(), name=f"{p} s"),
-    ]
-    x, r, w, b = (
-        t.detach().clone().requires_grad_(True) if t is not None else None
-        for t in (data["x"], data["r"], data["scale"], data.get("bias"))
-    )
-
-    def add_then_norm(x, r, w, b, p=p):
-        s = x + r
-        return s, p.torch_forward(s, w, b)
-
-    compiled = baselines.compile_quietly(add_then_norm, mode="default")
-    res_checks.append(
-        check.check(
-            compiled(x, r, w, b)[1].detach(),
-            ref,
-            name=f"torch.compile (default) {label} (residual)",
-        )
-    )
-    res_checks.append(
-        check.check(
-            add_then_norm(x, r, w, b)[1].detach(),
-            ref,
-            name=f"PyTorch eager {label} (residual)",
-        )
-    )
-    res = compare.compare(
-        {
-            FUSED: fused.bind(res_pack),
-            "PyTorch eager": lambda f=add_then_norm, a=(x, r, w, b): f(*a),
-            "torch.compile (default)": lambda f=compiled, a=(x, r, w, b): f(*a),
-        },
-        candidate=FUSED,
-        l2="cold",
-        rounds=11,
-        bytes=p.forward_bytes,
-        params={"norm": label},
-        tag=f"residual+{label}",
-    )
-    results[("residual", label)] = res
+    res, kind_checks = norm_training.residual_comparison(p, candidate=FUSED, seed=2)
+    results[("residual", norm_training.LABELS[kind])] = res
     residual += res.measurements.values()
+    res_checks += kind_checks
 for c in res_checks:
     print(c)
 act = TOKENS * HIDDEN * 2  # bytes of one activation
@@ -329,68 +194,18 @@ fused_moves = p.forward_bytes / act
 eager_moves = (3 + 2) * act / act  # eager: add (x, r → s), then norm (s → y)
 print(f"bytes moved, in activations of {act / 2**20:.0f} MiB:")
 print(f"fused {fused_moves:.0f}, eager {eager_moves:.0f}")
-ComparisonTable(
-    residual,
-    row="impl",
-    column="norm",
-    metric="gbps",
-    title="residual add → norm (training forward): GB/s of the fewest bytes",
-)
+norm_training.residual_table(residual)
 
 # %%
 # Measuring across model widths
 # -----------------------------
-# Training step (forward + backward), 16,384 tokens, widths 1k–8k, against eager only.
+# Training step (forward + backward), 16,384 tokens, widths 1k–8k, against eager only
+# (``norm_training.width_contenders``: each width's graphs are built and their dx
+# checked when first timed).
 from cudnn_guide.measure import sweep
 
 widths = [1024, 2048, 4096, 8192]
-made = {}
-
-
-def setup(kind, h):
-    if (kind, h) not in made:
-        p = norms.NormProblem(tokens=TOKENS, hidden=h, kind=kind)
-        data = p.make_inputs(seed=h)
-        fl, bl = norm_launchers(p, data)
-        check.poison(data["dx"])
-        fl()
-        bl()
-        grads = check.reference_grads(
-            lambda **kw: p.torch_forward(**kw),
-            {"x": data["x"], "scale": data["scale"]}
-            | ({"bias": data["bias"]} if kind == "layer" else {}),
-            data["dy"],
-        )[1]
-        check.check(data["dx"], grads["x"], name=f"{p} dx")
-        made[(kind, h)] = (p, data, fl, bl)
-    return made[(kind, h)]
-
-
-def cudnn_at(kind):
-    def factory(h):
-        _, _, fl, bl = setup(kind, h)
-
-        def step():
-            fl()
-            bl()
-
-        return step
-
-    return factory
-
-
-def eager_at(kind):
-    def factory(h):
-        p, data, _, _ = setup(kind, h)
-        return torch_training(p, data, p.torch_forward)[1]
-
-    return factory
-
-
-sweep_impls = {}
-for kind, label in (("layer", "LayerNorm"), ("rms", "RMSNorm")):
-    sweep_impls[f"cuDNN {label}"] = cudnn_at(kind)
-    sweep_impls[f"PyTorch eager {label}"] = eager_at(kind)
+sweep_impls = norm_training.width_contenders(TOKENS)
 widths_result = sweep.sweep(
     widths,
     sweep_impls,
@@ -425,26 +240,16 @@ sweep_table(widths_result, "gbps", title="forward + backward, GB/s")
 # -----------
 from cudnn_guide.report.prose import Prose
 
-items = []
-for label in ("LayerNorm", "RMSNorm"):
-    res = results[(label, "forward + backward")]
-    fwd = results[(label, "forward (training)")]
-    est = res.estimate(CUDNN, "µs")
-    share = 100 * res.measurements[CUDNN].gbps / ceil.copy_gbps
-    items.append(
-        f"* {label} training step at {TOKENS}×{HIDDEN}: cuDNN {est['value']:.0f} µs "
-        f"(in-run 95% interval {est['low']:.0f}–{est['high']:.0f}), {share:.0f}% of "
-        f"copy bandwidth: {res.describe('PyTorch eager')}; "
-        f"{res.describe('torch.compile (default)')}. Its forward alone reaches "
-        f"{100 * fwd.measurements[CUDNN].gbps / ceil.copy_gbps:.0f}%."
-    )
-for label in ("LayerNorm", "RMSNorm"):
-    res = results[("residual", label)]
-    items.append(
-        f"* Residual add → {label}: the fused graph is {res.describe('PyTorch eager')} "
-        f"(eager moves {eager_moves / fused_moves:.2f}× the bytes), and "
-        f"{res.describe('torch.compile (default)')}."
-    )
+shape = dict(candidate=CUDNN, tokens=TOKENS, hidden=HIDDEN)
+saved = eager_moves / fused_moves  # eager's bytes over the fused graph's
+items = [
+    norm_training.step_item(label, results, ceil.copy_gbps, **shape)
+    for label in ("LayerNorm", "RMSNorm")
+]
+items += [
+    norm_training.residual_item(label, results[("residual", label)], saved)
+    for label in ("LayerNorm", "RMSNorm")
+]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 

@@ -92,113 +92,30 @@ torch.testing.assert_close(y.float(), ref, atol=0.02, rtol=0.01)
 # running statistics; binding those to the same buffers updates them in place.
 # ``epsilon`` and ``momentum`` are pass-by-value scalars. Then cuDNN's
 # ``batchnorm_inference`` node is tried: if this cuDNN refuses it followed by a ReLU,
-# the page prints the form used and times the folded graph of the lesson.
+# the page prints the form used and times the folded graph of the lesson. The graphs
+# and their checks are in ``cudnn_guide/studies/batchnorm_stages.py``.
+import textwrap
+
 from cudnn_guide import check
-from cudnn_guide.graphs import batchnorm, tensors
+from cudnn_guide.graphs import batchnorm
+from cudnn_guide.studies import batchnorm_stages
 
 checks = [check.check(y, ref, name="lesson: folded relu(bn(x))")]
 del ref
 
-
-def training_graph(p, d):
-    """The training graph of ``p`` on ``d`` and its launcher; stats update in place."""
-    built = batchnorm.batchnorm_relu_graph(p, d, training=True)
-    names = (
-        "x",
-        "scale",
-        "bias",
-        "running_mean",
-        "running_var",
-        "mean",
-        "inv_var",
-        "y",
-    )
-    pack = built.pack(
-        **{k: d[k] for k in names},
-        epsilon=tensors.scalar_value(p.eps, rank=4),
-        momentum=tensors.scalar_value(p.momentum, rank=4),
-        next_running_mean=d["running_mean"],
-        next_running_var=d["running_var"],
-    )
-    return built, built.bind(pack)
-
-
 problem = batchnorm.BatchNormProblem(n=64, c=256, h=56, w=56)
 data = problem.make_inputs(seed=0)
-train, train_launch = training_graph(problem, data)
+train, train_launch = batchnorm_stages.training_graph(problem, data)
 print(problem)
 print(f"training graph: plan {train.report.plan_name}")
+checks += batchnorm_stages.check_training(problem, data, train_launch)
 
-rm_before, rv_before = data["running_mean"].clone(), data["running_var"].clone()
-check.poison(data["y"], data["mean"], data["inv_var"])
-train_launch()
-
-ref_rm, ref_rv = rm_before.clone(), rv_before.clone()
-ref_y = check.reference(
-    lambda x, s, b: problem.torch_forward(x, s, b, ref_rm, ref_rv, training=True),
-    data["x"],
-    data["scale"],
-    data["bias"],
-)
-xf = data["x"].float()
-var_b = xf.var((0, 2, 3), unbiased=False, keepdim=True)
-checks += [
-    check.check(data["y"], ref_y, name="y = relu(bn(x))"),
-    check.check(
-        data["mean"], xf.mean((0, 2, 3), keepdim=True), name="saved mean", tol=1e-4
-    ),
-    check.check(
-        data["inv_var"],
-        torch.rsqrt(var_b + problem.eps),
-        name="saved 1/sqrt(var+eps)",
-        tol=1e-4,
-    ),
-    check.check(data["running_mean"], ref_rm, name="updated running mean", tol=1e-4),
-    check.check(
-        data["running_var"],
-        ref_rv,
-        name="updated running var (unbiased, as PyTorch)",
-        tol=1e-4,
-    ),
-]
-del xf, var_b
-
-
-def inference_graph(p, d):
-    """cuDNN's batchnorm_inference node if an engine takes it, else the folded form."""
-    d["mean"] = d["running_mean"].clone()
-    d["inv_var"] = torch.rsqrt(d["running_var"] + p.eps)
-    d["a"], d["b"] = batchnorm.fold_batchnorm(
-        d["scale"], d["bias"], d["running_mean"], d["running_var"], p.eps
-    )
-    try:
-        built = batchnorm.batchnorm_relu_graph(p, d, training=False)
-        names = ("x", "scale", "bias", "mean", "inv_var", "y")
-        return "batchnorm_inference node", built, {k: d[k] for k in names}
-    except Exception as exc:  # cuDNN's refusal, shown
-        built = batchnorm.folded_batchnorm_relu_graph(p, d)
-        refusal = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        form = f"folded (the node was refused: {refusal})"
-        return form, built, {k: d[k] for k in ("x", "a", "b", "y")}
-
-
-form, infer, infer_data = inference_graph(problem, data)
-import textwrap
-
+form, infer, infer_data = batchnorm_stages.inference_graph(problem, data)
 print("inference graph:", *textwrap.wrap(form, 84), sep="\n  ")
-check.poison(data["y"])
-infer.execute(infer.pack(**infer_data))
-ref_inf = check.reference(
-    lambda x, s, b, m, v: problem.torch_forward(x, s, b, m, v, training=False),
-    data["x"],
-    data["scale"],
-    data["bias"],
-    data["running_mean"],
-    data["running_var"],
+inference_check, ref_inf = batchnorm_stages.check_inference(
+    problem, data, infer, infer_data, form
 )
-checks.append(
-    check.check(data["y"], ref_inf, name=f"inference y ({form.split(' (')[0]})")
-)
+checks.append(inference_check)
 for r in checks:
     print(r)
 
@@ -214,39 +131,12 @@ for r in checks:
 # deployed model would do.
 from cudnn_guide.measure import baselines
 
-
-def torch_fn(p, d, training, fn):
-    rm, rv = d["running_mean"].clone(), d["running_var"].clone()
-    x, s, b = d["x"], d["scale"], d["bias"]
-    return lambda: fn(x, s, b, rm, rv, training)
-
-
 compiled_forward = baselines.compile_quietly(problem.torch_forward, mode="default")
 for name, fn in (
     ("PyTorch eager", problem.torch_forward),
     ("torch.compile (default)", compiled_forward),
 ):
-    rm, rv = data["running_mean"].clone(), data["running_var"].clone()
-    train_ref = check.reference(
-        lambda x, s, b: problem.torch_forward(
-            x, s, b, rm.clone(), rv.clone(), training=True
-        ),
-        data["x"],
-        data["scale"],
-        data["bias"],
-    )
-    checks.append(
-        check.check(
-            fn(data["x"], data["scale"], data["bias"], rm.clone(), rv.clone(), True),
-            train_ref,
-            name=f"{name} training",
-        )
-    )
-    checks.append(
-        check.check(
-            torch_fn(problem, data, False, fn)(), ref_inf, name=f"{name} inference"
-        )
-    )
+    checks += batchnorm_stages.check_baseline(problem, data, fn, ref_inf, name=name)
     print(*checks[-2:], sep="\n")
 
 # %%
@@ -257,7 +147,9 @@ for name, fn in (
 # forward reads x twice, so from DRAM it shows at most 2/3). Each stage compiles its own
 # ``torch.compile`` with ``dynamic=False``, for that stage's shape as a model with these
 # layers would; left at ``dynamic=None``, Dynamo would compile the later stages once for
-# symbolic shapes (:doc:`/methodology`, "Fair baselines").
+# symbolic shapes (:doc:`/methodology`, "Fair baselines"). Each stage's graphs are
+# built, and its training output checked, when first timed
+# (``batchnorm_stages.stage_contenders``).
 from cudnn_guide.measure import sweep
 
 STAGES = {
@@ -266,53 +158,7 @@ STAGES = {
     "256×14×14": (256, 14),
     "512×7×7": (512, 7),
 }
-made = {}
-
-
-def setup(stage):
-    if stage not in made:
-        ch, hw = STAGES[stage]
-        p = batchnorm.BatchNormProblem(n=64, c=ch, h=hw, w=hw)
-        d = p.make_inputs(seed=ch)
-        _, t_launch = training_graph(p, d)
-        check.poison(d["y"])
-        t_launch()
-        # already updated once; the reference starts from here
-        rm, rv = d["running_mean"].clone(), d["running_var"].clone()
-        check.check(
-            d["y"],
-            check.reference(
-                lambda x, s, b: p.torch_forward(x, s, b, rm, rv, True),
-                d["x"],
-                d["scale"],
-                d["bias"],
-            ),
-            name=f"training {stage}",
-        )
-        _, inf, inf_data = inference_graph(p, d)
-        compiled = baselines.compile_quietly(
-            p.torch_forward, mode="default", dynamic=False
-        )
-        made[stage] = (p, d, t_launch, inf.bind(inf.pack(**inf_data)), compiled)
-    return made[stage]
-
-
-impls = {
-    "cuDNN training": lambda st: setup(st)[2],
-    "PyTorch eager training": lambda st: torch_fn(
-        setup(st)[0], setup(st)[1], True, setup(st)[0].torch_forward
-    ),
-    "torch.compile (default) training": lambda st: torch_fn(
-        setup(st)[0], setup(st)[1], True, setup(st)[4]
-    ),
-    "cuDNN inference": lambda st: setup(st)[3],
-    "PyTorch eager inference": lambda st: torch_fn(
-        setup(st)[0], setup(st)[1], False, setup(st)[0].torch_forward
-    ),
-    "torch.compile (default) inference": lambda st: torch_fn(
-        setup(st)[0], setup(st)[1], False, setup(st)[4]
-    ),
-}
+impls, stage_bytes = batchnorm_stages.stage_contenders(STAGES)
 # each stage and mode is a comparison in interleaved rounds, the cuDNN graph against
 # both PyTorch ways
 results = {
@@ -321,7 +167,7 @@ results = {
         {k: v for k, v in impls.items() if k.endswith(mode)},
         x="stage",
         l2="cold",
-        bytes=lambda st: setup(st)[0].bytes,
+        bytes=stage_bytes,
         candidate=f"cuDNN {mode}",
         rounds=9,
     )
@@ -334,24 +180,14 @@ result = sweep.SweepResult(
 # %%
 # Measuring: the stages, plotted
 # ------------------------------
+# GB/s per stage, training left and inference right (``batchnorm_stages.plot_stages``).
 import matplotlib.pyplot as plt
 
 from cudnn_guide.measure.ceilings import measure_ceilings
-from cudnn_guide.report import plot_lines, sweep_table
+from cudnn_guide.report import sweep_table
 
 ceil = measure_ceilings()
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained", sharey=True)
-for ax, mode in zip(axes, ("training", "inference")):
-    plot_lines(
-        [m for m in result.measurements if m.params["impl"].endswith(mode)],
-        x="stage",
-        metric="gbps",
-        ax=ax,
-        title=f"BatchNorm → ReLU, {mode}, batch 64, fp16",
-        ceiling=ceil.copy_gbps,
-        ceiling_label="measured copy bandwidth",
-    )
-    ax.legend(fontsize=8)
+batchnorm_stages.plot_stages(result, ceil.copy_gbps)
 plt.show()
 
 # %%
@@ -367,31 +203,8 @@ sweep_table(
 # launch cost only where it is a small part of the event time), the sentence says so.
 from cudnn_guide.report.prose import Prose
 
-items = []
-for mode, res in results.items():
-    for stage in STAGES:
-        cmp = res.comparisons[stage]
-        ours = cmp.measurements[f"cuDNN {mode}"]
-        methods = {m.mode for m in cmp.measurements.values()}
-        caveat = (
-            f" The contenders were timed differently here "
-            f"({'; '.join(sorted(methods))}): this verdict is not like for like."
-            if len(methods) > 1
-            else ""
-        )
-        items.append(
-            f"* {mode}, {stage}: cuDNN {ours.median_ms * 1e3:.1f} µs "
-            f"({100 * ours.gbps / ceil.copy_gbps:.0f}% of copy bandwidth): "
-            + "; ".join(cmp.describe(b) for b in cmp.versus)
-            + "."
-            + caveat
-        )
-verdicts = [
-    v["verdict"]
-    for r in results.values()
-    for c_ in r.comparisons.values()
-    for v in c_.versus.values()
-]
+items = batchnorm_stages.stage_items(results, STAGES, ceil.copy_gbps)
+verdicts = batchnorm_stages.stage_verdicts(results)
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline
 

@@ -106,78 +106,28 @@ torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
 # ---------------------------------
 # The same causal attention on padded B×H×S_max×D tensors, told the lengths by the
 # same padding mask but with no ragged offsets, is the cuDNN contender packing must
-# beat. ``sdpa_graph`` below declares it from the padded tensors and binds it for
-# timing. Every output is checked sequence by sequence against the fp32 reference; the
-# worst sequence is printed.
-from cudnn_guide import check, graphs
-from cudnn_guide.graphs import attention_inputs
+# beat. ``varlen.sdpa_graph`` (``cudnn_guide/graphs/varlen.py``) declares it from the
+# padded tensors and binds it for timing. Every output is checked sequence by sequence
+# against the fp32 reference (``check.worst_sequence``); the worst one is printed.
+from cudnn_guide import check
+from cudnn_guide.graphs import attention_inputs, varlen
+from cudnn_guide.graphs.varlen import packed_rows, padded_rows
 
-F32, BF16 = cudnn.data_type.FLOAT, cudnn.data_type.BFLOAT16
-spans = list(enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())))
+spans = varlen.spans(cu_seqlens)
 print(f"{T} real tokens in {B} sequences; {B * S_MAX} slots padded to the longest")
-
-
-def sdpa_graph(x, lens):
-    """Causal SDPA with a padding mask of lengths ``lens`` over padded B×H×S×D ``x``
-    (it reads q, k, v and writes o), built, as a zero-argument launcher."""
-    g = cudnn.pygraph(
-        handle=handle,
-        io_data_type=BF16,
-        intermediate_data_type=F32,
-        compute_data_type=F32,
-    )
-    t = {n: g.tensor_like(lens, name=n) for n in ("seq_len_q", "seq_len_kv")}
-    pack = {t["seq_len_q"]: lens, t["seq_len_kv"]: lens}
-    for n in ("q", "k", "v"):
-        t[n] = g.tensor_like(x[n], name=n)
-        pack[t[n]] = x[n]
-    mask = dict(
-        use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"]
-    )
-    mask |= dict(attn_scale=D**-0.5, **causal)
-    O, _ = g.sdpa(q=t["q"], k=t["k"], v=t["v"], generate_stats=False, **mask)
-    O.set_output(True).set_data_type(BF16)
-    O.set_dim(list(x["o"].shape)).set_stride(list(x["o"].stride()))
-    pack[O] = x["o"]
-    return graphs.build(g, handle=handle).bind(pack)
-
-
-def padded(t):
-    """Packed T×H×D to padded B×H×S_max×D, zeros past each length."""
-    out = torch.zeros(B, S_MAX, H, D, device="cuda", dtype=t.dtype)
-    for b, (a, e) in spans:
-        out[b, : e - a] = t[a:e]
-    return out.transpose(1, 2).contiguous()
-
-
-def packed_rows(y, b, a, e):  # sequence b of a packed T×H×D output, as 1×H×n×D
-    return y[a:e].transpose(0, 1)[None]
-
-
-def padded_rows(y, b, a, e):  # sequence b of a padded B×H×S×D output
-    return y[b : b + 1, :, : e - a]
 
 
 def per_sequence_check(label, outputs, rows, expected):
     """Each sequence's ``rows`` of each output against ``expected[name][b]``."""
-    worst = max(
-        (
-            check.check(rows(y, b, a, e), expected[n][b], name=f"{label} {n}, seq. {b}")
-            for n, y in outputs.items()
-            for b, (a, e) in spans
-        ),
-        key=lambda r: r.rel_error,
-    )
-    checks.append(worst)
+    worst = check.worst_sequence(label, outputs, rows, expected, spans)
     print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
 
 
-checks = []
 expected_o = {"O": [packed_rows(ref, b, a, e) for b, (a, e) in spans]}
 per_sequence_check("packed THD", {"O": o}, packed_rows, expected_o)
-qp, kp, vp = padded(q), padded(k), padded(v)
+qp, kp, vp = (varlen.padded(t, spans) for t in (q, k, v))
 op = torch.empty_like(qp)
-padded_run = sdpa_graph(dict(q=qp, k=kp, v=vp, o=op), seq_lens)
+padded_run = varlen.sdpa_graph(dict(q=qp, k=kp, v=vp, o=op), seq_lens, handle=handle)
 check.poison(op)
 padded_run()
 per_sequence_check("padding mask", {"O": op}, padded_rows, expected_o)
@@ -197,7 +147,7 @@ edge_lens = edge_lens.reshape(4, 1, 1, 1)
 attention_inputs.check_seq_lens(edge_lens, 4, S_MAX)
 eq, ek, ev = (t[:4].contiguous() for t in (qp, kp, vp))
 eo = torch.empty_like(eq)
-edges = sdpa_graph(dict(q=eq, k=ek, v=ev, o=eo), edge_lens)
+edges = varlen.sdpa_graph(dict(q=eq, k=ek, v=ev, o=eo), edge_lens, handle=handle)
 check.poison(eo)
 edges()
 for b, n in enumerate(edge_lens.flatten().tolist()):
@@ -208,8 +158,8 @@ for b, n in enumerate(edge_lens.flatten().tolist()):
     seq = [t[b : b + 1, :, :n] for t in (eq, ek, ev)]
     visible = attention_inputs.band(n, n, device="cuda")
     expected = attention_inputs.reference(*seq, visible=visible)
-    checks.append(check.check(eo[b : b + 1, :, :n], expected, name=f"{n}-token edge"))
-    print(f"sequence {b}, {n} tokens: rel. error {checks[-1].rel_error:.1e}")
+    edge = check.check(eo[b : b + 1, :, :n], expected, name=f"{n}-token edge")
+    print(f"sequence {b}, {n} tokens: rel. error {edge.rel_error:.1e}")
 zero_len_poison_left = eo[2].isnan().float().mean().item()
 
 # %%
@@ -232,8 +182,8 @@ zero_len_poison_left = eo[2].isnan().float().mean().item()
 #   the same ``cu_seqlens`` (int32), if it is installed.
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from cudnn_guide import graphs
 from cudnn_guide.measure import baselines, compare, fa4
 
 contenders = {
@@ -246,30 +196,11 @@ nested = [
     torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2)
     for t in (q, k, v)
 ]
-try:  # the kernel SDPA's dispatch picks for these jagged tensors (a private function)
-    from torch.nested._internal.sdpa import _select_sdp_backend
-
-    picked = _select_sdp_backend(*nested, None, 0.0, True, False)
-except Exception as exc:  # another PyTorch may lack it: the backend stays unnamed
-    picked = f"not determined ({type(exc).__name__})"
+picked, kernel = varlen.nested_sdpa_backend(*nested)  # or "not determined (…)"
 print(f"nested tensors: SDPA's dispatch picks {picked}")
-KERNELS = {
-    SDPBackend.FLASH_ATTENTION: "flash backend (FlashAttention-2)",
-    SDPBackend.EFFICIENT_ATTENTION: "memory-efficient backend",
-    SDPBackend.MATH: "math backend",
-    SDPBackend.CUDNN_ATTENTION: "cuDNN backend",
-}
-NESTED = f"PyTorch nested tensors, {KERNELS.get(picked, 'default dispatch')}"
+NESTED = f"PyTorch nested tensors, {kernel}"
 FLASH = "PyTorch padded SDPA, flash backend (FlashAttention-2)"
-doc = torch.repeat_interleave(torch.arange(B, device="cuda"), lengths.cuda())
-
-
-def doc_mask(b, h, qi, ki):  # the same sequence, and causal
-    return (doc[qi] == doc[ki]) & (ki <= qi)
-
-
-block_mask = create_block_mask(doc_mask, None, None, T, T)
-flex = torch.compile(flex_attention, fullgraph=True)
+flex = varlen.flex_document_attention(lengths)  # compiled, the document mask built once
 packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
 candidates = {
     FLASH: (lambda: flash(qp, kp, vp), padded_rows),
@@ -277,49 +208,26 @@ candidates = {
         lambda: F.scaled_dot_product_attention(*nested, is_causal=True),
         lambda y, b, a, e: packed_rows(y.transpose(1, 2).values(), b, a, e),
     ),
-    "FlexAttention, document mask": (
-        lambda: flex(*packed_bhsd, block_mask=block_mask),
-        lambda y, b, a, e: y[:, :, a:e],
-    ),
+    "FlexAttention, document mask": (lambda: flex(*packed_bhsd), varlen.bhsd_rows),
 }
-window = dict(window_size=(-1, 0))  # causal
-try:
-    from torch.nn.attention.varlen import varlen_attn
-
-    def varlen(q, k, v):
-        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, **window)
-
-    candidates["PyTorch varlen_attn"] = (lambda: varlen(q, k, v), packed_rows)
+try:  # causal, window_size=(-1, 0)
+    varlen_attn = varlen.torch_varlen_attn(cu_seqlens, S_MAX)
+    candidates["PyTorch varlen_attn"] = (lambda: varlen_attn(q, k, v), packed_rows)
 except ImportError as exc:
     unavailable["PyTorch varlen_attn"] = str(exc)
 
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
-if FA4_OK:
-    from flash_attn.cute import flash_attn_varlen_func
-
-    fa4_kw = dict(
-        cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, softmax_scale=D**-0.5
-    )
-
-    def fa4_varlen(q, k, v):
-        r = flash_attn_varlen_func(
-            q, k, v, **fa4_kw, max_seqlen_q=S_MAX, max_seqlen_k=S_MAX, causal=True
-        )
-        return r[0] if isinstance(r, tuple) else r  # out, or (out, lse)
-
+if FA4_OK:  # flash_attn_varlen_func, the same cu_seqlens for queries and keys
+    fa4_varlen = fa4.varlen_attention(cu_seqlens, S_MAX, causal=True, scale=D**-0.5)
     candidates[f"{FA4}, varlen"] = (lambda: fa4_varlen(q, k, v), packed_rows)
 else:
     unavailable[FA4] = FA4_DETAIL
 for name, (fn, rows) in candidates.items():  # one that cannot run is said, not dropped
-    if why := baselines.admit(
-        contenders,
-        name,
-        fn,
-        check=lambda y, rows=rows, name=name: per_sequence_check(
-            name, {"O": y}, rows, expected_o
-        ),
-    ):
+    check_fn = lambda y, name=name, rows=rows: per_sequence_check(
+        name, {"O": y}, rows, expected_o
+    )
+    if why := baselines.admit(contenders, name, fn, check=check_fn):
         unavailable[name] = why
 
 real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
@@ -373,18 +281,7 @@ html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 # and tie band. Had the padding mask made the kernel skip every padded tile, the padded
 # graph would take the packed graph's time; had it skipped none, about the padded
 # work's ratio of it (time linear in FLOPs).
-from cudnn_guide.report.prose import Prose
-
-
-def verdict_text(cmp, baseline=None):
-    """``cmp.describe(baseline)``, with the loop's tie band beside a loop verdict."""
-    baseline = baseline or cmp.best_baseline
-    text = cmp.describe(baseline)
-    if cmp.wall is not None and baseline in cmp.wall.versus:  # "…: tie (v×, lo–hi)"
-        band = f"loop tie band ±{100 * cmp.wall.tie_band:.1f}%"
-        text = f"{text[:-1]}; {band})" if text.endswith(")") else f"{text} ({band})"
-    return text
-
+from cudnn_guide.report.prose import Prose, verdict_text
 
 padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
 work_ratio = padded_flops / real_flops

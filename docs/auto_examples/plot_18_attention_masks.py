@@ -103,16 +103,19 @@ torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
 # for the same window), FlashAttention-4 (``window_size=(W - 1, 0)``: the W - 1 keys
 # before the query, and none after it) and, as a control, cuDNN's dense causal graph, in
 # interleaved rounds. The useful work is the number of visible (query, key) pairs.
+# ``race.contenders(w)`` (``attention_masks.WindowRace``, in
+# ``cudnn_guide/studies/attention_masks.py``) builds the width's graph with
+# ``masked_attention`` and checks it, FlexAttention and FlashAttention-4 against that
+# window's fp32 reference.
 import textwrap
 
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import flex_attention
 
 from cudnn_guide import check, graphs
-from cudnn_guide.graphs import attention_inputs
-from cudnn_guide.measure import baselines, compare, fa4
+from cudnn_guide.measure import compare, fa4
+from cudnn_guide.studies import attention_masks
 
-checks = [check.check(o, ref, name=f"sliding window W={W}")]
-print(checks[-1])
+print(check.check(o, ref, name=f"sliding window W={W}"))
 del ref
 
 
@@ -126,71 +129,26 @@ if not FA4_OK:
     print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
 
 flex = torch.compile(flex_attention, fullgraph=True)
-# read by the mask at run time: one compiled kernel serves every width
-WINDOW = torch.tensor(0, device="cuda")
-
-
-def window_mod(b, h, qi, ki):
-    return (ki <= qi) & (qi - ki < WINDOW)
-
-
-causal, causal_pack = masked_attention(
-    q,
-    k,
-    v,
-    torch.empty_like(q),
-    diagonal_alignment=TOP_LEFT,
-    diagonal_band_right_bound=0,
-)
+causal, causal_pack = masked_attention(q, k, v, torch.empty_like(q), **CAUSAL)
 CAND, CONTROL = "cuDNN window", "cuDNN causal, no window (control)"
+race = attention_masks.WindowRace(
+    masked_attention,
+    launcher,
+    (q, k, v),
+    mask=CAUSAL,
+    flex=flex,
+    candidate=CAND,
+    control=(CONTROL, causal, causal_pack),
+    fa4_label=FA4 if FA4_OK else None,
+)
 windows, by_window = [4096, 2048, 1024, 512, 256, 128], {}
-for w in windows:
-    attention_inputs.check_window(w, S)
-    o_w = torch.empty_like(q)
-    gw, pack_w = masked_attention(
-        q,
-        k,
-        v,
-        o_w,
-        diagonal_alignment=TOP_LEFT,
-        diagonal_band_right_bound=0,
-        diagonal_band_left_bound=w,
-    )
-    WINDOW.fill_(w)
-    mask_w = create_block_mask(window_mod, None, None, S, S)
-    ref = attention_inputs.reference(
-        q, k, v, visible=attention_inputs.band(S, S, left=w, device="cuda")
-    )
-    launch = launcher(gw, pack_w)
-    launch()
-    checks.append(check.check(o_w, ref, name=f"cuDNN window W={w}"))
-    checks.append(
-        check.check(
-            flex(q, k, v, block_mask=mask_w), ref, name=f"FlexAttention window W={w}"
-        )
-    )
-    pairs = int(attention_inputs.band(S, S, left=w, device="cuda").sum())
-    contenders = {
-        CAND: launch,
-        "FlexAttention (compiled)": lambda m=mask_w: flex(q, k, v, block_mask=m),
-        CONTROL: launcher(causal, causal_pack),
-    }
-    if FA4_OK:  # prints why FA4 cannot run this window, if it cannot
-        run_fa4 = fa4.forward(
-            q, k, v, causal=True, scale=D**-0.5, window_size=(w - 1, 0)
-        )
-        baselines.admit(
-            contenders,
-            FA4,
-            run_fa4,
-            check=lambda out: check.check(out, ref, name=f"{FA4} window W={w}"),
-        )
+for w in windows:  # the width's contenders, checked, then raced
     by_window[w] = compare.compare(
-        contenders,
+        race.contenders(w),
         candidate=CAND,
         l2="cold",
         rounds=7,
-        flops=4 * B * H * D * pairs,
+        flops=race.flops(w),
         tag=f"W={w}",
     )
 
@@ -227,72 +185,34 @@ plt.show()
 # -------------------------
 # A bias tensor is read from memory for every score tile (here 1×H×S×S bf16, broadcast
 # over the batch); ALiBi's bias ``slope_h · (j − i)`` is computed in the kernel, with
-# the standard slopes ``2^(−8(h+1)/H)``. Both with the causal band.
+# the standard slopes ``2^(−8(h+1)/H)``. Both with the causal band, each run into a
+# poisoned output and checked against the fp32 causal reference with that bias
+# (``attention_masks.checked_run``); FlexAttention's ALiBi is its ``score_mod``.
 gen = torch.Generator(device="cuda").manual_seed(0)
 bias = torch.randn(1, H, S, S, device="cuda", dtype=torch.bfloat16, generator=gen)
-with_bias, bias_pack = masked_attention(
-    q, k, v, o, bias=bias, diagonal_alignment=TOP_LEFT, diagonal_band_right_bound=0
-)
-check.poison(o)
-run(with_bias, bias_pack)
-causal_visible = attention_inputs.band(S, S, device="cuda")
-checks.append(
-    check.check(
-        o,
-        attention_inputs.reference(q, k, v, visible=causal_visible, bias=bias),
-        name="bias",
-    )
-)
-print(checks[-1])
+with_bias, bias_pack = masked_attention(q, k, v, o, bias=bias, **CAUSAL)
+expected = attention_masks.causal_reference(q, k, v, bias)
+print(attention_masks.checked_run(run, with_bias, bias_pack, o, expected, name="bias"))
 
-alibi, alibi_pack = masked_attention(
-    q,
-    k,
-    v,
-    o,
-    use_alibi_mask=True,
-    diagonal_alignment=TOP_LEFT,
-    diagonal_band_right_bound=0,
-)
-check.poison(o)
-run(alibi, alibi_pack)
-slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
-positions = torch.arange(S, device="cuda")
-alibi_bias = (
-    slopes[:, None, None] * (positions[None, :] - positions[:, None])[None]
-).unsqueeze(0)
-checks.append(
-    check.check(
-        o,
-        attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
-        name="ALiBi",
-    )
-)
-print(checks[-1])
+alibi, alibi_pack = masked_attention(q, k, v, o, use_alibi_mask=True, **CAUSAL)
+slopes = attention_masks.alibi_slopes(H)
+alibi_bias = attention_masks.alibi_bias(slopes, S)
+expected = attention_masks.causal_reference(q, k, v, alibi_bias)
+print(attention_masks.checked_run(run, alibi, alibi_pack, o, expected, name="ALiBi"))
+flex_alibi = attention_masks.flex_alibi(flex, q, k, v, slopes)
+check.check(flex_alibi(), expected, name="FlexAttention ALiBi")
+del expected
 
-
-def alibi_mod(score, b, h, qi, ki):
-    return score + slopes[h] * (ki - qi)
-
-
-causal_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
-checks.append(
-    check.check(
-        flex(q, k, v, score_mod=alibi_mod, block_mask=causal_block),
-        attention_inputs.reference(q, k, v, visible=causal_visible, bias=alibi_bias),
-        name="FlexAttention ALiBi",
-    )
-)
+ALIBI, FLEX_ALIBI = "cuDNN ALiBi", "FlexAttention ALiBi (compiled)"
+BIAS_TENSOR = "cuDNN bias tensor (control)"
 bias_cmp = compare.compare(
     {
-        "cuDNN ALiBi": launcher(alibi, alibi_pack),
-        "FlexAttention ALiBi (compiled)": lambda: flex(
-            q, k, v, score_mod=alibi_mod, block_mask=causal_block
-        ),
-        "cuDNN bias tensor (control)": launcher(with_bias, bias_pack),
+        ALIBI: launcher(alibi, alibi_pack),
+        FLEX_ALIBI: flex_alibi,
+        BIAS_TENSOR: launcher(with_bias, bias_pack),
         "cuDNN causal, no bias (control)": launcher(causal, causal_pack),
     },
-    candidate="cuDNN ALiBi",
+    candidate=ALIBI,
     l2="cold",
     rounds=9,
     tag="alibi",
@@ -303,92 +223,20 @@ for name, s in bias_cmp.versus.items():
 # %%
 # Conclusions
 # -----------
-# Computed from the comparisons above when the page is recorded. Whether
-# FlashAttention-4 takes ALiBi or a bias tensor is read from ``flash_attn_func``'s
-# signature.
-import dataclasses
-import inspect
+# Computed from the comparisons above when the page is recorded
+# (``attention_masks.window_sentences``). Whether FlashAttention-4 takes ALiBi or a
+# bias tensor is read from ``flash_attn_func``'s signature
+# (``attention_masks.fa4_masks_text``).
+from cudnn_guide.report.prose import Prose, gpu_and_loop_text
 
-from cudnn_guide.report.prose import Prose
-
-if FA4_OK:
-    from flash_attn.cute import flash_attn_func
-
-    fa4_args = set(inspect.signature(flash_attn_func).parameters)
-    if "alibi_slopes" in fa4_args:
-        fa4_masks = (
-            f"{FA4}'s flash_attn_func takes alibi_slopes, but this page does "
-            "not time it."
-        )
-    else:
-        no_bias = "" if "attn_bias" in fa4_args else ", nor a bias tensor"
-        fa4_masks = (
-            f"FA4: not supported (no ALiBi in flash_attn_func: {FA4} takes no "
-            f"alibi_slopes{no_bias}), so it is not in the ALiBi race. A "
-            "score_mod written in the CuTe DSL could add ALiBi; this page "
-            "does not attempt it."
-        )
-else:
-    fa4_masks = f"{FA4} was not timed: {FA4_DETAIL}."
-FLEX = "FlexAttention (compiled)"
-full, narrow = by_window[windows[0]], by_window[windows[-1]]
-
-
-def said(c, name=None):
-    """``c.describe(name)``; the loop verdict with its own tie band and rounds."""
-    name = name or c.best_baseline
-    text = dataclasses.replace(c, wall=None).describe(name)  # GPU time only
-    if c.wall is not None and name in c.wall.versus:
-        w = c.wall.versus[name]
-        text += (
-            f"; in a back-to-back loop, host time included: {w['verdict']} "
-            f"({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f}; loop tie band "
-            f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds)"
-        )
-    return text
-
-
-def also(c, *names):
-    """The comparisons of ``c`` against ``names`` other than its fastest contender."""
-    return "".join(
-        f"; vs {n}: {said(c, n)}"
-        for n in names
-        if n in c.versus and n != c.best_baseline
-    )
-
-
-sentences = [
-    f"Shrinking the window from {windows[0]} to {windows[-1]} keys takes the cuDNN "
-    f"graph from {full.estimate(CAND)['value']:.0f} to "
-    f"{narrow.estimate(CAND)['value']:.0f} µs; the dense causal graph takes "
-    f"{narrow.estimate(CONTROL)['value']:.0f} µs. At each width, against the "
-    "fastest contender there (then against the others):",
-]
-sentences += [
-    f"* W={w}: cuDNN is {said(c)}{also(c, FA4, FLEX)}." for w, c in by_window.items()
-]
-best = [c.versus[c.best_baseline]["verdict"] for c in by_window.values()]
-sentences.append(
-    f"Against the fastest contender at each width, cuDNN is faster at "
-    f"{best.count('faster')}, ties at {best.count('tie')} and is slower at "
-    f"{best.count('slower')} of {len(best)} widths."
+narrow = by_window[windows[-1]]
+sentences = attention_masks.window_sentences(
+    by_window, candidate=CAND, control=CONTROL, fa4_label=FA4, fa4_ok=FA4_OK
 )
-fa = {w: c for w, c in by_window.items() if FA4 in c.versus}
-if any(c.best_baseline != FA4 for c in fa.values()):  # else the count above says it
-    verdicts = [c.versus[FA4]["verdict"] for c in fa.values()]
-    sentences.append(
-        f"Against {FA4} with window_size, cuDNN is faster at "
-        f"{verdicts.count('faster')}, ties at {verdicts.count('tie')} and is slower at "
-        f"{verdicts.count('slower')} of {len(verdicts)} widths."
-    )
-elif FA4_OK and not fa:
-    sentences.append(f"{FA4} ran at none of the widths (the reasons are above).")
-flex_alibi = "FlexAttention ALiBi (compiled)"
-bias_tensor = "cuDNN bias tensor (control)"
 sentences += [
-    f"ALiBi in the kernel: {said(bias_cmp, flex_alibi)}; against reading a bias "
-    f"tensor instead: {said(bias_cmp, bias_tensor)}.",
-    fa4_masks,
+    f"ALiBi in the kernel: {gpu_and_loop_text(bias_cmp, FLEX_ALIBI)}; against reading "
+    f"a bias tensor instead: {gpu_and_loop_text(bias_cmp, BIAS_TENSOR)}.",
+    attention_masks.fa4_masks_text(FA4, FA4_OK, FA4_DETAIL),
 ]
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison

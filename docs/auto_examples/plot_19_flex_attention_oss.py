@@ -99,7 +99,9 @@ del scores, ref
 # ``nfunc`` odd). For query ``i`` its column ``F0, F1, F2, …`` means: keys in
 # ``[0, F0) ∪ [F1, F2) ∪ …`` are visible, counted within the query's own sequence.
 # Causal is one endpoint per query, ``F0 = i + 1``; a window of W keys is three,
-# ``[0, 0) ∪ [i − W + 1, i + 1)``. ``flex_attn_func`` takes B×S×H×D tensors.
+# ``[0, 0) ∪ [i − W + 1, i + 1)``, which ``attention_inputs.key_intervals``
+# (``cudnn_guide/graphs/attention_inputs.py``) builds. ``flex_attn_func`` takes B×S×H×D
+# tensors.
 from cudnn_guide.graphs import attention_inputs
 from cudnn_guide import check
 
@@ -107,10 +109,7 @@ q, k, v = (t.transpose(1, 2).contiguous() for t in (qb, kb, vb))
 gen = torch.Generator(device="cuda").manual_seed(0)
 pos = torch.arange(S, device="cuda", dtype=torch.int32)
 causal_ends = (pos + 1).repeat(B).reshape(1, 1, B * S).contiguous()
-window_ends = torch.stack(
-    [torch.zeros_like(pos), (pos - W + 1).clamp_min(0), pos + 1]
-).repeat(1, B)
-window_ends = window_ends.reshape(1, 3, B * S).contiguous()
+window_ends = attention_inputs.key_intervals(B, S, window=W)  # 1×3×(B·S)
 
 causal_plan = cfa.create_mask_plan(causal_ends, q, k, v)
 window_plan = cfa.create_mask_plan(window_ends, q, k, v)
@@ -145,12 +144,8 @@ qg, kg, vg = (
     ).requires_grad_()
     for _ in range(3)
 )
-ends_bwd = (
-    (torch.arange(S_BWD, device="cuda", dtype=torch.int32) + 1)
-    .repeat(2)
-    .reshape(1, 1, 2 * S_BWD)
-)
-bwd_plan = cfa.create_mask_plan(ends_bwd.contiguous(), qg, kg, vg)
+ends_bwd = attention_inputs.key_intervals(2, S_BWD)  # causal, 1×1×(2·S_BWD)
+bwd_plan = cfa.create_mask_plan(ends_bwd, qg, kg, vg)
 d_out = torch.randn(2, S_BWD, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
 cfa.flex_attn_func(qg, kg, vg, mask_plan=bwd_plan).backward(d_out)
 ref_leaves = [t.detach().float().transpose(1, 2).requires_grad_() for t in (qg, kg, vg)]
@@ -173,24 +168,12 @@ for name, got, ref in zip(("dQ", "dK", "dV"), (qg.grad, kg.grad, vg.grad), ref_l
 # cache is off by default). A new interpreter with an empty CUDA JIT cache
 # (``CUDA_CACHE_PATH``) shows what a server pays once per process. The second call,
 # compiled already, is still not the steady state: it takes longer than a call in the
-# loops below. One process is run (earlier recordings ran two, up to ~20% apart).
-import tempfile
+# loops below. One process is run (earlier recordings ran two, up to ~20% apart):
+# ``coldstart.flex_attention_fresh`` (``cudnn_guide/studies/coldstart.py``) times the
+# causal plan and the first two calls there.
+from cudnn_guide.studies import coldstart
 
-from cudnn_guide.studies import coldstart, fresh_process
-
-cold = []
-for _ in range(1):
-    with (
-        tempfile.TemporaryDirectory() as jit_cache,
-        fresh_process.InterpreterPool(
-            1,
-            preload=("torch", "cudnn", "cudnn.flex_attention"),
-            env={"CUDA_CACHE_PATH": jit_cache},
-        ) as pool,
-    ):
-        cold.append(
-            pool.run(coldstart.flex_attention_first_call, B, H, S, D, timeout=600).value
-        )
+cold = coldstart.flex_attention_fresh(B, H, S, D, processes=1, timeout=600)
 for i, c in enumerate(cold):
     print(
         f"fresh process {i + 1}: create_mask_plan {c['plan_s']:.2f} s, "
@@ -202,99 +185,43 @@ for i, c in enumerate(cold):
 # Against cuDNN's graph, FlashAttention-4 and PyTorch, on the same masks
 # ----------------------------------------------------------------------
 # Contenders, each checked: ``cudnn.flex_attention``; cuDNN's graph SDPA with the same
-# mask as a diagonal band (as in the lesson); FlashAttention-4
+# mask as a diagonal band (as in the lesson: ``attention.sdpa_band_launcher``, in
+# ``cudnn_guide/graphs/attention.py``); FlashAttention-4
 # (``causal=True``, and ``window_size=(W - 1, 0)`` for the window: the W - 1 keys before
 # the query, none after it); PyTorch's FlexAttention (compiled) with a block mask;
 # PyTorch's SDPA, flash backend, for the causal case; and the frontend's own
-# ``torch.ops.cudnn.sdpa_fwd``. Each races in interleaved rounds with a bootstrap
-# interval, in GPU time per call; ``wall_clock=True`` also races them in back-to-back
-# loops timed by the wall clock (``compare_loops``, below).
+# ``torch.ops.cudnn.sdpa_fwd`` (these three: ``baselines.band_attention``, in
+# ``cudnn_guide/measure/baselines.py``). Each races in interleaved rounds with a
+# bootstrap interval, in GPU time per call; ``wall_clock=True`` also races them in
+# back-to-back loops timed by the wall clock (``compare_loops``, below).
 import textwrap
 
-import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
-from torch.nn.attention import SDPBackend
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
+from cudnn_guide.graphs import attention
 from cudnn_guide.measure import baselines, compare, fa4
-from cudnn_guide import graphs
 
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
 if not FA4_OK:
     print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
 GRAPH = "cuDNN graph (heuristics A)"
-FLASH2 = "PyTorch SDPA, flash backend (FlashAttention-2)"
-flex = torch.compile(flex_attention, fullgraph=True)
-
-
-def graph_sdpa(left_bound):
-    """cuDNN's graph SDPA over B×H×S×D, causal, with an optional window."""
-    o = torch.empty_like(qb)
-    g = cudnn.pygraph(
-        handle=handle,
-        io_data_type=cudnn.data_type.BFLOAT16,
-        intermediate_data_type=cudnn.data_type.FLOAT,
-        compute_data_type=cudnn.data_type.FLOAT,
-    )
-    Q, K, V = (
-        g.tensor_like(qb, name="q"),
-        g.tensor_like(kb, name="k"),
-        g.tensor_like(vb, name="v"),
-    )
-    O, _ = g.sdpa(
-        q=Q,
-        k=K,
-        v=V,
-        attn_scale=D**-0.5,
-        generate_stats=False,
-        diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
-        diagonal_band_right_bound=0,
-        diagonal_band_left_bound=left_bound,
-    )
-    O.set_output(True).set_dim(list(o.shape)).set_stride(list(o.stride()))
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    return graphs.adopt(g, handle, name="sdpa").bind({Q: qb, K: kb, V: vb, O: o}), o
-
-
 CAND = "cudnn.flex_attention"
 results = {}
 for mask, left, plan, ref in (
     ("causal", None, causal_plan, ref_causal),
     (f"window {W}", W, window_plan, ref_window),
 ):
-    run_graph, o_graph = graph_sdpa(left)
+    run_graph, o_graph = attention.sdpa_band_launcher(
+        *bhsd, left_bound=left, handle=handle
+    )
     run_graph()
     checks.append(check.check(o_graph.transpose(1, 2), ref, name=f"{GRAPH}, {mask}"))
-    visible = (
-        (lambda b, h, qi, ki: ki <= qi)
-        if left is None
-        else (lambda b, h, qi, ki: (ki <= qi) & (qi - ki < W))
-    )
-    block_mask = create_block_mask(visible, None, None, S, S)
+    others = baselines.band_attention(*bhsd, left=left, scale=D**-0.5)
     contenders = {
         CAND: lambda plan=plan: cfa.flex_attn_func(q, k, v, mask_plan=plan),
         GRAPH: run_graph,
-        "PyTorch FlexAttention (compiled)": lambda m=block_mask: flex(
-            qb, kb, vb, block_mask=m
-        ),
-        "torch.ops.cudnn.sdpa_fwd": lambda left=left: torch.ops.cudnn.sdpa_fwd(
-            qb,
-            kb,
-            vb,
-            D**-0.5,
-            is_causal=True,
-            window_left=-1 if left is None else left,
-            return_lse=False,
-        ),
+        **others,
     }
-    if left is None:
-        attend = baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
-        contenders[FLASH2] = lambda: attend(qb, kb, vb)
-    for name, fn in contenders.items():
-        if name not in (CAND, GRAPH):
-            out = fn()
-            out = out[0] if isinstance(out, tuple) else out
-            checks.append(check.check(out.transpose(1, 2), ref, name=f"{name}, {mask}"))
+    checks += baselines.check_each(others, ref.transpose(1, 2), tag=mask)  # not printed
     if FA4_OK:  # prints why FA4 cannot run this mask, if it cannot
         size = {} if left is None else {"window_size": (left - 1, 0)}
         run_fa4 = fa4.forward(qb, kb, vb, causal=True, scale=D**-0.5, **size)
@@ -315,40 +242,22 @@ for mask, left, plan, ref in (
 # %%
 import pandas as pd
 
-from cudnn_guide.report import html_table
+from cudnn_guide.report import comparison_rows, html_table
 
-rows = []
-for mask, c in results.items():
-    for name in c.measurements:
-        row = {
-            "mask": mask,
-            "implementation": name,
-            "µs": c.estimate(name)["value"],
-            "TFLOP/s": c.estimate(name, "TFLOP/s")["value"],
-        }
-        s = c.versus.get(name)
-        row["flex_attention's speed-up"] = (
-            f"{s['value']:.2f}× ({s['low']:.2f}–{s['high']:.2f}) {s['verdict']}"
-            if s
-            else ""
-        )
-        rows.append(row)
+# each contender's time, rate and speed-up, per mask (cudnn_guide/report/tables.py)
+rows = comparison_rows(results, key="mask", speedup="flex_attention's speed-up")
 html_table(pd.DataFrame(rows), {"µs": "{:.1f}", "TFLOP/s": "{:.0f}"})
 
 # %%
 import matplotlib.pyplot as plt
 
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
 from cudnn_guide.report import plot_comparison
 
+fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
 for ax, (mask, c) in zip(axes, results.items()):
-    plot_comparison(
-        c,
-        "TFLOP/s",
-        ax=ax,
-        xlabel="TFLOP/s of visible pairs",
-        title=f"{mask}: {B}×{H} heads × {S} tokens, d={D}",
-    )
+    title = f"{mask}: {B}×{H} heads × {S} tokens, d={D}"
+    xlabel = "TFLOP/s of visible pairs"
+    plot_comparison(c, "TFLOP/s", ax=ax, xlabel=xlabel, title=title)
 plt.show()
 
 
@@ -365,124 +274,28 @@ plt.show()
 # Its result is ``c.wall``, a comparison of its own, with its own tie band. The GPU and
 # loop µs are each the median over rounds of a round's median (``c.estimate``), as the
 # verdicts use them; the record's measurements keep the median of all samples pooled.
-GPU_US = "GPU µs per call (median of round medians)"
-LOOP_US = "loop µs per call (median of round medians)"
-host_rows = []
-for mask, c in results.items():
-    for name, m in c.measurements.items():
-        gpu, loop = c.versus.get(name), c.wall.versus.get(name)
-        host_rows.append(
-            {
-                "mask": mask,
-                "implementation": name,
-                "host µs per call": m.host_median_ms * 1e3
-                if m.host_median_ms
-                else None,
-                GPU_US: c.estimate(name)["value"],
-                LOOP_US: c.wall.estimate(name)["value"],
-                "GPU verdict": (
-                    f"{gpu['value']:.2f}× ({gpu['low']:.2f}–{gpu['high']:.2f}) "
-                    f"{gpu['verdict']}, tie band ±{100 * c.tie_band:.1f}%"
-                )
-                if gpu
-                else "",
-                "loop verdict": (
-                    f"{loop['value']:.2f}× ({loop['low']:.2f}–{loop['high']:.2f}) "
-                    f"{loop['verdict']}, tie band ±{100 * c.wall.tie_band:.1f}%"
-                )
-                if loop
-                else "",
-            }
-        )
-html_table(
-    pd.DataFrame(host_rows),
-    {
-        "host µs per call": "{:.0f}",
-        GPU_US: "{:.0f}",
-        LOOP_US: "{:.0f}",
-    },
-)
+# ``report.loop_rows`` (``cudnn_guide/report/tables.py``) lays them out.
+from cudnn_guide.report import loop_rows
+from cudnn_guide.report.tables import GPU_US, HOST_US, LOOP_US
+
+host_rows = loop_rows(results, key="mask")
+html_table(pd.DataFrame(host_rows), dict.fromkeys([HOST_US, GPU_US, LOOP_US], "{:.0f}"))
 
 
 # %%
 # Conclusions
 # -----------
-import dataclasses
-
-from cudnn_guide.report.prose import Prose
-
-
-def span(values, fmt):
-    lo, hi = min(values), max(values)
-    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
-
-
-def said(c, name):
-    """``c.describe(name)`` in GPU time; the loop verdict with its own tie band."""
-    text = dataclasses.replace(c, wall=None).describe(name)
-    w = c.wall.versus[name]
-    return (
-        f"{text}; in a back-to-back loop, host time included: {w['verdict']} "
-        f"({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f}; loop tie band "
-        f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds)"
-    )
-
+# Per mask, ``prose.loop_stretch_text`` (``cudnn_guide/report/prose.py``) reads the
+# loop race against the GPU one: the loop's verdict against the fastest contender, and
+# how far the loop stretches each contender's GPU time; ``prose.gpu_and_loop_text``
+# gives both verdicts against FlashAttention-4.
+from cudnn_guide.report.prose import Prose, gpu_and_loop_text, loop_stretch_text, span
 
 sentences = []
 for mask, c in results.items():
-    rate = c.estimate(CAND, "TFLOP/s")["value"]
-    best = c.best_baseline
-    gpu, loop = c.versus[best], c.wall.versus[best]
-    in_loop = c.wall.estimate(CAND)["value"]  # µs of wall clock per call, in the loop
-    on_gpu = c.estimate(CAND)["value"]  # µs of GPU time per call
-    ratio = 1 / loop["value"] if loop["verdict"] == "slower" else loop["value"]
-    how = {"slower": "slower than", "faster": "faster than"}.get(loop["verdict"])
-    how = f"{ratio:.{1 if ratio >= 1.5 else 2}f}× {how}" if how else "a tie with"
-    if loop["verdict"] == gpu["verdict"]:
-        versus_gpu = "the same verdict as GPU time per call"
-    else:
-        word = "a tie" if gpu["verdict"] == "tie" else gpu["verdict"]
-        versus_gpu = f"while in GPU time per call it is {word}"
-    # each contender's loop time over its GPU time (both medians of round medians)
-    stretch = {
-        n: c.wall.estimate(n)["value"] / c.estimate(n)["value"] for n in c.measurements
-    }
-    others = {n: r for n, r in stretch.items() if n != CAND}
-    low, high = min(others, key=others.get), max(others, key=others.get)
-    host = {n: m.host_median_ms for n, m in c.measurements.items() if m.host_median_ms}
-    if stretch[CAND] > others[high]:
-        reading = "the loop stretches it more than any other"
-        if CAND in host and 1e3 * host[CAND] > on_gpu:
-            reading += (
-                f", and its host time per call ({1e3 * host[CAND]:.0f} µs) exceeds its "
-                "GPU time: the host bounds its loop"
-            )
-    elif stretch[CAND] < others[low]:
-        reading = "the loop stretches it less than any other"
-    else:
-        reading = (
-            "the loop stretches some of the others as much or more, so this does not "
-            "show the host bounding it"
-        )
-        least = min((n for n in host if n != CAND), key=host.get, default=None)
-        if least:
-            reading += (
-                f". {least}, with {1e3 * host[least]:.0f} µs of host time per call, "
-                f"takes {stretch[least]:.2f}× in its loop"
-            )
-    sentences.append(
-        f"* {mask}: {CAND} runs at {rate:.0f} TFLOP/s; in GPU time per call it is "
-        f"{dataclasses.replace(c, wall=None).describe()}. So a plain eager loop of "
-        f"{CAND} calls is {how} a loop of {best} calls ({loop['value']:.2f}×, "
-        f"{loop['low']:.2f}–{loop['high']:.2f}; loop tie band "
-        f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds; {versus_gpu}). In the "
-        f"loop a call takes {in_loop:.0f} µs of wall clock against {on_gpu:.0f} µs of "
-        f"GPU time (medians of round medians): {stretch[CAND]:.2f}× its GPU time. The "
-        f"other contenders' loops take {others[low]:.2f}× ({low}) to "
-        f"{others[high]:.2f}× ({high}) of theirs: {reading}."
-    )
-    if FA4 in c.versus and FA4 != best:  # the fastest is described above
-        sentences.append(f"* {mask}, against {FA4}: {said(c, FA4)}.")
+    sentences.append(f"* {mask}: {loop_stretch_text(c)}")
+    if FA4 in c.versus and FA4 != c.best_baseline:  # the fastest is described above
+        sentences.append(f"* {mask}, against {FA4}: {gpu_and_loop_text(c, FA4)}.")
 sentences.append(
     "Which verdict applies depends on how the calls are launched: GPU time when the "
     "GPU is the bottleneck (calls replayed from a CUDA graph, where a path can be "

@@ -112,8 +112,8 @@ for launch in paths.values():
 # Measuring what each launch path adds, per call
 # ----------------------------------------------
 # Every path's output joins the page's record as a check first (relative L2 error
-# against the same fp32 reference), and PyTorch's own SDPA call joins the paths. They
-# are timed the one way the site times a host cost,
+# against the same fp32 reference; ``call_overhead.check_paths``), and PyTorch's own
+# SDPA call joins the paths. They are timed the one way the site times a host cost,
 # :func:`~cudnn_guide.measure.compare.compare_host`: after a synchronize, 400
 # back-to-back calls per path per round in 5 batches, each batch timed with
 # ``perf_counter`` and divided by its calls, in 11 interleaved rounds of shuffled
@@ -126,83 +126,35 @@ for launch in paths.values():
 # ``compare_host`` in five fresh processes. This page, in one process, measures only
 # what each path adds to (or, negative, saves on) the tensor-keyed ``execute`` of this
 # decode graph: in each round, the path's host µs per call minus that ``execute``'s,
-# then the median over the rounds with a bootstrap 95% interval, and the ratio of the
-# two times with its verdict. Pairing within a round cancels the host's drift between
-# rounds.
-import statistics
-
+# then the median over the rounds with a bootstrap 95% interval (``host.added``), and
+# the ratio of the two times with its verdict. Pairing within a round cancels the
+# host's drift between rounds.
 from cudnn_guide import check
 from cudnn_guide.measure import compare
-
-# the stream the handle is bound to since the capture
-stream = torch.cuda.current_stream().cuda_stream
+from cudnn_guide.studies import call_overhead
 
 check.poison(o)
 g.execute(by_tensor, ws, handle=handle)
 checks = [check.check(o, ref, name="decode graph")]
-paths["PyTorch SDPA (default dispatch)"] = lambda: (
-    torch.nn.functional.scaled_dot_product_attention(q, k, v)
-)
-for name, fn in paths.items():
-    check.poison(o)
-    out = fn()
-    checks.append(check.check(o if out is None else out, ref, name=name))
+SDPA = "PyTorch SDPA (default dispatch)"
+paths[SDPA] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
+checks += call_overhead.check_paths(paths, o, ref)  # o poisoned before each path
 # which kernel PyTorch's default dispatch runs: its output and the graph's, bit for bit
 g.execute(by_tensor, ws, handle=handle)
-sdpa_same = torch.equal(paths["PyTorch SDPA (default dispatch)"](), o)
+sdpa_same = torch.equal(paths[SDPA](), o)
 same_words = "equals" if sdpa_same else "does not equal"
-print(
-    f"PyTorch SDPA (default dispatch) {same_words} the cuDNN graph's output bit for bit"
-)
+print(f"{SDPA} {same_words} the cuDNN graph's output bit for bit")
 
 BASE = "execute, pack keyed by tensors"
 host = compare.compare_host(paths, candidate=BASE, rounds=11, calls=400)
-
-
 adds = {name: host.added(name) for name in paths if name != BASE}
-
-import pandas as pd
-
-from cudnn_guide.report import html_table
-
-VERDICT = {"faster": "more time", "slower": "less time", "tie": "tie"}
-rows = []
-for name, e in adds.items():
-    s = host.versus[name]
-    rows.append(
-        {
-            "launch path": name,
-            "host µs added per call": e["value"],
-            "95% interval": f"{e['low']:+.2f} to {e['high']:+.2f}",
-            "time / tensor-keyed execute's": (
-                f"{s['value']:.2f}× ({s['low']:.2f}–{s['high']:.2f})"
-            ),
-            "verdict": VERDICT[s["verdict"]],
-        }
-    )
-html_table(
-    pd.DataFrame(rows).sort_values("host µs added per call"),
-    {"host µs added per call": "{:+.2f}"},
-)
+call_overhead.added_table(host, adds)
 
 # %%
 import matplotlib.pyplot as plt
 
-names = sorted(adds, key=lambda n: adds[n]["value"])
-values = [adds[n]["value"] for n in names]
-errors = [
-    [adds[n]["value"] - adds[n]["low"] for n in names],
-    [adds[n]["high"] - adds[n]["value"] for n in names],
-]
-fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(names)), layout="constrained")
-ax.barh(names, values, xerr=errors, capsize=3, color="#8c8c8c")
-ax.axvline(0, color="#76b900", label="tensor-keyed execute")
-ax.invert_yaxis()
-ax.set_xlabel(
-    f"host µs per call added (median of {host.rounds} paired rounds, 95% interval)"
-)
-ax.set_title(f"launching one decode attention call ({B}×{H} heads, {S_KV} keys)")
-ax.legend(loc="lower right")
+title = f"launching one decode attention call ({B}×{H} heads, {S_KV} keys)"
+call_overhead.plot_added(adds, host.rounds, title=title)
 plt.show()
 
 # %%
@@ -217,110 +169,12 @@ plt.show()
 # and strides (the originals, and copies with a new output), so each one re-points
 # every tensor; a new graph (create, populate, instantiate) is timed 20 times beside
 # them. Both are host costs with rare slow calls, so each is reported as its median
-# with its quartiles, and the slow calls (above twice the median) are counted apart.
-native = {}
-try:
-    from cuda.bindings import runtime as cudart
-except ImportError as exc:
-    cudart = None
-    native["skipped"] = f"needs cuda-python (pip install cuda-python): {exc}"
-    print(native["skipped"])
-
-
-def summary(us):
-    """Median and quartiles of host times (µs); how many took over twice the median."""
-    q1, median, q3 = statistics.quantiles(us, n=4)
-    slow = [x for x in us if x > 2 * median]
-    return {
-        "median": median,
-        "q1": q1,
-        "q3": q3,
-        "n": len(us),
-        "slow": len(slow),
-        "slowest": max(us),
-    }
-
-
-def describe(x):
-    return (
-        f"median {x['median']:.1f} µs (quartiles {x['q1']:.1f}–{x['q3']:.1f}) over "
-        f"{x['n']}; {x['slow']} above twice the median (slowest {x['slowest']:.0f})"
-    )
-
-
-def native_cuda_graph():
-    """populate, launch, update, launch again; check each launch; return the times."""
-    import time
-
-    def ok(result):
-        err, *value = result if isinstance(result, tuple) else (result,)
-        if err != cudart.cudaError_t.cudaSuccess:
-            raise RuntimeError(f"CUDA runtime: {err}")
-        return value[0] if value else None
-
-    pointers = {t.get_uid(): data.data_ptr() for t, data in by_tensor.items()}
-    cuda_graph = ok(cudart.cudaGraphCreate(0))
-    t0 = time.perf_counter()
-    g.populate_cuda_graph(handle, pointers, ws.data_ptr(), int(cuda_graph))
-    native["populate_ms"] = 1e3 * (time.perf_counter() - t0)
-    graph_exec = ok(cudart.cudaGraphInstantiate(cuda_graph, 0))
-    check.poison(o)
-    ok(cudart.cudaGraphLaunch(graph_exec, stream))
-    torch.cuda.synchronize()
-    checks.append(check.check(o, ref, name="populate_cuda_graph, launched"))
-    print(checks[-1])
-
-    o2 = torch.empty_like(o)  # a second buffer set: copies of q, k, v and a new output
-    copies = {Q: q.clone(), K: k.clone(), V: v.clone(), O: o2}
-    assert all(
-        copies[t].shape == d.shape and copies[t].stride() == d.stride()
-        for t, d in by_tensor.items()
-    )
-    moved = {t.get_uid(): data.data_ptr() for t, data in copies.items()}
-    updates = []
-    for i in range(50):  # alternate: every update re-points all four tensors
-        t0 = time.perf_counter()
-        target = (moved, pointers)[i % 2]
-        g.update_cuda_graph(handle, target, ws.data_ptr(), int(cuda_graph))
-        ok(cudart.cudaGraphExecUpdate(graph_exec, cuda_graph))
-        updates.append(1e6 * (time.perf_counter() - t0))
-    check.poison(o)  # 50 updates: the graph points at the original buffers again
-    ok(cudart.cudaGraphLaunch(graph_exec, stream))
-    torch.cuda.synchronize()
-    checks.append(
-        check.check(o, ref, name="update_cuda_graph, back to the original buffers")
-    )
-    print(checks[-1])
-    g.update_cuda_graph(handle, moved, ws.data_ptr(), int(cuda_graph))
-    ok(cudart.cudaGraphExecUpdate(graph_exec, cuda_graph))
-    check.poison(o2)
-    ok(cudart.cudaGraphLaunch(graph_exec, stream))
-    torch.cuda.synchronize()
-    checks.append(check.check(o2, ref, name="update_cuda_graph, new output buffer"))
-    print(checks[-1])
-    native["update_us"] = summary(updates)
-    print(f"populate_cuda_graph: {native['populate_ms']:.2f} ms once")
-    print(f"update_cuda_graph + cudaGraphExecUpdate: {describe(native['update_us'])}")
-    fresh = []
-    for _ in range(20):  # a new graph each time: create, populate, instantiate
-        t0 = time.perf_counter()
-        new_graph = ok(cudart.cudaGraphCreate(0))
-        g.populate_cuda_graph(handle, pointers, ws.data_ptr(), int(new_graph))
-        new_exec = ok(cudart.cudaGraphInstantiate(new_graph, 0))
-        fresh.append(1e6 * (time.perf_counter() - t0))
-        ok(cudart.cudaGraphExecDestroy(new_exec))
-        ok(cudart.cudaGraphDestroy(new_graph))
-    native["new_graph_us"] = fresh_summary = summary(fresh)
-    print(f"a new graph (create, populate, instantiate): {describe(fresh_summary)}")
-    return native
-
-
-if cudart is not None:
-    try:
-        native_cuda_graph()
-    except Exception as exc:  # cuDNN's or CUDA's refusal, shown as it is
-        native["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        print(f"native CUDA-graph API: {native['error']}")
+# with its quartiles, and the slow calls (above twice the median) are counted apart
+# (``call_overhead.native_cuda_graph``: each launch checked, the times printed).
+stream = torch.cuda.current_stream().cuda_stream  # the handle's since the capture
+native = call_overhead.native_cuda_graph(
+    g, handle, by_tensor, ws, output=O, reference=ref, stream=stream, checks=checks
+)
 
 # %%
 # Conclusions
@@ -328,24 +182,8 @@ if cudart is not None:
 # Computed from the data when the page is recorded.
 from cudnn_guide.report.prose import Prose
 
-
-def signed(e):
-    """A difference with its interval: '+0.41 µs (+0.30 to +0.52)'."""
-    return f"{e['value']:+.2f} µs ({e['low']:+.2f} to {e['high']:+.2f})"
-
-
-def judged(name):
-    """A path's added time, its interval, and what the interval says."""
-    e, ratio = adds[name], host.versus[name]["verdict"]
-    if e["low"] <= 0 <= e["high"]:
-        return f"{signed(e)}, no difference this measurement resolves"
-    word = "more host time" if e["low"] > 0 else "less host time"
-    if ratio == "tie":  # the table's verdict: the ratio against the tie band
-        word += f", though a tie by the ratio (tie band ±{100 * host.tie_band:.1f}%)"
-    return f"{signed(e)}, {word}"
-
-
-STREAM, SDPA = "set_stream + execute, every call", "PyTorch SDPA (default dispatch)"
+judged = lambda name: call_overhead.added_verdict(adds[name], host, name)
+STREAM = "set_stream + execute, every call"
 REPLAY = "CUDA graph replay (stream capture)"
 others = [n for n in adds if n.startswith("execute")]  # the frontend's other calls
 cheapest = min(adds, key=lambda n: adds[n]["value"])
@@ -379,32 +217,8 @@ sentences = [
     "CUDA-graphs page measures it the same way (compare_host) in fresh processes, "
     "and that is the site's number.",
 ]
-if "update_us" in native:
-    upd, new = native["update_us"], native.get("new_graph_us")
-    against = (
-        ""
-        if new is None
-        else "; a new graph (create, populate, instantiate) takes "
-        f"{new['median']:.0f} µs "
-        f"(median of {new['n']}, quartiles {new['q1']:.0f}–{new['q3']:.0f}): "
-        + (
-            f"updating is {new['median'] / upd['median']:.1f}× cheaper"
-            if new["median"] >= upd["median"]
-            else f"updating costs {upd['median'] / new['median']:.1f}× as much"
-        )
-    )
-    sentences.append(
-        "The native CUDA-graph API works for this backend plan; re-pointing the "
-        "graph at another buffer set (update_cuda_graph + cudaGraphExecUpdate) costs "
-        f"{upd['median']:.0f} µs (median of {upd['n']}, alternating two sets; "
-        f"quartiles {upd['q1']:.0f}–{upd['q3']:.0f}, {upd['slow']} of them above "
-        f"twice the median){against}."
-    )
-elif native:
-    sentences.append(
-        "The native CUDA-graph API did not run here: "
-        f"{native.get('error') or native.get('skipped')}"
-    )
+if native_sentence := call_overhead.native_text(native):
+    sentences.append(native_sentence)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline

@@ -117,108 +117,38 @@ print(f"max |cuDNN − fp32 reference| = {(o_cap.float() - ref_cap).abs().max():
 #   fastmath tanh);
 # * cuDNN's causal graph without a cap (its own causal band), the control: what the
 #   ``score_mod`` costs.
-from functools import partial
-
-from torch._inductor.lowering import make_pointwise, register_lowering
-from torch._inductor.virtualized import ops
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+#
+# ``softcap_attention.flex_softcap`` (in ``cudnn_guide/studies/softcap_attention.py``)
+# writes both FlexAttention variants; ``softcap_attention.causal_graph`` builds the
+# control. Each soft-capped contender is checked against the fp32 reference first.
+from torch.nn.attention.flex_attention import flex_attention
 
 from cudnn_guide import check, graphs
 from cudnn_guide.graphs import attention_inputs
 from cudnn_guide.measure import baselines, compare, fa4
+from cudnn_guide.studies import softcap_attention
 
 softcap = graphs.adopt(g, handle, name="softcap")
 check.poison(o_cap)
 softcap.execute(softcap_pack)
-checks = [check.check(o_cap, ref_cap, name=f"cuDNN score_mod soft-cap {CAP:g}, causal")]
-print(checks[-1])
+print(check.check(o_cap, ref_cap, name=f"cuDNN score_mod soft-cap {CAP:g}, causal"))
 uncapped = attention_inputs.reference(q, k, v, visible=visible)
 cap_effect = ((uncapped - ref_cap).norm() / ref_cap.norm()).item()
 print(f"without the cap the result differs by {cap_effect:.2f} (relative L2)")
 
-
-@torch.library.custom_op("approx::tanh", mutates_args=())
-def tanh_approx(x: torch.Tensor) -> torch.Tensor:
-    return torch.tanh(x)  # outside a compiled graph: the exact tanh
-
-
-@tanh_approx.register_fake
-def _(x):
-    return torch.empty_like(x)
-
-
-def _tanh_approx_lowering(x):
-    asm = partial(ops.inline_asm_elementwise, asm="tanh.approx.f32 $0, $1;")
-    return make_pointwise(asm)(x)
-
-
-register_lowering(torch.ops.approx.tanh)(_tanh_approx_lowering)
-
-
-def new_graph():
-    return cudnn.pygraph(
-        handle=handle,
-        io_data_type=cudnn.data_type.BFLOAT16,
-        intermediate_data_type=cudnn.data_type.FLOAT,
-        compute_data_type=cudnn.data_type.FLOAT,
-    )
-
-
 flex = torch.compile(flex_attention, fullgraph=True)
-causal_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
-
-
-def softcap_mod(score, b, h, qi, ki):
-    return CAP * torch.tanh(score / CAP)
-
-
-def softcap_approx_mod(score, b, h, qi, ki):
-    return CAP * torch.ops.approx.tanh(score / CAP)
-
-
-checks.append(
-    check.check(
-        flex(q, k, v, score_mod=softcap_mod, block_mask=causal_block),
-        ref_cap,
-        name="FlexAttention soft-cap, causal",
-    )
-)
-print(checks[-1])
-g3 = new_graph()
-Q3, K3, V3 = (g3.tensor_like(t, name=n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-causal = dict(
-    diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0
-)
-O3, _ = g3.sdpa(
-    name="sdpa_causal",
-    q=Q3,
-    k=K3,
-    v=V3,
-    attn_scale=D**-0.5,
-    generate_stats=False,
-    **causal,
-)
-o_causal = torch.empty_like(q)
-O3.set_output(True).set_dim(list(o_causal.shape)).set_stride(list(o_causal.stride()))
-g3.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-causal_launch = graphs.adopt(g3, handle, name="causal").bind(
-    {Q3: q, K3: k, V3: v, O3: o_causal}
-)
-causal_flops = 4 * B * H * D * int(visible.sum())
+flex_exact, flex_approx = softcap_attention.flex_softcap(flex, q, k, v, CAP)
+print(check.check(flex_exact(), ref_cap, name="FlexAttention soft-cap, causal"))
 FLEX_CAP = "FlexAttention soft-cap (compiled)"
 FLEX_APPROX = "FlexAttention soft-cap, tanh.approx (compiled)"
+CAP_CTRL = "cuDNN causal, no cap (control)"
 softcap_contenders = {
     "cuDNN soft-cap (score_mod)": softcap.bind(softcap_pack),
-    FLEX_CAP: lambda: flex(q, k, v, score_mod=softcap_mod, block_mask=causal_block),
-    "cuDNN causal, no cap (control)": causal_launch,
+    FLEX_CAP: flex_exact,
+    CAP_CTRL: softcap_attention.causal_graph(handle, q, k, v),
 }
 unavailable = {}  # contender name -> why it did not run
-if why := baselines.admit(
-    softcap_contenders,
-    FLEX_APPROX,
-    lambda: flex(q, k, v, score_mod=softcap_approx_mod, block_mask=causal_block),
-    ref_cap,
-):
+if why := baselines.admit(softcap_contenders, FLEX_APPROX, flex_approx, ref_cap):
     unavailable[FLEX_APPROX] = why
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
@@ -233,7 +163,7 @@ softcap_cmp = compare.compare(
     candidate="cuDNN soft-cap (score_mod)",
     l2="cold",
     rounds=7,
-    flops=causal_flops,
+    flops=4 * B * H * D * int(visible.sum()),  # 4·B·H·D per visible (query, key) pair
     tag="softcap",
 )
 
@@ -241,32 +171,11 @@ softcap_cmp = compare.compare(
 # What cuDNN refuses
 # ------------------
 # ``score_mod`` and cuDNN's own causal band cannot be combined, which is why the lesson
-# writes its mask in the callback: the graph that asks for both is refused (cuDNN's
-# words, first line).
-g2 = new_graph()
-Q2, K2, V2 = (g2.tensor_like(t, name=n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-CAP2 = g2.tensor(name="cap", data_type=torch.float32, **scalar)
-refusals = {}
-try:
-    O2, _ = g2.sdpa(
-        name="sdpa",
-        q=Q2,
-        k=K2,
-        v=V2,
-        attn_scale=D**-0.5,
-        generate_stats=False,
-        **causal,
-        score_mod=lambda gr, sc: gr.mul(a=gr.tanh(input=gr.div(a=sc, b=CAP2)), b=CAP2),
-    )
-    O2.set_output(True).set_dim(list(q.shape)).set_stride(list(q.stride()))
-    g2.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    refusals["score_mod + causal band"] = "accepted"
-except Exception as exc:
-    refusals["score_mod + causal band"] = (
-        f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-    )
+# writes its mask in the callback: the graph that asks for both
+# (``softcap_attention.refusal``) is refused (cuDNN's words, first line).
+refused = softcap_attention.refusal(handle, q, k, v)  # "accepted", or cuDNN's words
 print("score_mod + diagonal_band_right_bound=0:")
-print(*refusals["score_mod + causal band"].split(": ", 1), sep="\n  ")
+print(*refused.split(": ", 1), sep="\n  ")
 
 # %%
 # Every contender's time, and cuDNN's speed-up over it (in-run 95% interval over rounds,
@@ -279,21 +188,8 @@ import pandas as pd
 from cudnn_guide.report import html_table
 
 US = "µs, median of round medians"
-rows = []
-for n in softcap_cmp.measurements:
-    s = softcap_cmp.versus.get(n)
-    rows.append(
-        {
-            "implementation": n,
-            US: softcap_cmp.estimate(n)["value"],
-            "TFLOP/s": softcap_cmp.estimate(n, "TFLOP/s")["value"],
-            "cuDNN's speed-up": s and s["value"],
-            "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
-            "verdict": s and s["verdict"],
-        }
-    )
 html_table(
-    pd.DataFrame(rows),
+    pd.DataFrame(softcap_attention.contender_rows(softcap_cmp, US)),
     {US: "{:.0f}", "TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"},
 )
 
@@ -313,82 +209,20 @@ plt.show()
 # %%
 # Conclusions
 # -----------
-# Computed when the page is recorded; "the fastest contender" leaves out the control.
-import statistics
-
-from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge
+# Computed when the page is recorded (``softcap_attention.conclusions``); "the fastest
+# contender" leaves out the control.
 from cudnn_guide.report.prose import Prose
 
-CAP_CTRL = "cuDNN causal, no cap (control)"
-
-
-def others(c, *names, said=None):
-    """One bullet per contender in ``names`` that ran and is not ``c``'s fastest
-    (``said``: how a bullet names a contender, where not by its label)."""
-    said = said or {}
-    return [
-        f"* vs {said.get(n, n)}: cuDNN is {c.describe(n)}."
-        for n in names
-        if n in c.versus and n != c.best_baseline
-    ]
-
-
-sentences = [
-    f"Soft-cap as a score_mod: against the fastest contender, cuDNN is "
-    f"{softcap_cmp.describe()}; against its own causal kernel without a cap it is "
-    f"{softcap_cmp.describe(CAP_CTRL)}.",
-]
-if refusals["score_mod + causal band"] != "accepted":
-    sentences.append(
-        "cuDNN refuses a score_mod together with its own causal band (above), so "
-        "the callback writes the causal mask itself; whether the kernel then skips "
-        "the score tiles above the diagonal is not profiled here."
-    )
-sentences.append(
-    "Whether cuDNN's tanh in the score_mod is exact or approximate is not "
-    "established here: this guide found no statement of it in cuDNN's "
-    "documentation, and the page does not test it. FlexAttention is timed with "
-    "both; FlashAttention-4's source computes the approximate tanh."
-)
-sentences += others(
+sentences = softcap_attention.conclusions(
     softcap_cmp,
-    f"{FA4}, softcap",
-    FLEX_CAP,
-    said={FLEX_CAP: "FlexAttention with the exact tanh (torch.tanh)"},
+    control=CAP_CTRL,
+    flex_exact=FLEX_CAP,
+    flex_approx=FLEX_APPROX,
+    fa4_label=FA4,
+    fa4_detail=FA4_DETAIL,
+    refused=refused,
+    unavailable=unavailable,
 )
-if FLEX_APPROX in softcap_cmp.versus:
-    # the two Flex variants ran in the same rounds: their paired ratio, judged likewise
-    per_round = softcap_cmp.round_medians_ms
-    gain = [e / a for e, a in zip(per_round[FLEX_CAP], per_round[FLEX_APPROX])]
-    lo, hi = bootstrap_median_ci(gain)
-    mid = statistics.median(gain)
-    effect = {
-        "faster": f"makes Flex {mid:.2f}× faster than the exact one",
-        "slower": f"makes Flex {1 / mid:.2f}× slower than the exact one",
-        "tie": f"gives Flex a tie with the exact one ({mid:.2f}×)",
-    }[judge(lo, hi, softcap_cmp.tie_band)]
-    approx = (
-        ""
-        if FLEX_APPROX == softcap_cmp.best_baseline
-        else f"cuDNN is {softcap_cmp.describe(FLEX_APPROX)}. "
-    )
-    sentences.append(
-        f"* vs FlexAttention with the approximate tanh (tanh.approx.f32): {approx}"
-        f"The approximate tanh {effect} "
-        f"({softcap_cmp.estimate(FLEX_CAP)['value']:.0f} → "
-        f"{softcap_cmp.estimate(FLEX_APPROX)['value']:.0f} µs, in-run 95% interval "
-        f"{lo:.2f}–{hi:.2f})."
-    )
-sentences += [
-    f"* {name} was not timed: {unavailable.get(name, FA4_DETAIL)}."
-    for name in (f"{FA4}, softcap",)
-    if name not in softcap_cmp.versus
-]
-sentences += [
-    f"* Not available here: {name}: {why}"
-    for name, why in {**refusals, **unavailable}.items()
-    if why != "accepted" and not name.startswith(FA4)
-]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison

@@ -105,187 +105,113 @@ for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leav
 # %%
 # Measuring a training step of the block
 # --------------------------------------
-# ``attend`` is the only thing that differs between the variants below: the guide's op
-# (``torch_ops.attention``, the two graphs above behind ``torch.library.custom_op``),
-# PyTorch's ``scaled_dot_product_attention`` (with whichever backend PyTorch picks), or
+# The block is pre-norm: RMSNorm, attention, RMSNorm, a SwiGLU MLP, two residual adds
+# (``block.transformer_block``, in ``cudnn_guide/graphs/block.py``; ``block.variant``
+# copies one initial block with another attention). ``attend`` is the only thing that
+# differs between the variants below: the guide's op (``torch_ops.attention``, the two
+# graphs above behind ``torch.library.custom_op``), PyTorch's
+# ``scaled_dot_product_attention`` (with whichever backend PyTorch picks), or
 # FlashAttention-4's ``flash_attn_func``. FlashAttention-4 takes B×S×H×D tensors, so its
 # block splits the projection in that layout: every variant copies Q, K and V once, into
 # the layout its attention takes. The way back differs: the attention output is reshaped
 # to B×S×(H·D), a view where its memory is already B×S×H×D and a copy otherwise (which
 # variant copies is measured below).
-import copy
-
-import torch.nn as nn
-import torch.nn.functional as F
-
-from cudnn_guide.graphs import torch_ops
+from cudnn_guide.graphs import block
 from cudnn_guide.measure import fa4
 
 DIM, HIDDEN = H * D, 5632
-
-
-def cudnn_attention(q, k, v):
-    return torch_ops.attention(q, k, v, causal=True)
-
-
-def torch_attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-
-class Block(nn.Module):
-    def __init__(self, attend):
-        super().__init__()
-        self.attend, self.bshd = attend, False  # bshd: attend takes B×S×H×D
-        self.norm1, self.norm2 = nn.RMSNorm(DIM), nn.RMSNorm(DIM)
-        self.qkv = nn.Linear(DIM, 3 * DIM, bias=False)
-        self.out = nn.Linear(DIM, DIM, bias=False)
-        self.gate_up = nn.Linear(DIM, 2 * HIDDEN, bias=False)
-        self.down = nn.Linear(HIDDEN, DIM, bias=False)
-
-    def forward(self, x):
-        b, s, _ = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, s, 3, H, D)
-        if self.bshd:
-            q, k, v = qkv.permute(2, 0, 1, 3, 4).contiguous()
-            attn = self.attend(q, k, v)
-        else:
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).contiguous()
-            attn = self.attend(q, k, v).transpose(1, 2)
-        x = x + self.out(attn.reshape(b, s, DIM))
-        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
-
-
 torch.manual_seed(0)
-template = Block(torch_attention).cuda().to(torch.bfloat16)
+shape = dict(heads=H, head_dim=D, hidden=HIDDEN)
+template = block.transformer_block(block.torch_attention, **shape).cuda()
+template = template.to(torch.bfloat16)
 gen = torch.Generator(device="cuda").manual_seed(1)
 x = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
 dy = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-
-
-def variant(attend, bshd=False):
-    """A copy of the same initial block with ``attend`` as its attention."""
-    block = copy.deepcopy(template)
-    block.attend, block.bshd = attend, bshd
-    return block
-
-
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
-if FA4_OK:
-    from flash_attn.cute import flash_attn_func
-
-    def fa4_attention(q, k, v):  # B×S×H×D in and out
-        out = flash_attn_func(q, k, v, softmax_scale=D**-0.5, causal=True)
-        return out[0] if isinstance(out, tuple) else out
-
+if FA4_OK:  # flash_attn_func, B×S×H×D in and out
+    fa4_attention = fa4.attention(causal=True, scale=D**-0.5)
 
 # %%
 # Check forward and every weight gradient
 # ---------------------------------------
-# The reference is the same block in float32 with TF32 off. Rounding to bf16 compounds
-# through two norms, five projections and attention, so the gradients get twice the bf16
-# tolerance; PyTorch's own bf16 block must pass the same check, which shows the bound is
-# fair. A FlashAttention-4 block that cannot run here is shown with its error; one that
-# runs and computes a wrong result stops the page.
+# The reference is the same block in float32 with TF32 off (``check.ModuleCheck``, in
+# ``cudnn_guide/check.py``, runs it once and checks a block's output and every weight
+# gradient against it). Rounding to bf16 compounds through two norms, five projections
+# and attention, so the gradients get twice the bf16 tolerance; PyTorch's own bf16
+# block must pass the same check, which shows the bound is fair. A FlashAttention-4
+# block that cannot run here is shown with its error; one that runs and computes a
+# wrong result stops the page.
 from cudnn_guide import CheckFailedError, check
 
-reference = copy.deepcopy(template).float()
-with check.full_precision():
-    ref_y = reference(x.float())
-    ref_y.backward(dy.float())
-ref_grads = {n: p.grad for n, p in reference.named_parameters()}
 GRAD_TOL = 2 * check.tolerance(torch.bfloat16)
-
-checks = []
-
-
-def check_block(block, label):
-    for p in block.parameters():
-        p.grad = None
-    y = block(x)
-    y.backward(dy)
-    checks.append(check.check(y, ref_y, name=f"{label}: output"))
-    grads = []
-    for n, p in block.named_parameters():
-        n = n.removeprefix("_orig_mod.")
-        grads.append(
-            check.check(p.grad, ref_grads[n], name=f"{label}: d{n}", tol=GRAD_TOL)
-        )
-    checks.append(max(grads, key=lambda r: r.rel_error))
-    print(checks[-2])
-    print(checks[-1], f"(the worst of {len(ref_grads)} weight gradients)")
+# the reference, run once; check_block(model, label) prints the output's check and the
+# worst weight gradient's
+check_block = check.ModuleCheck(template, x, dy, grad_tol=GRAD_TOL)
 
 
-eager_cudnn, eager_torch = variant(cudnn_attention), variant(torch_attention)
+eager_cudnn = block.variant(template, block.cudnn_attention)
+eager_torch = block.variant(template, block.torch_attention)
 check_block(eager_cudnn, "block with the cuDNN op")
 check_block(eager_torch, "PyTorch block (SDPA)")
 FA4_EAGER = f"{FA4}, eager"
 fa4_why = None if FA4_OK else FA4_DETAIL
 if FA4_OK:
-    eager_fa4 = variant(fa4_attention, bshd=True)
+    eager_fa4 = block.variant(template, fa4_attention, bshd=True)
     try:
         check_block(eager_fa4, f"block with {FA4}")
     except CheckFailedError:  # a wrong result stops the page
         raise
-    except (
-        Exception
-    ) as exc:  # FlashAttention-4 cannot run this block here: said, not hidden
+    except Exception as exc:  # FA4 cannot run this block here: said, not hidden
         fa4_why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         print(f"{FA4}: unavailable here ({fa4_why})")
 
 # %%
 # Which kernel does PyTorch's default SDPA run here? Its output, eager and under
 # ``torch.compile``, is compared bit for bit with each backend forced in turn (forward
-# kernels are deterministic), on inputs that require gradients, as in training:
-from torch.nn.attention import SDPBackend, sdpa_kernel
+# kernels are deterministic; ``baselines.sdpa_matches``), on inputs that require
+# gradients, as in training:
+from torch.nn.attention import SDPBackend
 
-q_, k_, v_ = (
+from cudnn_guide.measure import baselines
+
+qkv_ = [
     torch.randn(
         B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen
     ).requires_grad_()
     for _ in range(3)
-)
-default_out = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
-compiled_out = torch.compile(torch_attention, fullgraph=True)(q_, k_, v_)
-picked, picked_compiled = [], []
-for b in (
-    SDPBackend.CUDNN_ATTENTION,
-    SDPBackend.FLASH_ATTENTION,
-    SDPBackend.EFFICIENT_ATTENTION,
-):
-    with sdpa_kernel([b]):
-        forced = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
-    if torch.equal(default_out, forced):
-        picked.append(b.name)
-    if torch.equal(compiled_out, forced):
-        picked_compiled.append(b.name)
+]
+default_sdpa = {
+    "eager": block.torch_attention,
+    "compiled": torch.compile(block.torch_attention, fullgraph=True),
+}
+forced = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
+forced.append(SDPBackend.EFFICIENT_ATTENTION)
+matches = baselines.sdpa_matches(default_sdpa, qkv_, forced, is_causal=True)
+picked, picked_compiled = matches["eager"], matches["compiled"]
 print("PyTorch's default SDPA matches, bit for bit:")
 print("  eager:", ", ".join(picked) or "none of the forced backends")
 print("  compiled:", ", ".join(picked_compiled) or "none of the forced backends")
-del q_, k_, v_, default_out, compiled_out, forced
+del qkv_
 
 # %%
 # What each block does with the attention output: reshaped back to B×S×(H·D), is it a
-# view of the output's memory or a copy?
-attention_out = {"the cuDNN op": cudnn_attention, "PyTorch SDPA": torch_attention}
-output_copied = {}
-with torch.no_grad():
-    for name, attend in attention_out.items():
-        out = attend(q, k, v).transpose(1, 2)  # the lesson's B×H×S×D tensors
-        output_copied[name] = out.reshape(B, S, DIM).data_ptr() != out.data_ptr()
-    if fa4_why is None:
-        out = fa4_attention(*(t.transpose(1, 2).contiguous() for t in (q, k, v)))
-        output_copied[FA4] = out.reshape(B, S, DIM).data_ptr() != out.data_ptr()
+# view of the output's memory or a copy (``block.output_copied``)?
+attention_out = {"the cuDNN op": block.cudnn_attention}
+attention_out["PyTorch SDPA"] = block.torch_attention
+output_copied = {n: block.output_copied(a, q, k, v) for n, a in attention_out.items()}
+if fa4_why is None:  # the lesson's B×H×S×D tensors, copied to B×S×H×D
+    output_copied[FA4] = block.output_copied(fa4_attention, q, k, v, bshd=True)
 for name, copied in output_copied.items():
     print(f"{name}: the output's reshape is {'a copy' if copied else 'a view'}")
-del out
 
 # %%
 # The same blocks compiled. The cuDNN op is a ``torch.library.custom_op`` with a fake
 # implementation, so ``fullgraph=True`` holds: any graph break would be an error.
-compiled_cudnn = torch.compile(variant(cudnn_attention), fullgraph=True)
-compiled_torch = torch.compile(variant(torch_attention), fullgraph=True)
+compiled_cudnn, compiled_torch = (
+    torch.compile(block.variant(template, attend), fullgraph=True)
+    for attend in (block.cudnn_attention, block.torch_attention)
+)
 check_block(compiled_cudnn, "block with the cuDNN op, compiled")
 check_block(compiled_torch, "PyTorch block, compiled")
 
@@ -293,29 +219,20 @@ check_block(compiled_torch, "PyTorch block, compiled")
 # A training step, timed on the GPU
 # ---------------------------------
 # One step is forward, backward of ``dy`` and a fused AdamW update (learning rate 1e-5,
-# so the weights barely move across the timed steps). Each variant has its own copy of
-# the weights and its own optimizer; all contenders run in the same interleaved rounds,
-# so each like-for-like pair is judged on its own per-round ratios: eager against eager,
-# compiled against compiled.
-import dataclasses
-import statistics
-
+# so the weights barely move across the timed steps; ``block.training_step``). Each
+# variant has its own copy of the weights and its own optimizer; all contenders run in
+# the same interleaved rounds, so each like-for-like pair is judged on its own per-round
+# ratios (``compare.rejudged``): eager against eager, compiled against compiled. A
+# step's FLOPs (``block.step_flops``): 3× the linears, 3.5× the causal attention.
 import pandas as pd
 
 from cudnn_guide.measure import compare
-from cudnn_guide.measure.verdicts import bootstrap_median_ci, judge
 from cudnn_guide.report import html_table
+from cudnn_guide.report.tables import time_rows, verdict_rows
 
 
-def training_step(block):
-    opt = torch.optim.AdamW(block.parameters(), lr=1e-5, fused=True)
-
-    def step():
-        block(x).backward(dy)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+def training_step(model):
+    return block.training_step(model, x, dy, lr=1e-5)
 
 
 CAND, EAGER = "cuDNN op, compiled", "cuDNN op, eager"
@@ -329,64 +246,20 @@ contenders = {
 if fa4_why is None:
     contenders[FA4_EAGER] = training_step(eager_fa4)
 tokens = B * S
-linear_flops = (
-    2 * tokens * DIM * (3 * DIM + DIM + 2 * HIDDEN) + 2 * tokens * HIDDEN * DIM
-)
-attention_flops = 4 * B * H * S * S * D / 2  # causal
-step_flops = (
-    3 * linear_flops + 3.5 * attention_flops
-)  # backward: 2× linears, 2.5× attention
-result = compare.compare(
-    contenders,
-    candidate=CAND,
-    l2="cold",
-    rounds=5,
-    min_reps=3,
-    flops=step_flops,
-    tag="training step",
-)
-
-
-def rejudged(cmp, candidate, baselines):
-    """The same rounds, ``candidate`` judged against ``baselines``: per-round ratios."""
-    versus = {}
-    for b in baselines:
-        rounds = zip(cmp.round_medians_ms[b], cmp.round_medians_ms[candidate])
-        ratios = [t_b / t_c for t_b, t_c in rounds]
-        lo, hi = bootstrap_median_ci(ratios)
-        versus[b] = {
-            "value": statistics.median(ratios),
-            "low": lo,
-            "high": hi,
-            "verdict": judge(lo, hi, cmp.tie_band),
-        }
-    return dataclasses.replace(cmp, candidate=candidate, versus=versus)
-
-
+gpu = dict(l2="cold", rounds=5, min_reps=3, flops=block.step_flops(B, S, H, D, HIDDEN))
+result = compare.compare(contenders, candidate=CAND, **gpu, tag="training step")
 EAGER_BASELINES = ["PyTorch eager", *([FA4_EAGER] if FA4_EAGER in contenders else [])]
-eager_cmp = rejudged(result, EAGER, EAGER_BASELINES)
-compiled_cmp = rejudged(result, CAND, [COMPILED])
+eager_cmp = compare.rejudged(result, EAGER, EAGER_BASELINES)
+compiled_cmp = compare.rejudged(result, CAND, [COMPILED])
 
 
-def verdict_rows(eager, compiled, measure):
-    """One row per like-for-like pair: the cuDNN op's speed-up, interval, verdict."""
+def verdicts(eager, compiled, measure):  # one row per like-for-like pair
     pairs = [(eager, b) for b in EAGER_BASELINES] + [(compiled, COMPILED)]
-    return [
-        {
-            "cuDNN op": c.candidate,
-            "against": b,
-            measure: c.versus[b]["value"],
-            "in-run 95% interval": "{low:.2f}–{high:.2f}".format(**c.versus[b]),
-            "verdict": c.versus[b]["verdict"],
-        }
-        for c, b in pairs
-    ]
+    rows = pd.DataFrame(verdict_rows(pairs, measure, candidate="cuDNN op"))
+    return html_table(rows, {measure: "{:.2f}×"})
 
 
-html_table(
-    pd.DataFrame(verdict_rows(eager_cmp, compiled_cmp, "GPU-time speed-up")),
-    {"GPU-time speed-up": "{:.2f}×"},
-)
+verdicts(eager_cmp, compiled_cmp, "GPU-time speed-up")
 
 # %%
 # A training loop, timed on the wall clock
@@ -394,49 +267,18 @@ html_table(
 # The GPU times above leave out the host: a step whose Python and launches take longer
 # than its kernels leaves the GPU idle, and a loop of such steps is host-bound. So each
 # step is also timed the way a training loop that reads its loss every step runs it:
-# one step, then ``torch.cuda.synchronize()``, timed with ``time.perf_counter``
-# (``compare.compare_host``, the same interleaved rounds and verdicts). Beside it, the
-# host time to enqueue one step on an idle GPU, from the GPU timing's first round.
+# one step, then ``torch.cuda.synchronize()`` (``baselines.synchronized``), timed with
+# ``time.perf_counter`` (``compare.compare_host``, the same interleaved rounds and
+# verdicts). Beside it, the host time to enqueue one step on an idle GPU, from the GPU
+# timing's first round.
+synced = {n: baselines.synchronized(s) for n, s in contenders.items()}
+loop = dict(rounds=5, calls=2, batches=2)
+wall = compare.compare_host(synced, candidate=CAND, **loop, tag="wall-clock step")
+wall_eager = compare.rejudged(wall, EAGER, EAGER_BASELINES)
+wall_compiled = compare.rejudged(wall, CAND, [COMPILED])
 
-
-def synchronized(step):
-    def call():
-        step()
-        torch.cuda.synchronize()
-
-    return call
-
-
-wall = compare.compare_host(
-    {name: synchronized(step) for name, step in contenders.items()},
-    candidate=CAND,
-    rounds=5,
-    calls=2,
-    batches=2,
-    tag="wall-clock step",
-)
-wall_eager = rejudged(wall, EAGER, EAGER_BASELINES)
-wall_compiled = rejudged(wall, CAND, [COMPILED])
-wall_rows = verdict_rows(wall_eager, wall_compiled, "wall-clock speed-up")
-
-
-def host_us(name):
-    host_ms = result.measurements[name].host_median_ms
-    return None if host_ms is None else host_ms * 1e3
-
-
-times = pd.DataFrame(
-    [
-        {
-            "training step": name,
-            "GPU µs": result.estimate(name)["value"],
-            "host µs to enqueue": host_us(name),
-            "wall-clock µs": statistics.median(wall.round_medians_ms[name]) * 1e3,
-        }
-        for name in contenders
-    ]
-)
-html_table(pd.DataFrame(wall_rows), {"wall-clock speed-up": "{:.2f}×"})
+times = pd.DataFrame(time_rows(result, wall, "training step"))
+verdicts(wall_eager, wall_compiled, "wall-clock speed-up")
 
 # %%
 # Each step's GPU time (median over rounds), host time to enqueue it on an idle GPU, and
@@ -447,23 +289,16 @@ html_table(
 
 # %%
 # Peak memory of one step, above what the weights, optimizer state and inputs already
-# hold (``torch.cuda.max_memory_allocated``, an exact count, not a sample).
-peak_mib = {}
-for name, step in contenders.items():
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    peak_mib[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+# hold (``bench.peak_memory_mib``: ``torch.cuda.max_memory_allocated``, an exact count,
+# not a sample).
+from cudnn_guide.measure.bench import peak_memory_mib
+from cudnn_guide.measure.measurement import per_second
+
+peak_mib = {name: peak_memory_mib(step) for name, step in contenders.items()}
 
 
-def tokens_per_s(est):
-    return {
-        "value": tokens / (est["value"] * 1e-6),
-        "low": tokens / (est["high"] * 1e-6),
-        "high": tokens / (est["low"] * 1e-6),
-    }
+def tokens_per_s(est):  # µs per step as tokens per second, the interval inverted
+    return per_second(est, tokens)
 
 
 rows = []
@@ -505,55 +340,18 @@ plt.show()
 # Like for like: the eager block with the cuDNN op against eager PyTorch and eager
 # FlashAttention-4, and the compiled one against ``torch.compile``, on GPU time and on
 # the wall clock. Computed from the data when the page is recorded.
-from cudnn_guide.report.prose import Prose
-
-
-def loop_note(cmp, name, wall=None):
-    """Host time to enqueue one step against its GPU time, both as measured."""
-    host_ms, gpu = cmp.measurements[name].host_median_ms, cmp.estimate(name)["value"]
-    if host_ms is None:
-        return f"* {name}: host time per step not measured; GPU {gpu:,.0f} µs."
-    side = "above" if host_ms * 1e3 > gpu else "below"
-    clock = ""
-    if wall is not None:
-        wall_us = statistics.median(wall.round_medians_ms[name]) * 1e3
-        clock = f", wall clock {wall_us:,.0f} µs"
-    return (
-        f"* {name}: host {host_ms * 1e3:,.0f} µs to enqueue one step, GPU {gpu:,.0f} µs"
-        f"{clock}: host time per step {side} GPU time per step."
-    )
-
-
-def listed(names):
-    names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def kernel_note(found, how):
-    """What PyTorch's SDPA ran (``how``: eager or compiled), from the check above."""
-    if "CUDNN_ATTENTION" in found:
-        return (
-            f"PyTorch's {how} SDPA here is cuDNN's own attention kernel (its output "
-            "matched the forced cuDNN backend bit for bit), so this pair is cuDNN's "
-            "kernel against itself: the verdict measures how the kernel is called, "
-            "not another kernel."
-        )
-    return (
-        f"PyTorch's {how} SDPA here matched, bit for bit: "
-        f"{listed(found) if found else 'none of the forced backends'}."
-    )
-
+from cudnn_guide.report.prose import Prose, listed, loop_note, sdpa_kernel_note
 
 cand = tokens_per_s(result.estimate(CAND))
 sentences = [
     "Eager against eager: the block with the cuDNN op is "
     f"{eager_cmp.describe('PyTorch eager')} on GPU time, and "
     f"{wall_eager.describe('PyTorch eager')} on the wall clock. "
-    + kernel_note(picked, "eager"),
+    + sdpa_kernel_note(picked, "eager"),
     "Compiled against compiled: the block with the cuDNN op is "
     f"{compiled_cmp.describe(COMPILED)} on GPU time, and "
     f"{wall_compiled.describe(COMPILED)} on the wall clock. "
-    + kernel_note(picked_compiled, "compiled"),
+    + sdpa_kernel_note(picked_compiled, "compiled"),
 ]
 if FA4_EAGER in eager_cmp.versus:
     sentences.append(
@@ -603,10 +401,6 @@ comparison(
     "PyTorch eager",
 )
 comparison("training step: speed-up over torch.compile", result, COMPILED)
-headline(
-    "training tokens/s, cuDNN op compiled",
-    unit="tokens/s",
-    **tokens_per_s(result.estimate(CAND)),
-)
+headline("training tokens/s, cuDNN op compiled", unit="tokens/s", **cand)
 # sphinx_gallery_end_ignore
 Prose(*sentences)

@@ -103,85 +103,22 @@ print(f"max |error| against PyTorch in fp32: {(o.float() - ref).abs().max():.1e}
 # Measuring which libcudnn loads, what the log says and what each mode lists
 # --------------------------------------------------------------------------
 # First the guide's check of the lesson's graph: its output filled with NaN, the graph
-# run again, and the output compared with the fp32 reference by relative norm. Then the
-# helpers of the cells below: ``outcome`` keeps, for each case, what happened, where,
-# the message whole and the fix; ``sdpa_graph`` declares causal attention on
-# 2×8×1024×head-dim tensors afresh, and ``five_steps`` lists its five build steps with
-# the heuristic modes given.
+# run again, and the output compared with the fp32 reference by relative norm. The
+# cells below use :mod:`cudnn_guide.studies.failures`: ``cases.probe`` keeps, for each
+# case, what happened, where, the message whole and the fix; ``failures.sdpa_graph``
+# declares causal attention on 2×8×1024×head-dim tensors afresh, and
+# ``failures.timed_build`` and ``failures.filtered_build`` run its five build steps
+# with the heuristic modes given.
 import textwrap
 
 from cudnn_guide import check, libcudnn
+from cudnn_guide.studies import failures
 
 check.poison(o)
 g.execute({Q: q, K: k, V: v, O: o}, workspace, handle=handle)
 print(check.check(o, ref, name="causal SDPA, plans of A then FALLBACK"))
-
-IO = {
-    torch.bfloat16: cudnn.data_type.BFLOAT16,
-    torch.float16: cudnn.data_type.HALF,
-    torch.float32: cudnn.data_type.FLOAT,
-}
-outcomes = []
-
-
-def sdpa_graph(head_dim=128, dtype=torch.bfloat16, q_layout="BHSD"):
-    """Causal SDPA on 2×8×1024×head_dim tensors: the graph and its Q, K, V, O."""
-    g = cudnn.pygraph(
-        handle=handle,
-        io_data_type=IO[dtype],
-        intermediate_data_type=cudnn.data_type.FLOAT,
-        compute_data_type=cudnn.data_type.FLOAT,
-    )
-    x = torch.empty(2, 8, 1024, head_dim, device="cuda", dtype=dtype)
-    q = (
-        x.transpose(-1, -2).contiguous().transpose(-1, -2)
-        if q_layout == "D-major"
-        else x
-    )
-    Q, K, V = (
-        g.tensor_like(q, name="q"),
-        g.tensor_like(x, name="k"),
-        g.tensor_like(x, name="v"),
-    )
-    O, _ = g.sdpa(
-        name="sdpa",
-        q=Q,
-        k=K,
-        v=V,
-        attn_scale=head_dim**-0.5,
-        generate_stats=False,
-        diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
-        diagonal_band_right_bound=0,
-    )
-    O.set_output(True).set_dim(list(x.shape)).set_stride(list(x.stride()))
-    return g, (Q, K, V, O)
-
-
-def five_steps(g, modes=("A", "FALLBACK")):
-    """The five build steps of ``g`` as callables, in order."""
-    heuristics = [getattr(cudnn.heur_mode, m) for m in modes]
-    return (
-        g.validate,
-        g.build_operation_graph,
-        lambda: g.create_execution_plans(heuristics),
-        g.check_support,
-        g.build_plans,
-    )
-
-
-def outcome(case, what, where, error, message, fix):
-    message = " ".join(str(message).split())  # whole, on one line
-    outcomes.append(
-        {
-            "case": case,
-            "outcome": what,
-            "surfaces at": where,
-            "error": error,
-            "message": message,
-            "fix": fix,
-        }
-    )
-
+cases = failures.Cases()
+outcomes = cases.rows  # one row per case, keyed by failures.COLUMNS
 
 # %%
 # Which libcudnn, which versions
@@ -211,67 +148,13 @@ print("\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in lines[
 
 # %%
 # Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
-# frontend, prints the backend version it loaded, then creates a handle. What each one
-# did is read from what that process printed and its exit code, and compared with this
-# process's own ``cudnn.backend_version()``.
+# frontend, prints the backend version it loaded, then creates a handle
+# (``failures.PROBE``). What each one did is read from what that process printed and
+# its exit code, and compared with this process's own ``cudnn.backend_version()``.
 import tempfile
 
-PROBE = """
-import cudnn
-print("imported; backend version:", cudnn.backend_version())
-maps = [ln.split()[-1] for ln in open("/proc/self/maps") if "/libcudnn" in ln]
-main = [p for p in maps if "/libcudnn.so" in p] + maps + ["not mapped"]
-print("libcudnn file:", main[0])
-cudnn.create_handle()
-print("a handle was created")
-"""
 ours = str(cudnn.backend_version())
 our_file = libcudnn.loaded_libcudnn()
-
-
-def dotted(v):
-    """91400 -> 9.14.0 (backend_version is major·10000 + minor·100 + patch)."""
-    return f"{int(v) // 10000}.{int(v) // 100 % 100}.{int(v) % 100}" if v else "?"
-
-
-def probe(case, python, fix, hide="", **env_vars):
-    """Run PROBE with ``python`` and ``env_vars``; keep what happened as an outcome."""
-    run = subprocess.run(
-        [python, "-c", PROBE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, **env_vars),
-    )
-    text = run.stdout + run.stderr
-    said = [
-        ln
-        for ln in (text.replace(hide, "<dir>") if hide else text).splitlines()
-        if ln.strip()
-    ]
-    version = next(
-        (ln.split(":")[-1].strip() for ln in said if "backend version" in ln), None
-    )
-    lib = next(
-        (ln.split(":", 1)[1].strip() for ln in said if "libcudnn file:" in ln), "?"
-    )
-    last = said[-1] if said else "(nothing)"
-    if run.returncode:
-        where = "creating a handle" if version else "import cudnn"
-        outcome(case, "fails with a message", where, last.split(":")[0], last, fix)
-    elif version == ours:
-        what = f"loaded libcudnn {dotted(version)} from {lib}, as here"
-        outcome(case, "runs", "—", "none", what, "—")
-    else:
-        what = (
-            f"loaded libcudnn {dotted(version)} from {lib}; this process runs "
-            f"{dotted(ours)} from {our_file}"
-        )
-        kind = f"raises nothing, loads another libcudnn ({dotted(version)})"
-        outcome(case, kind, "nowhere", "none", what, fix)
-    print(f"{case}: exit code {run.returncode}; the last lines it printed:")
-    print("\n".join(textwrap.fill(ln, 88, initial_indent=" " * 4) for ln in said[-4:]))
-
 
 # %%
 # A broken ``libcudnn.so.9`` earlier on ``LD_LIBRARY_PATH`` (an empty file standing in
@@ -279,13 +162,15 @@ def probe(case, python, fix, hide="", **env_vars):
 with tempfile.TemporaryDirectory() as stale:
     open(os.path.join(stale, "libcudnn.so.9"), "wb").close()
     path = stale + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
-    probe(
+    cases.probe(
         "a broken libcudnn.so.9 first on LD_LIBRARY_PATH",
         sys.executable,
         "remove that directory from LD_LIBRARY_PATH "
         "(libcudnn.find_libcudnn().explain() names the file that would load)",
+        ours=ours,
+        our_file=our_file,
         hide=stale,
-        LD_LIBRARY_PATH=path,
+        env={"LD_LIBRARY_PATH": path},
     )
 
 # %%
@@ -297,21 +182,25 @@ import venv
 
 with tempfile.TemporaryDirectory() as bare:
     venv.create(bare, system_site_packages=True, with_pip=False)
-    probe(
+    cases.probe(
         "no nvidia-cudnn wheel where the frontend looks",
         os.path.join(bare, "bin", "python"),
         "pip install nvidia-cudnn-cu13 (or torch, which brings it) into the same "
         "environment, or put libcudnn's directory on LD_LIBRARY_PATH",
-        LD_LIBRARY_PATH="",
+        ours=ours,
+        our_file=our_file,
+        env={"LD_LIBRARY_PATH": ""},
     )
 
 # %%
 # The frontend's log, captured
 # ----------------------------
 # ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
-# each step, from the checks to the heuristics' answer and the plan chosen. Below, the
-# first 30 lines of building a causal SDPA graph in a fresh process with logging on:
-# validation and op-graph set-up only (the heuristics' lines come later in the log).
+# each step, from the checks to the heuristics' answer and the plan chosen. Below, from
+# building a causal SDPA graph in a fresh process with logging on
+# (``failures.frontend_log``): the log's first 12 lines (validation), then every later
+# line that names the heuristics, an engine, a plan or an execution (at most 20);
+# banners' runs of ``=`` are shortened to fit (``failures.log_excerpt``).
 script = """
 import torch, cudnn
 h = cudnn.create_handle()
@@ -325,21 +214,11 @@ O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=0.125, generate_stats=False,
 O.set_output(True)
 g.build([cudnn.heur_mode.A])
 """
-logged = subprocess.run(
-    [sys.executable, "-c", script],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env=dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE="stdout"),
-)
-log_lines = [
-    ln
-    for ln in logged.stdout.splitlines()
-    if ln.startswith("[cudnn_frontend]") and "Inferrencing" not in ln
-]
-print(
-    "\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in log_lines[:30])
-)
+log_lines = failures.frontend_log(script)
+shown = failures.log_excerpt(log_lines, head=12, most=20)
+for ln in shown:
+    print(textwrap.fill(ln, 88, subsequent_indent="    ", break_on_hyphens=False))
+print(f"({len(log_lines)} log lines in all; {len(log_lines) - len(shown)} not shown)")
 version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 
 # %%
@@ -347,37 +226,16 @@ version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 # ----------------------------------------------
 # ``heur_mode.A`` is the fast heuristic, ``B`` one meant to rank more accurately at more
 # CPU time (it may list the same plans), ``FALLBACK`` the generic engines. Each time
-# below is of a single build: a few ms between modes is not a measured difference.
-import time
-
+# below is of a single build, its five steps (``failures.timed_build``): a few ms
+# between modes is not a measured difference.
 import pandas as pd
 
 from cudnn_guide.report import html_table
 
-rows = []
-for modes in (("A",), ("B",), ("A", "FALLBACK")):
-    g2 = sdpa_graph()[0]
-    calls = five_steps(g2, modes)
-    t0 = time.perf_counter()
-    for call in calls[:3]:
-        call()
-    plans = g2.get_execution_plan_count()
-    names = [g2.get_plan_name_at_index(i) for i in range(plans)]
-    notes = [g2.get_behavior_notes_for_plan_at_index(i) for i in range(plans)]
-    for call in calls[3:]:
-        call()
-    rows.append(
-        {
-            "heur_mode": "+".join(modes),
-            "plans": plans,
-            "plan names": ", ".join(names),
-            "behaviour notes": "; ".join(
-                ", ".join(str(n).split(".")[-1] for n in ns) or "none" for ns in notes
-            ),
-            "build s (5 steps)": time.perf_counter() - t0,
-            "workspace bytes": g2.get_workspace_size(),
-        }
-    )
+rows = [
+    failures.timed_build(failures.sdpa_graph(handle)[0], modes)
+    for modes in (("A",), ("B",), ("A", "FALLBACK"))
+]
 html_table(
     pd.DataFrame(rows), {"build s (5 steps)": "{:.3f}", "workspace bytes": "{:.0f}"}
 )
@@ -385,82 +243,51 @@ html_table(
 # %%
 # The filters drop plans whose engine, notes or workspace you cannot accept, before
 # ``check_support`` and ``build_plans`` pick one. Each row below declares the same
-# graph, plans with ``A`` then ``FALLBACK``, applies one filter and builds. A filter
-# that leaves no plan is itself a way to get "No execution plans support the graph":
+# graph, plans with ``A`` then ``FALLBACK``, applies one filter and builds
+# (``failures.filtered_build``). A filter that leaves no plan is itself a way to get
+# "No execution plans support the graph":
 first_plan = rows[-1]["plan names"].split(", ")[0]
 note, behavior = cudnn.numerical_note, cudnn.behavior_note
-filters = {
-    "deselect_workspace_greater_than(0)": lambda g: g.deselect_workspace_greater_than(
-        0
-    ),
-    f"deselect_engines([{first_plan}])": lambda g: g.deselect_engines([first_plan]),
-    "deselect_numeric_notes([TENSOR_CORE])": lambda g: g.deselect_numeric_notes(
-        [note.TENSOR_CORE]
-    ),
-    "deselect_numeric_notes([NONDETERMINISTIC])": lambda g: g.deselect_numeric_notes(
-        [note.NONDETERMINISTIC]
-    ),
-    "deselect_behavior_notes([RUNTIME_COMPILATION])": lambda g: (
-        g.deselect_behavior_notes([behavior.RUNTIME_COMPILATION])
-    ),
-    "select_behavior_notes([SUPPORTS_CUDA_GRAPH_NATIVE_API])": (
-        lambda g: g.select_behavior_notes([behavior.SUPPORTS_CUDA_GRAPH_NATIVE_API])
-    ),
-}
+filters = [  # the graph's filter method, and its argument
+    ("deselect_workspace_greater_than", 0),
+    ("deselect_engines", [first_plan]),
+    ("deselect_numeric_notes", [note.TENSOR_CORE]),
+    ("deselect_numeric_notes", [note.NONDETERMINISTIC]),
+    ("deselect_behavior_notes", [behavior.RUNTIME_COMPILATION]),
+    ("select_behavior_notes", [behavior.SUPPORTS_CUDA_GRAPH_NATIVE_API]),
+]
 filtered = []
-for label, apply in filters.items():
-    g3 = sdpa_graph()[0]
-    calls = five_steps(g3)
-    for call in calls[:3]:
-        call()
-    apply(g3)
-    try:
-        for call in calls[3:]:
-            call()
-        result = (
-            f"builds; the built plan needs {g3.get_workspace_size()} bytes of workspace"
-        )
-    except Exception as exc:
-        result = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+for method, arg in filters:
+    result = failures.filtered_build(failures.sdpa_graph(handle)[0], method, arg)
+    label = failures.filter_label(method, arg)  # e.g. deselect_engines([eng0])
     filtered.append({"filter (after create_execution_plans)": label, "result": result})
 html_table(pd.DataFrame(filtered))
 
 # %%
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(7, 2.8), layout="constrained")
-ax.barh(
-    [f"{r['heur_mode']} ({r['plans']} plans)" for r in rows],
-    [1e3 * r["build s (5 steps)"] for r in rows],
-)
-ax.set_xlabel("ms to build the causal SDPA graph, five steps (one build each)")
-ax.set_title("what each heuristic mode costs at build time")
+failures.plot_build_ms(rows, "what each heuristic mode costs at build time")
 plt.show()
 
 # %%
 # Summary: each case, what happened, where, the fix
 # -------------------------------------------------
-columns = ["case", "outcome", "surfaces at", "error", "message", "fix"]
-html_table(pd.DataFrame(outcomes)[columns])
+cases.table()
 
 # %%
 # Conclusions
 # -----------
 # Every count and sentence below is computed from the outcomes, the log and the tables
 # above.
-from collections import Counter
-
 from cudnn_guide.report.prose import Prose
 
-failed = [o for o in outcomes if o["outcome"].startswith("fails")]
-same_lib = [o for o in outcomes if o["outcome"] in ("builds", "runs")]
-silent_rows = [o for o in outcomes if o["outcome"].startswith("raises nothing")]
-steps = Counter(o["surfaces at"] for o in failed)
+failed, same_lib, silent_rows = cases.failed(), cases.fine(), cases.silent()
 emptied = [
     f["filter (after create_execution_plans)"]
     for f in filtered
     if not f["result"].startswith("builds")
 ]
+dotted = failures.dotted
 sentences = [
     f"This process runs libcudnn {dotted(ours)} ({ours}), "
     + (f"from {our_file}." if our_file else "from no file /proc/self/maps names."),
@@ -468,7 +295,7 @@ sentences = [
     f"failed with a message, {len(same_lib)} loaded the same libcudnn as this "
     f"process, and {len(silent_rows)} raised nothing at all.",
     "Where the failures surfaced: "
-    + ("; ".join(f"{step}: {n}" for step, n in steps.most_common()) or "nowhere")
+    + cases.where()
     + ". A failure on import or at handle creation is the library's: "
     "libcudnn.find_libcudnn().explain() and python -m cudnn.collect_env name the file.",
     (

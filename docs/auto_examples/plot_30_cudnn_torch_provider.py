@@ -108,126 +108,45 @@ for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leav
 # %%
 # Measuring a training step of the block on the provider
 # ------------------------------------------------------
-# The block of the transformer block page: pre-norm, RMSNorm, attention, RMSNorm, a
-# SwiGLU MLP, two residual adds, in bf16, with ``attend`` its only variable part. Its
-# reference is the same block in float32 with TF32 off; rounding to bf16 compounds
-# through two norms, five projections and attention, so the gradients get twice the
-# bf16 tolerance. One training step is forward, backward of ``dy`` and a fused AdamW
-# update (learning rate 1e-5, so the weights barely move across the timed steps). The
-# block with the guide's op (``torch_ops.attention``, the lesson's two graphs behind
+# The block of the transformer block page (``block.transformer_block``, in
+# ``cudnn_guide/graphs/block.py``): pre-norm, RMSNorm, attention, RMSNorm, a SwiGLU MLP,
+# two residual adds, in bf16, with ``attend`` its only variable part. Its reference is
+# the same block in float32 with TF32 off (``check.ModuleCheck`` checks the output and
+# every weight gradient against it); rounding to bf16 compounds through two norms, five
+# projections and attention, so the gradients get twice the bf16 tolerance. One
+# training step (``block.training_step``) is forward, backward of ``dy`` and a fused
+# AdamW update (learning rate 1e-5, so the weights barely move across the timed steps).
+# The block with the guide's op (``torch_ops.attention``, the lesson's two graphs behind
 # ``torch.library.custom_op``) is checked here; the others in the next cell.
-import copy
-
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from cudnn_guide import CheckFailedError, check
-from cudnn_guide.graphs import torch_ops
+from cudnn_guide.graphs import block
 from cudnn_guide.measure import compare
 
 DIM, HIDDEN = H * D, 5632
-
-
-def cudnn_attention(q, k, v):
-    return torch_ops.attention(q, k, v, causal=True)
-
-
-def torch_attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-
-class Block(nn.Module):
-    def __init__(self, attend):
-        super().__init__()
-        self.attend = attend  # takes and returns B×H×S×D
-        self.norm1, self.norm2 = nn.RMSNorm(DIM), nn.RMSNorm(DIM)
-        self.qkv = nn.Linear(DIM, 3 * DIM, bias=False)
-        self.out = nn.Linear(DIM, DIM, bias=False)
-        self.gate_up = nn.Linear(DIM, 2 * HIDDEN, bias=False)
-        self.down = nn.Linear(HIDDEN, DIM, bias=False)
-
-    def forward(self, x):
-        b, s, _ = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, s, 3, H, D)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).contiguous()
-        attn = self.attend(q, k, v).transpose(1, 2)
-        x = x + self.out(attn.reshape(b, s, DIM))
-        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
-
-
 torch.manual_seed(0)
-template = Block(torch_attention).cuda().to(torch.bfloat16)
+shape = dict(heads=H, head_dim=D, hidden=HIDDEN)
+template = block.transformer_block(block.torch_attention, **shape).cuda()
+template = template.to(torch.bfloat16)
 gen = torch.Generator(device="cuda").manual_seed(1)
 x = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
 dy = torch.randn(B, S, DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-
-
-def variant(attend):
-    """A copy of the same initial block with ``attend`` as its attention."""
-    block = copy.deepcopy(template)
-    block.attend = attend
-    return block
-
-
-reference = copy.deepcopy(template).float()
-with check.full_precision():
-    ref_y = reference(x.float())
-    ref_y.backward(dy.float())
-ref_grads = {n: p.grad for n, p in reference.named_parameters()}
 GRAD_TOL = 2 * check.tolerance(torch.bfloat16)
-
-checks = []
-
-
-def check_block(block, label):
-    for p in block.parameters():
-        p.grad = None
-    y = block(x)
-    y.backward(dy)
-    checks.append(check.check(y, ref_y, name=f"{label}: output"))
-    grads = []
-    for n, p in block.named_parameters():
-        n = n.removeprefix("_orig_mod.")
-        grads.append(
-            check.check(p.grad, ref_grads[n], name=f"{label}: d{n}", tol=GRAD_TOL)
-        )
-    checks.append(max(grads, key=lambda r: r.rel_error))
-    print(checks[-2])
-    print(checks[-1], f"(the worst of {len(ref_grads)} weight gradients)")
+# the reference, run once; check_block(model, label) prints the output's check and the
+# worst weight gradient's
+check_block = check.ModuleCheck(template, x, dy, grad_tol=GRAD_TOL)
 
 
-def training_step(block):
-    opt = torch.optim.AdamW(block.parameters(), lr=1e-5, fused=True)
-
-    def step():
-        block(x).backward(dy)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+def training_step(model):
+    return block.training_step(model, x, dy, lr=1e-5)
 
 
-def synchronized(step):  # one step, then a synchronize: a loop that reads its loss
-    def call():
-        step()
-        torch.cuda.synchronize()
-
-    return call
-
-
-eager_cudnn = variant(cudnn_attention)
+eager_cudnn = block.variant(template, block.cudnn_attention)
 check_block(eager_cudnn, "block with the cuDNN op")
 EAGER = "cuDNN op, eager"
 tokens = B * S
-linear_flops = (
-    2 * tokens * DIM * (3 * DIM + DIM + 2 * HIDDEN) + 2 * tokens * HIDDEN * DIM
-)
-attention_flops = 4 * B * H * S * S * D / 2  # causal
-step_flops = (
-    3 * linear_flops + 3.5 * attention_flops
-)  # backward: 2× linears, 2.5× attention
+step_flops = block.step_flops(B, S, H, D, HIDDEN)  # 3× the linears, 3.5× attention
 
 # %%
 # The ``cudnn.torch`` provider
@@ -238,8 +157,9 @@ step_flops = (
 # cuDNN backend. It is timed against this guide's op in the same (eager) block, and
 # PyTorch's flash backend (FlashAttention-2), on GPU time (all three in the same
 # interleaved rounds) and on the wall clock of one step then
-# ``torch.cuda.synchronize()``, as a loop that reads its loss every step runs it
-# (``compare.compare_host``, the same interleaved rounds and verdicts).
+# ``torch.cuda.synchronize()`` (``baselines.synchronized``), as a loop that reads its
+# loss every step runs it (``compare.compare_host``, the same interleaved rounds and
+# verdicts).
 import warnings
 
 import cudnn.torch
@@ -251,8 +171,8 @@ def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
     return baselines.forced_sdpa(b, is_causal=True)
 
 
-provider_block = variant(backend(SDPBackend.CUDNN_ATTENTION))
-flash_block = variant(backend(SDPBackend.FLASH_ATTENTION))
+provider_block = block.variant(template, backend(SDPBackend.CUDNN_ATTENTION))
+flash_block = block.variant(template, backend(SDPBackend.FLASH_ATTENTION))
 PROVIDER = "cudnn.torch provider (eager)"
 FLASH = "PyTorch eager, flash backend (FlashAttention-2)"
 provider_cmp, provider_wall, provider_error, served = None, None, "", 0
@@ -271,22 +191,15 @@ try:
         EAGER: training_step(eager_cudnn),
         FLASH: training_step(flash_block),
     }
+    gpu = dict(l2="cold", rounds=5, min_reps=3, flops=step_flops)
     provider_cmp = compare.compare(
-        provider_steps,
-        candidate=PROVIDER,
-        l2="cold",
-        rounds=5,
-        min_reps=3,
-        flops=step_flops,
-        tag="training step, second race",
+        provider_steps, candidate=PROVIDER, **gpu, tag="training step"
     )
-    provider_wall = compare.compare_host(  # one step then a synchronize, each
-        {name: synchronized(step) for name, step in provider_steps.items()},
-        candidate=PROVIDER,
-        rounds=5,
-        calls=2,
-        batches=2,
-        tag="wall-clock step, second race",
+    # one step then a synchronize, each
+    synced = {n: baselines.synchronized(s) for n, s in provider_steps.items()}
+    loop = dict(rounds=5, calls=2, batches=2)
+    provider_wall = compare.compare_host(
+        synced, candidate=PROVIDER, **loop, tag="wall-clock step"
     )
 except CheckFailedError:  # a wrong result stops the page
     raise
@@ -302,15 +215,12 @@ finally:
 # ----
 import matplotlib.pyplot as plt
 
+from cudnn_guide.measure.measurement import per_second
 from cudnn_guide.report import plot_comparison
 
 
-def tokens_per_s(est):
-    return {
-        "value": tokens / (est["value"] * 1e-6),
-        "low": tokens / (est["high"] * 1e-6),
-        "high": tokens / (est["low"] * 1e-6),
-    }
+def tokens_per_s(est):  # µs per step as tokens per second, the interval inverted
+    return per_second(est, tokens)
 
 
 if provider_cmp:
@@ -332,26 +242,7 @@ plt.show()
 # The provider's block against the block with this guide's op and PyTorch's flash
 # backend, on GPU time and on the wall clock, each clock with its own tie band: one
 # speed-up can clear one band and not the other. Computed when the page is recorded.
-import statistics
-
-from cudnn_guide.report.prose import Prose
-
-
-def loop_note(cmp, name, wall=None):
-    """Host time to enqueue one step against its GPU time, both as measured."""
-    host_ms, gpu = cmp.measurements[name].host_median_ms, cmp.estimate(name)["value"]
-    if host_ms is None:
-        return f"* {name}: host time per step not measured; GPU {gpu:,.0f} µs."
-    side = "above" if host_ms * 1e3 > gpu else "below"
-    clock = ""
-    if wall is not None:
-        wall_us = statistics.median(wall.round_medians_ms[name]) * 1e3
-        clock = f", wall clock {wall_us:,.0f} µs"
-    return (
-        f"* {name}: host {host_ms * 1e3:,.0f} µs to enqueue one step, GPU {gpu:,.0f} µs"
-        f"{clock}: host time per step {side} GPU time per step."
-    )
-
+from cudnn_guide.report.prose import Prose, loop_note
 
 if provider_cmp and provider_wall:
     calls = f"{served} forward call{'' if served == 1 else 's'}"

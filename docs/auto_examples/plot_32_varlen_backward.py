@@ -137,10 +137,13 @@ print(f"O, dQ, dK, dV of {B} sequences: max |error| {worst:.1e} against fp32")
 # log-normal distribution with median 1024 tokens, clipped to [32, 4096]: a stand-in
 # with the long right tail of chat data, not lengths measured from a dataset. The
 # same causal attention on padded B×H×S_max×D tensors, told the lengths by the same
-# padding mask but with no ragged offsets, is the cuDNN control. ``sdpa_graph`` below
-# declares either layout, forward or backward, as the lesson does, and binds it for
-# timing. Every output is checked sequence by sequence; the worst sequence is printed.
-from cudnn_guide import check, graphs
+# padding mask but with no ragged offsets, is the cuDNN control. ``varlen.sdpa_graph``
+# (in ``cudnn_guide/graphs/varlen.py``) declares either layout, forward or backward, as
+# the lesson does, and binds it for timing. Every output is checked sequence by sequence
+# (``check.worst_sequence``); the worst sequence is printed.
+from cudnn_guide import check
+from cudnn_guide.graphs import varlen
+from cudnn_guide.graphs.varlen import bhsd_rows, packed_rows, padded_rows
 
 torch.manual_seed(0)
 log_normal = torch.distributions.LogNormal(torch.log(torch.tensor(1024.0)), 0.8)
@@ -150,96 +153,9 @@ cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).int().cuda()
 q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 offsets = (cu_seqlens.long() * H * D).reshape(B + 1, 1, 1, 1)  # sequence b starts here
 seq_lens = lengths.cuda().reshape(B, 1, 1, 1)
-dims, strides = [B, H, S_MAX, D], [S_MAX * H * D, D, H * D, 1]  # token-major
-F32, BF16 = cudnn.data_type.FLOAT, cudnn.data_type.BFLOAT16
-spans = list(enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())))
+spans = varlen.spans(cu_seqlens)
 print(f"{T} real tokens in {B} sequences; {B * S_MAX} slots padded to the longest")
-
-
-def sdpa_graph(x, lens, offsets=None, backward=False):
-    """Causal SDPA with a padding mask over ``x``, built, as a zero-argument launcher.
-
-    Packed T×H×D tensors (declared as in the lesson) when ``offsets`` is given, padded
-    B×H×S×D ones otherwise. The forward reads q, k, v and writes o (and stats, if ``x``
-    has them); the backward reads q, k, v, o, d_o, stats and writes dq, dk, dv.
-    """
-    g = cudnn.pygraph(
-        handle=handle,
-        io_data_type=BF16,
-        intermediate_data_type=F32,
-        compute_data_type=F32,
-    )
-    t = {n: g.tensor_like(lens, name=n) for n in ("seq_len_q", "seq_len_kv")}
-    pack = {t["seq_len_q"]: lens, t["seq_len_kv"]: lens}
-    ragged = None if offsets is None else g.tensor_like(offsets, name="ragged_offsets")
-    if ragged is not None:
-        pack[ragged] = offsets
-    as_is = {"stats"} if ragged is not None else set(x)  # stats stay B×H×S_max×1
-    ins = ("q", "k", "v", "o", "d_o", "stats") if backward else ("q", "k", "v")
-    for n in ins:
-        t[n] = (
-            g.tensor_like(x[n], name=n)
-            if n in as_is
-            else g.tensor(
-                name=n, data_type=BF16, dim=dims, stride=strides, ragged_offset=ragged
-            )
-        )
-        pack[t[n]] = x[n]
-    mask = dict(
-        use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"]
-    )
-    mask |= dict(attn_scale=D**-0.5, **causal)
-    if backward:
-        qkvo = dict(
-            q=t["q"], k=t["k"], v=t["v"], o=t["o"], dO=t["d_o"], stats=t["stats"]
-        )
-        outs = dict(zip(("dq", "dk", "dv"), g.sdpa_backward(**qkvo, **mask)))
-    else:
-        train = "stats" in x
-        O, STATS = g.sdpa(q=t["q"], k=t["k"], v=t["v"], generate_stats=train, **mask)
-        outs = {"o": O, "stats": STATS} if train else {"o": O}
-    for n, node_out in outs.items():
-        node_out.set_output(True).set_data_type(F32 if n == "stats" else BF16)
-        if n in as_is:
-            node_out.set_dim(list(x[n].shape)).set_stride(list(x[n].stride()))
-        else:
-            node_out.set_dim(dims).set_stride(strides).set_ragged_offset(ragged)
-        pack[node_out] = x[n]
-    return graphs.build(g, handle=handle).bind(pack)
-
-
-def padded(t):
-    """Packed T×H×D to padded B×H×S_max×D, zeros past each length."""
-    out = torch.zeros(B, S_MAX, H, D, device="cuda", dtype=t.dtype)
-    for b, (a, e) in spans:
-        out[b, : e - a] = t[a:e]
-    return out.transpose(1, 2).contiguous()
-
-
-def packed_rows(y, b, a, e):  # sequence b of a packed T×H×D output, as 1×H×n×D
-    return y[a:e].transpose(0, 1)[None]
-
-
-def padded_rows(y, b, a, e):  # sequence b of a padded B×H×S×D output
-    return y[b : b + 1, :, : e - a]
-
-
-def per_sequence_check(label, outputs, rows, expected):
-    """Each sequence's ``rows`` of each output against ``expected[name][b]``."""
-    worst = max(
-        (
-            check.check(rows(y, b, a, e), expected[n][b], name=f"{label} {n}, seq. {b}")
-            for n, y in outputs.items()
-            for b, (a, e) in spans
-        ),
-        key=lambda r: r.rel_error,
-    )
-    checks.append(worst)
-    print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
-
-
-checks = []
-qp, kp, vp = padded(q), padded(k), padded(v)
+qp, kp, vp = (varlen.padded(t, spans) for t in (q, k, v))
 
 # %%
 # The other contenders, as the varlen page builds them: PyTorch's flash backend
@@ -251,49 +167,24 @@ qp, kp, vp = padded(q), padded(k), padded(v)
 # page's nested tensors have no backward contender here.
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from cudnn_guide.measure import baselines, compare, fa4
 
 unavailable = {}
 flash = baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
 FLASH = "PyTorch padded SDPA, flash backend (FlashAttention-2)"
-doc = torch.repeat_interleave(torch.arange(B, device="cuda"), lengths.cuda())
-
-
-def doc_mask(b, h, qi, ki):  # the same sequence, and causal
-    return (doc[qi] == doc[ki]) & (ki <= qi)
-
-
-block_mask = create_block_mask(doc_mask, None, None, T, T)
-flex = torch.compile(flex_attention, fullgraph=True)
+flex = varlen.flex_document_attention(lengths)  # compiled, the document mask built once
 packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
-window = dict(window_size=(-1, 0))  # causal
-varlen = None  # PyTorch's varlen_attn, where this PyTorch has it
+varlen_attn = None  # PyTorch's varlen_attn (causal), where this PyTorch has it
 try:
-    from torch.nn.attention.varlen import varlen_attn
-
-    def varlen(q, k, v):
-        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, S_MAX, S_MAX, **window)
-
+    varlen_attn = varlen.torch_varlen_attn(cu_seqlens, S_MAX)
 except ImportError as exc:
     unavailable["PyTorch varlen_attn backward"] = str(exc)
 
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
-if FA4_OK:
-    from flash_attn.cute import flash_attn_varlen_func
-
-    fa4_kw = dict(
-        cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, softmax_scale=D**-0.5
-    )
-
-    def fa4_varlen(q, k, v):
-        r = flash_attn_varlen_func(
-            q, k, v, **fa4_kw, max_seqlen_q=S_MAX, max_seqlen_k=S_MAX, causal=True
-        )
-        return r[0] if isinstance(r, tuple) else r  # out, or (out, lse)
-
+if FA4_OK:  # flash_attn_varlen_func, the same cu_seqlens for queries and keys
+    fa4_varlen = fa4.varlen_attention(cu_seqlens, S_MAX, causal=True, scale=D**-0.5)
 else:
     unavailable[FA4] = FA4_DETAIL
 real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
@@ -307,18 +198,8 @@ real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
 # FlexAttention and FlashAttention-4 gradients come from one retained autograd graph
 # (``retain_graph=True``), so only the backward is timed.
 d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16)
-
-
-def training_tensors(qq, kk, vv, dd):
-    """Forward outputs, statistics and gradients for q, k, v, d_o of one layout."""
-    x = dict(q=qq, k=kk, v=vv, d_o=dd, o=torch.empty_like(qq))
-    x["stats"] = torch.empty(B, H, S_MAX, 1, device="cuda", dtype=torch.float32)
-    return x | {n: torch.empty_like(qq) for n in ("dq", "dk", "dv")}
-
-
-torch.cuda.set_device(
-    q.device
-)  # autograd's backward thread needs this device's context
+# autograd's backward thread needs this device's context
+torch.cuda.set_device(q.device)
 expected_grads = {n: [] for n in ("dq", "dk", "dv")}
 for b, (a, e) in spans:
     leaf = [packed_rows(t, b, a, e).float().requires_grad_() for t in (q, k, v)]
@@ -328,67 +209,46 @@ for b, (a, e) in spans:
     for n, t in zip(expected_grads, leaf):
         expected_grads[n].append(t.grad)
 
+
+def check_grads(label, grads, rows):
+    """dQ, dK, dV against ``expected_grads``, sequence by sequence; prints the worst."""
+    grads = dict(zip(expected_grads, grads))
+    worst = check.worst_sequence(label, grads, rows, expected_grads, spans)
+    print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
+
+
 backward_contenders = {}
-for name, x, offs, rows in (
-    (
-        "cuDNN packed (THD) backward",
-        training_tensors(q, k, v, d_o),
-        offsets,
-        packed_rows,
-    ),
-    (
-        "cuDNN padding mask backward (control)",
-        training_tensors(qp, kp, vp, padded(d_o)),
-        None,
-        padded_rows,
-    ),
-):
-    sdpa_graph(x, seq_lens, offs)()  # the forward, once: o and stats
-    backward_contenders[name] = sdpa_graph(x, seq_lens, offs, backward=True)
+d_op = varlen.padded(d_o, spans)
+cudnn_pairs = {  # name: (q, k, v, d_o) of one layout, its ragged offsets, its rows
+    "cuDNN packed (THD) backward": ((q, k, v, d_o), offsets, packed_rows),
+    "cuDNN padding mask backward (control)": ((qp, kp, vp, d_op), None, padded_rows),
+}
+for name, (qkvd, offs, rows) in cudnn_pairs.items():
+    x = varlen.training_tensors(*qkvd, batch=B, max_len=S_MAX)
+    step = dict(handle=handle, offsets=offs)
+    varlen.sdpa_graph(x, seq_lens, **step)()  # the forward, once: o and stats
+    backward_contenders[name] = varlen.sdpa_graph(x, seq_lens, **step, backward=True)
     check.poison(x["dq"], x["dk"], x["dv"])
     backward_contenders[name]()
-    grads = {n: x[n] for n in ("dq", "dk", "dv")}
-    per_sequence_check(name, grads, rows, expected_grads)
+    check_grads(name, (x["dq"], x["dk"], x["dv"]), rows)
 
-
-def autograd_contender(name, forward, inputs, grad_out, rows):
-    """Admit ``name``'s backward (from one retained autograd graph), checked first."""
-    leaves = [t.detach().requires_grad_() for t in inputs]
-    try:
-        y = forward(*leaves)
-        grads = torch.autograd.grad(y, leaves, grad_out, retain_graph=True)
-    except Exception as exc:  # cannot run here: shown, not hidden
-        first = (str(exc).splitlines() or [""])[0][:140]
-        unavailable[name] = f"{type(exc).__name__}: {first}"
-        print(f"{name}: unavailable here ({type(exc).__name__})")
-        return
-    per_sequence_check(name, dict(zip(expected_grads, grads)), rows, expected_grads)
-    backward_contenders[name] = lambda: torch.autograd.grad(
-        y, leaves, grad_out, retain_graph=True
-    )
-
-
-autograd_contender(
-    f"{FLASH} backward",
-    flash,
-    (qp, kp, vp),
-    padded(d_o),
-    padded_rows,
-)
-autograd_contender(
-    "FlexAttention, document mask, backward",
-    lambda *t: flex(*t, block_mask=block_mask),
-    packed_bhsd,
-    d_o.transpose(0, 1)[None],
-    lambda y, b, a, e: y[:, :, a:e],
-)
-if varlen is not None:
-    backward = "PyTorch varlen_attn backward"
-    autograd_contender(backward, varlen, (q, k, v), d_o, packed_rows)
+# PyTorch's backward from one retained autograd graph (baselines.admit_backward): name:
+# (forward, its inputs, the output's gradient, the rows of one sequence)
+d_o_bhsd = d_o.transpose(0, 1)[None]  # FlexAttention's 1×H×T×D
+autograd = {
+    f"{FLASH} backward": (flash, (qp, kp, vp), d_op, padded_rows),
+    "FlexAttention, document mask, backward": (flex, packed_bhsd, d_o_bhsd, bhsd_rows),
+}
+if varlen_attn is not None:
+    varlen_bwd = (varlen_attn, (q, k, v), d_o, packed_rows)
+    autograd["PyTorch varlen_attn backward"] = varlen_bwd
 if FA4_OK:  # its varlen backward, timed the same way
-    autograd_contender(
-        f"{FA4}, varlen backward", fa4_varlen, (q, k, v), d_o, packed_rows
-    )
+    autograd[f"{FA4}, varlen backward"] = (fa4_varlen, (q, k, v), d_o, packed_rows)
+for name, (fn, inputs, grad_out, rows) in autograd.items():
+    check_fn = lambda grads, name=name, rows=rows: check_grads(name, grads, rows)
+    args = (backward_contenders, name, fn, inputs, grad_out)
+    if why := baselines.admit_backward(*args, check=check_fn):
+        unavailable[name] = why
 backward_result = compare.compare(
     backward_contenders,
     candidate="cuDNN packed (THD) backward",
@@ -441,18 +301,7 @@ html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 # Computed from the comparison above. Each verdict is on GPU time; where a back-to-back
 # loop (host time included) was raced too, its verdict follows with its own interval
 # and tie band.
-from cudnn_guide.report.prose import Prose
-
-
-def verdict_text(cmp, baseline=None):
-    """``cmp.describe(baseline)``, with the loop's tie band beside a loop verdict."""
-    baseline = baseline or cmp.best_baseline
-    text = cmp.describe(baseline)
-    if cmp.wall is not None and baseline in cmp.wall.versus:  # "…: tie (v×, lo–hi)"
-        band = f"loop tie band ±{100 * cmp.wall.tie_band:.1f}%"
-        text = f"{text[:-1]}; {band})" if text.endswith(")") else f"{text} ({band})"
-    return text
-
+from cudnn_guide.report.prose import Prose, verdict_text
 
 best_bwd = backward_result.best_baseline
 bwd_us = backward_result.estimate("cuDNN packed (THD) backward")["value"]

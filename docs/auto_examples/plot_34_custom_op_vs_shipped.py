@@ -141,7 +141,9 @@ for x, y in zip([out, *(t.grad for t in leaves)], [ref, *(r.grad for r in ref_le
 # %%
 # Measuring the op against what frontend 1.32 ships, and PyTorch
 # --------------------------------------------------------------
-# A training step of attention alone (forward, then backward of ``d_o``), each checked:
+# A training step of attention alone (forward, then backward of ``d_o``), each checked
+# (its dQ against the fp32 reference's, ``custom_op_comparison.admit_steps`` in
+# ``cudnn_guide/studies/custom_op_comparison.py``):
 #
 # * this page's op;
 # * ``torch.ops.cudnn.sdpa_fwd`` from ``cudnn.sdpa.fwd.torch_op`` (differentiable, with
@@ -155,50 +157,25 @@ for x, y in zip([out, *(t.grad for t in leaves)], [ref, *(r.grad for r in ref_le
 import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
 from torch.nn.attention import SDPBackend
 
-from cudnn_guide import check
 from cudnn_guide.measure import baselines, compare
+from cudnn_guide.studies import custom_op_comparison
 
 leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-
-
-def step(forward):
-    def run_step():
-        for t in leaves:
-            t.grad = None
-        forward(*leaves).backward(d_o)
-
-    return run_step
-
-
-def frontend_op(q_, k_, v_):
-    return torch.ops.cudnn.sdpa_fwd(
-        q_, k_, v_, d**-0.5, is_causal=True, return_lse=True
-    )[0]
-
-
 CAND = "this page's op"
+forced = baselines.forced_sdpa  # PyTorch's SDPA on the one backend it is given
 forwards = {
     CAND: lambda q_, k_, v_: attention(q_, k_, v_)[0],
-    "torch.ops.cudnn.sdpa_fwd (frontend 1.32)": frontend_op,
-    "PyTorch SDPA, cuDNN backend": baselines.forced_sdpa(
-        SDPBackend.CUDNN_ATTENTION, is_causal=True
+    "torch.ops.cudnn.sdpa_fwd (frontend 1.32)": custom_op_comparison.frontend_sdpa(
+        d**-0.5
     ),
-    "PyTorch SDPA, flash backend (FlashAttention-2)": baselines.forced_sdpa(
+    "PyTorch SDPA, cuDNN backend": forced(SDPBackend.CUDNN_ATTENTION, is_causal=True),
+    "PyTorch SDPA, flash backend (FlashAttention-2)": forced(
         SDPBackend.FLASH_ATTENTION, is_causal=True
     ),
 }
-contenders, unavailable = {}, {}
-for name, forward in forwards.items():
-    why = baselines.admit(
-        contenders,
-        name,
-        step(forward),
-        check=lambda _, name=name: check.check(
-            leaves[0].grad, ref_leaves[0].grad, name=f"{name}: dQ"
-        ),
-    )
-    if why:
-        unavailable[name] = why
+contenders, unavailable = custom_op_comparison.admit_steps(
+    forwards, leaves, d_o, ref_leaves[0].grad
+)
 flops = 3.5 * 4 * b * h * s * s * d / 2  # forward + backward (2.5× forward), causal
 training = compare.compare(
     contenders,
@@ -210,60 +187,37 @@ training = compare.compare(
     wall_clock=True,
 )
 
-
 # %%
 # The op, ``torch.ops.cudnn.sdpa_fwd`` and PyTorch SDPA's cuDNN backend all call
-# cuDNN's SDPA. One more training step of each contender, on the same inputs, compared
-# bit for bit (``torch.equal``) with the op's: O, dQ, dK and dV. Bit-identical results
-# mean the same cuDNN kernels, so a GPU-time tie between them is a kernel timed against
-# itself. The op run a second time shows whether its results repeat bit for bit here.
-def results(forward):
-    for t in leaves:
-        t.grad = None
-    o = forward(*leaves)
-    o.backward(d_o)
-    return [o.detach(), *(t.grad for t in leaves)]
-
-
-mine = results(forwards[CAND])
-bitwise = {
-    n: all(torch.equal(a, b) for a, b in zip(mine, results(forwards[n])))
-    for n in contenders
-}
+# cuDNN's SDPA. One more forward of each contender, on the same inputs, compared bit for
+# bit (``torch.equal``) with the op's O. The forward is deterministic, so bit-identical
+# outputs mean the same forward kernel, and a GPU-time tie between them is a kernel
+# timed against itself. The gradients are not compared: cuDNN's default backward
+# accumulates dQ with atomics, so even the op differs from itself there. The op run a
+# second time shows that its forward repeats bit for bit.
+names = list(contenders)
+bitwise = custom_op_comparison.same_forward_bits(forwards, names, leaves, CAND)
 for n, same_bits in bitwise.items():
     who = f"{n}, run again" if n == CAND else n
-    print(f"{who}: {'bit-identical to' if same_bits else 'differs from'} the op")
+    print(f"{who}: O {'bit-identical to' if same_bits else 'differs from'} the op's")
 
 # %%
-# Then what a loop of steps waits on. The host time to launch one step was measured in
-# the first round above (one call at a time, on an idle GPU), and can exceed what a step
-# costs the host inside a loop. ``wall_clock=True`` made the comparison above also race
-# the same steps in back-to-back loops (``compare.compare_loops``), each loop timed by
-# the wall clock from a synchronized start to a synchronized end, in interleaved rounds:
-# ``training.wall``, a comparison of its own. Where a step takes longer in the loop than
-# on the GPU, the host is what the loop waits on, and the GPU idles between steps.
-# Each time in the table is the median over rounds of a contender's per-round medians
-# (``Comparison.estimate``), not the median of all its samples pooled, which the
-# record's measurements show; the round medians are kept in the record's ``extra``.
-# The host time is the median of the host calls of the first round.
+# Then what a loop of steps waits on. The host time to launch one step (the median of
+# the first round's host calls, one at a time on an idle GPU) can exceed what a step
+# costs the host inside a loop. ``training.wall`` raced the same steps in back-to-back
+# loops (``compare.compare_loops``), each timed by the wall clock from a synchronized
+# start to a synchronized end, in interleaved rounds. Where a step takes longer in the
+# loop than on the GPU, the loop waits on the host and the GPU idles between steps.
+# Each time is the median over rounds of a contender's per-round medians
+# (``Comparison.estimate``), not the pooled median the record's measurements show; the
+# round medians are kept in the record's ``extra``.
 import pandas as pd
 
 from cudnn_guide.report import html_table
 
 wall = training.wall
 MARGIN = 1.1  # a loop waits on the host when a step takes this many times its GPU time
-per_step = {}
-for n in contenders:
-    gpu_us = training.estimate(n)["value"]
-    host_ms = training.measurements[n].host_median_ms
-    wall_us = wall.estimate(n)["value"]
-    per_step[n] = {
-        "GPU µs": gpu_us,
-        "host µs, one call": None if host_ms is None else 1e3 * host_ms,
-        "wall-clock µs in a loop": wall_us,
-        "loop ÷ GPU": wall_us / gpu_us,
-        "a loop waits on": "host" if wall_us > MARGIN * gpu_us else "GPU",
-    }
+per_step = custom_op_comparison.step_times(training, margin=MARGIN)
 html_table(
     pd.DataFrame([{"contender": n, **row} for n, row in per_step.items()]),
     {
@@ -274,29 +228,10 @@ html_table(
     },
 )
 
-
 # %%
 # The verdicts, per baseline: the op's speed-up (in-run 95% interval) by GPU time, and
 # by the wall clock of a loop, each judged against its own comparison's tie band.
-def said(v):
-    return f"{v['verdict']} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})"
-
-
-verdicts = pd.DataFrame(
-    [
-        {
-            "this page's op against": n,
-            f"GPU time (tie band ±{100 * training.tie_band:.1f}%)": said(
-                training.versus[n]
-            ),
-            f"wall clock, loop (tie band ±{100 * wall.tie_band:.1f}%)": said(
-                wall.versus[n]
-            ),
-        }
-        for n in training.versus
-    ]
-)
-html_table(verdicts)
+html_table(pd.DataFrame(custom_op_comparison.verdict_rows(training, CAND)))
 
 # %%
 import matplotlib.pyplot as plt
@@ -319,66 +254,12 @@ plt.show()
 # %%
 # Conclusions
 # -----------
+# Computed from the comparisons above (``custom_op_comparison.conclusions``).
 from cudnn_guide.report.prose import Prose
 
-rate = training.estimate(CAND, "TFLOP/s")["value"]
-host_bound = [n for n, row in per_step.items() if row["a loop waits on"] == "host"]
-
-
-def listed(names):
-    names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def against_each(c):
-    """The op against every baseline of ``c``, the ties together."""
-    ties = [
-        f"{n} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})"
-        for n, v in c.versus.items()
-        if v["verdict"] == "tie"
-    ]
-    parts = [f"a tie with {listed(ties)}"] if ties else []
-    for n, v in c.versus.items():
-        if v["verdict"] == "faster":
-            parts.append(f"{v['value']:.2f}× faster than {n}")
-        elif v["verdict"] == "slower":
-            parts.append(f"{1 / v['value']:.2f}× slower than {n}")
-    return (
-        "; ".join(parts)
-        + f" (tie band ±{100 * c.tie_band:.1f}%, {c.rounds} rounds; intervals above)"
-    )
-
-
-def on_both_clocks(n):
-    """The op against ``n`` by each clock: verdict, speed-up, interval, tie band."""
-    parts = []
-    for clock, c in (("GPU time", training), ("the loop's wall clock", wall)):
-        v = c.versus[n]
-        part = f"by {clock}: {said(v)}, tie band ±{100 * c.tie_band:.1f}%"
-        if v["verdict"] == "tie" and (v["high"] < 1 or v["low"] > 1):
-            slower = v["high"] < 1
-            side = "below 1 (the op slower)" if slower else "above 1 (the op faster)"
-            part += f", but its interval lies wholly {side}: a tie only by the band"
-        parts.append(part)
-    if training.versus[n]["verdict"] != wall.versus[n]["verdict"]:
-        parts.append("the two clocks disagree")
-    return f"* against {n}: " + "; ".join(parts) + "."
-
-
-same_kernels = [n for n, same_bits in bitwise.items() if same_bits and n != CAND]
-if not bitwise[CAND]:
-    kernels = (
-        "The op's results differ between two runs of it here, so bit equality does "
-        "not show which contenders run its kernels."
-    )
-elif same_kernels:
-    kernels = (
-        f"{listed(same_kernels)} computed results bit-identical to the op's (O, dQ, "
-        "dK and dV): the same cuDNN kernels, so a GPU-time tie between them is a "
-        "kernel timed against itself, and what differs is the host path around it."
-    )
-else:
-    kernels = "No other contender computed results bit-identical to the op's."
+sentences = custom_op_comparison.conclusions(
+    training, per_step, bitwise, candidate=CAND, margin=MARGIN
+)
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, keep
 
@@ -387,35 +268,4 @@ comparison("training step, wall-clock loop: speed-up over best alternative", wal
 keep(round_medians_ms={"GPU": training.round_medians_ms, "loop": wall.round_medians_ms})
 # sphinx_gallery_end_ignore
 
-Prose(
-    f"By GPU time the op's training step runs at {rate:.0f} TFLOP/s and is "
-    f"{against_each(training)}.",
-    "By the wall clock of a back-to-back loop of steps, host time included, it is "
-    f"{against_each(wall)}.",
-    "Per baseline, the op's speed-up by each clock (in-run 95% interval):",
-    *(on_both_clocks(n) for n in training.versus),
-    kernels,
-    (
-        f"A loop of steps waits on the host (a step takes over "
-        f"{100 * (MARGIN - 1):.0f}% longer in the loop than on the GPU) for: "
-        f"{listed(host_bound)}."
-        if host_bound
-        else "For every contender a step takes about as long in the loop as on the "
-        "GPU: a loop waits on the GPU."
-    ),
-    *(
-        f"* {n}: GPU {row['GPU µs']:,.0f} µs per step; in a loop "
-        f"{row['wall-clock µs in a loop']:,.0f} µs of wall clock per step "
-        f"({row['loop ÷ GPU']:.2f}× its GPU time); host "
-        + (
-            "not measured"
-            if row["host µs, one call"] is None
-            else f"{row['host µs, one call']:,.0f} µs for one call on an idle GPU"
-        )
-        + "."
-        for n, row in per_step.items()
-    ),
-    "GPU time is what a step costs where the GPU is the bottleneck (steps replayed "
-    "from a CUDA graph, or a host that keeps ahead of the GPU); the loop's wall clock "
-    "is what plain eager training pays, one step launched after another.",
-)
+Prose(*sentences)
