@@ -177,8 +177,8 @@ results, kv_bytes = gqa.race(
 
 # %%
 # Each phase's three comparisons read as one sweep over the K/V heads
-# (``SweepResult.from_comparisons``): the time per call, the bytes read per second (the
-# K/V cache and Q, which bound decode), and the cuDNN graph's speed-up over each backend
+# (``SweepResult.from_comparisons``): the time per call, GB/s (K/V and Q read, O
+# written; the K/V reads bound decode), and the cuDNN graph's speed-up over each backend
 # that ran.
 from cudnn_guide.report import sweep_table
 
@@ -221,8 +221,8 @@ plt.show()
 # prefill table and the plot.
 # Each layout's cuDNN graph is judged against the fastest *other* implementation
 # (``grouped_query.fastest_other``): "PyTorch cuDNN" calls cuDNN's own kernel, so it
-# stays in the tables above but is not counted as a rival (nor is any ``(control …)``
-# contender).
+# stays in the tables above but is not counted as a rival. Verdicts use the in-run
+# interval; the page's record also keeps it widened by the run-to-run drift.
 from cudnn_guide.report.prose import Prose
 
 fa4_said = dict(fa4_name=FA4, fa4_ok=FA4_OK, fa4_detail=FA4_DETAIL)

@@ -106,7 +106,7 @@ torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
 # ``race.contenders(w)`` (``attention_masks.WindowRace``, in
 # ``cudnn_guide/studies/attention_masks.py``) builds the width's graph with
 # ``masked_attention`` and checks it, FlexAttention and FlashAttention-4 against that
-# window's fp32 reference.
+# window's fp32 reference (all recorded; only FlashAttention-4's are printed below).
 import textwrap
 
 from torch.nn.attention.flex_attention import flex_attention
@@ -223,10 +223,10 @@ for name, s in bias_cmp.versus.items():
 # %%
 # Conclusions
 # -----------
-# Computed from the comparisons above when the page is recorded
-# (``attention_masks.window_sentences``). Whether FlashAttention-4 takes ALiBi or a
-# bias tensor is read from ``flash_attn_func``'s signature
-# (``attention_masks.fa4_masks_text``).
+# Computed when the page is recorded (``attention_masks.window_sentences``). Verdicts
+# are on GPU time, then in a back-to-back loop (host time included) where a contender's
+# host time per call neared its GPU time. Whether FlashAttention-4 takes ALiBi or a bias
+# tensor is read from ``flash_attn_func``'s signature (``fa4_masks_text``).
 from cudnn_guide.report.prose import Prose, gpu_and_loop_text
 
 narrow = by_window[windows[-1]]

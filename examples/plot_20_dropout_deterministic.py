@@ -171,8 +171,8 @@ if FA4_STEP in steps:
 # Dropout at a training shape, 4 × 2048 tokens, 16 heads of 128, no mask (not causal),
 # so that the kernel runs long enough for launch overhead not to matter; forward only.
 # Seed and offset are int64 1×1×1×1 tensors on the GPU, passed to the graph as
-# ``sdpa(..., dropout=(p, SEED, OFFSET))`` (``study.dropout_graph``; with p = 0, the
-# same forward without dropout). It also writes the statistics.
+# ``sdpa(..., dropout=(p, SEED, OFFSET))`` (``study.dropout_graph``; p = 0: no dropout).
+# It also writes the statistics. Printed: the plan cuDNN picked and its workspace.
 from cudnn_guide.graphs import attention_inputs
 
 B, H, S, D, P = 4, 16, 2048, 128, 0.1

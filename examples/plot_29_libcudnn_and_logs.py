@@ -123,8 +123,8 @@ outcomes = cases.rows  # one row per case, keyed by failures.COLUMNS
 # %%
 # Which libcudnn, which versions
 # ------------------------------
-# The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the
-# nvidia-cudnn wheel that PyTorch brings, ``LD_LIBRARY_PATH`` or the system.
+# The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the first of
+# ``LD_LIBRARY_PATH``, the nvidia-cudnn wheel that PyTorch brings, and the system.
 # ``python -m cudnn.collect_env`` prints what it found; the guide's
 # ``libcudnn.find_libcudnn()`` explains its search:
 import os
@@ -198,9 +198,9 @@ with tempfile.TemporaryDirectory() as bare:
 # ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
 # each step, from the checks to the heuristics' answer and the plan chosen. Below, from
 # building a causal SDPA graph in a fresh process with logging on
-# (``failures.frontend_log``): the log's first 12 lines (validation), then every later
-# line that names the heuristics, an engine, a plan or an execution (at most 20);
-# banners' runs of ``=`` are shortened to fit (``failures.log_excerpt``).
+# (``failures.frontend_log``): the log's first 12 lines (validation, then the op graph
+# begins), then every later line that names the heuristics, an engine, a plan or an
+# execution (at most 20), banners' runs of ``=`` shortened (``failures.log_excerpt``).
 script = """
 import torch, cudnn
 h = cudnn.create_handle()

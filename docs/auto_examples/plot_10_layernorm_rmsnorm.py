@@ -150,7 +150,7 @@ print(*checks[-4:], sep="\n")
 # printed below). Bytes are the fewest a kernel must move: the forward reads x and
 # writes y (2 × 128 MiB); the backward reads x and dy and writes dx (3 × 128 MiB).
 # Parameters and statistics (< 0.1 MiB) are not counted. ``norm_training.compare_pass``
-# races the cuDNN graphs, PyTorch eager and ``torch.compile`` in 11 interleaved rounds.
+# races the cuDNN graphs, eager and ``torch.compile`` in up to 11 interleaved rounds.
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 print(f"activation {TOKENS * HIDDEN * 2 / 2**20:.0f} MiB; L2 {env.l2_mib:.0f} MiB")

@@ -13,8 +13,8 @@ What you will learn:
 * the training ``batchnorm`` operation: its inputs (scale, bias, running mean and
   variance, and the host scalars epsilon and momentum) and five outputs, with the
   running statistics updated in place by binding them to the same buffers;
-* inference two ways: cuDNN's ``batchnorm_inference`` node, and the folded form
-  ``relu(x · a + b)`` that inference frameworks use;
+* inference: the folded form ``relu(x · a + b)`` that inference frameworks use, and
+  cuDNN's ``batchnorm_inference`` node, tried (this cuDNN refused it with a ReLU);
 * how the four stage shapes of a ResNet-50 compare against PyTorch eager and
   ``torch.compile`` (default), in GB/s against the measured copy bandwidth.
 """
@@ -200,7 +200,7 @@ sweep_table(
 # -----------
 # Every verdict below is the interval of the per-round ratio against the tie band; where
 # the contenders of one stage were not timed the same way (the harness subtracts the
-# launch cost only where it is a small part of the event time), the sentence says so.
+# launch cost unless it is half the event time or more), the sentence says so.
 from cudnn_guide.report.prose import Prose
 
 items = batchnorm_stages.stage_items(results, STAGES, ceil.copy_gbps)

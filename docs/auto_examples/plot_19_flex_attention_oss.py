@@ -13,10 +13,10 @@ What you will learn:
   the key intervals it may see; ``create_mask_plan`` turns that into a reusable plan and
   ``flex_attn_func`` runs it, forward and backward, here on fixed (BSHD) batches (it
   also takes packed THD batches, which this page does not show);
-* ``torch.ops.cudnn.sdpa_fwd``: a PyTorch op over the same SDPA graphs;
+* ``torch.ops.cudnn.sdpa_fwd``, a PyTorch op over the same graphs (a contender below);
 * what ``cudnn.flex_attention``'s plan and first-call compilation cost in a fresh
-  process, and how both compare with cuDNN's graph SDPA, FlashAttention-4 and PyTorch
-  on the same masks, in GPU time and in a back-to-back loop of eager calls.
+  process, and how its kernels compare with cuDNN's graph SDPA, FlashAttention-4 and
+  PyTorch on both masks (causal, W=512), in GPU time and in a loop of eager calls.
 
 A graph's planner can also be asked for these open-source engines instead of the
 library's (``heur_mode.OPENSOURCE``); which graphs they then serve on this GPU is on the
@@ -101,7 +101,7 @@ del scores, ref
 # Causal is one endpoint per query, ``F0 = i + 1``; a window of W keys is three,
 # ``[0, 0) ∪ [i − W + 1, i + 1)``, which ``attention_inputs.key_intervals``
 # (``cudnn_guide/graphs/attention_inputs.py``) builds. ``flex_attn_func`` takes B×S×H×D
-# tensors.
+# tensors. Compiling prints a log (``Compiled … in N s``) and an experimental-API note.
 from cudnn_guide.graphs import attention_inputs
 from cudnn_guide import check
 

@@ -170,7 +170,7 @@ plt.show()
 # every tensor; a new graph (create, populate, instantiate) is timed 20 times beside
 # them. Both are host costs with rare slow calls, so each is reported as its median
 # with its quartiles, and the slow calls (above twice the median) are counted apart
-# (``call_overhead.native_cuda_graph``: each launch checked, the times printed).
+# (``native_cuda_graph`` in ``cudnn_guide/studies/call_overhead.py``; slowest: µs).
 stream = torch.cuda.current_stream().cuda_stream  # the handle's since the capture
 native = call_overhead.native_cuda_graph(
     g, handle, by_tensor, ws, output=O, reference=ref, stream=stream, checks=checks

@@ -19,7 +19,7 @@ What you will learn:
 * to catch a refusal (``cudnn.cudnnGraphNotSupportedError``) and read which step raised
   it: ``validate`` (the graph itself), ``build_operation_graph``,
   ``create_execution_plans`` (the heuristics), ``check_support`` and ``build_plans``
-  (the engines), or ``execute`` when it runs (the buffers);
+  (the engines); ``execute`` raises a ``ValueError`` instead (the buffers);
 * which head dims, dtypes, layouts and matmuls this GPU's cuDNN refuses, and at which
   step;
 * which failures raise nothing at all, so that you have to check for them yourself.
@@ -102,7 +102,7 @@ print(f"padded to {dp}: max |error| {(o[..., :d].float() - ref).abs().max():.1e}
 # the five build steps of a graph one by one and keeps, for each case, what happened:
 # the step that raised, cuDNN's words and the fix, or the plans it built.
 # ``failures.sdpa_graph`` declares causal attention on 2×8×1024×head-dim tensors with
-# the given head dim, dtype or Q layout.
+# the given head dim, dtype or Q layout (by default 128, bf16 and B×H×S×D).
 from cudnn_guide import check, graphs
 from cudnn_guide.studies import failures
 

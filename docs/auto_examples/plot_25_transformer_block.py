@@ -139,9 +139,9 @@ if FA4_OK:  # flash_attn_func, B×S×H×D in and out
 # ``cudnn_guide/check.py``, runs it once and checks a block's output and every weight
 # gradient against it). Rounding to bf16 compounds through two norms, five projections
 # and attention, so the gradients get twice the bf16 tolerance; PyTorch's own bf16
-# block must pass the same check, which shows the bound is fair. A FlashAttention-4
-# block that cannot run here is shown with its error; one that runs and computes a
-# wrong result stops the page.
+# block and the FlashAttention-4 block (another attention kernel) must pass the same
+# check, which shows the bound is fair. A FlashAttention-4 block that cannot run here
+# is shown with its error; one that runs and computes a wrong result stops the page.
 from cudnn_guide import CheckFailedError, check
 
 GRAD_TOL = 2 * check.tolerance(torch.bfloat16)

@@ -132,11 +132,11 @@ del ref
 # cuDNN builds a plan; FlashAttention-4 compiles its kernels with the CuTe DSL on first
 # use. Both are measured the same way: a new Python process with empty CUDA, CuTe and
 # temp caches, timing the import, the first causal forward at S=4096 (build or compile
-# included) and the second call; three processes each, interleaved. The operating
-# system's file cache is *not* emptied (that needs root): after the page's own imports
-# the libraries' files are read from memory, so this is the first call of a fresh
-# process on a machine that has loaded them before, not a cold boot. The cuDNN child
-# builds the lesson's graph (its shapes, layout, mask and heuristics) in one ``build``.
+# included) and the second call; three processes each, interleaved; the table gives
+# medians, the fastest and slowest in brackets. The OS file cache is *not* emptied
+# (that needs root), so this is the first call of a fresh process on a machine that
+# has read the libraries before, not a cold boot. The cuDNN child builds the lesson's
+# graph (its shapes, layout, mask and heuristics) in one ``build``.
 import json
 import subprocess
 import sys

@@ -22,9 +22,9 @@ What you will learn:
 * that ``sdpa_backward`` takes the forward's padding mask (``seq_len_q`` /
   ``seq_len_kv``), scale and causal band;
 * how to check packed gradients against fp32 autograd, one sequence at a time;
-* the packed backward against the padded one (the same kernel told the lengths) and
-  against PyTorch's padded SDPA, FlexAttention, ``varlen_attn`` and
-  FlashAttention-4's varlen backward.
+* the packed backward against the padded one (the same cuDNN backward, told the
+  lengths, without ragged offsets) and against PyTorch's padded SDPA, FlexAttention,
+  ``varlen_attn`` and FlashAttention-4's varlen backward.
 """
 
 # %%

@@ -191,10 +191,10 @@ training = compare.compare(
 # The op, ``torch.ops.cudnn.sdpa_fwd`` and PyTorch SDPA's cuDNN backend all call
 # cuDNN's SDPA. One more forward of each contender, on the same inputs, compared bit for
 # bit (``torch.equal``) with the op's O. The forward is deterministic, so bit-identical
-# outputs mean the same forward kernel, and a GPU-time tie between them is a kernel
-# timed against itself. The gradients are not compared: cuDNN's default backward
-# accumulates dQ with atomics, so even the op differs from itself there. The op run a
-# second time shows that its forward repeats bit for bit.
+# outputs point to the same forward kernel; the backward, most of a step's FLOPs, is
+# not compared: cuDNN's default backward accumulates dQ with atomics, so even the op
+# differs from itself there, and this check cannot tell its kernels apart. The op run
+# a second time shows that its forward repeats bit for bit.
 names = list(contenders)
 bitwise = custom_op_comparison.same_forward_bits(forwards, names, leaves, CAND)
 for n, same_bits in bitwise.items():
