@@ -50,7 +50,8 @@ class LibcudnnSearch:
         lines = ["libcudnn search order (as cuDNN Frontend does it):"]
         lines += [f"  {i + 1}. {c}" for i, c in enumerate(self.candidates)]
         if self.found:
-            lines.append(f"found: {self.found} (via {self.source})")
+            lines.append(f"found via {self.source}:")
+            lines.append(f"  {self.found}")
         else:
             lines.append("found: nothing")
         return "\n".join(lines)

@@ -103,9 +103,9 @@ torch.testing.assert_close(amax, ref.abs().amax().view(1, 1, 1), atol=0.0, rtol=
 # %%
 # Measuring the fused graph against PyTorch
 # -----------------------------------------
-# The harness wraps the graph built above (:func:`~cudnn_guide.graphs.adopt`: variant
-# packs checked against the declaration, a launcher that follows torch's current stream)
-# and checks both outputs again, poisoned with NaN first, before anything is timed.
+# The harness wraps the graph built above (:func:`~cudnn_guide.graphs.builder.adopt`:
+# variant packs checked against the declaration, a launcher that follows torch's current
+# stream) and checks both outputs again, NaN-poisoned first, before anything is timed.
 from cudnn_guide import check, graphs
 from cudnn_guide.graphs import matmul
 
@@ -124,7 +124,7 @@ print(check.check(amax, ref_amax, name="amax = max|y|", tol=1e-2))
 # in both modes an engineer would ship: max-autotune benchmarks Triton and cuBLAS
 # candidates while it compiles, so what it picks can change from one cold compile to the
 # next (the methodology page shows its range over every recording); the default mode
-# does not autotune. The best baseline is the one the verdict below is judged against.
+# does not autotune. The page's headline verdict is against the fastest of the three.
 # The contenders' names, and what the sweep below needs besides the lesson's graph, are
 # in :mod:`cudnn_guide.studies.epilogue_fusion`.
 from cudnn_guide.measure import baselines

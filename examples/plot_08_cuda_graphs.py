@@ -91,9 +91,9 @@ for new_inputs in (False, True):  # the inputs of the capture, then new data cop
     outputs.append((y.clone(), ref))
 
 # %%
-# The launchers of this guide's ``BuiltGraph.bind`` (its API reference), used for timing
-# on this site, do the same on every call: they rebind the handle to torch's *current*
-# stream if it changed (``bind_to_current_stream``), so they capture
+# The launchers of this guide's ``BuiltGraph.bind`` (:doc:`API </api/graphs>`), used for
+# timing on this site, do the same on every call: they rebind the handle to torch's
+# *current* stream if it changed (``bind_to_current_stream``), so they capture
 # correctly too.
 
 # %%
@@ -189,8 +189,8 @@ html_table(pd.DataFrame(table), {"host µs added per call": "{:+.2f}"})
 # ----------------------------------------------------------
 # For each size, in this process, once its output is checked
 # (``cuda_graph_replay.sweep``): the GPU time of one call (the harness hides the host
-# behind a GPU spin and subtracts the launch cost; where that cost is over half the
-# event time it keeps the raw event time, an upper bound on the kernel, and says so);
+# behind a GPU spin and subtracts the launch cost; where that is over half the event
+# time it keeps the raw event time, an upper bound on the kernel, not marked below);
 # the per-call time of a loop of 100 eager calls, wall clock to the end of a
 # synchronize over the 100 calls (what a loop really costs); and the same for one
 # replay of a CUDA graph holding those 100 calls (its own launch amortised over them).

@@ -17,7 +17,8 @@ def test_search_follows_frontend_order_and_prefers_ld_library_path(tmp_path, mon
     assert search.source == "LD_LIBRARY_PATH"
     # the missing directory was tried first, in order
     assert search.candidates[0] == "/nonexistent/libcudnn.so.9"
-    assert "found: " + str(fake) in search.explain()
+    # the path on a line of its own: a long site-packages path does not push the line past a page's width
+    assert f"found via LD_LIBRARY_PATH:\n  {fake}" in search.explain()
 
 
 def test_search_lists_site_packages_and_system_when_nothing_found(monkeypatch):

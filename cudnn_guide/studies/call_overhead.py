@@ -188,7 +188,7 @@ def plot_added(adds: Mapping[str, dict[str, float]], rounds: int, *, title: str)
     ax.invert_yaxis()
     ax.set_xlabel(f"host µs per call added (median of {rounds} paired rounds, 95% interval)")
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")  # where it covers least: lower right covered the longest bar's whisker
     return fig
 
 
@@ -234,16 +234,16 @@ def spread_text(x: Mapping[str, Any]) -> str:
     Returns
     -------
     str
-        ``"median … µs (quartiles …–…) over n; k above twice the median (slowest …)"``.
+        ``"median … µs (quartiles …–…) over n; k above twice the median (slowest … µs)"``.
 
     Example
     -------
     >>> spread_text(spread([10.0, 11.0, 12.0, 30.0]))
-    'median 11.5 µs (quartiles 10.2–25.5) over 4; 1 above twice the median (slowest 30)'
+    'median 11.5 µs (quartiles 10.2–25.5) over 4; 1 above twice the median (slowest 30 µs)'
     """
     return (
         f"median {x['median']:.1f} µs (quartiles {x['q1']:.1f}–{x['q3']:.1f}) over "
-        f"{x['n']}; {x['slow']} above twice the median (slowest {x['slowest']:.0f})"
+        f"{x['n']}; {x['slow']} above twice the median (slowest {x['slowest']:.0f} µs)"
     )
 
 
@@ -310,7 +310,7 @@ def _populate_and_update(
     print(checks[-1])
     native["update_us"] = spread(updates)
     print(f"populate_cuda_graph: {native['populate_ms']:.2f} ms once")
-    print(f"update_cuda_graph + cudaGraphExecUpdate: {spread_text(native['update_us'])}")
+    print(f"update_cuda_graph + cudaGraphExecUpdate:\n    {spread_text(native['update_us'])}")
     fresh = []
     for _ in range(20):  # a new graph each time: create, populate, instantiate
         t0 = time.perf_counter()
@@ -321,7 +321,7 @@ def _populate_and_update(
         ok(cudart.cudaGraphExecDestroy(new_exec))
         ok(cudart.cudaGraphDestroy(new_graph))
     native["new_graph_us"] = fresh_spread = spread(fresh)
-    print(f"a new graph (create, populate, instantiate): {spread_text(fresh_spread)}")
+    print(f"a new graph (create, populate, instantiate):\n    {spread_text(fresh_spread)}")
 
 
 def native_cuda_graph(

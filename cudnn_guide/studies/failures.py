@@ -62,6 +62,16 @@ STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_s
 COLUMNS = ("case", "outcome", "surfaces at", "error", "message", "fix")
 """The fields of each case's row, in the order the pages' tables show them."""
 
+LINE = 88
+"""A printed line longer than this (a page's output column) goes on two."""
+
+
+def _where(surfaces_at: str) -> str:
+    """``" at validate"``; a place that reads as its own phrase (``"before declaring ..."``) joins as it is."""
+    own_phrase = surfaces_at.startswith(("before", "after", "at ", "on ", "in "))
+    return f" {surfaces_at}" if own_phrase else f" at {surfaces_at}"
+
+
 PROBE = """
 import cudnn
 print("imported; backend version:", cudnn.backend_version())
@@ -416,7 +426,8 @@ class Cases:
                 if bad:  # an engine took the graph; its kernel did not compile
                     self.compiled[case] = (bad, tried)
                 self.add(case, what, step, type(exc).__name__, exc, fix)
-                print(f"{case}: {type(exc).__name__} at {step} ({what})")
+                said = f"{case}: {type(exc).__name__} at {step} ({what})"
+                print(said if len(said) <= LINE else f"{case}:\n    {type(exc).__name__} at {step} ({what})")
                 return None
         plans = g.get_execution_plan_count()
         first = g.get_plan_name_at_index(0)
@@ -654,7 +665,7 @@ class Cases:
         >>> plt.barh(list(cases.kinds()), list(cases.kinds().values()))
         """
         return Counter(
-            o["outcome"] + (f" at {o['surfaces at']}" if o["outcome"].startswith("fails") else "") for o in self.rows
+            o["outcome"] + (_where(o["surfaces at"]) if o["outcome"].startswith("fails") else "") for o in self.rows
         )
 
 
@@ -686,7 +697,8 @@ def plot_kinds(kinds: Mapping[str, int], title: str) -> Any:
     ax.invert_yaxis()
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("cases")
-    ax.set_title(title)
+    # over the whole figure, not the axes: long bar labels leave the axes too narrow for it
+    fig.suptitle(textwrap.fill(title, 70))
     return fig
 
 
@@ -761,7 +773,8 @@ PLANNING = re.compile(r"heur|engine|plan|execut|knob|workspace", re.IGNORECASE)
 def log_excerpt(lines: Sequence[str], head: int = 12, most: int = 20) -> list[str]:
     """The first ``head`` lines of a log, then at most ``most`` later lines that match :data:`PLANNING`.
 
-    Banners' runs of three or more ``=`` are shortened to ``==``, so that they fit a page's width.
+    Banners (``||| ====   VALIDATING GRAPH   ==== |||``) become ``== VALIDATING GRAPH ==``, and
+    other runs of three or more ``=`` ``==``, so that they fit a page's width.
 
     Parameters
     ----------
@@ -783,7 +796,11 @@ def log_excerpt(lines: Sequence[str], head: int = 12, most: int = 20) -> list[st
     ['[cudnn_frontend] == validate', 'engine 3 chosen']
     """
     kept = list(lines[:head]) + [ln for ln in lines[head:] if PLANNING.search(ln)][:most]
-    return [re.sub(r"={3,}", "==", ln) for ln in kept]
+    return [_BANNER.sub(lambda m: f"== {m.group(1)} ==", re.sub(r"={3,}", "==", ln)) for ln in kept]
+
+
+_BANNER = re.compile(r"\|\|\|[\s=]*(.*?)[\s=]*\|\|\|")
+"""A log banner, ``||| ====   VALIDATING GRAPH   ====   = |||``: its words are kept."""
 
 
 def _note_names(notes: Iterable[Any]) -> str:

@@ -140,7 +140,7 @@ print(
 print(f"floor at the datasheet peaks: {floor_ms * 1e3:.1f} µs ({bound}-bound)")
 
 # %%
-# The harness wraps the graph built above (:func:`~cudnn_guide.graphs.adopt`: it checks
+# The harness wraps that graph (:func:`~cudnn_guide.graphs.builder.adopt`: it checks
 # variant packs against the declaration and gives timing loops a launcher that follows
 # torch's current stream), and checks it once more, its output poisoned with NaN first
 # so that an element the kernel never writes fails, before anything is timed.

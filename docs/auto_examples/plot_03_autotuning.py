@@ -4,16 +4,16 @@ Autotuning across engine configurations
 
 cuDNN can usually run a graph with several *engine configurations* (plans). Its
 heuristics rank them and the default build takes the first. Autotuning builds them all
-and times each. This page does that for the fused conv → bias → ReLU layer, with enough
-repeats that the ranking holds when measured twice, and then asks whether a cheaper
-search finds the same winner.
+and times each. This page does that for the fused conv → bias → ReLU layer, times every
+plan twice to test whether the ranking holds, races the winner against the heuristic's
+choice, and asks whether a cheaper search finds the same winner.
 
 What you will learn:
 
 * how to get every plan: heuristic modes ``A``, ``B`` and ``FALLBACK`` with
   ``build_plan_policy.ALL``, and what building them all costs;
-* how to list the plans, run any one with ``execute_plan_at_index``, and select one with
-  ``build_plan_at_index``;
+* how to list the plans and select one with ``build_plan_at_index`` (the measuring part
+  runs any one without selecting it, through ``execute_plan_at_index``);
 * how to check every plan's output, not just the default's;
 * how to time plans so the ranking is stable (and how to test that it is);
 * where the heuristic's first choice ranks, and what a tuning run costs;
@@ -31,11 +31,11 @@ env
 # %%
 # The lesson: build every plan, list them, pick one
 # -------------------------------------------------
-# The same layer as the fused-conv page: N=32, C=128, 56×56 → K=256, 3×3, bf16, NHWC
-# (channels-last: the channel dimension innermost in memory). What changes is the build:
-# ``create_execution_plans`` asks three heuristic modes, and
-# ``build_plans(build_plan_policy.ALL)`` compiles every plan that passes
-# ``check_support`` instead of the first one.
+# The same layer as the :ref:`fused-conv page
+# <sphx_glr_auto_examples_plot_02_conv_bias_relu.py>`: N=32, C=128, 56×56 → K=256, 3×3,
+# bf16, NHWC (channels-last: channels innermost in memory). What changes is the build:
+# ``create_execution_plans`` asks three heuristic modes, and ``build_plans`` with
+# ``build_plan_policy.ALL`` builds every plan passing ``check_support``, not the first.
 import time
 
 import cudnn
@@ -106,11 +106,11 @@ torch.testing.assert_close(y.float(), ref, atol=5e-2, rtol=2e-2)
 # %%
 # Measuring every plan
 # --------------------
-# The harness wraps the graph built above (:func:`~cudnn_guide.graphs.adopt`, with the
-# build times measured in the lesson) to check variant packs and give timing loops a
-# launcher that follows torch's current stream. What this page does around the tuner
-# (the checks, the summaries of its passes, the conclusions) is in
-# :mod:`cudnn_guide.studies.autotuning`.
+# The harness wraps the graph built above
+# (:func:`~cudnn_guide.graphs.builder.adopt`, with the build times measured in the
+# lesson) to check variant packs and give timing loops a launcher that follows torch's
+# current stream. What this page does around the tuner (the checks, the summaries of
+# its passes, the conclusions) is in :mod:`cudnn_guide.studies.autotuning`.
 from cudnn_guide import check, graphs
 from cudnn_guide.graphs import conv as conv_recipes
 from cudnn_guide.measure import autotune
@@ -159,8 +159,8 @@ print(passes)
 # %%
 # The ranking
 # -----------
-# Median and inter-quartile range of every plan (pass 1), fastest first. The heuristic's
-# first choice (what a default build runs) is plan 0, marked in orange.
+# Median and IQR of each plan (pass 1), fastest first; x counts from 0 (rank r at r−1).
+# The winner is green; the heuristic's first choice (plan 0, a default build's) orange.
 import matplotlib.pyplot as plt
 
 from cudnn_guide.report import plot_plans
@@ -194,9 +194,9 @@ print(search)
 # Use the winner, and keep it
 # ---------------------------
 # ``build_plan_at_index`` makes the winner the graph's plan, so ``execute`` and
-# ``serialize`` use it. Serialized, it can be stored in the on-disk
-# :class:`~cudnn_guide.graphs.plan_cache.PlanCache` and reloaded by later processes (see
-# the serialization page); ``autotuning.store_tuned_plan`` stores it in a temporary one.
+# ``serialize`` use it; the on-disk :class:`~cudnn_guide.graphs.plan_cache.PlanCache`
+# keeps it for later processes (:ref:`sphx_glr_auto_examples_plot_06_serialization.py`);
+# here ``autotuning.store_tuned_plan`` stores it in a temporary one.
 winner = pass1.best
 g.build_plan_at_index(winner.index)  # execute and serialize now use the winner
 check.poison(y)
@@ -209,10 +209,10 @@ print(autotuning.store_tuned_plan(g, io, f"conv_bias_relu_graph|{problem!r}|tune
 # %%
 # Does the winner beat the heuristic's choice beyond the noise?
 # -------------------------------------------------------------
-# The ranking times each plan once, one after another. To judge the two plans that
-# matter, run them in interleaved rounds through ``execute_plan_at_index``, which
-# executes any built plan without selecting it (``autotuning.plan_launcher``), and judge
-# the per-round ratio by its 95% interval (:mod:`cudnn_guide.measure.compare`).
+# The ranking times each plan once, one after another. The two plans that matter race
+# in interleaved rounds (15 at most, fewer once the verdict is settled) through
+# ``execute_plan_at_index``, which runs a built plan without selecting it; the per-round
+# ratio is judged by its 95% interval and tie band (:mod:`cudnn_guide.measure.compare`).
 from cudnn_guide.measure import compare
 
 plan_cmp = None
@@ -233,10 +233,10 @@ if winner.index != 0:
 # %%
 # Conclusions
 # -----------
-# Computed from the data when the page is recorded (``autotuning.conclusions``). Where
-# two plans timed one after another are compared, the statement rests on the interval
-# of the ratio of their medians (from each median's in-run 95% interval): inside it, 0
-# means a tie.
+# Computed from the data when the page is recorded (``autotuning.conclusions``). Two
+# plans timed one after another are compared by the interval of their medians' ratio (a
+# tie if it holds 0): no tie band, and blind to drift between the two timings, so where
+# it disagrees with the interleaved race above, the race is the better evidence.
 from cudnn_guide.report.prose import Prose
 
 facts = dict(distinct=len(unique), build_s=build_s, picked=pick_ws, sizes=sizes)

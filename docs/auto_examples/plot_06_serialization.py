@@ -14,16 +14,16 @@ and caches what it can, so rebuild against reload is not what a new process sees
 can hide the gain or overstate it (the conclusions say which, for this page's conv
 graph). What matters is a **fresh process**: the time to first result, with and
 without a plan on disk, shown both without and with the CUDA context and cuDNN handle
-creation that precede it. This page measures both, for a matmul, the conv layer and
-attention.
+creation that precede it. This page measures both, for the matmul-epilogue page's graph
+(``matmul``), this page's conv layer (``conv``) and causal attention (``sdpa``).
 
 What you will learn:
 
 * how to serialize a built graph, reload it into an empty graph, and execute it **by
   UID**;
 * why in-process timing misstates the gain, and how fresh processes measure it;
-* what makes a saved plan invalid (another GPU architecture, another cuDNN), and how
-  this guide's ``PlanCache`` (its API reference) keys, checks and rebuilds entries.
+* what makes a saved plan invalid (another GPU architecture or cuDNN), and how this
+  guide's ``PlanCache`` (:doc:`API </api/graphs>`) keys, checks and rebuilds entries.
 """
 
 # %%
@@ -105,7 +105,7 @@ print(f"bit-identical to the original graph: {torch.equal(y, original)}")
 # %%
 # Measuring the gain inside one warm process
 # -------------------------------------------
-# First the reloaded output joins the page's record as a check (the same comparison as
+# First the reloaded output joins the page's record as a check (the same reference as
 # above, by relative L2 error). Then rebuild the same graph five times and reload it
 # five times, in this process, alternately
 # (``plan_serialization.warm_process_times``).

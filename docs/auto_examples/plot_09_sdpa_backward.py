@@ -13,9 +13,9 @@ What you will learn:
 * ``sdpa_backward``: its inputs (Q, K, V, O, dO and the statistics) and outputs (dQ, dK,
   dV), with the same mask and scale as the forward;
 * how to check gradients against PyTorch autograd in fp32;
-* forward-plus-backward throughput from 1k to 16k tokens against each of PyTorch's SDPA
-  backends, each forced and checked, and against FlashAttention-4 (a beta;
-  FlashAttention-3 is not measured here; PyTorch's flash backend is FlashAttention-2).
+* forward-plus-backward throughput from 1k to 16k tokens against PyTorch's fused SDPA
+  backends (flash, memory-efficient, cuDNN; not math), each forced and checked, and
+  FlashAttention-4, a beta (not FlashAttention-3; PyTorch's flash is FlashAttention-2).
 """
 
 # %%
@@ -32,9 +32,9 @@ env
 # -----------------------------------------
 # 2 sequences of 4096 tokens, 16 heads of dimension 128, bf16, causal, all B×H×S×D. The
 # forward writes ``o`` and ``stats`` (B×H×S×1, fp32): it is the inference graph of the
-# previous page with ``generate_stats=True``. ``sdpa_backward`` reads the forward's
-# inputs, its output and statistics, and the incoming gradient ``d_o``, with the same
-# scale and mask, and writes dQ, dK, dV.
+# :ref:`causal attention page <sphx_glr_auto_examples_plot_05_sdpa_causal.py>` with
+# ``generate_stats=True``. ``sdpa_backward`` reads the forward's inputs, output and
+# statistics and the gradient ``d_o`` (same scale and mask) and writes dQ, dK, dV.
 import cudnn
 import torch
 

@@ -92,7 +92,7 @@ def test_a_spread_is_its_median_quartiles_and_slow_calls():
     x = call_overhead.spread([10.0, 11.0, 12.0, 30.0])
     assert x == {"median": 11.5, "q1": 10.25, "q3": 25.5, "n": 4, "slow": 1, "slowest": 30.0}
     assert call_overhead.spread_text(x) == (
-        "median 11.5 µs (quartiles 10.2–25.5) over 4; 1 above twice the median (slowest 30)"
+        "median 11.5 µs (quartiles 10.2–25.5) over 4; 1 above twice the median (slowest 30 µs)"
     )
 
 
@@ -246,7 +246,7 @@ def test_the_native_api_populates_updates_and_checks_each_launch(native_setup, c
     assert native["populate_ms"] >= 0 and native["update_us"]["n"] == 50 and native["new_graph_us"]["n"] == 20
     assert runtime.calls.count("cudaGraphExecUpdate") == 51 and runtime.calls.count("cudaGraphDestroy") == 20
     printed = capsys.readouterr().out
-    assert "populate_cuda_graph:" in printed and "a new graph (create, populate, instantiate): median" in printed
+    assert "populate_cuda_graph:" in printed and "a new graph (create, populate, instantiate):\n    median" in printed
 
 
 def test_a_runtime_error_is_kept_with_what_was_measured_before_it(native_setup, capsys):

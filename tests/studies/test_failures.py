@@ -396,6 +396,9 @@ def test_log_excerpt_keeps_the_head_then_at_most_so_many_planning_lines_and_shor
     ]
     assert failures.log_excerpt(["== a", "=== b"], head=12) == ["== a", "== b"]
     assert failures.log_excerpt([]) == []
+    # the frontend's banners pad their words with spaces and '=' up to a closing '|||'
+    banner = "[cudnn_frontend] ||| ========   VALIDATING GRAPH   ========          = |||"
+    assert failures.log_excerpt([banner]) == ["[cudnn_frontend] == VALIDATING GRAPH =="]
 
 
 # --- heuristic modes and plan filters ----------------------------------------------------------------
@@ -467,7 +470,8 @@ def test_the_figures_have_a_bar_per_kind_and_per_mode():
     cases = Cases([_row("a", "fails with a message", "validate"), _row("b"), _row("c")])
     fig = failures.plot_kinds(cases.kinds(), "what happened")
     ax = fig.axes[0]
-    assert ax.get_title() == "what happened" and len(ax.patches) == 2
+    # the title spans the figure: long bar labels would push an axes title off its right edge
+    assert fig.get_suptitle() == "what happened" and len(ax.patches) == 2
     assert ax.yaxis_inverted()  # the first kind on top
     assert [t.get_text() for t in ax.get_yticklabels()] == ["fails with a message at validate", "builds"]
     rows = [
@@ -488,3 +492,18 @@ def test_the_module_needs_no_gpu_to_import():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ}
     ).stdout
     assert out.split()[1] == "False"  # the frontend is imported by the functions that use it
+
+
+def test_a_place_that_is_its_own_phrase_is_not_prefixed_with_at():
+    cases = Cases([_row("a", "fails with a message", "before declaring (the guide's check)"), _row("b")])
+    assert list(cases.kinds()) == ["fails with a message before declaring (the guide's check)", "builds"]
+
+
+def test_a_failed_attempt_longer_than_a_page_line_prints_on_two(capsys):
+    pytest.importorskip("cudnn")
+    cases = Cases()
+    assert cases.attempt("x" * 80, "fix it", FakeGraph(raise_at="validate", message="no")) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "x" * 80 + ":"
+    assert lines[1] == "    cudnnGraphNotSupportedError at validate (fails with a message)"
+    assert all(len(line) <= failures.LINE for line in lines)
