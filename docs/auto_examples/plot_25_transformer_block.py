@@ -213,7 +213,8 @@ compiled_cudnn, compiled_torch = (
     for attend in (block.cudnn_attention, block.torch_attention)
 )
 check_block(compiled_cudnn, "block with the cuDNN op, compiled")
-check_block(compiled_torch, "PyTorch block, compiled")
+# printed once by check_block; the returned pair is not displayed again
+_ = check_block(compiled_torch, "PyTorch block, compiled")
 
 # %%
 # A training step, timed on the GPU

@@ -144,7 +144,8 @@ lines = [
     for ln in (collect.stdout + collect.stderr).splitlines()
     if any(w in ln.lower() for w in words) and "brand=" not in ln
 ]
-print("\n".join(textwrap.fill(ln, 88, subsequent_indent="    ") for ln in lines[:25]))
+wrap = dict(subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
+print("\n".join(textwrap.fill(ln, 88, **wrap) for ln in lines[:40]))
 
 # %%
 # Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
@@ -217,7 +218,7 @@ g.build([cudnn.heur_mode.A])
 log_lines = failures.frontend_log(script)
 shown = failures.log_excerpt(log_lines, head=12, most=20)
 for ln in shown:
-    print(textwrap.fill(ln, 88, subsequent_indent="    ", break_on_hyphens=False))
+    print(textwrap.fill(ln, 88, **wrap))
 print(f"({len(log_lines)} log lines in all; {len(log_lines) - len(shown)} not shown)")
 version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 

@@ -779,8 +779,9 @@ def widened_rst(record: dict[str, Any] | None) -> str:
     )
     site = [h for h in widened if h.get("drift_basis") == "site"]
     how = (
-        "by the whole site's drift: this page has too few comparable past recordings (its measuring code is "
-        "new or changed), so how far its own numbers move between recordings is not known yet"
+        f"by the whole site's drift: this page has fewer than {RATIO_MIN_PAIRS} pairs of comparable past "
+        "recordings (its measuring code is new or changed, or was recorded unchanged only once before), so how "
+        "far its own numbers move between recordings is not known yet"
         if len(site) == len(widened)
         else "by how far this page's measurements moved between past recordings"
         + (f" ({len(site)} of them by the whole site's drift, having no past of their own)" if site else "")
