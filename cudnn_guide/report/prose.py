@@ -250,7 +250,9 @@ def loop_stretch_text(cmp: Any) -> str:
     rounds, and whether it agrees with the GPU verdict), and how far the loop stretches each
     contender: its loop time over its GPU time, both medians of round medians. The candidate's
     stretch is read against the others' range: above all of them, the host may bound its loop
-    (said when its host time per call exceeds its GPU time); below all, the loop costs it least;
+    (said when its host time per call exceeds its GPU time but not its loop's time per call;
+    where the host time of one call, timed alone, is above the loop's time per call, the sentence
+    says only that the GPU waits between calls in the loop); below all, the loop costs it least;
     inside, the loop stretches others as much, and the contender with the least host time per call
     is named with its stretch.
 
@@ -291,10 +293,18 @@ def loop_stretch_text(cmp: Any) -> str:
     host = {n: m.host_median_ms for n, m in cmp.measurements.items() if m.host_median_ms}
     if stretch[cand] > others[high]:
         reading = "the loop stretches it more than any other"
-        if cand in host and 1e3 * host[cand] > on_gpu:
+        host_us = 1e3 * host[cand] if cand in host else 0.0
+        if on_gpu < host_us <= in_loop:
             reading += (
-                f", and its host time per call ({1e3 * host[cand]:.0f} µs) exceeds its "
-                "GPU time: the host bounds its loop"
+                f", and its host time per call ({host_us:.0f} µs) lies between its GPU time "
+                "and its loop's time per call: the host bounds its loop"
+            )
+        elif on_gpu < in_loop < host_us:  # the one-call host time is more than the loop pays per call
+            reading += (
+                ". A call in its loop takes longer than its GPU time, so its GPU waits between "
+                f"calls; its host time for one call on an idle GPU ({host_us:.0f} µs) is above "
+                "the loop's time per call, so it does not measure what a call costs the host "
+                "inside the loop"
             )
     elif stretch[cand] < others[low]:
         reading = "the loop stretches it less than any other"
@@ -308,8 +318,8 @@ def loop_stretch_text(cmp: Any) -> str:
             )
     return (
         f"{cand} runs at {rate:.0f} TFLOP/s; in GPU time per call it is "
-        f"{dataclasses.replace(cmp, wall=None).describe()}. So a plain eager loop of "
-        f"{cand} calls is {how} a loop of {best} calls ({loop['value']:.2f}×, "
+        f"{dataclasses.replace(cmp, wall=None).describe()}. In this run, a plain eager loop "
+        f"of {cand} calls, host time included, is {how} a loop of {best} calls ({loop['value']:.2f}×, "
         f"{loop['low']:.2f}–{loop['high']:.2f}; loop tie band "
         f"±{100 * cmp.wall.tie_band:.1f}%, {cmp.wall.rounds} rounds; {versus_gpu}). In the "
         f"loop a call takes {in_loop:.0f} µs of wall clock against {on_gpu:.0f} µs of "

@@ -46,6 +46,12 @@ BACKEND_NAMES = {
 }
 """The display name of each of :func:`~cudnn_guide.measure.baselines.sdpa_backends`' backends on the page."""
 
+_LEGEND_IN = 2.6
+"""Inches :func:`plot_tflops` adds to the figure's width for the legend beside the axes."""
+
+_VERDICT_WORDS = {"faster": "faster", "tie": "tied", "slower": "slower"}
+"""Each verdict (:mod:`cudnn_guide.measure.verdicts`), as :func:`conclusions` counts it."""
+
 
 def log_sum_exp(q: Any, k: Any, scale: float) -> Any:
     """The softmax statistics of causal attention: the log-sum-exp of each row of scaled, masked scores.
@@ -466,6 +472,10 @@ def peak_length(result: Any, candidate: str) -> Any:
 def plot_tflops(result: Any, ceilings: Any) -> Any:
     """The sweep's TFLOP/s by sequence length (log x), under the GPU's datasheet dense bf16 peak.
 
+    The sweep's candidate (the page's own contender) is drawn last, on top of the others, dashed
+    with open squares, so that a contender at the same TFLOP/s (PyTorch's cuDNN backend) cannot
+    hide it; the legend sits beside the axes, outside the data.
+
     Parameters
     ----------
     result
@@ -486,7 +496,7 @@ def plot_tflops(result: Any, ceilings: Any) -> Any:
     """
     from cudnn_guide.report import plot_sweep
 
-    return plot_sweep(
+    ax = plot_sweep(
         result,
         "tflops",
         logx=True,
@@ -494,6 +504,18 @@ def plot_tflops(result: Any, ceilings: Any) -> Any:
         ceiling=ceilings.peak_bf16_tflops,
         ceiling_label="datasheet dense bf16 peak",
     )
+    candidate = next(iter(result.comparisons.values())).candidate if result.comparisons else None
+    lines = ax.get_lines()
+    top = max((artist.get_zorder() for artist in (*lines, *ax.collections)), default=2)
+    for line in lines:
+        if candidate is not None and line.get_label().split() == candidate.split():  # its name, as wrapped
+            line.set(zorder=top + 1, linestyle="--", linewidth=2, marker="s", markersize=9, markerfacecolor="none")
+            line.set_markeredgewidth(1.8)
+    fig = ax.get_figure()
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width + _LEGEND_IN, height)  # room for the legend beside the axes
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return ax
 
 
 def conclusions(
@@ -510,8 +532,10 @@ def conclusions(
 
     The peak (``candidate``'s TFLOP/s at ``peak_seq``, its in-run interval) and its share of the
     datasheet peak; the backward's time over the forward's against its 2.5× share of the matrix
-    work; FlashAttention-4's verdicts counted over the lengths (or why it was not timed); then one
-    bullet per line of ``result.describe_verdicts()``.
+    work; FlashAttention-4's in-run verdicts counted over the sweep's sizes, the sequence lengths,
+    as ``result.describe_verdicts()`` counts them (or why it was not timed); then a line saying
+    that the verdicts below are this run's, and one bullet per line of
+    ``result.describe_verdicts()``.
 
     Parameters
     ----------
@@ -545,6 +569,11 @@ def conclusions(
     peak_est = result.comparisons[peak_seq].estimate(candidate, "TFLOP/s")
     fa = [c.versus[fa4_label]["verdict"] for c in result.comparisons.values() if fa4_label in c.versus]
     longer = "longer than" if bwd_over_fwd > 2.5 else "no longer than"
+    sizes = len(result.comparisons)
+    counts = [f"{word} at {fa.count(v)}" for v, word in _VERDICT_WORDS.items() if fa.count(v)]
+    counted = " and ".join([", ".join(counts[:-1]), counts[-1]] if len(counts) > 1 else counts)
+    untimed = f"; not timed at {sizes - len(fa)}" if len(fa) < sizes else ""
+    bullets = ["* " + line.strip() for line in result.describe_verdicts().splitlines() if line.strip()]
     return [
         f"One cuDNN training step (both graphs built with heuristics A) peaks at "
         f"{peak_est['value']:.0f} TFLOP/s (S={peak_seq}, in-run interval "
@@ -554,10 +583,18 @@ def conclusions(
         f"At S={seq} the backward takes {bwd_over_fwd:.2f}× the forward's time for "
         f"2.5× its matrix work: {longer} its share of the work alone predicts.",
         (
-            f"Against {fa4_label} the cuDNN step is faster at {fa.count('faster')}, ties at "
-            f"{fa.count('tie')} and is slower at {fa.count('slower')} of {len(fa)} lengths."
+            f"In this run, against {fa4_label} the cuDNN step is {counted} of {sizes} sizes "
+            f"(sequence lengths){untimed}."
             if fa
             else f"{fa4_label} was not timed: {fa4_detail}."
         ),
-        *["* " + line.strip() for line in result.describe_verdicts().splitlines() if line.strip()],
+        *(
+            [
+                f"Against each baseline in this run, the cuDNN step's speed-up and its verdicts over "
+                f"the {sizes} sizes (sequence lengths):",
+                *bullets,
+            ]
+            if bullets
+            else []
+        ),
     ]

@@ -22,7 +22,6 @@ the sentences do not.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -260,11 +259,18 @@ class Halving:
         )
 
 
+_SELECTED_COLUMNS = ("rank", "plan", "name", "median (µs)", "± half the IQR", "note")
+"""The columns of :func:`selected_plans`."""
+
+
 def selected_plans(result: Any, *, fastest: int = 5) -> Any:
     """A table of the ``fastest`` plans, the heuristic's choice (plan 0) and the slowest, with their medians.
 
-    Each row is named ``#<rank> plan <index>: <name, 40 characters at most>``; a plan that is
-    more than one of these is shown once, where it first comes.
+    One row per plan: its rank (``"3 of 33"``), its index, its name (40 characters at most), its
+    median in µs (fixed-point with a thousands separator, never in scientific notation), half its
+    IQR as a share of the median, and a note that marks the fastest, the heuristic's first choice
+    (what a default build runs) and the slowest. A plan that is more than one of these is shown
+    once, where it first comes, with each note that applies.
 
     Parameters
     ----------
@@ -276,24 +282,42 @@ def selected_plans(result: Any, *, fastest: int = 5) -> Any:
     Returns
     -------
     Any
-        A :class:`~cudnn_guide.report.ComparisonTable` of medians in µs, titled "selected plans".
+        A pandas ``Styler`` (:func:`~cudnn_guide.report.html_table`) captioned "selected plans",
+        with the columns ``rank``, ``plan``, ``name``, ``median (µs)``, ``± half the IQR`` and
+        ``note``.
 
     Example
     -------
     >>> selected_plans(pass1)
     """
-    from cudnn_guide.report import ComparisonTable
+    import pandas as pd
+
+    from cudnn_guide.report import html_table
 
     ranked = result.ranked
-    shown = {t.index: t for t in ranked[:fastest] + [result.by_index(0)] + ranked[-1:]}
-    rows = [
-        dataclasses.replace(
-            t.measurement,
-            params={"impl": f"#{result.rank_of(i)} plan {i}: {t.name[:40]}", "size": "median (µs)"},
+    shown = {t.index: t for t in [*ranked[:fastest], result.by_index(0), *ranked[-1:]] if t is not None}
+    notes: dict[int, list[str]] = {}
+    if ranked:
+        notes.setdefault(ranked[0].index, []).append("fastest (the tuner's winner)")
+    notes.setdefault(0, []).append("the heuristic's first choice (a default build runs it)")
+    if len(ranked) > 1:
+        notes.setdefault(ranked[-1].index, []).append("slowest")
+    rank, plan, name, median, spread, note = _SELECTED_COLUMNS
+    rows = []
+    for i, t in shown.items():
+        m, r = t.measurement, result.rank_of(i)
+        rows.append(
+            {
+                rank: "—" if r is None else f"{r} of {len(ranked)}",
+                plan: i,
+                name: t.name[:40],
+                median: None if m is None else m.median_ms * 1e3,
+                spread: "—" if m is None else f"±{100 * m.rel_iqr / 2:.0f}%",
+                note: "; ".join(notes.get(i, [])),
+            }
         )
-        for i, t in shown.items()
-    ]
-    return ComparisonTable(rows, row="impl", column="size", metric="median_us", title="selected plans")
+    frame = pd.DataFrame(rows, columns=list(_SELECTED_COLUMNS))
+    return html_table(frame, {median: "{:,.2f}"}).set_caption("selected plans")
 
 
 def store_tuned_plan(graph: Any, io: Mapping[str, Any], description: str) -> str:
@@ -374,8 +398,39 @@ def plan_launcher(
     return run
 
 
+def _places(values: Sequence[float], edges: Sequence[float], start: int, most: int = 4) -> int:
+    """Decimal places, from ``start`` to ``most``, at which no value reads as on or across an edge it is not on.
+
+    Example
+    -------
+    >>> _places([0.9948, 0.9936, 0.99504], [1.0], 2), _places([1.05, 1.02, 1.08], [1.0], 2)
+    (3, 2)
+    """
+    for d in range(start, most):
+        if all(x == e or (float(f"{x:.{d}f}") - e) * (x - e) > 0 for x in values for e in edges):
+            return d
+    return most
+
+
+def _ratio_texts(v: Mapping[str, Any], band: float, start: int = 2) -> tuple[str, str, str]:
+    """A speed-up's value, low and high end, with as many decimals as it takes (from ``start``, at
+    most 4) for no end to read as on 1 or on an edge of ``1 ± band`` that it is not on: an interval
+    wholly below 1 never prints as reaching 1.
+
+    Example
+    -------
+    >>> _ratio_texts({"value": 0.9948, "low": 0.9936, "high": 0.99504}, 0.01)
+    ('0.995', '0.994', '0.995')
+    """
+    d = _places([v["value"], v["low"], v["high"]], [1.0, 1.0 - band, 1.0 + band], start)
+    return f"{v['value']:.{d}f}", f"{v['low']:.{d}f}", f"{v['high']:.{d}f}"
+
+
 def winner_text(plan_cmp: Any) -> str:
     """The winner's speed-up over the heuristic's choice (:data:`HEURISTIC`), with its interval and verdict.
+
+    The numbers get three decimals, more where three would make an interval that excludes 1 (or an
+    edge of the tie band) read as reaching it.
 
     Parameters
     ----------
@@ -385,7 +440,7 @@ def winner_text(plan_cmp: Any) -> str:
     Returns
     -------
     str
-        Two lines: the speed-up with its in-run 95% interval, then the verdict and the tie band.
+        Two lines: the speed-up with its in-run 95% interval, then this run's verdict and the tie band.
 
     Example
     -------
@@ -393,49 +448,67 @@ def winner_text(plan_cmp: Any) -> str:
     >>> v = {"value": 1.05, "low": 1.02, "high": 1.08, "verdict": "faster"}
     >>> print(winner_text(SimpleNamespace(versus={HEURISTIC: v}, tie_band=0.01)))
     winner over plan 0: 1.050× (1.020–1.080)
-    verdict: faster (tie band ±1.0%)
+    verdict in this run: faster (tie band ±1.0%)
     """
     v = plan_cmp.versus[HEURISTIC]
+    value, low, high = _ratio_texts(v, plan_cmp.tie_band, start=3)
     return (
-        f"winner over plan 0: {v['value']:.3f}× ({v['low']:.3f}–{v['high']:.3f})\n"
-        f"verdict: {v['verdict']} (tie band ±{100 * plan_cmp.tie_band:.1f}%)"
+        f"winner over plan 0: {value}× ({low}–{high})\n"
+        f"verdict in this run: {v['verdict']} (tie band ±{100 * plan_cmp.tie_band:.1f}%)"
     )
+
+
+def _behind(slow: Any, fast: Any) -> tuple[str, str]:
+    """:func:`behind`'s text, and its word for ``slow``: ``"slower"``, ``"faster"`` or ``"a tie"``."""
+    (f_lo, f_hi), (s_lo, s_hi) = fast.median_ci_ms, slow.median_ci_ms
+    pct = 100 * (slow.median_ms / fast.median_ms - 1)
+    lo, hi = 100 * (s_lo / f_hi - 1), 100 * (s_hi / f_lo - 1)
+    d = _places([pct, lo, hi], [0.0], 2)
+    if lo <= 0 <= hi:
+        direction, word = "a tie", "a tie (the interval includes 0)"
+    else:
+        direction = "slower" if lo > 0 else "faster"
+        word = f"{direction} in that pass (the interval excludes 0)"
+    return (
+        f"{pct:+.{d}f}% (interval {lo:+.{d}f}% to {hi:+.{d}f}%; one pass, timed one after another, no tie band): {word}"
+    ), direction
 
 
 def behind(slow: Any, fast: Any) -> str:
     """``slow``'s median over ``fast``'s, in %, with the interval from both medians' 95% intervals, in words.
 
-    The interval runs from ``slow``'s low end over ``fast``'s high end to ``slow``'s high end over
-    ``fast``'s low end; inside it, 0 means a tie.
+    The two were timed one after another, in one pass: the interval runs from ``slow``'s low end
+    over ``fast``'s high end to ``slow``'s high end over ``fast``'s low end, and says a tie when it
+    includes 0. It has no tie band and does not see drift between the two timings, so its
+    "slower" or "faster" is that pass's reading, not a verdict: where it disagrees with an
+    interleaved race of the same two plans, the race is the better evidence. The percentages get
+    two decimals, more where two would make an interval that excludes 0 read as reaching it.
 
     Parameters
     ----------
     slow
         A :class:`~cudnn_guide.measure.measurement.Measurement`.
     fast
-        The measurement it is compared with.
+        The measurement it is compared with, timed in the same pass.
 
     Returns
     -------
     str
-        e.g. ``"+1.20% (interval -0.50% to +2.90%): a tie within the noise (the interval includes 0)"``.
+        e.g. ``"+1.20% (interval -0.50% to +2.90%; one pass, timed one after another, no tie band):
+        a tie (the interval includes 0)"``.
 
     Example
     -------
     >>> from types import SimpleNamespace
     >>> fast = SimpleNamespace(median_ms=1.0, median_ci_ms=(0.99, 1.01))
     >>> slow = SimpleNamespace(median_ms=1.1, median_ci_ms=(1.08, 1.12))
-    >>> behind(slow, fast)
-    '+10.00% (interval +6.93% to +13.13%): slower beyond the noise'
+    >>> text = behind(slow, fast)
+    >>> text.split("; ")[0]
+    '+10.00% (interval +6.93% to +13.13%'
+    >>> text.split("): ")[1]
+    'slower in that pass (the interval excludes 0)'
     """
-    (f_lo, f_hi), (s_lo, s_hi) = fast.median_ci_ms, slow.median_ci_ms
-    pct = 100 * (slow.median_ms / fast.median_ms - 1)
-    lo, hi = 100 * (s_lo / f_hi - 1), 100 * (s_hi / f_lo - 1)
-    if lo <= 0 <= hi:
-        word = "a tie within the noise (the interval includes 0)"
-    else:
-        word = "slower beyond the noise" if lo > 0 else "faster beyond the noise"
-    return f"{pct:+.2f}% (interval {lo:+.2f}% to {hi:+.2f}%): {word}"
+    return _behind(slow, fast)[0]
 
 
 def median_us(t: Any) -> str:
@@ -463,6 +536,44 @@ def median_us(t: Any) -> str:
     return f"{e['value']:.1f} µs (in-run 95% interval {e['low']:.1f}–{e['high']:.1f})"
 
 
+_RACE_SAID = {
+    "faster": "the winner is faster in this run, so tuning beats the plan a default build runs",
+    "tie": "a tie in this run, so the heuristic's first choice, which a default build runs, is as good as the winner",
+    "slower": "the winner is slower in this run, so the heuristic's first choice, which a default build runs, beats it",
+}
+"""What the race's verdict (the winner against plan 0) means, in :func:`conclusions`."""
+_PLAN_0_SAID = {"faster": "slower", "tie": "a tie", "slower": "faster"}
+"""The race's verdict (the winner against plan 0) as plan 0's, in :func:`behind`'s words."""
+
+
+def _race_sentence(plan_cmp: Any) -> str:
+    """The race of the winner against plan 0: its speed-up, interval, tie band and what this run's verdict means."""
+    v = plan_cmp.versus[HEURISTIC]
+    value, low, high = _ratio_texts(v, plan_cmp.tie_band)
+    return (
+        f"Raced in interleaved rounds ({plan_cmp.rounds} rounds), the winner's speed-up over plan 0 "
+        f"is {value}× (in-run 95% interval {low}–{high}; tie band ±{100 * plan_cmp.tie_band:.1f}%): "
+        f"{_RACE_SAID[v['verdict']]}."
+    )
+
+
+def _against_winner(pass1: Any, index: int, plan_cmp: Any) -> str:
+    """Plan ``index`` against pass 1's winner in pass 1 (:func:`behind`); where the two are the raced
+    pair (``index`` is plan 0), what the race says of them, and whether it agrees."""
+    text, direction = _behind(pass1.by_index(index).measurement, pass1.best.measurement)
+    if index != 0 or not plan_cmp:
+        return text + "."
+    v = plan_cmp.versus[HEURISTIC]
+    value, low, high = _ratio_texts(v, plan_cmp.tie_band)
+    said = _PLAN_0_SAID[v["verdict"]]
+    agrees = "agrees" if said == direction else "disagrees, and it is the better evidence"
+    return (
+        f"{text}. The interleaved race above {agrees}: it puts plan 0's time at {value}× the "
+        f"winner's (in-run 95% interval {low}–{high}; tie band ±{100 * plan_cmp.tie_band:.1f}%), "
+        f"{said} in this run."
+    )
+
+
 def conclusions(
     passes: Passes,
     search: Halving,
@@ -479,7 +590,10 @@ def conclusions(
     winner (the first pass's best) runs in, with the race between them (``plan_cmp``) or the note
     that the winner is the heuristic's choice; the lesson's pick by workspace against the winner;
     whether the two passes agree; what successive halving found and cost; and how many timed
-    calls each plan timing got. Two plans timed one after another are compared by :func:`behind`.
+    calls each plan timing got. Two plans timed one after another are compared by :func:`behind`
+    (one pass, no tie band); where the two are the raced pair (the winner and plan 0), the race's
+    reading follows, and where the two disagree it says that the race is the better evidence. A
+    verdict of the race is this run's (in-run).
 
     Parameters
     ----------
@@ -512,18 +626,13 @@ def conclusions(
     ranked, winner = pass1.ranked, pass1.best
     heur, heur_rank = pass1.by_index(0), pass1.rank_of(0)
     if plan_cmp:
-        v = plan_cmp.versus[HEURISTIC]
-        said = (
-            f": in interleaved rounds it is {plan_cmp.describe()}; its speed-up over plan "
-            f"0 is {100 * (v['value'] - 1):+.2f}% (in-run 95% interval "
-            f"{100 * (v['low'] - 1):+.2f}% to {100 * (v['high'] - 1):+.2f}%)."
-        )
+        said = f". {_race_sentence(plan_cmp)}"
     else:
         said = ", and it is the heuristic's choice."
     sentences = [
         f"{distinct} distinct plans; building all of them took {build_s:.2f} s "
         "(build_plans with build_plan_policy.ALL).",
-        f"The heuristic's first choice ranks {heur_rank} of {len(ranked)} at "
+        f"In pass 1, the heuristic's first choice ranks {heur_rank} of {len(ranked)} at "
         f"{median_us(heur)}; the winner, plan {winner.index}, runs in "
         f"{median_us(winner)}" + said,
     ]
@@ -533,7 +642,7 @@ def conclusions(
     elif quick_t is None:
         quick_said = ", which has no pass 1 timing."
     else:
-        quick_said = f"; against the winner, in pass 1: {behind(quick_t, winner.measurement)}."
+        quick_said = f"; against the winner, in pass 1: {_against_winner(pass1, picked, plan_cmp)}"
     sentences.append(f"The lesson's pick by workspace (the smallest, {sizes[picked]} B) was plan {picked}" + quick_said)
     if pass1.best.index == pass2.best.index:
         sentences.append(f"Two exhaustive passes agree: rank correlation {rho:.3f}, same winner.")
@@ -549,20 +658,20 @@ def conclusions(
             f"Two exhaustive passes agree on the order (rank correlation {rho:.3f}) but "
             f"not on the winner: pass 2's winner, plan {pass2.best.index}, against plan "
             f"{pass1.best.index} in pass 1 ({len(b.samples_ms)} and {len(a.samples_ms)} "
-            f"calls): {behind(b, a)}."
+            f"calls): {_against_winner(pass1, pass2.best.index, plan_cmp)}"
         )
     pick = search.pick
-    if pick == pass1.best.index:
-        found = "the exhaustive winner itself"
-    else:
-        found = (
-            f"plan {pick}; against the exhaustive winner, in pass 1: "
-            f"{behind(pass1.by_index(pick).measurement, pass1.best.measurement)}"
-        )
-    sentences.append(
-        f"Successive halving found {found}, in {100 * search.cost_ratio:.0f}% of the exhaustive "
-        f"time ({search.result.seconds:.2f} s against {search.exhaustive_seconds:.2f} s)."
+    cost = (
+        f"in {100 * search.cost_ratio:.0f}% of the exhaustive time "
+        f"({search.result.seconds:.2f} s against {search.exhaustive_seconds:.2f} s)"
     )
+    if pick == pass1.best.index:
+        sentences.append(f"Successive halving found the exhaustive winner itself, {cost}.")
+    else:
+        sentences.append(
+            f"Successive halving found plan {pick}, {cost}; against the exhaustive winner, in "
+            f"pass 1: {_against_winner(pass1, pick, plan_cmp)}"
+        )
     calls, full, short = passes.calls, passes.full, passes.short
     short_ratio = min(
         (passes.of(n_pass).by_index(index).median_ms / winner.median_ms for n_pass, index in short),

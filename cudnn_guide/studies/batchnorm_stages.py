@@ -408,11 +408,19 @@ def plot_stages(result: Any, copy_gbps: float) -> Any:
     return fig
 
 
-def stage_items(results: Mapping[str, Any], stages: Iterable[str], copy_gbps: float) -> list[str]:
+def stage_items(
+    results: Mapping[str, Any], stages: Iterable[str], copy_gbps: float, *, launch_share: float = 0.25
+) -> list[str]:
     """One conclusion bullet per mode and stage: cuDNN's time, its share of copy bandwidth, verdicts.
 
-    Where the contenders of one stage were not timed the same way (their measurements' ``mode``
-    differ), the bullet says so: that verdict is not like for like.
+    The verdicts are this run's (in-run intervals; the page's record may widen them for
+    re-recording drift), and each bullet says so. Where the contenders of one stage were not
+    timed the same way (their measurements' ``mode`` differ), the bullet says so: that verdict is
+    not like for like. Where the launch cost subtracted from each timed call
+    (:attr:`~cudnn_guide.measure.measurement.Measurement.launch_cost_ms`) is more than
+    ``launch_share`` of a contender's event time (what the events measured, before the
+    subtraction), the bullet names those contenders with their shares: the verdict rests on the
+    few microseconds left after the subtraction.
 
     Parameters
     ----------
@@ -422,6 +430,8 @@ def stage_items(results: Mapping[str, Any], stages: Iterable[str], copy_gbps: fl
         The stages, in order.
     copy_gbps
         The measured copy bandwidth, GB/s.
+    launch_share
+        The share of a call's event time above which the subtracted launch cost is stated.
 
     Returns
     -------
@@ -447,16 +457,39 @@ def stage_items(results: Mapping[str, Any], stages: Iterable[str], copy_gbps: fl
             )
             items.append(
                 f"* {mode}, {stage}: cuDNN {ours.median_ms * 1e3:.1f} µs "
-                f"({100 * ours.gbps / copy_gbps:.0f}% of copy bandwidth): "
+                f"({100 * ours.gbps / copy_gbps:.0f}% of copy bandwidth); in this run, "
                 + "; ".join(cmp.describe(b) for b in cmp.versus)
                 + "."
                 + caveat
+                + _launch_caveat(cmp.measurements, launch_share)
             )
     return items
 
 
+def _launch_caveat(measurements: Mapping[str, Any], share: float) -> str:
+    """The sentence naming the contenders whose subtracted launch cost exceeds ``share`` of their
+    event time, with each one's share; empty when none does."""
+    high = {
+        name: m.launch_cost_ms / m.event_median_ms
+        for name, m in measurements.items()
+        if m.launch_cost_ms > 0 and m.launch_cost_ms > share * m.event_median_ms
+    }
+    if not high:
+        return ""
+    costs = {measurements[name].launch_cost_ms for name in high}
+    cost = f" ({1e3 * costs.pop():.1f} µs)" if len(costs) == 1 else ""
+    shares = ", ".join(f"{name} {100 * f:.0f}%" for name, f in high.items())
+    return (
+        f" Here the launch cost subtracted from each timed call{cost} is over {100 * share:.0f}% "
+        f"of the event time ({shares}): these verdicts rest on what is left after the subtraction."
+    )
+
+
 def stage_verdicts(results: Mapping[str, Any]) -> list[str]:
     """Every verdict of every stage comparison, mode by mode, stage by stage, baseline by baseline.
+
+    These are this run's verdicts (the comparisons' in-run intervals), not the record's, which
+    may be widened for re-recording drift: text that counts them should say "in this run".
 
     Parameters
     ----------

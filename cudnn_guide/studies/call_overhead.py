@@ -454,6 +454,13 @@ def added_verdict(e: Mapping[str, float], host: Any, name: str) -> str:
     return f"{signed(e)}, {word}"
 
 
+def _slow_calls(x: Mapping[str, Any]) -> str:
+    """A :func:`spread`'s slow calls in words: ``"2 of them above twice the median (slowest 99 µs)"``."""
+    if not x["slow"]:
+        return "none of them above twice the median"
+    return f"{x['slow']} of them above twice the median (slowest {x['slowest']:.0f} µs)"
+
+
 def native_text(native: Mapping[str, Any]) -> str | None:
     """The conclusions' sentence on the native CUDA-graph API, from :func:`native_cuda_graph`'s result.
 
@@ -465,8 +472,9 @@ def native_text(native: Mapping[str, Any]) -> str | None:
     Returns
     -------
     str | None
-        What an update costs, against a new graph where one was timed; or why the API did not run;
-        ``None`` for an empty result.
+        What an update costs, against a new graph where one was timed, each with its slow calls
+        (above twice its median) counted as :func:`spread_text` prints them; or why the API did not
+        run; ``None`` for an empty result.
 
     Example
     -------
@@ -480,7 +488,7 @@ def native_text(native: Mapping[str, Any]) -> str | None:
             if new is None
             else "; a new graph (create, populate, instantiate) takes "
             f"{new['median']:.0f} µs "
-            f"(median of {new['n']}, quartiles {new['q1']:.0f}–{new['q3']:.0f}): "
+            f"(median of {new['n']}, quartiles {new['q1']:.0f}–{new['q3']:.0f}, {_slow_calls(new)}): "
             + (
                 f"updating is {new['median'] / upd['median']:.1f}× cheaper"
                 if new["median"] >= upd["median"]
@@ -491,8 +499,7 @@ def native_text(native: Mapping[str, Any]) -> str | None:
             "The native CUDA-graph API works for this backend plan; re-pointing the "
             "graph at another buffer set (update_cuda_graph + cudaGraphExecUpdate) costs "
             f"{upd['median']:.0f} µs (median of {upd['n']}, alternating two sets; "
-            f"quartiles {upd['q1']:.0f}–{upd['q3']:.0f}, {upd['slow']} of them above "
-            f"twice the median){against}."
+            f"quartiles {upd['q1']:.0f}–{upd['q3']:.0f}, {_slow_calls(upd)}){against}."
         )
     if native:
         return f"The native CUDA-graph API did not run here: {native.get('error') or native.get('skipped')}"

@@ -11,7 +11,9 @@ The page measures it three ways:
   (:func:`process_rows`), the levels in words (:func:`level_text`);
 * what this package's launchers add to a raw ``graph.execute``, paired per round
   (:func:`added_rows`, :func:`overhead_text`);
-* the GPU time of one call, an eager loop and a replay, across sizes (:func:`sweep`).
+* the GPU time of one call, an eager loop and a replay, across sizes (:func:`sweep`); where the
+  GPU time is the raw event time (:func:`raw_events`), its series' name says it is an upper
+  bound there (:func:`gpu_time_name`).
 
 :func:`conclusions` words the three. The builds and timings need a GPU; the rows and the prose
 do not.
@@ -24,17 +26,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "GPU_TIME",
     "added_rows",
     "at_level",
     "conclusions",
+    "gpu_time_name",
     "level_text",
     "less_or_more",
     "matmul_epilogue",
     "most_common_level",
     "overhead_text",
     "process_rows",
+    "raw_events",
     "sweep",
 ]
+
+GPU_TIME = "GPU time of one call"
+"""The sweep's GPU-time series; :func:`gpu_time_name` adds where it holds raw event times."""
 
 
 def matmul_epilogue(s: int, seed: int = 0) -> tuple[Any, dict[str, Any], Any, dict[Any, Any]]:
@@ -207,19 +215,87 @@ def overhead_text(overhead: Mapping[str, float]) -> str:
     Returns
     -------
     str
-        ``"+0.30 µs/call, 95% CI -0.20 to +0.80 µs"``, prefixed with ``"no overhead this measurement
-        can resolve: "`` when the interval holds 0.
+        ``"+0.30 µs/call, 95% CI -0.20 to +0.80 µs"``; when the interval holds 0, prefixed with
+        ``"no overhead this measurement can resolve:"`` and a line break (with four spaces), so
+        that a printed line stays short.
 
     Example
     -------
     >>> overhead_text({"value": 0.5, "low": 0.25, "high": 0.75})
     '+0.50 µs/call, 95% CI +0.25 to +0.75 µs'
+    >>> print(overhead_text({"value": 0.5, "low": -0.25, "high": 0.75}))
+    no overhead this measurement can resolve:
+        +0.50 µs/call, 95% CI -0.25 to +0.75 µs
     """
     low, high = overhead["low"], overhead["high"]
     text = f"{overhead['value']:+.2f} µs/call, 95% CI {low:+.2f} to {high:+.2f} µs"
     if low <= 0 <= high:
-        text = f"no overhead this measurement can resolve: {text}"
+        text = f"no overhead this measurement can resolve:\n    {text}"
     return text
+
+
+def raw_events(m: Any) -> bool:
+    """Whether a GPU time is the raw event time, an upper bound on the kernel.
+
+    The harness subtracts its launch cost from each event sample unless that would not be
+    trusted (the call is too short, or the calibration is out of range); it then keeps the raw
+    event times, subtracts nothing (``launch_cost_ms`` 0) and says so in a warning.
+
+    Parameters
+    ----------
+    m
+        A :class:`~cudnn_guide.measure.measurement.Measurement` of
+        :func:`~cudnn_guide.measure.bench.benchmark`.
+
+    Returns
+    -------
+    bool
+        True when nothing was subtracted and a warning says the times are raw event times.
+
+    Example
+    -------
+    >>> from cudnn_guide.measure.measurement import Measurement
+    >>> raw = Measurement("t", [0.005], "events", warnings=["the raw event times are reported"])
+    >>> raw_events(raw), raw_events(Measurement("t", [0.005], "events", launch_cost_ms=0.003))
+    (True, False)
+    """
+    return not m.launch_cost_ms and any("raw event times" in w for w in m.warnings)
+
+
+def _sizes_text(upper: Sequence[int], sizes: Sequence[int]) -> str:
+    """``"s ≤ 512"`` when ``upper`` are the smallest of ``sizes``, else ``"s = 64, 256"``."""
+    if list(upper) == sorted(sizes)[: len(upper)]:
+        return f"s ≤ {max(upper)}" if len(upper) > 1 else f"s = {upper[0]}"
+    return "s = " + ", ".join(str(s) for s in upper)
+
+
+def gpu_time_name(gpu: Sequence[Any]) -> str:
+    """The name of the GPU-time series, saying at which sizes it holds raw event times.
+
+    Parameters
+    ----------
+    gpu
+        The sweep's GPU-time measurements, ``params["s"]`` on each.
+
+    Returns
+    -------
+    str
+        :data:`GPU_TIME`, with ``" (s ≤ 512: raw events, an upper bound)"`` when some sizes'
+        times are raw event times (:func:`raw_events`).
+
+    Example
+    -------
+    >>> from cudnn_guide.measure.measurement import Measurement
+    >>> note = ["the raw event times are reported"]
+    >>> gpu = [Measurement("t", [0.005], "events", params={"s": s}, warnings=note) for s in (64, 128)]
+    >>> gpu_time_name(gpu + [Measurement("t", [0.01], "x", params={"s": 256}, launch_cost_ms=0.003)])
+    'GPU time of one call (s ≤ 128: raw events, an upper bound)'
+    """
+    upper = [m.params["s"] for m in gpu if raw_events(m)]
+    if not upper:
+        return GPU_TIME
+    where = _sizes_text(upper, [m.params["s"] for m in gpu])
+    return f"{GPU_TIME} ({where}: raw events, an upper bound)"
 
 
 def sweep(sizes: Sequence[int]) -> list[Any]:
@@ -231,7 +307,10 @@ def sweep(sizes: Sequence[int]) -> list[Any]:
     (:func:`~cudnn_guide.measure.bench.benchmark`, 100 ms budget); a loop of 100 eager calls, 20
     times (:func:`~cudnn_guide.measure.cudagraphs.time_loop`); and 20 replays of a CUDA graph
     holding 100 calls (:func:`~cudnn_guide.measure.cudagraphs.time_replay`), each per call. One
-    line per size gives the three in µs.
+    line per size gives the three in µs; a GPU time that is the raw event time, an upper bound
+    (:func:`raw_events`), is marked ``≤`` and a last line says so. Once every size is timed, the
+    GPU-time series is named by :func:`gpu_time_name`, so that the table and the plot say where
+    it is an upper bound.
 
     Parameters
     ----------
@@ -242,7 +321,7 @@ def sweep(sizes: Sequence[int]) -> list[Any]:
     -------
     list[Any]
         Three :class:`~cudnn_guide.measure.measurement.Measurement` per size, in order: GPU time,
-        eager loop, replay; ``params`` ``impl`` (``"GPU time of one call"``, ``"eager loop, per
+        eager loop, replay; ``params`` ``impl`` (:func:`gpu_time_name`, ``"eager loop, per
         call"``, ``"graph replay, per call"``) and ``s``.
 
     Example
@@ -253,7 +332,7 @@ def sweep(sizes: Sequence[int]) -> list[Any]:
     from cudnn_guide import check
     from cudnn_guide.measure import bench, cudagraphs
 
-    rows = []
+    rows, gpus = [], []
     for s in sizes:
         sp, sins, sf, spack = matmul_epilogue(s, seed=s)
         check.poison(sins["y"])
@@ -268,7 +347,7 @@ def sweep(sizes: Sequence[int]) -> list[Any]:
             l2="hot",
             flops=flops,
             budget_ms=100,
-            params={"impl": "GPU time of one call", "s": s},
+            params={"impl": GPU_TIME, "s": s},
         )
         loop = cudagraphs.time_loop(
             fn,
@@ -287,11 +366,18 @@ def sweep(sizes: Sequence[int]) -> list[Any]:
             params={"impl": "graph replay, per call", "s": s},
         )
         rows += [gpu, loop, replayed]
+        gpus.append(gpu)
+        gpu_text = ("≤" if raw_events(gpu) else "") + f"{gpu.median_ms * 1e3:.2f}"
         print(
-            f"s={s:5d}: GPU {gpu.median_ms * 1e3:7.2f} µs, "
+            f"s={s:5d}: GPU {gpu_text:>7} µs, "
             f"eager loop {loop.median_ms * 1e3:7.2f} µs, "
             f"replay {replayed.median_ms * 1e3:7.2f} µs"
         )
+    if any(raw_events(m) for m in gpus):
+        print("≤: the raw event time, launch cost not subtracted: an upper bound on the GPU time")
+    name = gpu_time_name(gpus)
+    for m in gpus:
+        m.params["impl"] = name  # the table's row and the plot's line say where it is an upper bound
     return rows
 
 
@@ -330,8 +416,8 @@ def conclusions(
     when there are several); the launcher's overhead; at ``small``, the eager loop against the
     replays of a 100-call and of a one-call graph in the processes of the most common level (the
     median of their per-process ratios, its range there and over all processes); at the largest
-    size, how far eager and replay are apart; and the first size whose GPU time exceeds the host
-    cost.
+    size, which of eager and replay is slower and by how much; and the first size whose GPU time
+    exceeds the host cost.
 
     Parameters
     ----------
@@ -363,9 +449,9 @@ def conclusions(
     main = most_common_level(levels)
     host_us = main["value"]
     at_main = at_level(per_process, main)
-    by = {(m.params["impl"], m.params["s"]): m for m in rows}
+    by = {(GPU_TIME if m.params["impl"].startswith(GPU_TIME) else m.params["impl"], m.params["s"]): m for m in rows}
     crossover = next(
-        (s for s in sizes if by[("GPU time of one call", s)].median_ms * 1e3 > host_us),
+        (s for s in sizes if by[(GPU_TIME, s)].median_ms * 1e3 > host_us),
         None,
     )
     large = sizes[-1]
@@ -373,7 +459,13 @@ def conclusions(
     eager_main, replay_main, one_call = (
         statistics.median(r[key] for r in at_main) for key in ("eager_us", "replay_us", "replay_one_us")
     )
-    gpu_us = by[("GPU time of one call", small)].median_ms * 1e3
+    gpu_small = by[(GPU_TIME, small)]
+    gpu_us = gpu_small.median_ms * 1e3
+    gpu_read = (
+        f"one call's raw events read {gpu_us:.1f} µs"
+        if raw_events(gpu_small)
+        else f"one call's GPU time, launch cost subtracted, reads {gpu_us:.1f} µs"
+    )
     sentences = [
         f"One call of graph.execute keeps the host busy {host_us:.1f} µs (per call among "
         f"back-to-back calls; compare_host, s={small}; the median of the most common "
@@ -385,15 +477,17 @@ def conclusions(
             if len(levels) > 1
             else "All processes fell on one level."
         ),
-        f"This package's bind() launcher over the raw graph.execute, paired per round in this process: {overhead}.",
+        "This package's bind() launcher over the raw graph.execute, paired per round in this process: "
+        + " ".join(overhead.split())  # overhead_text may break its line
+        + ".",
     ]
     speedup = statistics.median(speedups)
     every = sorted(r["speedup"] for r in per_process)  # all processes, every host level
     sentences.append(
         f"At s={small}, in the {len(at_main)} fresh processes of that level, a loop of "
         f"100 eager calls takes {eager_main:.1f} µs per call for at most "
-        f"{min(gpu_us, replay_main):.1f} µs of GPU work (the replay below bounds it; one "
-        f"call's raw events read {gpu_us:.1f} µs); replaying a graph of 100 calls takes "
+        f"{min(gpu_us, replay_main):.1f} µs of GPU work (the replay below bounds it; "
+        f"{gpu_read}); replaying a graph of 100 calls takes "
         f"{replay_main:.1f} µs per call, {less_or_more(speedup)} (median of the "
         f"per-process ratios; {speedups[0]:.1f}–{speedups[-1]:.1f}× over those "
         f"{len(at_main)} of {len(per_process)} processes, {every[0]:.1f}–{every[-1]:.1f}× "
@@ -403,8 +497,20 @@ def conclusions(
         f"{less_or_more(eager_main / one_call)} than an eager call: what a replay saves "
         "without amortising its own launch."
     )
-    far = ratio(by[("eager loop, per call", large)], by[("graph replay, per call", large)])
-    sentences.append(f"At s={large}, eager and replay are {far:.2f}× apart: the GPU work hides the host.")
+    eager_large, replay_large = by[("eager loop, per call", large)], by[("graph replay, per call", large)]
+    far = ratio(eager_large, replay_large)  # eager over replay
+    times = f"{eager_large.median_ms * 1e3:.1f} µs per call eager, {replay_large.median_ms * 1e3:.1f} replayed"
+    if f"{far:.2f}" == "1.00":
+        sentences.append(
+            f"At s={large}, eager and replay take the same time ({far:.2f}×; {times}): the GPU work hides the host."
+        )
+    else:
+        slower, faster, x = (
+            ("the eager loop", "the replay", far) if far > 1 else ("the replay", "the eager loop", 1 / far)
+        )
+        sentences.append(
+            f"At s={large}, {slower} is {x:.2f}× slower than {faster} ({times}): the GPU work hides the host."
+        )
     sentences.append(
         f"The GPU time of one call first exceeds the host cost of graph.execute at s={crossover}."
         if crossover

@@ -36,9 +36,35 @@ _LOOP = "wall-clock µs in a loop"
 _HOST = "host µs, one call"
 
 
+def _interval(v: Mapping[str, Any]) -> str:
+    """``value×, low–high``, with as many decimals (two or more) as it takes for an interval that excludes 1 to show it.
+
+    >>> _interval({"value": 0.9996, "low": 0.9991, "high": 0.99953})
+    '0.9996×, 0.9991–0.9995'
+    >>> _interval({"value": 1.24, "low": 0.94, "high": 1.34})
+    '1.24×, 0.94–1.34'
+    """
+    d = 2
+    while d < 16 and (
+        (v["high"] < 1 and float(f"{v['high']:.{d}f}") >= 1) or (v["low"] > 1 and float(f"{v['low']:.{d}f}") <= 1)
+    ):
+        d += 1
+    return f"{v['value']:.{d}f}×, {v['low']:.{d}f}–{v['high']:.{d}f}"
+
+
+def _side(v: Mapping[str, Any]) -> str | None:
+    """Where a tie's interval lies wholly, if it does: ``"below"`` or ``"above"`` 1; else None."""
+    if v["verdict"] != "tie":
+        return None
+    return "below" if v["high"] < 1 else "above" if v["low"] > 1 else None
+
+
+_SIDES = {"below": "below 1 (the op slower)", "above": "above 1 (the op faster)"}
+
+
 def _said(v: Mapping[str, Any]) -> str:
     """``verdict (value×, low–high)``."""
-    return f"{v['verdict']} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})"
+    return f"{v['verdict']} ({_interval(v)})"
 
 
 def frontend_sdpa(scale: float) -> Callable[..., Any]:
@@ -273,13 +299,20 @@ def verdict_rows(cmp: Any, candidate: str = "this page's op") -> list[dict[str, 
 
 
 def _against_each(c: Any) -> str:
-    """The op against every baseline of ``c``, the ties together."""
+    """The op against every baseline of ``c``, the ties together; a tie whose interval lies wholly on one side of 1
+    is said to be a tie only by the band, where it is stated."""
     from cudnn_guide.report.prose import listed
 
-    ties = [
-        f"{n} ({v['value']:.2f}×, {v['low']:.2f}–{v['high']:.2f})" for n, v in c.versus.items() if v["verdict"] == "tie"
-    ]
-    parts = [f"a tie with {listed(ties)}"] if ties else []
+    def named(n: str) -> str:
+        return f"{n} ({_interval(c.versus[n])})"
+
+    ties = [n for n, v in c.versus.items() if v["verdict"] == "tie" and _side(v) is None]
+    parts = [f"a tie with {listed(named(n) for n in ties)}"] if ties else []
+    for side, words in _SIDES.items():
+        banded = [n for n, v in c.versus.items() if _side(v) == side]
+        if banded:
+            whose = "whose interval lies" if len(banded) == 1 else "whose intervals lie"
+            parts.append(f"a tie only by the tie band with {listed(named(n) for n in banded)}, {whose} wholly {words}")
     for n, v in c.versus.items():
         if v["verdict"] == "faster":
             parts.append(f"{v['value']:.2f}× faster than {n}")
@@ -295,10 +328,9 @@ def _on_both_clocks(training: Any, n: str) -> str:
     for clock, c in (("GPU time", training), ("the loop's wall clock", wall)):
         v = c.versus[n]
         part = f"by {clock}: {_said(v)}, tie band ±{100 * c.tie_band:.1f}%"
-        if v["verdict"] == "tie" and (v["high"] < 1 or v["low"] > 1):
-            slower = v["high"] < 1
-            side = "below 1 (the op slower)" if slower else "above 1 (the op faster)"
-            part += f", but its interval lies wholly {side}: a tie only by the band"
+        side = _side(v)
+        if side:
+            part += f", but its interval lies wholly {_SIDES[side]}: a tie only by the band"
         parts.append(part)
     if training.versus[n]["verdict"] != wall.versus[n]["verdict"]:
         parts.append("the two clocks disagree")
@@ -351,15 +383,19 @@ def conclusions(
         )
     elif same_kernels:
         kernels = (
-            f"{listed(same_kernels)} computed an output bit-identical to the op's: the "
-            "same cuDNN forward kernel, so a GPU-time tie between them is largely a kernel "
-            "timed against itself, and what differs is the host path around it."
+            f"{listed(same_kernels)} computed a forward output bit-identical to the op's: the "
+            "same cuDNN forward kernel. Their backward, the rest of each step, was not compared "
+            "bit for bit, so a GPU-time tie with them says that their steps cost the GPU about "
+            "the same, not that one kernel is timed against itself; the host path around the "
+            "kernels differs, and the loop's wall clock includes it."
         )
     else:
         kernels = "No other contender computed an output bit-identical to the op's."
     return [
-        f"By GPU time the op's training step runs at {rate:.0f} TFLOP/s and is {_against_each(training)}.",
-        f"By the wall clock of a back-to-back loop of steps, host time included, it is {_against_each(wall)}.",
+        f"By GPU time the op's training step runs at {rate:.0f} TFLOP/s and, in this run, is "
+        f"{_against_each(training)}.",
+        f"By the wall clock of a back-to-back loop of steps, host time included, it is, in this run, "
+        f"{_against_each(wall)}.",
         "Per baseline, the op's speed-up by each clock (in-run 95% interval):",
         *(_on_both_clocks(training, n) for n in training.versus),
         kernels,

@@ -43,6 +43,24 @@ __all__ = [
 GRAD_NAMES = ("dQ", "dK", "dV")
 """The gradients' names in the checks, in the order the graphs and references list them."""
 
+_LINE = 88
+"""The longest line printed; a longer one breaks onto an indented second line."""
+
+_SHAPES: dict[str, tuple[int, int]] = {}
+"""Sequences and tokens (B, S) of the latest :func:`dropout_inputs` (``"forward"``) and
+:func:`backward_graph` (``"backward"``): :func:`plot_costs` labels its bars with them."""
+
+
+def _patterns(n: int | None, what: str = "distinct dQ bit pattern") -> str:
+    """``"1 distinct dQ bit pattern"``, ``"9 distinct dQ bit patterns"``: the count and its noun agreeing."""
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _print_wrapped(head: str, tail: str) -> None:
+    """Print ``head: tail`` on one line, or ``tail`` on an indented second line when that is too long."""
+    said = f"{head}: {tail}"
+    print(said if len(said) <= _LINE else f"{head}:\n    {tail}")
+
 
 class Backward(NamedTuple):
     """One built backward graph: the graph, its launcher and the gradients it writes.
@@ -103,6 +121,7 @@ def backward_graph(
 
     io = {n: tensors[n] for n in ("q", "k", "v", "o", "dO", "stats")}
     q, k, v = io["q"], io["k"], io["v"]
+    _SHAPES["backward"] = (q.shape[0], q.shape[2])
     gb = cudnn.pygraph(
         handle=handle,
         io_data_type=cudnn_dtype(q.dtype),
@@ -268,7 +287,7 @@ def check_and_count(
         checks += check_grads(grads, reference, f"deterministic={det}")
         distinct[det] = bit_patterns(launch, lambda dq=grads[0]: dq, runs)
         print(
-            f"deterministic={det}: {distinct[det]} distinct dQ bit patterns in {runs} runs; "
+            f"deterministic={det}: {_patterns(distinct[det])} in {runs} runs; "
             f"workspace {built.report.workspace_bytes / 2**20:.0f} MiB"
         )
     return checks, distinct
@@ -332,7 +351,7 @@ def admit_fa4(
     if why is not None:
         return None
     distinct = bit_patterns(fa4_step, lambda: fa4_grads()[0].contiguous(), runs)
-    print(f"{label}: {distinct} distinct dQ bit patterns in {runs} runs")
+    _print_wrapped(label, f"{_patterns(distinct)} in {runs} runs")
     return distinct
 
 
@@ -370,6 +389,7 @@ def dropout_inputs(
     """
     import torch
 
+    _SHAPES["forward"] = (batch, seq)
     gen = torch.Generator(device="cuda").manual_seed(generator_seed)
     qd, kd, vd = (
         torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)
@@ -558,7 +578,10 @@ def plot_costs(errors: Mapping[int, float], p: float, dropout_cost: Any, det_cos
 
     Left, the relative error of the mean of N dropout runs against N (log-log), beside 1/√N
     from N = 1. Right, bars of the median µs per call with their in-run intervals: without and
-    with dropout, then the default and the deterministic backward.
+    with dropout, then the default and the deterministic backward. Two different calls share that
+    µs axis, so each pair is labelled with its call and shape, B×S tokens, as the latest
+    :func:`dropout_inputs` and :func:`backward_graph` made them (the call alone when not known),
+    and a line divides them.
 
     Parameters
     ----------
@@ -603,9 +626,20 @@ def plot_costs(errors: Mapping[int, float], p: float, dropout_cost: Any, det_cos
             err = [[e["value"] - e["low"]], [e["high"] - e["value"]]]
             axes[1].bar(i * 3 + j, e["value"], yerr=err, capsize=3, color=f"C{j}", label=name)
     axes[1].set_xticks([0, 1, 3, 4], ["no dropout", "dropout", "default", "deterministic"])
+    axes[1].set_xticks([0.5, 3.5], [_call_label("forward"), _call_label("backward")], minor=True)
+    axes[1].tick_params(axis="x", which="minor", length=0, pad=22)
+    axes[1].axvline(2, color="0.6", linewidth=1)
     axes[1].set_ylabel("µs per call (median, in-run interval)")
-    axes[1].set_title("what each switch costs")
+    axes[1].set_title("what each switch costs, each on its own call")
     return fig
+
+
+def _call_label(call: str) -> str:
+    """``"attention forward, 4×2048 tokens"`` from :data:`_SHAPES`; the call alone when not known."""
+    if call not in _SHAPES:
+        return f"attention {call}"
+    b, s = _SHAPES[call]
+    return f"attention {call}, {b}×{s} tokens"
 
 
 def fa4_sentence(
@@ -642,7 +676,7 @@ def fa4_sentence(
     if fa4_cmp is not None:
         v4 = fa4_cmp.versus[step_label]["verdict"]
         return (
-            f"* Against {step_label} ({distinct} dQ bit pattern(s) in 10 runs), one "
+            f"* Against {step_label} ({_patterns(distinct, 'dQ bit pattern')} in 10 runs), one "
             f"cuDNN training step (forward + deterministic backward) is "
             f"{fa4_cmp.describe(step_label)}" + ("." if v4 == "tie" else f": cuDNN is the {v4} of the two.")
         )

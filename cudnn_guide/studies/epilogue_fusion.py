@@ -188,8 +188,16 @@ class KSweep:
         return {CANDIDATE: self.fused, EAGER: self.eager, DEFAULT: self.compiled, BARE: self.bare}
 
 
+_LINE = 88
+"""The longest line :func:`gpu_and_loop_lines` prints; longer ones are wrapped."""
+
+
 def gpu_and_loop_lines(cmp: Any) -> str:
     """A comparison's verdicts, one line per baseline, in GPU time and in a back-to-back loop; then the tie bands.
+
+    No line is longer than 88 characters: when a baseline's line would be, every baseline's name
+    goes on a line of its own and its verdicts on an indented line below it (on two, GPU time then
+    loop, where one is still too long).
 
     Parameters
     ----------
@@ -201,7 +209,8 @@ def gpu_and_loop_lines(cmp: Any) -> str:
     -------
     str
         ``"<baseline>: GPU time <v>× (<lo>–<hi>), <verdict>; loop wall clock <v>× (<lo>–<hi>),
-        <verdict>"`` per baseline, then ``"tie band: GPU time ±x%, N rounds; loop ±y%, M rounds"``.
+        <verdict>"`` per baseline (wrapped as above), then ``"tie band: GPU time ±x%, N rounds;
+        loop ±y%, M rounds"``.
 
     Example
     -------
@@ -213,14 +222,23 @@ def gpu_and_loop_lines(cmp: Any) -> str:
     X: GPU time 1.50× (1.40–1.60), faster; loop wall clock 1.00× (0.98–1.02), tie
     tie band: GPU time ±1.0%, 15 rounds; loop ±3.0%, 7 rounds
     """
-    lines = []
+    said = []
     for name, v in cmp.versus.items():
         w = cmp.wall.versus[name]
-        lines.append(
-            f"{name}: GPU time {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), "
-            f"{v['verdict']}; loop wall clock {w['value']:.2f}× "
-            f"({w['low']:.2f}–{w['high']:.2f}), {w['verdict']}"
+        said.append(
+            (
+                f"{name}:",
+                f"GPU time {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), {v['verdict']};",
+                f"loop wall clock {w['value']:.2f}× ({w['low']:.2f}–{w['high']:.2f}), {w['verdict']}",
+            )
         )
+    lines = []
+    if all(len(" ".join(parts)) <= _LINE for parts in said):
+        lines += [" ".join(parts) for parts in said]
+    else:
+        for name, gpu, loop in said:
+            both = f"    {gpu} {loop}"
+            lines += [name, both] if len(both) <= _LINE else [name, f"    {gpu}", f"    {loop}"]
     lines.append(
         f"tie band: GPU time ±{100 * cmp.tie_band:.1f}%, {cmp.rounds} rounds; "
         f"loop ±{100 * cmp.wall.tie_band:.1f}%, {cmp.wall.rounds} rounds"
@@ -313,7 +331,8 @@ def conclusions(base_cmp: Any, bare: Any, result: Any, ks: Sequence[Any], real: 
     its epilogue and the eager chain's cost over the bare matmul; for each PyTorch chain, at which
     K cuDNN is faster, ties or is slower, in GPU time and in a back-to-back loop; where cuDNN loses
     on each clock; the host time per call of each contender across the sweep; and how each one's
-    GPU time over the bare matmul's moves from the smallest K to the largest.
+    GPU time over the bare matmul's moves from the smallest K to the largest. Each verdict is this
+    run's (in-run), and the sentences say so.
 
     Parameters
     ----------
@@ -351,7 +370,7 @@ def conclusions(base_cmp: Any, bare: Any, result: Any, ks: Sequence[Any], real: 
     }
     sentences = [
         f"At the base size the fused graph takes {f_est['value']:.1f} µs of GPU time "
-        f"(in-run 95% interval {f_est['low']:.1f}–{f_est['high']:.1f}): "
+        f"(in-run 95% interval {f_est['low']:.1f}–{f_est['high']:.1f}); in this run it is "
         + "; ".join(base_cmp.describe(name) for name in base_cmp.versus)
         + ".",
         f"* Its epilogue costs {100 * (fused_ms / bare_ms - 1):+.0f}% of GPU time over the "
@@ -368,7 +387,7 @@ def conclusions(base_cmp: Any, bare: Any, result: Any, ks: Sequence[Any], real: 
                     f"{word} at K = {', '.join(map(str, v[verdict]))}" for verdict, word in _VERDICT_WORDS if v[verdict]
                 )
             )
-        sentences.append(f"* Against {name}, across the sweep: {'; '.join(said)}.")
+        sentences.append(f"* Against {name}, across the sweep, in this run: {'; '.join(said)}.")
     for clock, by_verdict in by_clock.items():
         losses = {name: by_verdict[name]["slower"] for name in real if by_verdict[name]["slower"]}
         if losses:
@@ -376,9 +395,11 @@ def conclusions(base_cmp: Any, bare: Any, result: Any, ks: Sequence[Any], real: 
                 f"to {name} at {len(lost)} of {len(ks)} K values (K = {', '.join(map(str, lost))})"
                 for name, lost in losses.items()
             )
-            sentences.append(f"Where cuDNN loses {clock}: {where}.")
+            sentences.append(f"Where cuDNN loses {clock}, in this run: {where}.")
         else:
-            sentences.append(f"{clock[0].upper()}{clock[1:]}, cuDNN loses to no PyTorch chain at any K of the sweep.")
+            sentences.append(
+                f"{clock[0].upper()}{clock[1:]}, in this run, cuDNN loses to no PyTorch chain at any K of the sweep."
+            )
     hosts = []
     for name in (CANDIDATE, *real):
         at = {kk: result.comparisons[kk].measurements[name] for kk in ks}

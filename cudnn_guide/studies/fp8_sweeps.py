@@ -13,14 +13,15 @@ for bit (:attr:`MatmulSizes.same_bits`): equal bits point to the same kernel.
 :func:`check_attention` checks one attention problem's FP8 and bf16 graphs and the FP8 graph's
 ``amax`` of O; :func:`plot_fp8_sweeps` draws both sweeps side by side. The conclusions' words
 come from the data: :func:`same_kernel_text` (what the bit-for-bit comparisons say),
-:func:`clocks_text` (GPU time against a back-to-back loop), :func:`error_ratio` and
-:func:`peak_text`.
+:func:`clocks_text` (GPU time against a back-to-back loop, and where the GPU's clock was held
+down), :func:`error_ratio` and :func:`peak_text`.
 
 The sweeps and checks need a GPU; the words do not.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -449,7 +450,12 @@ def check_attention(
 
 
 def plot_fp8_sweeps(mm_result: Any, att_result: Any, ceiling: float) -> Any:
-    """Both sweeps' TFLOP/s side by side: the matmul with the measured bf16 ceiling, then attention.
+    """Both sweeps' TFLOP/s side by side: the matmul with a separate probe's bf16 matmul rate, then attention.
+
+    The matmul panel's dashed line is ``ceiling``, the best bf16 matmul of a separate probe
+    (:func:`~cudnn_guide.measure.ceilings.measure_ceilings`), and its label says so, with its
+    value. Where the sweep's own bf16 matmuls (contenders whose name holds ``bf16``) ran faster
+    than it, the label says at which sizes, and that the line is no ceiling there.
 
     Parameters
     ----------
@@ -458,7 +464,7 @@ def plot_fp8_sweeps(mm_result: Any, att_result: Any, ceiling: float) -> Any:
     att_result
         The attention sweep (size ``seq_len``).
     ceiling
-        The measured bf16 matmul ceiling, TFLOP/s (``measure_ceilings().bf16_tflops``).
+        The separate probe's best bf16 matmul, TFLOP/s (``measure_ceilings().bf16_tflops``).
 
     Returns
     -------
@@ -482,7 +488,7 @@ def plot_fp8_sweeps(mm_result: Any, att_result: Any, ceiling: float) -> Any:
         logx=True,
         title="matmul, n × n × n",
         ceiling=ceiling,
-        ceiling_label="measured bf16 matmul ceiling",
+        ceiling_label=_probe_label(mm_result, ceiling),
     )
     plot_sweep(
         att_result,
@@ -492,6 +498,25 @@ def plot_fp8_sweeps(mm_result: Any, att_result: Any, ceiling: float) -> Any:
         title="causal attention forward, head dim 128",
     )
     return fig
+
+
+def _probe_label(mm_result: Any, probe: float) -> str:
+    """The label of the separate probe's bf16 matmul line, naming the sizes where the sweep's own
+    bf16 matmuls ran faster than it."""
+    above = sorted(
+        {
+            m.params[mm_result.x]
+            for m in mm_result.measurements
+            if "bf16" in m.params.get("impl", "") and m.tflops is not None and m.tflops > probe
+        }
+    )
+    import textwrap
+
+    lines = ["bf16 matmul, separate probe:", f"{probe:.0f} TFLOP/s"]
+    if above:
+        sizes = "n\N{NO-BREAK SPACE}=\N{NO-BREAK SPACE}" + ", ".join(map(str, above))
+        lines += textwrap.wrap(f"(not a ceiling: this sweep's bf16 exceeds it at {sizes})", 30)
+    return "\n".join(lines)
 
 
 def same_kernel_text(same_bits: dict[int, bool], sizes: Sequence[int]) -> str:
@@ -532,9 +557,14 @@ def same_kernel_text(same_bits: dict[int, bool], sizes: Sequence[int]) -> str:
 
 
 def clocks_text(mm_result: Any, sizes: Sequence[int], baseline: str) -> str:
-    """A list item: where GPU time and a back-to-back loop (host time included) disagree on ``baseline``.
+    """A list item: where GPU time and a back-to-back loop disagree on ``baseline``, and where the clock was held down.
 
-    Only sizes whose comparison also ran the loop (``comparison.wall``) with ``baseline`` count.
+    Only sizes whose comparison also ran the loop (``comparison.wall``) with ``baseline`` count
+    for the first part. The second part reads the warnings of every measurement at each size:
+    where one says the GPU's clock was held down (a power cap or thermal throttling,
+    :func:`~cudnn_guide.measure.clocks.throttle_warnings`), it names the sizes, the reasons and
+    the lowest SM clock read; otherwise it says that no timed run reports it, or that the clocks
+    were not read.
 
     Parameters
     ----------
@@ -548,17 +578,19 @@ def clocks_text(mm_result: Any, sizes: Sequence[int], baseline: str) -> str:
     Returns
     -------
     str
-        ``"* The two clocks disagree: …"``, ``"* At … a back-to-back loop … gives the same verdict as
-        GPU time."``, or ``"* No back-to-back loop was timed: …"``.
+        ``"* GPU time and a back-to-back loop disagree: …"``, ``"* At … a back-to-back loop …
+        gives the same verdict as GPU time."``, or ``"* No back-to-back loop was timed: …"``,
+        then the clocks' sentence.
 
     Example
     -------
     >>> from types import SimpleNamespace
-    >>> c = SimpleNamespace(wall=None, versus={"X": {"verdict": "tie"}})
-    >>> clocks_text(SimpleNamespace(comparisons={2048: c}), [2048], "X")
-    "* No back-to-back loop was timed: no contender's host time per call came near its GPU time."
+    >>> c = SimpleNamespace(wall=None, versus={"X": {"verdict": "tie"}}, measurements={})
+    >>> text = clocks_text(SimpleNamespace(comparisons={2048: c}), [2048], "X")
+    >>> text.startswith("* No back-to-back loop was timed"), text.endswith("The GPU's clocks were not read.")
+    (True, True)
     """
-    clocks, looped = [], []  # sizes where GPU time and a back-to-back loop disagree
+    disagree, looped = [], []  # sizes where GPU time and a back-to-back loop disagree; that ran the loop
     for n in sizes:
         c_ = mm_result.comparisons[n]
         if c_.wall is None or baseline not in c_.wall.versus:
@@ -567,25 +599,65 @@ def clocks_text(mm_result: Any, sizes: Sequence[int], baseline: str) -> str:
         gpu, loop = c_.versus[baseline]["verdict"], c_.wall.versus[baseline]
         if gpu != loop["verdict"]:
             word = {"tie": "a tie", "faster": "faster", "slower": "slower"}
-            clocks.append(
+            disagree.append(
                 f"at {n}³ cuDNN FP8 is {word[gpu]} by GPU time and {word[loop['verdict']]} "
                 f"in a back-to-back loop ({loop['value']:.2f}×, {loop['low']:.2f}–"
                 f"{loop['high']:.2f}; the loop's tie band ±{100 * c_.wall.tie_band:.1f}%)"
             )
-    if clocks:
-        return (
-            "* The two clocks disagree: "
-            + "; ".join(clocks)
+    if disagree:
+        text = (
+            "* GPU time and a back-to-back loop disagree: "
+            + "; ".join(disagree)
             + ". The GPU-time verdict is the one that applies to launches under CUDA "
             "graphs, where a call's host time is gone; the loop's applies to plain eager "
             "launching, host time included."
         )
-    if looped:
-        return (
+    elif looped:
+        text = (
             f"* At {', '.join(looped)} a back-to-back loop, host time included, was also "
             "timed: it gives the same verdict as GPU time."
         )
-    return "* No back-to-back loop was timed: no contender's host time per call came near its GPU time."
+    else:
+        text = "* No back-to-back loop was timed: no contender's host time per call came near its GPU time."
+    return f"{text} {_held_down_text(mm_result, sizes)}"
+
+
+_HELD = re.compile(
+    r"^(?:(?P<why>.+?) held the clock down|thermal throttling).*?SM clock (?P<mhz>\d+) of (?P<max>\d+) MHz"
+)
+"""A clock warning of :func:`~cudnn_guide.measure.clocks.throttle_warnings`: its reason and the SM clock read."""
+
+
+def _held_down_text(mm_result: Any, sizes: Sequence[int]) -> str:
+    """Where the measurements' warnings say the GPU's clock was held down: the sizes, the reasons
+    and the lowest SM clock read at each; else that none says so, or that the clocks were not read."""
+    held: dict[int, tuple[int, int]] = {}
+    reasons: list[str] = []
+    read = False
+    for n in sizes:
+        for m in mm_result.comparisons[n].measurements.values():
+            read = read or bool(m.clocks.get("read_with"))
+            for w in m.warnings:
+                hit = _HELD.match(w)
+                if hit is None:
+                    continue
+                why = hit["why"] or "thermal throttling"
+                if why not in reasons:
+                    reasons.append(why)
+                mhz = (int(hit["mhz"]), int(hit["max"]))
+                held[n] = min(held.get(n, mhz), mhz)
+    if not held:
+        return "No timed run reports the GPU's clock held down." if read else "The GPU's clocks were not read."
+
+    def listed(parts: list[str]) -> str:
+        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+    at = listed([f"{n}³" for n in held])
+    lowest = listed([f"{mhz} of {top} MHz at {n}³" for n, (mhz, top) in held.items()])
+    return (
+        f"The GPU's clock was held down ({', '.join(reasons)}) at {at}: the lowest SM clock read "
+        f"after a timed run was {lowest}, so timings there may be slower than this GPU's best."
+    )
 
 
 def error_ratio(fp8_check: Any, bf16_check: Any) -> str:

@@ -440,6 +440,27 @@ def short(name: str) -> str:
     return "the cuDNN graph" if name == CANDIDATE else name.split(" (")[0]
 
 
+def _heads(n: int) -> str:
+    """``n`` K/V heads in words: "1 K/V head", "8 K/V heads".
+
+    Parameters
+    ----------
+    n
+        A K/V head count.
+
+    Returns
+    -------
+    str
+        The count and "K/V head", plural unless ``n`` is 1.
+
+    Example
+    -------
+    >>> _heads(1), _heads(8)
+    ('1 K/V head', '8 K/V heads')
+    """
+    return f"{n} K/V head" + ("" if n == 1 else "s")
+
+
 def times(ratio: float) -> str:
     """``ratio`` (old time / new time) as "N× less time", "N× more time" or the same.
 
@@ -477,7 +498,8 @@ def conclusions(
     implementation was fastest in how many layouts (:func:`fastest`) and the cuDNN graph's verdicts
     against the fastest other one (:func:`fastest_other`); its verdicts against FlashAttention-4
     alone, or why it was not timed; the layouts that were also raced in back-to-back loops
-    (:func:`~cudnn_guide.measure.compare.host_bound`); and one list item per layout.
+    (:func:`~cudnn_guide.measure.compare.host_bound`); and one list item per layout. Verdicts
+    and their counts are said to be this run's (in-run): the record widens them later.
 
     Parameters
     ----------
@@ -524,18 +546,18 @@ def conclusions(
         f"Prefill does the same arithmetic with 32, 8 or 1 K/V heads: the cuDNN graph "
         f"takes {pre_us[32]:.1f}, {pre_us[8]:.1f} and {pre_us[1]:.1f} µs "
         "for 32, 8 and 1 K/V heads (the prefill table's medians).",
-        f"By the comparisons' speed-ups, the fastest implementation of the {len(leads)} "
-        f"layouts was: {'; '.join(won)}. Against the fastest other implementation of each "
-        f"layout ({SELF}, cuDNN's own kernel, not counted), the cuDNN graph is faster in "
-        f"{judged.count('faster')}, ties in {judged.count('tie')} and is slower in "
-        f"{judged.count('slower')} of {len(judged)} layouts.",
+        f"By the comparisons' speed-ups in this run, the fastest implementation of the "
+        f"{len(leads)} layouts was: {'; '.join(won)}. Against the fastest other implementation "
+        f"of each layout ({SELF}, cuDNN's own kernel, not counted), the cuDNN graph is, in "
+        f"this run, faster in {judged.count('faster')}, ties in {judged.count('tie')} and is "
+        f"slower in {judged.count('slower')} of {len(judged)} layouts.",
     ]
     fa = [c.versus[FA4]["verdict"] for c in results.values() if FA4 in c.versus]
     if fa:
         sentences.append(
-            f"Against {FA4} alone, the cuDNN graph is faster in {fa.count('faster')}, "
-            f"ties in {fa.count('tie')} and is slower in {fa.count('slower')} "
-            f"of {len(fa)} layouts."
+            f"Against {FA4} alone, the cuDNN graph is, in this run, faster in "
+            f"{fa.count('faster')}, ties in {fa.count('tie')} and is slower in "
+            f"{fa.count('slower')} of {len(fa)} layouts."
         )
     elif fa4_ok:
         sentences.append(f"{FA4} refused every layout (its errors are printed above).")
@@ -547,7 +569,7 @@ def conclusions(
             f"In {len(looped)} of {len(results)} layouts, a contender's host time per "
             f"call reached {compare.HOST_BOUND:.0%} of its GPU time ("
             + "; ".join(
-                f"{phase}, {heads} K/V heads" + (f": {listed(map(short, hosts))}" if hosts else "")
+                f"{phase}, {_heads(heads)}" + (f": {listed(map(short, hosts))}" if hosts else "")
                 for (phase, heads), hosts in looped.items()
             )
             + "), so the contenders were also raced in back-to-back loops, host time "
@@ -556,7 +578,7 @@ def conclusions(
         )
     for (phase, heads), c in results.items():
         (best, tied), other = leads[(phase, heads)], rival[(phase, heads)]
-        line = f"* {phase}, {heads} K/V heads: fastest was "
+        line = f"* {phase}, {_heads(heads)}, in this run: fastest was "
         if tied:
             line += "a tie of " + listed(f"{short(n)} ({median_us(c, n):.1f} µs)" for n in (best, *tied))
         else:

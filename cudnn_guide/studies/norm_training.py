@@ -326,6 +326,9 @@ def compare_pass(
 def pass_table(measurements: Iterable[Any], label: str, tokens: int, hidden: int) -> Any:
     """One norm's measurements as a table of GB/s: a row per contender, a column per pass.
 
+    The title names the norm and its shape; the table adds the unit (``GB/s (at the median)``),
+    so the title does not repeat it.
+
     Parameters
     ----------
     measurements
@@ -353,7 +356,7 @@ def pass_table(measurements: Iterable[Any], label: str, tokens: int, hidden: int
         row="impl",
         column="pass",
         metric="gbps",
-        title=f"{label}, {tokens} × {hidden} bf16: GB/s (higher is better)",
+        title=f"{label}, {tokens} × {hidden} bf16 (higher is better)",
     )
 
 
@@ -431,6 +434,9 @@ def residual_comparison(problem: norms.NormProblem, *, candidate: str, seed: int
 def residual_table(measurements: Iterable[Any]) -> Any:
     """The fused residual add → norm's measurements as a table of GB/s: a row per contender, a column per norm.
 
+    Every contender's GB/s counts the fewest bytes (the fused graph's), as the title says; the
+    table adds the unit (``GB/s (at the median)``), so the title does not repeat it.
+
     Parameters
     ----------
     measurements
@@ -452,7 +458,7 @@ def residual_table(measurements: Iterable[Any]) -> Any:
         row="impl",
         column="norm",
         metric="gbps",
-        title="residual add → norm (training forward): GB/s of the fewest bytes",
+        title="residual add → norm (training forward), over the fewest bytes",
     )
 
 
@@ -581,14 +587,17 @@ def residual_item(label: str, res: Any, eager_over_fused: float) -> str:
     Returns
     -------
     str
-        A Markdown bullet with the verdicts against :data:`EAGER` and :data:`COMPILED`.
+        A Markdown bullet: the bytes eager PyTorch moves over the fused graph's first, then the
+        verdict against :data:`EAGER` and, in a sentence of its own, against :data:`COMPILED`
+        (each verdict's description ends with its back-to-back loop's, so that nothing after
+        it reads as part of it).
 
     Example
     -------
     >>> residual_item("LayerNorm", results[("residual", "LayerNorm")], 5 / 4)
     """
     return (
-        f"* Residual add → {label}: the fused graph is {res.describe(EAGER)} "
-        f"(eager moves {eager_over_fused:.2f}× the bytes), and "
+        f"* Residual add → {label}, where eager PyTorch moves {eager_over_fused:.2f}× the "
+        f"fused graph's bytes: the fused graph is {res.describe(EAGER)}. It is "
         f"{res.describe(COMPILED)}."
     )

@@ -362,6 +362,18 @@ def shown(ratio: float, low: float, high: float) -> str:
     return f"{ratio:.2f}× ({low:.2f}–{high:.2f}×, {range_verdict(low, high)})"
 
 
+def _share(x: float) -> str:
+    """``x`` as a percentage, with decimals where a whole number would round a share below 1 up to 100%.
+
+    >>> _share(0.96), _share(0.995), _share(0.9999)
+    ('96%', '99.5%', '99.99%')
+    """
+    d = 0
+    while d < 12 and x < 1 and float(f"{100 * x:.{d}f}") >= 100:
+        d += 1
+    return f"{x:.{d}%}"
+
+
 def conclusions(
     fresh: _Runs,
     speedups: Mapping[tuple[str, str], _Ratio],
@@ -407,6 +419,8 @@ def conclusions(
     -------
     >>> Prose(*conclusions(fresh, speedups, cold_speedups, rebuild_s, reload_s))
     """
+    from cudnn_guide.report.prose import listed
+
     first = {(g, c): statistics.median(r["first_result_s"] for r in fresh[(g, c)]) for g in graphs for c in CASES}
     ctx = {(g, c): statistics.median(r["context_s"] for r in fresh[(g, c)]) for g in graphs for c in CASES}
     sentences = []
@@ -433,9 +447,10 @@ def conclusions(
     gains = [g for g in graphs if speedups[(g, "warm JIT")][0] >= 10]
     if gains:
         sentences.append(
-            f"* For {', '.join(gains)}, even with a warm JIT cache the build is dominated "
-            "by work the cached plan skips (heuristics, and building runtime-fused "
-            "kernels)."
+            f"* For the {listed(gains)} graph{'s' if len(gains) > 1 else ''}, even with a warm "
+            "JIT cache the build is dominated by work the saved plan skips, most likely the "
+            "heuristics and building runtime-fused kernels (this page does not time them "
+            "apart)."
         )
     rebuild_ms = statistics.median(rebuild_s) * 1e3
     reload_ms = statistics.median(reload_s) * 1e3
@@ -449,8 +464,8 @@ def conclusions(
         )
         per_process = (
             f", against {reload_ms:.1f} ms to reload and {rebuild_ms:.1f} ms to rebuild in "
-            f"the warm process above: {once[0]:.0%} of a fresh load's median plan step and "
-            f"{once[1]:.0%} of a fresh build's is a cost each new process pays once, "
+            f"the warm process above: {_share(once[0])} of a fresh load's median plan step and "
+            f"{_share(once[1])} of a fresh build's is a cost each new process pays once, "
             "loading or building alike"
             if g == "conv" and min(once) > 0.5  # the graph the warm process timed
             else ""

@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 BAND_REFUSAL = "score_mod + causal band"
-"""The name of :func:`refusal`'s case in :func:`conclusions`' list of what is not available here."""
+"""The name of :func:`refusal`'s case. :func:`conclusions` states the refusal once, in its own
+paragraph, not among the contenders that did not run."""
 
 
 def _new_graph(handle: Any) -> Any:
@@ -313,7 +314,9 @@ def conclusions(
     not the fastest, one bullet; FlexAttention's two tanhs ran in the same rounds, so the
     approximate one's gain over the exact one is their paired per-round ratio, judged against
     the comparison's tie band. FlashAttention-4 (``"<fa4_label>, softcap"``) that was not timed
-    gets a bullet with the reason, and so does every other case that did not run here.
+    gets a bullet with the reason, and so does every other contender that did not run here. A
+    refused :func:`refusal` is said once, as its own paragraph (cuDNN's words are printed above
+    it on the page), not as a contender that did not run.
 
     Parameters
     ----------
@@ -399,9 +402,7 @@ def conclusions(
     sentences += [
         f"* {name} was not timed: {unavailable.get(name, fa4_detail)}." for name in (fa4_cap,) if name not in cmp.versus
     ]
-    sentences += [
-        f"* Not available here: {name}: {why}"
-        for name, why in {BAND_REFUSAL: refused, **unavailable}.items()
-        if why != "accepted" and not name.startswith(fa4_label)
+    sentences += [  # the refusal is its own paragraph above: not a contender that is missing
+        f"* Not available here: {name}: {why}" for name, why in unavailable.items() if not name.startswith(fa4_label)
     ]
     return sentences

@@ -81,12 +81,12 @@ def test_gpu_and_loop_text_gives_the_loop_verdict_its_own_band_and_rounds(host_b
 def test_a_candidate_the_loop_stretches_most_and_whose_host_time_exceeds_its_gpu_time_is_host_bound(host_bound):
     assert loop_stretch_text(host_bound) == (
         "cand runs at 10 TFLOP/s; in GPU time per call it is 1.11× slower than A (speed-up 0.90×, in-run 95% "
-        "interval 0.85–0.95; tie band ±1.0%, 7 rounds). So a plain eager loop of cand calls is 3.1× slower "
-        "than a loop of A calls (0.32×, 0.27–0.37; loop tie band ±2.0%, 7 rounds; the same verdict as GPU "
-        "time per call). In the loop a call takes 300 µs of wall clock against 100 µs of GPU time (medians "
-        "of round medians): 3.00× its GPU time. The other contenders' loops take 1.06× (A) to 1.10× (B) of "
-        "theirs: the loop stretches it more than any other, and its host time per call (150 µs) exceeds its "
-        "GPU time: the host bounds its loop."
+        "interval 0.85–0.95; tie band ±1.0%, 7 rounds). In this run, a plain eager loop of cand calls, host "
+        "time included, is 3.1× slower than a loop of A calls (0.32×, 0.27–0.37; loop tie band ±2.0%, 7 "
+        "rounds; the same verdict as GPU time per call). In the loop a call takes 300 µs of wall clock against "
+        "100 µs of GPU time (medians of round medians): 3.00× its GPU time. The other contenders' loops take "
+        "1.06× (A) to 1.10× (B) of theirs: the loop stretches it more than any other, and its host time per "
+        "call (150 µs) lies between its GPU time and its loop's time per call: the host bounds its loop."
     )
 
 

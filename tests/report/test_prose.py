@@ -100,3 +100,64 @@ def test_the_sdpa_kernel_note_says_when_pytorch_ran_cudnns_own_kernel():
         "PyTorch's eager SDPA here matched, bit for bit: FLASH_ATTENTION and EFFICIENT_ATTENTION."
     )
     assert sdpa_kernel_note([], "eager").endswith("bit for bit: none of the forced backends.")
+
+
+def _stretched(host_ms, loop_verdict="slower"):
+    """A comparison like the flex-attention page's window mask: a tie on the GPU (429 µs each), the candidate's
+    loop 510 µs a call, the others' loops 1.05× and 1.16× their GPU time; the candidate's host time ``host_ms``."""
+    from cudnn_guide.measure.compare import Comparison
+    from cudnn_guide.measure.measurement import Measurement
+
+    def cmp(ms, versus, band, host=None, wall=None, flops=None):
+        measured = {
+            n: Measurement(n, [t] * 3, "cold", flops=flops, host_samples_ms=[h] if (h := (host or {}).get(n)) else [])
+            for n, t in ms.items()
+        }
+        return Comparison("Flex", 7, measured, {n: [t] * 7 for n, t in ms.items()}, versus, band, wall=wall)
+
+    def v(value, verdict, low, high):
+        return {"value": value, "low": low, "high": high, "verdict": verdict}
+
+    wall = cmp(
+        {"Flex": 0.510, "FA4": 0.4505, "SDPA": 0.4976},
+        {"FA4": v(0.57, loop_verdict, 0.55, 0.63), "SDPA": v(0.98, "tie", 0.95, 1.01)},
+        0.148,
+    )
+    return cmp(
+        {"Flex": 0.429, "FA4": 0.429, "SDPA": 0.429},
+        {"FA4": v(1.0, "tie", 0.99, 1.01), "SDPA": v(1.0, "tie", 0.99, 1.01)},
+        0.01,
+        host={"Flex": host_ms, "FA4": 0.2, "SDPA": 0.3},
+        wall=wall,
+        flops=1e9,
+    )
+
+
+def test_the_loop_stretch_claims_the_host_bound_only_where_the_loop_per_call_is_not_below_the_host_time():
+    from cudnn_guide.report.prose import loop_stretch_text
+
+    above_loop = loop_stretch_text(_stretched(0.586))  # 586 µs alone, 510 µs a call in the loop
+    assert "the host bounds its loop" not in above_loop
+    assert above_loop.endswith(
+        "the loop stretches it more than any other. A call in its loop takes longer than its GPU time, so its GPU "
+        "waits between calls; its host time for one call on an idle GPU (586 µs) is above the loop's time per "
+        "call, so it does not measure what a call costs the host inside the loop."
+    )
+    within = loop_stretch_text(_stretched(0.480))  # 429 µs < 480 µs ≤ 510 µs
+    assert within.endswith(
+        "its host time per call (480 µs) lies between its GPU time and its loop's time per call: the host bounds "
+        "its loop."
+    )
+    assert loop_stretch_text(_stretched(0.3)).endswith("the loop stretches it more than any other.")
+
+
+def test_the_loop_verdict_does_not_follow_from_the_gpu_verdict_with_so():
+    from cudnn_guide.report.prose import loop_stretch_text
+
+    text = loop_stretch_text(_stretched(0.3))
+    assert "So a plain eager loop" not in text
+    assert (
+        "(1.00×, in-run 95% interval 0.99–1.01; tie band ±1.0%, 7 rounds). In this run, a plain eager loop of Flex "
+        "calls, host time included, is 1.8× slower than a loop of FA4 calls (0.57×, 0.55–0.63; loop tie band "
+        "±14.8%, 7 rounds; while in GPU time per call it is a tie)."
+    ) in text

@@ -305,22 +305,62 @@ def test_a_backend_that_cannot_run_a_length_is_left_out_of_it(cpu_sweep, monkeyp
 # -- the plot and the sentences --------------------------------------------------------------------
 
 
+def _tflops_sweep():
+    """A sweep whose candidate runs exactly as fast as PyTorch's cuDNN backend, FA4 above both."""
+    from cudnn_guide.measure.measurement import Measurement
+
+    times = {"cuDNN graphs (fwd + bwd)": 1.0, "PyTorch SDPA, cuDNN backend": 1.0, "FlashAttention-4": 0.8}
+    ms = [
+        Measurement(
+            f"{impl} S={s}", [t * s / 1024] * 5, "x", flops=4e11 * s / 1024, params={"impl": impl, "seq_len": s}
+        )
+        for s in (1024, 2048, 4096)
+        for impl, t in times.items()
+    ]
+    return types.SimpleNamespace(
+        measurements=ms, x="seq_len", comparisons={1024: types.SimpleNamespace(candidate="cuDNN graphs (fwd + bwd)")}
+    )
+
+
 def test_plot_tflops_draws_the_sweep_under_the_datasheet_peak(monkeypatch):
     import cudnn_guide.report as report
 
     seen = {}
+    real = report.plot_sweep
     monkeypatch.setattr(
-        report, "plot_sweep", lambda result, metric, **kw: seen.update(kw, result=result, metric=metric)
+        report,
+        "plot_sweep",
+        lambda result, metric, **kw: seen.update(kw, result=result, metric=metric) or real(result, metric, **kw),
     )
-    study.plot_tflops("result", types.SimpleNamespace(peak_bf16_tflops=989.0))
+    result = _tflops_sweep()
+    study.plot_tflops(result, types.SimpleNamespace(peak_bf16_tflops=989.0))
     assert seen == {
-        "result": "result",
+        "result": result,
         "metric": "tflops",
         "logx": True,
         "title": "causal attention, forward + backward, head dim 128",
         "ceiling": 989.0,
         "ceiling_label": "datasheet dense bf16 peak",
     }
+
+
+def test_plot_tflops_draws_the_pages_contender_on_top_and_the_legend_beside_the_data():
+    import matplotlib.pyplot as plt  # Agg: tests/conftest.py
+
+    ax = study.plot_tflops(_tflops_sweep(), types.SimpleNamespace(peak_bf16_tflops=989.0))
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    own, twin = lines["cuDNN graphs (fwd + bwd)"], lines["PyTorch SDPA, cuDNN backend"]
+    others = [a for a in (*ax.get_lines(), *ax.collections) if a is not own]
+    assert all(own.get_zorder() > a.get_zorder() for a in others)  # drawn over its twin, not under it
+    assert own.get_marker() == "s" and own.get_linestyle() == "--" and twin.get_marker() == "o"
+    fig = ax.get_figure()
+    fig.canvas.draw()
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()][0] == "cuDNN graphs (fwd + bwd)"
+    assert legend.legend_handles[0].get_marker() == "s"  # the legend shows the new style
+    box, data = legend.get_window_extent(), ax.get_window_extent()
+    assert box.x0 >= data.x1  # beside the axes: it covers no point
+    plt.close(fig)
 
 
 CAND, FA4 = "cuDNN graphs (fwd + bwd)", "FlashAttention-4 (flash-attn-4 4.0.0b36)"
@@ -360,7 +400,10 @@ def test_conclusions_are_computed_from_the_data():
         "(S=4096, in-run interval 450–465), 50% of the datasheet bf16 peak.",
         "At S=4096 the backward takes 2.88× the forward's time for 2.5× its matrix work: "
         "longer than its share of the work alone predicts.",
-        f"Against {FA4} the cuDNN step is faster at 2, ties at 2 and is slower at 1 of 5 lengths.",
+        f"In this run, against {FA4} the cuDNN step is faster at 2, tied at 2 and slower at 1 of 5 sizes "
+        "(sequence lengths).",
+        "Against each baseline in this run, the cuDNN step's speed-up and its verdicts over the 5 sizes "
+        "(sequence lengths):",
         "* S=1024: faster than PyTorch flash",
         "* S=2048: a tie with FA4",
     ]
@@ -372,6 +415,17 @@ def test_conclusions_say_why_flashattention_4_was_not_timed_and_a_backward_withi
     sentences = study.conclusions(result, CAND, 4096, ceil, 4096, 2.4, FA4, "not installed")
     assert "no longer than its share" in sentences[1]
     assert sentences[2] == f"{FA4} was not timed: not installed."
+
+
+def test_conclusions_count_fa4_over_the_sizes_the_bullets_count_and_skip_a_verdict_never_given():
+    result = fake_sweep(["slower", "slower", "slower", "slower"])  # not timed at the last length
+    ceil = types.SimpleNamespace(peak_bf16_tflops=920.0)
+    sentences = study.conclusions(result, CAND, 4096, ceil, 4096, 2.88, FA4, "unused")
+    assert sentences[2] == (
+        f"In this run, against {FA4} the cuDNN step is slower at 4 of 5 sizes (sequence lengths); not timed at 1."
+    )
+    result.describe_verdicts = lambda: ""
+    assert study.conclusions(result, CAND, 4096, ceil, 4096, 2.88, FA4, "unused")[3:] == []
 
 
 @pytest.mark.gpu

@@ -121,18 +121,40 @@ def test_halving_is_read_against_the_faster_of_the_two_passes():
 
 def test_selected_plans_shows_the_fastest_the_heuristics_choice_and_the_slowest_once_each():
     table = autotuning.selected_plans(result([0.5, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8]), fastest=5)
-    assert table.rows == [
-        "#1 plan 1: eng1",
-        "#2 plan 2: eng2",
-        "#3 plan 3: eng3",
-        "#4 plan 4: eng4",
-        "#5 plan 0: eng0",  # the heuristic's choice is among the five fastest: shown once
-        "#8 plan 7: eng7",
-    ]
-    assert table.columns == ["median (µs)"] and table.title == "selected plans"
-    assert table.value("#1 plan 1: eng1", "median (µs)") == pytest.approx(100, rel=1e-2)
+    frame = table.data
+    assert list(frame.columns) == ["rank", "plan", "name", "median (µs)", "± half the IQR", "note"]
+    assert list(frame["plan"]) == [1, 2, 3, 4, 0, 7]  # the heuristic's choice is among the five: shown once
+    assert list(frame["rank"]) == ["1 of 8", "2 of 8", "3 of 8", "4 of 8", "5 of 8", "8 of 8"]
+    assert frame["median (µs)"][0] == pytest.approx(100, rel=1e-2) and table.caption == "selected plans"
     slow_heuristic = autotuning.selected_plans(result([0.9, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8]), fastest=2)
-    assert slow_heuristic.rows == ["#1 plan 1: eng1", "#2 plan 2: eng2", "#8 plan 0: eng0"]
+    assert list(slow_heuristic.data["plan"]) == [1, 2, 0]  # plan 0 is also the slowest
+    assert list(slow_heuristic.data["rank"]) == ["1 of 8", "2 of 8", "8 of 8"]
+
+
+def test_selected_plans_marks_the_heuristics_choice_and_names_its_columns_plainly():
+    table = autotuning.selected_plans(result([0.5, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8]), fastest=5)
+    notes = dict(zip(table.data["plan"], table.data["note"]))
+    assert notes == {
+        1: "fastest (the tuner's winner)",
+        2: "",
+        3: "",
+        4: "",
+        0: "the heuristic's first choice (a default build runs it)",
+        7: "slowest",
+    }
+    html = table.to_html()
+    assert "\\" not in html and "impl" not in html and "size" not in html  # no "impl \\ size" header
+    winner_is_heuristic = autotuning.selected_plans(result([0.1, 0.2, 0.3]), fastest=1)
+    assert list(winner_is_heuristic.data["note"]) == [
+        "fastest (the tuner's winner); the heuristic's first choice (a default build runs it)",
+        "slowest",
+    ]
+
+
+def test_selected_plans_prints_large_medians_without_scientific_notation():
+    html = autotuning.selected_plans(result([0.0810, 0.0800, 120.7123]), fastest=1).to_html()
+    assert "120,712.30" in html and "81.00" in html and "80.00" in html
+    assert "e+0" not in html
 
 
 def test_store_tuned_plan_stores_the_serialized_plan_with_its_uids_and_removes_the_folder(monkeypatch):
@@ -189,16 +211,24 @@ def test_winner_text_gives_the_speed_up_interval_verdict_and_tie_band():
 
     v = {"value": 1.0312, "low": 1.0101, "high": 1.0523, "verdict": "faster"}
     text = autotuning.winner_text(SimpleNamespace(versus={HEURISTIC: v}, tie_band=0.0125))
-    assert text == "winner over plan 0: 1.031× (1.010–1.052)\nverdict: faster (tie band ±1.2%)"
+    assert text == "winner over plan 0: 1.031× (1.010–1.052)\nverdict in this run: faster (tie band ±1.2%)"
     assert HEURISTIC == "heuristic's first choice (plan 0)"  # the comparison's contender, as recorded
+
+
+def test_winner_text_gives_an_interval_below_1_enough_digits_not_to_read_as_reaching_1():
+    from types import SimpleNamespace
+
+    v = {"value": 0.99484, "low": 0.99362, "high": 0.999504, "verdict": "tie"}
+    text = autotuning.winner_text(SimpleNamespace(versus={HEURISTIC: v}, tie_band=0.01))
+    assert text.splitlines()[0] == "winner over plan 0: 0.9948× (0.9936–0.9995)"  # 3 digits: 0.999–1.000
 
 
 @pytest.mark.parametrize(
     "slow, word",
     [
-        ((1.10, 1.08, 1.12), "slower beyond the noise"),
-        ((1.00, 0.98, 1.02), "a tie within the noise (the interval includes 0)"),
-        ((0.90, 0.89, 0.91), "faster beyond the noise"),
+        ((1.10, 1.08, 1.12), "slower in that pass (the interval excludes 0)"),
+        ((1.00, 0.98, 1.02), "a tie (the interval includes 0)"),
+        ((0.90, 0.89, 0.91), "faster in that pass (the interval excludes 0)"),
     ],
 )
 def test_behind_says_slower_faster_or_a_tie_from_the_interval_of_the_ratio(slow, word):
@@ -209,19 +239,37 @@ def test_behind_says_slower_faster_or_a_tie_from_the_interval_of_the_ratio(slow,
     assert text.startswith(f"{100 * (slow[0] - 1):+.2f}% (interval ") and text.endswith(word)
 
 
+def test_behind_says_it_is_one_pass_without_a_tie_band_never_beyond_the_noise():
+    from types import SimpleNamespace
+
+    fast = SimpleNamespace(median_ms=0.0800, median_ci_ms=(0.0799, 0.0801))
+    slow = SimpleNamespace(median_ms=0.0804, median_ci_ms=(0.0803, 0.0805))  # +0.5%: inside a ±1% band
+    text = autotuning.behind(slow, fast)
+    assert "beyond the noise" not in text
+    assert "; one pass, timed one after another, no tie band): slower in that pass" in text
+
+
+def test_behind_gives_an_interval_that_excludes_0_enough_digits_not_to_read_as_reaching_0():
+    from types import SimpleNamespace
+
+    fast = SimpleNamespace(median_ms=1.0, median_ci_ms=(1.0, 1.0))
+    slow = SimpleNamespace(median_ms=1.001, median_ci_ms=(1.00004, 1.002))
+    assert autotuning.behind(slow, fast).startswith("+0.100% (interval +0.004% to +0.200%;")
+
+
 def test_median_us_quotes_a_plans_median_with_its_interval_or_says_it_has_none():
     assert autotuning.median_us(PlanTiming(0, "eng0", error="no")) == "no time (it could not be timed)"
     text = autotuning.median_us(timing(0, 0.25))
     assert text.startswith("250.0 µs (in-run 95% interval ") and text.endswith(")")
 
 
-def comparison(winner):
+def comparison(winner, value=1.1, low=1.08, high=1.12, verdict="faster"):
     from cudnn_guide.measure.compare import Comparison
 
     name = f"winner (plan {winner})"
-    med = {name: [1.0] * 7, HEURISTIC: [1.1] * 7}
+    med = {name: [1.0] * 7, HEURISTIC: [value] * 7}
     ms = {n: Measurement(n, v, "cold") for n, v in med.items()}
-    versus = {HEURISTIC: {"value": 1.1, "low": 1.08, "high": 1.12, "verdict": "faster"}}
+    versus = {HEURISTIC: {"value": value, "low": low, "high": high, "verdict": verdict}}
     return Comparison(name, 7, ms, med, versus, 0.01)
 
 
@@ -236,10 +284,13 @@ def test_conclusions_when_the_passes_agree_and_the_winner_beats_the_heuristics_c
     assert (
         sentences[0] == "4 distinct plans; building all of them took 1.23 s (build_plans with build_plan_policy.ALL)."
     )
-    assert sentences[1].startswith("The heuristic's first choice ranks 2 of 4 at 100.0 µs")
+    assert sentences[1].startswith("In pass 1, the heuristic's first choice ranks 2 of 4 at 100.0 µs")
     assert "; the winner, plan 1, runs in 80.0 µs" in sentences[1]
-    assert ": in interleaved rounds it is 1.10× faster than heuristic's first choice (plan 0)" in sentences[1]
-    assert sentences[1].endswith("its speed-up over plan 0 is +10.00% (in-run 95% interval +8.00% to +12.00%).")
+    assert sentences[1].endswith(
+        ". Raced in interleaved rounds (7 rounds), the winner's speed-up over plan 0 is 1.10× (in-run 95% "
+        "interval 1.08–1.12; tie band ±1.0%): the winner is faster in this run, so tuning beats the plan a "
+        "default build runs."
+    )
     assert (
         sentences[2]
         == "The lesson's pick by workspace (the smallest, 64 B) was plan 1, the same as the tuner's winner."
@@ -266,5 +317,63 @@ def test_conclusions_when_plan_0_wins_and_the_passes_and_the_search_disagree():
     assert sentences[2].startswith("The lesson's pick by workspace (the smallest, 0 B) was plan 2; against the winner")
     assert sentences[3].startswith("Two exhaustive passes agree on the order (rank correlation 0.500) but not on")
     assert "pass 2's winner, plan 1, against plan 0 in pass 1 (200 and 200 calls): +10.00%" in sentences[3]
-    assert sentences[4].startswith("Successive halving found plan 1; against the exhaustive winner, in pass 1: +10.00%")
+    assert sentences[4].startswith(
+        "Successive halving found plan 1, in 50% of the exhaustive time (1.00 s against 2.00 s); against the "
+        "exhaustive winner, in pass 1: +10.00%"
+    )
+    assert "The interleaved race" not in sentences[3] + sentences[4]  # no race: the winner is plan 0
     assert sentences[5].endswith("and 0 got fewer than 20.")
+
+
+def recorded_like(halving_pick=1):
+    """Pass 1's winner is plan 4 and plan 0 is 1.25% behind it there; pass 2's winner is plan 0; the race of
+    the two ties, plan 0 ahead by about 0.5% with an interval wholly below 1 (as plot_03 recorded)."""
+    first = result([0.0810, 0.0804, 0.0859, 0.0900, 0.0800], seconds=4.0)
+    second = result([0.0800, 0.0804, 0.0859, 0.0900, 0.0802], seconds=4.0)
+    order = [0.5, 0.5, 0.5, 0.5, 0.5]
+    order[halving_pick] = 0.1
+    search = Halving(result(order, seconds=1.0, method="halving"), first, second)
+    return Passes(first, second), search
+
+
+def test_conclusions_state_the_race_with_enough_digits_and_say_plainly_that_the_default_plan_is_as_good():
+    passes, search = recorded_like()
+    race = comparison(4, value=0.99484, low=0.99362, high=0.99504, verdict="tie")
+    sentences = autotuning.conclusions(passes, search, race, distinct=5, build_s=0.7, picked=3, sizes=[8, 8, 8, 0, 8])
+    assert sentences[1].endswith(
+        ". Raced in interleaved rounds (7 rounds), the winner's speed-up over plan 0 is 0.995× (in-run 95% "
+        "interval 0.994–0.995; tie band ±1.0%): a tie in this run, so the heuristic's first choice, which a "
+        "default build runs, is as good as the winner."
+    )
+    assert "1.00" not in sentences[1].split("Raced")[1]  # an interval wholly below 1 never reads as reaching it
+    assert all("with heuristic's" not in s and "beyond the noise" not in s for s in sentences)
+
+
+def test_conclusions_call_one_after_another_comparisons_what_they_are_and_defer_to_the_race():
+    passes, search = recorded_like()
+    race = comparison(4, value=0.99484, low=0.99362, high=0.99504, verdict="tie")
+    sentences = autotuning.conclusions(passes, search, race, distinct=5, build_s=0.7, picked=3, sizes=[8, 8, 8, 0, 8])
+    one_pass = "; one pass, timed one after another, no tie band): slower in that pass (the interval excludes 0)"
+    assert sentences[2].startswith("The lesson's pick by workspace (the smallest, 0 B) was plan 3; against the")
+    assert sentences[2].endswith(one_pass + ".")
+    assert sentences[3].startswith(
+        "Two exhaustive passes agree on the order (rank correlation 0.700) but not on the winner: pass 2's "
+        "winner, plan 0, against plan 4 in pass 1 (200 and 200 calls): +1.25% (interval "
+    )
+    assert sentences[3].endswith(
+        one_pass + ". The interleaved race above disagrees, and it is the better evidence: it puts plan 0's "
+        "time at 0.995× the winner's (in-run 95% interval 0.994–0.995; tie band ±1.0%), a tie in this run."
+    )
+    assert sentences[4].startswith("Successive halving found plan 1, in 25% of the exhaustive time")
+    assert sentences[4].endswith(one_pass + ".")  # plan 1 was not raced: pass 1's reading alone
+
+
+def test_conclusions_say_when_the_race_agrees_with_pass_1():
+    passes, search = recorded_like(halving_pick=0)
+    race = comparison(4, value=1.013, low=1.011, high=1.014, verdict="faster")
+    sentences = autotuning.conclusions(passes, search, race, distinct=5, build_s=0.7, picked=4, sizes=[8, 8, 8, 8, 0])
+    assert sentences[4].startswith("Successive halving found plan 0, in 25% of the exhaustive time")
+    assert sentences[4].endswith(
+        "slower in that pass (the interval excludes 0). The interleaved race above agrees: it puts plan 0's "
+        "time at 1.013× the winner's (in-run 95% interval 1.011–1.014; tie band ±1.0%), slower in this run."
+    )

@@ -325,7 +325,7 @@ def test_stage_items_say_time_share_and_verdicts_and_flag_mixed_timing():
     }
     items = batchnorm_stages.stage_items(results, ["a"], 8000.0)
     assert items[0] == (
-        "* training, a: cuDNN 500.0 µs (50% of copy bandwidth): "
+        "* training, a: cuDNN 500.0 µs (50% of copy bandwidth); in this run, "
         + "; ".join(plain.describe(b) for b in plain.versus)
         + "."
     )
@@ -333,6 +333,51 @@ def test_stage_items_say_time_share_and_verdicts_and_flag_mixed_timing():
         ". The contenders were timed differently here (cold; cold+graph): this verdict is not like for like."
     )
     assert batchnorm_stages.stage_verdicts(results) == ["faster", "tie", "slower", "faster"]
+
+
+def test_stage_items_say_the_verdicts_are_this_runs():
+    one = _stage("inference", [_v(3.2, "faster"), _v(0.91, "slower")])
+    (item,) = batchnorm_stages.stage_items({"inference": SimpleNamespace(comparisons={"a": one})}, ["a"], 8000.0)
+    assert "; in this run, " + one.describe("PyTorch eager inference") in item
+
+
+def _timed(impl, ms, cost_ms):
+    """A measurement of ``ms`` per call left after subtracting ``cost_ms`` of launch cost."""
+    return Measurement(
+        f"{impl} @ stage=s",
+        [ms] * 3,
+        "cold-L2 events − launch cost",
+        bytes=2e9,
+        params={"impl": impl},
+        launch_cost_ms=cost_ms,
+    )
+
+
+def test_stage_items_state_a_large_subtracted_launch_cost_from_the_measurements():
+    names = ["cuDNN inference", "PyTorch eager inference", "torch.compile (default) inference"]
+    # 3.4 µs subtracted: 4.4 µs left is 44% of the event time, 14.5 µs left 19%, 4.0 µs left 46%
+    measured = {n: _timed(n, ms, 0.0034) for n, ms in zip(names, (0.0044, 0.0145, 0.0040))}
+    cmp = Comparison(
+        names[0],
+        9,
+        measured,
+        {n: [0.001] * 9 for n in names},
+        dict(zip(names[1:], [_v(3.2, "faster"), _v(0.91, "slower")])),
+        0.01,
+    )
+    results = {"inference": SimpleNamespace(comparisons={"s": cmp})}
+    (item,) = batchnorm_stages.stage_items(results, ["s"], 8000.0)
+    assert item.endswith(
+        ". Here the launch cost subtracted from each timed call (3.4 µs) is over 25% of the event time "
+        "(cuDNN inference 44%, torch.compile (default) inference 46%): these verdicts rest on what is left "
+        "after the subtraction."
+    )
+    (none,) = batchnorm_stages.stage_items(results, ["s"], 8000.0, launch_share=0.5)
+    assert "launch cost" not in none  # under the threshold: nothing said
+    small = {n: _timed(n, 0.05, 0.0034) for n in names}  # 6% of the event time
+    cmp.measurements = small
+    (quiet,) = batchnorm_stages.stage_items(results, ["s"], 8000.0)
+    assert "launch cost" not in quiet
 
 
 def test_stage_items_follow_the_given_stage_order():

@@ -116,18 +116,28 @@ def test_the_native_sentence_says_what_an_update_costs_or_why_it_did_not_run():
     assert call_overhead.native_text({"update_us": upd, "new_graph_us": new}) == (
         "The native CUDA-graph API works for this backend plan; re-pointing the graph at another buffer set "
         "(update_cuda_graph + cudaGraphExecUpdate) costs 12 µs (median of 50, alternating two sets; quartiles "
-        "11–13, 2 of them above twice the median); a new graph (create, populate, instantiate) takes 60 µs "
-        "(median of 20, quartiles 55–70): updating is 5.0× cheaper."
+        "11–13, 2 of them above twice the median (slowest 40 µs)); a new graph (create, populate, instantiate) "
+        "takes 60 µs (median of 20, quartiles 55–70, none of them above twice the median): updating is 5.0× cheaper."
     )
     slower = call_overhead.native_text({"update_us": new, "new_graph_us": upd})
     assert slower.endswith("updating costs 5.0× as much.")
     alone = call_overhead.native_text({"update_us": upd, "error": "RuntimeError: x"})
-    assert alone.endswith("2 of them above twice the median).")
+    assert alone.endswith("2 of them above twice the median (slowest 40 µs)).")
     assert call_overhead.native_text({"error": "RuntimeError: CUDA runtime: 1"}) == (
         "The native CUDA-graph API did not run here: RuntimeError: CUDA runtime: 1"
     )
     assert call_overhead.native_text({"skipped": "needs cuda-python"}).endswith("needs cuda-python")
     assert call_overhead.native_text({}) is None
+
+
+def test_the_native_sentence_counts_the_new_graphs_slow_calls_as_the_output_prints_them():
+    upd = call_overhead.spread([14.0, 14.5, 15.0, 16.0, 281.0, 40.0, 14.2, 14.8])
+    new = call_overhead.spread([22.0, 23.0, 24.0, 26.0, 99.0, 60.0, 23.5, 22.5])
+    said = call_overhead.native_text({"update_us": upd, "new_graph_us": new})
+    update_part, new_part = said.split("; a new graph")
+    for part, x in ((update_part, upd), (new_part, new)):
+        assert x["slow"] == 2
+        assert f"{x['slow']} of them above twice the median (slowest {x['slowest']:.0f} µs)" in part
 
 
 class GraphTensor:

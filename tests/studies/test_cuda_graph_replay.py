@@ -63,9 +63,22 @@ def test_added_rows_and_the_overhead_in_words():
     resolved = "+2.00 µs/call, 95% CI +1.50 to +3.00 µs"
     assert cgr.overhead_text(adds["checks pack"]) == resolved
     assert cgr.overhead_text(adds["bind"]) == (
-        "no overhead this measurement can resolve: +0.25 µs/call, 95% CI -0.12 to +0.50 µs"
+        "no overhead this measurement can resolve:\n    +0.25 µs/call, 95% CI -0.12 to +0.50 µs"
     )
     assert cgr.overhead_text({"value": -0.5, "low": -1.0, "high": 0.0}).startswith("no overhead")  # 0 at an end
+
+
+def test_the_unresolved_overhead_prints_in_short_lines_and_reads_as_one_sentence():
+    text = cgr.overhead_text({"value": 0.13, "low": -2.39, "high": 1.2})
+    printed = f"launcher over raw graph.execute: {text}"  # as the page prints it
+    assert len(printed.splitlines()) == 2 and all(len(line) <= 88 for line in printed.splitlines())
+    per_process = [_process(13.0, 30.0, 10.0), _process(13.2, 33.0, 10.0)]
+    levels = host_levels.levels([r["host_us"] for r in per_process])
+    rows = _rows([2.0, 5.0, 9.0], [30.0, 31.0, 30.0], [10.0, 10.0, 10.0])
+    said = cgr.conclusions(per_process, levels, rows, SIZES, 64, text)[1]
+    assert said.endswith(
+        "in this process: no overhead this measurement can resolve: +0.13 µs/call, 95% CI -2.39 to +1.20 µs."
+    )
 
 
 def test_less_or_more():
@@ -102,9 +115,7 @@ class _Graph:
         return f"launcher {self.s}"
 
 
-def test_the_sweep_checks_each_size_before_timing_it(monkeypatch, capsys):
-    log = []
-
+def _sweep_stand_ins(monkeypatch, log, gpu_warnings=lambda s: []):
     def build(s, seed=0):
         log.append(("build", s, seed))
         ins = {k: _Tensor(f"{k}{s}") for k in ("a", "b", "bias", "y", "amax")}
@@ -113,7 +124,8 @@ def test_the_sweep_checks_each_size_before_timing_it(monkeypatch, capsys):
     def timer(name, ms):
         def time(fn, **kw):
             log.append((name, fn, kw))
-            return Measurement(kw["label"], [ms], "x", kw.get("flops"), params=kw.get("params", {}))
+            notes = gpu_warnings(kw["params"]["s"]) if name == "benchmark" else []
+            return Measurement(kw["label"], [ms], "x", kw.get("flops"), params=kw.get("params", {}), warnings=notes)
 
         return time
 
@@ -127,6 +139,50 @@ def test_the_sweep_checks_each_size_before_timing_it(monkeypatch, capsys):
         cudagraphs, "capture", lambda fn, calls, label: log.append(("capture", fn, calls, label)) or "g"
     )
     monkeypatch.setattr(cudagraphs, "time_replay", lambda g, **kw: timer("time_replay", 0.003)(g, **kw))
+
+
+RAW = (
+    "too short to time per call: the launch cost (3.37 µs) is 68% of the event time (4.99 µs), so subtracting "
+    "it could give an impossible (non-positive) time; the raw event times are reported, an upper bound on "
+    "the kernel time; time it with cuda_graph=True"
+)
+
+
+def test_raw_events_reads_the_warning_and_the_launch_cost():
+    assert cgr.raw_events(Measurement("t", [0.005], "hot-L2 events", warnings=[RAW]))
+    assert not cgr.raw_events(Measurement("t", [0.005], "hot-L2 events", warnings=["large spread"]))
+    subtracted = Measurement("t", [0.005], "hot-L2 events − launch cost", launch_cost_ms=0.003)
+    assert not cgr.raw_events(subtracted)
+
+
+def test_the_sweep_names_the_gpu_time_an_upper_bound_where_it_holds_raw_events(monkeypatch, capsys):
+    log = []
+    _sweep_stand_ins(monkeypatch, log, lambda s: [RAW] if s <= 128 else [])
+    rows = cgr.sweep([64, 128, 256])
+    name = "GPU time of one call (s ≤ 128: raw events, an upper bound)"
+    assert [m.params["impl"] for m in rows[::3]] == [name, name, name]  # one row, one line
+    assert rows[1].params["impl"] == "eager loop, per call" and [m.label for m in rows[::3]] == [
+        "GPU time s=64",
+        "GPU time s=128",
+        "GPU time s=256",
+    ]
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "s=   64: GPU   ≤2.00 µs, eager loop   12.00 µs, replay    3.00 µs",
+        "s=  128: GPU   ≤2.00 µs, eager loop   12.00 µs, replay    3.00 µs",
+        "s=  256: GPU    2.00 µs, eager loop   12.00 µs, replay    3.00 µs",
+        "≤: the raw event time, launch cost not subtracted: an upper bound on the GPU time",
+    ]
+    assert all(len(line) <= 88 for line in out)
+    note = [RAW]
+    gpu = [Measurement("t", [0.005], "x", params={"s": s}, warnings=note if s == 256 else []) for s in (64, 256)]
+    assert cgr.gpu_time_name(gpu) == "GPU time of one call (s = 256: raw events, an upper bound)"
+    assert cgr.gpu_time_name(gpu[:1]) == "GPU time of one call"
+
+
+def test_the_sweep_checks_each_size_before_timing_it(monkeypatch, capsys):
+    log = []
+    _sweep_stand_ins(monkeypatch, log)
 
     rows = cgr.sweep([64, 128])
     assert [(m.label, m.params) for m in rows] == [
@@ -185,11 +241,13 @@ def test_the_sweep_checks_each_size_before_timing_it(monkeypatch, capsys):
 SIZES = [64, 256, 4096]
 
 
-def _rows(gpu_us, eager_us, replay_us):
+def _rows(gpu_us, eager_us, replay_us, raw=(64,)):
     rows = []
+    name = "GPU time of one call (s = 64: raw events, an upper bound)" if raw else "GPU time of one call"
     for s, g, e, r in zip(SIZES, gpu_us, eager_us, replay_us):
-        for impl, us in (("GPU time of one call", g), ("eager loop, per call", e), ("graph replay, per call", r)):
-            rows.append(Measurement(f"{impl} s={s}", [us / 1e3], "x", params={"impl": impl, "s": s}))
+        for impl, us in ((name, g), ("eager loop, per call", e), ("graph replay, per call", r)):
+            notes = [RAW] if impl == name and s in raw else []
+            rows.append(Measurement(f"{impl} s={s}", [us / 1e3], "x", params={"impl": impl, "s": s}, warnings=notes))
     return rows
 
 
@@ -215,7 +273,10 @@ def test_conclusions_on_two_levels_with_a_crossover():
         "ratios; 3.0–3.3× over those 2 of 3 processes, 3.0–5.0× over all 3)."
     )
     assert "A graph holding one call takes 20.0 µs per replay, 1.6× less than an eager call" in sentences[2]
-    assert sentences[3] == "At s=4096, eager and replay are 1.01× apart: the GPU work hides the host."
+    assert sentences[3] == (
+        "At s=4096, the eager loop is 1.01× slower than the replay (905.0 µs per call eager, 900.0 replayed): "
+        "the GPU work hides the host."
+    )
     assert sentences[4] == "The GPU time of one call first exceeds the host cost of graph.execute at s=256."
 
 
@@ -229,15 +290,30 @@ def test_conclusions_on_one_level_without_a_crossover():
     assert sentences[4] == "The GPU time never exceeds the host cost of graph.execute in this sweep."
 
 
+def test_conclusions_say_which_of_eager_and_replay_is_slower_and_how_the_gpu_time_was_read():
+    per_process = [_process(13.0, 30.0, 10.0), _process(13.2, 33.0, 10.0)]
+    levels = host_levels.levels([r["host_us"] for r in per_process])
+    slower_replay = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 246.0], [10.0, 10.0, 254.4])
+    sentences = cgr.conclusions(per_process, levels, slower_replay, SIZES, 64, "no overhead")
+    assert sentences[3] == (
+        "At s=4096, the replay is 1.03× slower than the eager loop (246.0 µs per call eager, 254.4 replayed): "
+        "the GPU work hides the host."
+    )
+    tie = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 250.0], [10.0, 10.0, 250.5])
+    assert cgr.conclusions(per_process, levels, tie, SIZES, 64, "no overhead")[3].startswith(
+        "At s=4096, eager and replay take the same time (1.00×; 250.0 µs per call eager, 250.5 replayed)"
+    )
+    subtracted = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 246.0], [10.0, 10.0, 254.4], raw=())
+    said = cgr.conclusions(per_process, levels, subtracted, SIZES, 64, "no overhead")[2]
+    assert "one call's GPU time, launch cost subtracted, reads 2.0 µs" in said and "raw events" not in said
+
+
 @pytest.mark.gpu
 def test_the_sweep_and_the_epilogue_on_the_gpu():
     problem, inputs, fused, pack = cgr.matmul_epilogue(64, seed=1)
     assert "amax" in inputs and problem.alpha == 0.5 and (problem.m, problem.k, problem.n) == (64, 64, 64)
     fused.execute(pack)
     rows = cgr.sweep([64])
-    assert [m.params["impl"] for m in rows] == [
-        "GPU time of one call",
-        "eager loop, per call",
-        "graph replay, per call",
-    ]
+    assert rows[0].params["impl"] == cgr.gpu_time_name(rows[:1])  # an upper bound at s=64 where it says so
+    assert [m.params["impl"] for m in rows[1:]] == ["eager loop, per call", "graph replay, per call"]
     assert all(m.median_ms > 0 for m in rows)

@@ -160,10 +160,14 @@ def test_the_conclusions_read_both_clocks_the_bits_and_the_loop(training):
     bitwise = {CAND: True, SHIPPED: True, CUDNN: True, FLASH: False}
     sentences = custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)
     assert sentences[0] == (
-        f"By GPU time the op's training step runs at 1 TFLOP/s and is a tie with {SHIPPED} (1.00×, 0.97–0.99); "
+        "By GPU time the op's training step runs at 1 TFLOP/s and, in this run, is a tie only by the tie band "
+        f"with {SHIPPED} (1.00×, 0.97–0.99), whose interval lies wholly below 1 (the op slower); "
         f"1.25× faster than {CUDNN}; 1.25× slower than {FLASH} (tie band ±2.0%, 7 rounds; intervals above)."
     )
-    assert sentences[1].startswith("By the wall clock of a back-to-back loop of steps, host time included, it is ")
+    assert sentences[1].startswith(
+        f"By the wall clock of a back-to-back loop of steps, host time included, it is, in this run, a tie with "
+        f"{SHIPPED} (1.05×, 1.00–1.10); "
+    )
     assert "1.54× slower than" in sentences[1] and "(tie band ±3.0%, 7 rounds; intervals above)." in sentences[1]
     assert sentences[2] == "Per baseline, the op's speed-up by each clock (in-run 95% interval):"
     assert sentences[3] == (
@@ -172,7 +176,7 @@ def test_the_conclusions_read_both_clocks_the_bits_and_the_loop(training):
         "band ±3.0%."
     )
     assert sentences[4].endswith("; the two clocks disagree.")  # CUDNN: faster on the GPU, slower in the loop
-    assert sentences[6].startswith(f"{SHIPPED} and {CUDNN} computed an output bit-identical to the op's")
+    assert sentences[6].startswith(f"{SHIPPED} and {CUDNN} computed a forward output bit-identical to the op's")
     assert sentences[7] == (
         f"A loop of steps waits on the host (a step takes over 10% longer in the loop than on the GPU) for: "
         f"{CAND} and {SHIPPED}."
@@ -201,3 +205,47 @@ def test_the_kernel_sentence_says_when_bits_show_nothing(training):
     assert kernels({CAND: True})[7] == (
         "For every contender a step takes about as long in the loop as on the GPU: a loop waits on the GPU."
     )
+
+
+def test_a_tie_only_by_the_band_is_said_where_the_tie_is_stated():
+    """A loop race where one tie's interval spans 1 and another's lies wholly below it: the sentence that states the
+    ties keeps them apart and says which is a tie only by the band, not only a later bullet."""
+    versus = {SHIPPED: _v(1.24, "tie", 0.94, 1.34), CUDNN: _v(0.72, "tie", 0.66, 0.89), FLASH: _v(1.3, "faster")}
+    wall = _comparison({CAND: 1.0, SHIPPED: 1.24, CUDNN: 0.72, FLASH: 1.3}, versus, 0.118, flops=None)
+    assert custom_op_comparison._against_each(wall) == (
+        f"a tie with {SHIPPED} (1.24×, 0.94–1.34); a tie only by the tie band with {CUDNN} (0.72×, 0.66–0.89), "
+        f"whose interval lies wholly below 1 (the op slower); 1.30× faster than {FLASH} "
+        "(tie band ±11.8%, 7 rounds; intervals above)"
+    )
+    above = {SHIPPED: _v(1.003, "tie", 1.001, 1.005), CUDNN: _v(1.004, "tie", 1.002, 1.006)}
+    gpu = _comparison({CAND: 1.0, SHIPPED: 1.0, CUDNN: 1.0}, above, 0.01)
+    assert custom_op_comparison._against_each(gpu).startswith(
+        f"a tie only by the tie band with {SHIPPED} (1.003×, 1.001–1.005) and {CUDNN} (1.004×, 1.002–1.006), "
+        "whose intervals lie wholly above 1 (the op faster) (tie band"
+    )
+
+
+def test_an_interval_that_excludes_1_is_printed_with_the_digits_that_show_it():
+    """Two decimals would print 1.00–1.00 for an interval wholly below 1; more digits show that it is."""
+    below = _v(0.9986, "tie", 0.9972, 0.99953)
+    above = _v(1.0004, "tie", 1.00003, 1.0009)
+    wall = _comparison({CAND: 1.0, SHIPPED: 1.0, CUDNN: 1.0}, {SHIPPED: _v(1.0, "tie"), CUDNN: _v(1.0, "tie")}, 0.1)
+    cmp = _comparison({CAND: 1.0, SHIPPED: 1.0, CUDNN: 1.0}, {SHIPPED: below, CUDNN: above}, 0.01, wall=wall)
+    rows = custom_op_comparison.verdict_rows(cmp, CAND)
+    assert [r["GPU time (tie band ±1.0%)"] for r in rows] == [
+        "tie (0.9986×, 0.9972–0.9995)",
+        "tie (1.00040×, 1.00003–1.00090)",
+    ]
+    assert rows[0]["wall clock, loop (tie band ±10.0%)"] == "tie (1.00×, 0.95–1.05)"  # spans 1: two decimals
+    bullet = custom_op_comparison._on_both_clocks(cmp, SHIPPED)
+    assert "tie (0.9986×, 0.9972–0.9995), tie band ±1.0%, but its interval lies wholly below 1" in bullet
+
+
+def test_the_kernel_sentence_claims_only_the_forward_that_bits_compared(training):
+    per_step = custom_op_comparison.step_times(training, margin=1.1)
+    bitwise = {CAND: True, SHIPPED: True, CUDNN: False, FLASH: False}
+    kernels = custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)[6]
+    assert kernels.startswith(f"{SHIPPED} computed a forward output bit-identical to the op's: the same cuDNN forward")
+    assert "largely a kernel timed against itself" not in kernels
+    assert "backward, the rest of each step, was not compared bit for bit" in kernels
+    assert "not that one kernel is timed against itself" in kernels

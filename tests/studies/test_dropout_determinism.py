@@ -188,7 +188,7 @@ def test_check_and_count_checks_then_counts_each_build_in_order(capsys):
     assert distinct == {True: 1, False: 2}
     assert runs == {True: 11, False: 11}  # once checked, ten times counted
     assert capsys.readouterr().out.splitlines() == [
-        "deterministic=True: 1 distinct dQ bit patterns in 10 runs; workspace 64 MiB",
+        "deterministic=True: 1 distinct dQ bit pattern in 10 runs; workspace 64 MiB",  # one: singular
         "deterministic=False: 2 distinct dQ bit patterns in 10 runs; workspace 0 MiB",
     ]
 
@@ -223,7 +223,18 @@ def test_admit_fa4_checks_admits_and_counts_its_deterministic_step(monkeypatch, 
         "check dK, FA4, deterministic",
         "check dV, FA4, deterministic",
     ]
-    assert out[3] == "FA4, deterministic: 1 distinct dQ bit patterns in 10 runs"
+    assert out[3] == "FA4, deterministic: 1 distinct dQ bit pattern in 10 runs"
+
+
+def test_admit_fa4_breaks_a_long_count_line_onto_an_indented_second_line(monkeypatch, capsys):
+    ref = [torch.randn(1, 2, 5, 16) for _ in range(3)]
+    label = "FlashAttention-4 (flash-attn-4 4.0.0b36), deterministic"
+    fa4_stand_in(monkeypatch, {}, grads=[r.to(torch.bfloat16) for r in ref])
+    q = torch.randn(1, 2, 5, 16)
+    assert study.admit_fa4({}, label, q, q, q, q, ref) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [f"{label}:", "    1 distinct dQ bit pattern in 10 runs"]
+    assert all(len(line) <= 88 for line in out[-2:])
 
 
 def test_admit_fa4_passes_a_given_scale_and_says_why_it_cannot_run(monkeypatch, capsys):
@@ -380,15 +391,35 @@ def test_plot_costs_shows_the_convergence_and_four_bars_with_their_intervals():
     plt.close(fig)
 
 
+def test_plot_costs_labels_each_pair_of_bars_with_its_call_and_shape(monkeypatch, fake_frontend):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(study, "_SHAPES", {"forward": (4, 2048)})  # as dropout_inputs(4, 16, 2048, 128) sets it
+    study.backward_graph("handle", lesson_inputs(b=2, s=6), deterministic=True, mask=CAUSAL)
+    assert study._SHAPES == {"forward": (4, 2048), "backward": (2, 6)}
+    dropout_cost = fake_cost({"without dropout": 100.0, "with dropout": 120.0})
+    det_cost = fake_cost({"default (atomics)": 700.0, "deterministic": 760.0})
+    right = study.plot_costs({1: 0.3, 4: 0.15}, 0.1, dropout_cost, det_cost).axes[1]
+    groups = right.get_xticklabels(minor=True)
+    assert [t.get_text() for t in groups] == ["attention forward, 4×2048 tokens", "attention backward, 2×6 tokens"]
+    assert [t.get_position()[0] for t in groups] == [0.5, 3.5]  # under each pair
+    plt.close("all")
+    monkeypatch.setattr(study, "_SHAPES", {})  # shapes not known: the calls alone
+    right = study.plot_costs({1: 0.3, 4: 0.15}, 0.1, dropout_cost, det_cost).axes[1]
+    assert [t.get_text() for t in right.get_xticklabels(minor=True)] == ["attention forward", "attention backward"]
+    plt.close("all")
+
+
 def test_fa4_sentence_in_each_case():
     cmp = types.SimpleNamespace(
         versus={"FA4, deterministic": {"verdict": "faster"}}, describe=lambda b: f"1.20× faster than {b} (...)"
     )
     assert study.fa4_sentence(cmp, "FA4, deterministic", 1, True, "FA4", "") == (
-        "* Against FA4, deterministic (1 dQ bit pattern(s) in 10 runs), one cuDNN training step "
+        "* Against FA4, deterministic (1 dQ bit pattern in 10 runs), one cuDNN training step "
         "(forward + deterministic backward) is 1.20× faster than FA4, deterministic (...): "
         "cuDNN is the faster of the two."
     )
+    assert "(3 dQ bit patterns in 10 runs)" in study.fa4_sentence(cmp, "FA4, deterministic", 3, True, "FA4", "")
     cmp.versus["FA4, deterministic"]["verdict"] = "tie"
     assert study.fa4_sentence(cmp, "FA4, deterministic", 1, True, "FA4", "").endswith("(...).")
     assert study.fa4_sentence(None, "FA4, deterministic", None, True, "FA4", "") == (
@@ -411,3 +442,4 @@ def test_dropout_inputs_are_the_seeded_bf16_tensors_with_seed_and_offset():
     assert (dd["seed"].item(), dd["offset"].item()) == (1234, 0)
     assert dd["seed"].shape == dd["offset"].shape == (1, 1, 1, 1)
     assert dd["seed"].dtype == dd["offset"].dtype == torch.int64
+    assert study._SHAPES["forward"] == (2, 128)  # B×S, for the figure's label

@@ -138,11 +138,30 @@ def comparison(ms, versus, *, band=0.01, rounds=7, host=None, wall=None):
 
 
 def test_gpu_and_loop_lines_give_each_baselines_two_verdicts_then_the_tie_bands():
-    wall = comparison({CANDIDATE: 0.2, EAGER: 0.4}, {EAGER: v(2.0, "faster")}, band=0.03, rounds=7)
-    cmp = comparison({CANDIDATE: 0.1, EAGER: 0.1}, {EAGER: v(1.0, "tie", 0.02)}, rounds=15, wall=wall)
+    wall = comparison({"fused": 0.2, "eager": 0.4}, {"eager": v(2.0, "faster")}, band=0.03, rounds=7)
+    cmp = comparison({"fused": 0.1, "eager": 0.1}, {"eager": v(1.0, "tie", 0.02)}, rounds=15, wall=wall)
     assert epilogue_fusion.gpu_and_loop_lines(cmp).splitlines() == [
-        f"{EAGER}: GPU time 1.00× (0.98–1.02), tie; loop wall clock 2.00× (1.95–2.05), faster",
+        "eager: GPU time 1.00× (0.98–1.02), tie; loop wall clock 2.00× (1.95–2.05), faster",  # ≤ 88: one line
         "tie band: GPU time ±1.0%, 15 rounds; loop ±3.0%, 7 rounds",
+    ]
+
+
+def test_gpu_and_loop_lines_wrap_every_baseline_onto_an_indented_line_when_one_is_over_88():
+    names = [CANDIDATE, EAGER, COMPILED, DEFAULT]
+    wall = comparison(dict(zip(names, [0.1, 0.36, 0.3, 0.35])), {}, band=0.037)
+    wall.versus = {EAGER: v(3.62, "faster"), COMPILED: v(3.02, "faster"), DEFAULT: v(3.45, "faster")}
+    versus = {EAGER: v(2.04, "faster", 0.01), COMPILED: v(1.28, "faster", 0.004), DEFAULT: v(0.98, "slower", 0.01)}
+    cmp = comparison(dict(zip(names, [0.03, 0.06, 0.038, 0.029])), versus, wall=wall)
+    lines = epilogue_fusion.gpu_and_loop_lines(cmp).splitlines()
+    assert max(map(len, lines)) <= 88
+    assert lines == [
+        f"{EAGER}:",
+        "    GPU time 2.04× (2.03–2.05), faster; loop wall clock 3.62× (3.57–3.67), faster",
+        f"{COMPILED}:",
+        "    GPU time 1.28× (1.28–1.28), faster; loop wall clock 3.02× (2.97–3.07), faster",
+        f"{DEFAULT}:",
+        "    GPU time 0.98× (0.97–0.99), slower; loop wall clock 3.45× (3.40–3.50), faster",
+        "tie band: GPU time ±1.0%, 7 rounds; loop ±3.7%, 7 rounds",
     ]
 
 
@@ -203,22 +222,26 @@ def test_conclusions_say_where_cudnn_wins_ties_and_loses_on_each_clock(sweep):
     sentences = epilogue_fusion.conclusions(base, bare, sweep, [64, 4096], [EAGER, DEFAULT])
     assert sentences[0].startswith("At the base size the fused graph takes 100.0 µs of GPU time")
     assert "2.00× faster than PyTorch eager chain" in sentences[0] and sentences[0].endswith(".")
+    assert "; in this run it is 2.00× faster than PyTorch eager chain" in sentences[0]
     assert sentences[1] == (
         "* Its epilogue costs +25% of GPU time over the bare matmul (timed just after the rounds); "
         "the eager chain's costs +150%."
     )
     assert sentences[2] == (
-        f"* Against {EAGER}, across the sweep: in GPU time per call, cuDNN is faster at K = 64, 4096; "
+        f"* Against {EAGER}, across the sweep, in this run: in GPU time per call, cuDNN is faster at K = 64, 4096; "
         "in wall-clock time per call of a back-to-back loop, cuDNN is faster at K = 64, ties at K = 4096."
     )
     assert sentences[3] == (
-        f"* Against {DEFAULT}, across the sweep: in GPU time per call, cuDNN is faster at K = 64, "
+        f"* Against {DEFAULT}, across the sweep, in this run: in GPU time per call, cuDNN is faster at K = 64, "
         "cuDNN is slower at K = 4096; in wall-clock time per call of a back-to-back loop, cuDNN is faster "
         "at K = 64, ties at K = 4096."
     )
-    assert sentences[4] == f"Where cuDNN loses in GPU time per call: to {DEFAULT} at 1 of 2 K values (K = 4096)."
+    assert sentences[4] == (
+        f"Where cuDNN loses in GPU time per call, in this run: to {DEFAULT} at 1 of 2 K values (K = 4096)."
+    )
     assert sentences[5] == (
-        "In wall-clock time per call of a back-to-back loop, cuDNN loses to no PyTorch chain at any K of the sweep."
+        "In wall-clock time per call of a back-to-back loop, in this run, cuDNN loses to no PyTorch chain at "
+        "any K of the sweep."
     )
     assert sentences[6].startswith("* Host time per call across the sweep")
     assert f"{CANDIDATE} 10–20 µs (above its GPU time at no K)" in sentences[6]
@@ -228,3 +251,19 @@ def test_conclusions_say_where_cudnn_wins_ties_and_loses_on_each_clock(sweep):
         "* Across the sweep the eager chain's GPU time over the bare matmul's goes from 2.00× at K=64 to "
         "1.33× at K=4096; torch.compile's (default) from 2.50× to 1.06×; the fused graph's from 1.50× to 1.11×."
     )
+
+
+def test_conclusions_say_that_each_verdict_they_state_is_this_runs(sweep):
+    wall = comparison({CANDIDATE: 0.1, EAGER: 0.3, COMPILED: 0.2, DEFAULT: 0.2}, {}, band=0.02)
+    wall.versus = {n: v(2.0, "faster") for n in (EAGER, COMPILED, DEFAULT)}
+    base = comparison(
+        {CANDIDATE: 0.1, EAGER: 0.2, COMPILED: 0.12, DEFAULT: 0.098},
+        {EAGER: v(2.0, "faster"), COMPILED: v(1.2, "faster"), DEFAULT: v(0.98, "slower", 0.01)},
+        wall=wall,
+    )
+    bare = Measurement(BARE, [0.08] * 3, "cold")
+    sentences = epilogue_fusion.conclusions(base, bare, sweep, [64, 4096], [EAGER, DEFAULT])
+    base_said = sentences[0].split("; in this run it is ", 1)
+    assert len(base_said) == 2 and f"slower than {DEFAULT}" in base_said[1]  # the base size's in-run verdict
+    verdicts = [s for s in sentences if any(w in s for w in ("faster", "slower", "ties", "loses"))]
+    assert len(verdicts) == 5 and all("in this run" in s for s in verdicts)

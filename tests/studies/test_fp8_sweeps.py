@@ -385,10 +385,11 @@ def test_the_figure_has_the_matmul_with_its_ceiling_beside_attention(monkeypatch
 
     calls = []
     monkeypatch.setattr(report, "plot_sweep", lambda result, metric, **kw: calls.append((result, metric, kw)))
-    mm, att = object(), object()
+    mm, att = sweep_of("n", {("torch.matmul bf16 (cuBLAS)", 2048): 650.0}), object()
     fig = fp8_sweeps.plot_fp8_sweeps(mm, att, ceiling=700.0)
     assert len(fig.axes) == 2 and [c[0] for c in calls] == [mm, att]
-    assert calls[0][2]["ceiling"] == 700.0 and calls[0][2]["ceiling_label"] == "measured bf16 matmul ceiling"
+    assert calls[0][2]["ceiling"] == 700.0
+    assert calls[0][2]["ceiling_label"] == "bf16 matmul, separate probe:\n700 TFLOP/s"
     assert calls[0][2]["title"] == "matmul, n × n × n" and "ceiling" not in calls[1][2]
     assert calls[1][2]["title"] == "causal attention forward, head dim 128"
     assert all(c[1] == "tflops" and c[2]["logx"] for c in calls)
@@ -409,6 +410,26 @@ def test_the_figure_draws_real_sweeps():
     plt.close(fig)
 
 
+def test_the_probe_line_says_where_the_sweeps_bf16_exceeds_it(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cudnn_guide import report
+
+    labels = []
+    monkeypatch.setattr(report, "plot_sweep", lambda result, metric, **kw: labels.append(kw.get("ceiling_label")))
+    bf16, fp8_ = "torch.matmul bf16 (cuBLAS)", "cuDNN FP8 graph"
+    runs = {(bf16, 2048): 705.0, (bf16, 4096): 792.0, (bf16, 8192): 751.0, (bf16, 16384): 714.0}
+    runs |= {(fp8_, n): 1400.0 for n in (2048, 4096, 8192, 16384)}  # FP8 above a bf16 line is no news
+    plt.close(fp8_sweeps.plot_fp8_sweeps(sweep_of("n", runs), object(), ceiling=718.0))
+    label = labels[0].replace("\N{NO-BREAK SPACE}", " ")
+    assert "ceiling" in label and label.startswith("bf16 matmul, separate probe:\n718 TFLOP/s\n(not a ceiling")
+    assert " ".join(label.split()).endswith("this sweep's bf16 exceeds it at n = 4096, 8192)")
+    assert all(len(line) <= 30 for line in labels[0].splitlines())
+
+
 @pytest.mark.parametrize(
     "same, says",
     [
@@ -421,8 +442,13 @@ def test_the_kernel_clause_follows_the_bits(same, says):
     assert fp8_sweeps.same_kernel_text(same, [1, 2]).startswith(says)
 
 
-def comparison(verdict, wall=None):
-    return SimpleNamespace(versus={"S": {"verdict": verdict}}, wall=wall)
+def comparison(verdict, wall=None, measurements=None):
+    return SimpleNamespace(versus={"S": {"verdict": verdict}}, wall=wall, measurements=measurements or {})
+
+
+def clocked(*warnings, read_with="nvml"):
+    """A measurement whose clocks were read (or not) and that carries ``warnings``."""
+    return Measurement("m", [1.0] * 3, "cold", warnings=list(warnings), clocks={"read_with": read_with})
 
 
 def test_the_clocks_item_names_each_size_where_gpu_time_and_the_loop_disagree():
@@ -435,18 +461,49 @@ def test_the_clocks_item_names_each_size_where_gpu_time_and_the_loop_disagree():
     )
     text = fp8_sweeps.clocks_text(result, [2048, 4096, 8192], "S")
     assert text == (
-        "* The two clocks disagree: at 2048³ cuDNN FP8 is a tie by GPU time and slower in a back-to-back loop "
-        "(0.95×, 0.93–0.97; the loop's tie band ±1.2%). The GPU-time verdict is the one that applies to launches "
-        "under CUDA graphs, where a call's host time is gone; the loop's applies to plain eager launching, host "
-        "time included."
+        "* GPU time and a back-to-back loop disagree: at 2048³ cuDNN FP8 is a tie by GPU time and slower in a "
+        "back-to-back loop (0.95×, 0.93–0.97; the loop's tie band ±1.2%). The GPU-time verdict is the one that "
+        "applies to launches under CUDA graphs, where a call's host time is gone; the loop's applies to plain eager "
+        "launching, host time included. The GPU's clocks were not read."
     )
     result.comparisons.pop(2048)
     assert fp8_sweeps.clocks_text(result, [4096, 8192], "S") == (
-        "* At 4096³ a back-to-back loop, host time included, was also timed: it gives the same verdict as GPU time."
+        "* At 4096³ a back-to-back loop, host time included, was also timed: it gives the same verdict as GPU time. "
+        "The GPU's clocks were not read."
     )
     other = SimpleNamespace(versus={"T": {}}, tie_band=0.01)  # a loop without this baseline does not count
     result = SimpleNamespace(comparisons={1: comparison("tie", other)})
     assert fp8_sweeps.clocks_text(result, [1], "S").startswith("* No back-to-back loop was timed")
+
+
+def test_the_clocks_item_says_where_the_power_cap_held_the_clock_down():
+    cap = "software power cap held the clock down (SM clock {} of 1980 MHz at the end); timings may be slower"
+    host = "host time per call (37.16 µs) exceeds GPU time (15.86 µs): back-to-back calls are host-bound"
+    result = SimpleNamespace(
+        comparisons={
+            2048: comparison("tie", measurements={"a": clocked(host), "b": clocked()}),
+            8192: comparison("tie", measurements={"a": clocked(cap.format(1620), cap.format(1605)), "b": clocked()}),
+            16384: comparison("tie", measurements={"a": clocked(cap.format(1545)), "b": clocked(cap.format(1335))}),
+        }
+    )
+    text = fp8_sweeps.clocks_text(result, [2048, 8192, 16384], "S")
+    assert text.startswith(
+        "* No back-to-back loop was timed: no contender's host time per call came near its GPU time."
+    )
+    assert text.endswith(
+        " The GPU's clock was held down (software power cap) at 8192³ and 16384³: the lowest SM clock read after "
+        "a timed run was 1605 of 1980 MHz at 8192³ and 1335 of 1980 MHz at 16384³, so timings there may be slower "
+        "than this GPU's best."
+    )
+    thermal = "thermal throttling during 20% of the run (SM clock 1700 of 1980 MHz at the end)"
+    result = SimpleNamespace(comparisons={1: comparison("tie", measurements={"a": clocked(thermal)})})
+    assert "held down (thermal throttling) at 1³: the lowest SM clock read after a timed run was 1700 of 1980" in (
+        fp8_sweeps.clocks_text(result, [1], "S")
+    )
+    result = SimpleNamespace(comparisons={1: comparison("tie", measurements={"a": clocked(host)})})
+    assert fp8_sweeps.clocks_text(result, [1], "S").endswith(" No timed run reports the GPU's clock held down.")
+    result = SimpleNamespace(comparisons={1: comparison("tie", measurements={"a": clocked(read_with=None)})})
+    assert fp8_sweeps.clocks_text(result, [1], "S").endswith(" The GPU's clocks were not read.")
 
 
 def test_error_ratio_and_peak_in_words():

@@ -293,13 +293,18 @@ def test_the_conclusions_count_and_describe_every_layout():
         "1000.0 µs for 32, 8 and 1 K/V heads (the prefill table's medians)."
     )
     assert said[2] == (
-        "By the comparisons' speed-ups, the fastest implementation of the 6 layouts was: FlashAttention-4 in 6. "
-        "Against the fastest other implementation of each layout (PyTorch cuDNN, cuDNN's own kernel, not "
-        "counted), the cuDNN graph is faster in 0, ties in 0 and is slower in 6 of 6 layouts."
+        "By the comparisons' speed-ups in this run, the fastest implementation of the 6 layouts was: "
+        "FlashAttention-4 in 6. Against the fastest other implementation of each layout (PyTorch cuDNN, "
+        "cuDNN's own kernel, not counted), the cuDNN graph is, in this run, faster in 0, ties in 0 and is "
+        "slower in 6 of 6 layouts."
     )
-    assert said[3] == f"Against {FA4} alone, the cuDNN graph is faster in 0, ties in 0 and is slower in 6 of 6 layouts."
+    assert said[3] == (
+        f"Against {FA4} alone, the cuDNN graph is, in this run, faster in 0, ties in 0 and is slower in 6 of 6 layouts."
+    )
     assert len(said) == 4 + 6  # no loop: one line per layout follows
-    assert said[4].startswith("* prefill, 32 K/V heads: fastest was FlashAttention-4 (950.0 µs); against the fastest")
+    assert said[4].startswith(
+        "* prefill, 32 K/V heads, in this run: fastest was FlashAttention-4 (950.0 µs); against the fastest"
+    )
     assert said[4].endswith("; against PyTorch cuDNN: tie (1.00×).")
     assert f"the cuDNN graph is {_results()[('prefill', 32)].describe(FA4)}" in said[4]
 
@@ -327,11 +332,26 @@ def test_ties_and_host_bound_layouts_are_worded():
     assert "FlashAttention-4 in 5; a tie with the cuDNN graph in 1." in said[2]
     assert said[4] == (
         "In 1 of 6 layouts, a contender's host time per call reached "
-        f"{compare.HOST_BOUND:.0%} of its GPU time (decode, 1 K/V heads: the cuDNN graph), so the contenders were "
+        f"{compare.HOST_BOUND:.0%} of its GPU time (decode, 1 K/V head: the cuDNN graph), so the contenders were "
         "also raced in back-to-back loops, host time included. Those loop verdicts are given in the lines below; "
         "the counts above judge GPU time only."
     )
     assert said[-1].startswith(
-        "* decode, 1 K/V heads: fastest was a tie of the cuDNN graph (10.0 µs), PyTorch flash (10.1 µs) and "
-        "PyTorch cuDNN (10.0 µs); against the fastest other, the cuDNN graph is a tie with PyTorch flash"
+        "* decode, 1 K/V head, in this run: fastest was a tie of the cuDNN graph (10.0 µs), PyTorch flash "
+        "(10.1 µs) and PyTorch cuDNN (10.0 µs); against the fastest other, the cuDNN graph is a tie with "
+        "PyTorch flash"
     )
+
+
+def test_the_verdict_counts_are_this_runs_and_one_kv_head_is_singular():
+    said = gqa.conclusions(_results(), KV_BYTES, fa4_name=FA4, fa4_ok=True, fa4_detail="")
+    counts = [s for s in said if " is slower in " in s]  # the count against the fastest other, and FA4's
+    assert len(counts) == 2 and all("in this run" in s for s in counts)
+    assert "the fastest implementation" in said[2] and "speed-ups in this run" in said[2]
+    layouts = [s for s in said if s.startswith("* ")]
+    assert len(layouts) == 6 and all(", in this run: fastest was " in s for s in layouts)
+    assert [s.split(", in this run")[0] for s in layouts if s.startswith("* decode")] == [
+        "* decode, 32 K/V heads",
+        "* decode, 8 K/V heads",
+        "* decode, 1 K/V head",
+    ]

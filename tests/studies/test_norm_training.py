@@ -240,7 +240,7 @@ def test_pass_table_shows_one_norm_a_row_per_contender_a_column_per_pass():
     table = norm_training.pass_table(base, "RMSNorm", 16384, 4096)
     assert table.rows == [CUDNN, EAGER, COMPILED]
     assert table.columns == list(PASSES)
-    assert table.title == "RMSNorm, 16384 × 4096 bf16: GB/s (higher is better)"
+    assert table.title == "RMSNorm, 16384 × 4096 bf16 (higher is better)"
     assert table.metric == "gbps"
     assert table.value(EAGER, "forward + backward") == pytest.approx(1000.0)  # 2 GB in 2 ms
     assert all(m.params["norm"] == "RMSNorm" for m in table.cells.values())
@@ -255,7 +255,7 @@ def test_residual_table_has_a_column_per_norm():
     table = norm_training.residual_table(measurements)
     assert table.rows == [FUSED, EAGER, COMPILED]
     assert table.columns == ["LayerNorm", "RMSNorm"]
-    assert table.title == "residual add → norm (training forward): GB/s of the fewest bytes"
+    assert table.title == "residual add → norm (training forward), over the fewest bytes"
 
 
 class FakeFused:
@@ -363,15 +363,40 @@ def test_step_item_says_the_time_the_share_of_copy_and_both_verdicts():
     )
 
 
+def test_the_tables_captions_name_the_unit_once():
+    ms = [
+        _measurement(n, norm, p) for norm in ("LayerNorm", "RMSNorm") for p in PASSES for n in (CUDNN, EAGER, COMPILED)
+    ]
+    residual = [Measurement(n, [1.0] * 3, "cold", bytes=4e9, params={"norm": "RMSNorm", "impl": n}) for n in (FUSED,)]
+    for table in (norm_training.pass_table(ms, "LayerNorm", 16384, 4096), norm_training.residual_table(residual)):
+        caption = table._repr_html_().split("<caption>")[1].split("</caption>")[0]
+        assert caption.count("GB/s") == 1, caption  # the table's unit, not the title's too
+        assert str(table).count("GB/s") == 1
+
+
 def test_residual_item_says_both_verdicts_and_the_bytes_eager_moves():
     res = _comparison(
         FUSED, {FUSED: 1.0, EAGER: 1.3, COMPILED: 0.9}, 4e9, {EAGER: _v(1.3, "faster"), COMPILED: _v(0.9, "slower")}
     )
     text = norm_training.residual_item("LayerNorm", res, 5 / 4)
     assert text == (
-        f"* Residual add → LayerNorm: the fused graph is {res.describe(EAGER)} (eager moves 1.25× the bytes), "
-        f"and {res.describe(COMPILED)}."
+        "* Residual add → LayerNorm, where eager PyTorch moves 1.25× the fused graph's bytes: the fused graph is "
+        f"{res.describe(EAGER)}. It is {res.describe(COMPILED)}."
     )
+
+
+def test_residual_item_keeps_the_bytes_out_of_the_loops_parenthesis():
+    res = _comparison(
+        FUSED, {FUSED: 1.0, EAGER: 1.3, COMPILED: 0.9}, 4e9, {EAGER: _v(1.3, "faster"), COMPILED: _v(0.9, "slower")}
+    )
+    res.wall = _comparison(
+        FUSED, {FUSED: 1.0, EAGER: 1.3, COMPILED: 0.9}, 4e9, {EAGER: _v(1.3, "faster"), COMPILED: _v(0.9, "slower")}
+    )
+    text = norm_training.residual_item("LayerNorm", res, 5 / 4)
+    eager = res.describe(EAGER)
+    assert "back-to-back loop" in eager
+    assert text.index("1.25× the fused graph's bytes") < text.index(eager)  # the bytes come first
+    assert f"{eager} (" not in text and f"{eager}." in text  # nothing in parentheses right after the loop
 
 
 @pytest.mark.gpu

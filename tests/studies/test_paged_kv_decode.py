@@ -274,14 +274,28 @@ def test_the_conclusions_give_bandwidth_verdicts_control_and_fa4_count():
     said = paged_kv_decode.conclusions(_sweep(at), [1024, 8192], 4000.0, None, {"X": "ImportError: y"}, FA4)
     assert said[0] == "At pages of 64 tokens, by maximum context:"
     assert said[1].startswith("* max context 1024: cuDNN reads K/V at 2000 GB/s (50% of the measured read bandwidth)")
-    assert f"against the fastest contender, {FA4}, it is 1.20× faster than {FA4}" in said[1]
+    assert f"; against the fastest contender it is 1.20× faster than {FA4} (in-run 95% interval" in said[1]
+    assert all(s.count(FA4) == 1 for s in said[1:3])  # each bullet names the fastest contender once
     assert "; against the control (attention alone on packed K/V) it is 1.11× slower than" in said[1]
     assert "control" not in said[2]
     assert said[3] == (
-        f"At pages of 64 tokens, against {FA4} cuDNN is faster at 1, ties at 1 and is slower at 0 of the 2 "
-        "contexts timed."
+        f"At pages of 64 tokens, against {FA4}, cuDNN is, in this run, faster at 1, ties at 1 and is slower at "
+        "0 of the 2 contexts timed."
     )
     assert said[4:] == ["* X did not run here: ImportError: y"]
+
+
+def test_each_context_names_its_fastest_contender_once_whatever_the_verdict():
+    at = {
+        1024: _comparison({CANDIDATE: 0.5, FA4: 0.6, "Y": 0.7}, {FA4: _v(1.2, "faster"), "Y": _v(1.4, "faster")}),
+        2048: _comparison({CANDIDATE: 1.0, FA4: 1.0}, {FA4: _v(1.0, "tie")}),
+        4096: _comparison({CANDIDATE: 1.0, "Y": 0.8}, {"Y": _v(0.8, "slower")}),
+    }
+    said = paged_kv_decode.conclusions(_sweep(at), [1024, 2048, 4096], 4000.0, None, {}, FA4)
+    assert said[1].endswith(f"; against the fastest contender it is {at[1024].describe()}.")
+    assert said[2].endswith(f"; against the fastest contender it is {at[2048].describe()}.")
+    assert said[3].endswith(f"; against the fastest contender it is {at[4096].describe()}.")
+    assert [s.count(FA4) for s in said[1:4]] == [1, 1, 0] and said[3].count(" than Y (") == 1
 
 
 def test_the_conclusions_compare_the_page_sizes_at_8k():
@@ -294,14 +308,14 @@ def test_the_conclusions_compare_the_page_sizes_at_8k():
     )
     assert said[3].startswith(f"At pages of 128 tokens (8k context), cuDNN is 1.11× slower than {FA4}")
     assert said[4] == (
-        f"So at 8k context the page size decides the winner: against {FA4}, cuDNN is faster at pages of 64 "
-        "and slower at pages of 128 tokens."
+        f"So at 8k context the page size decides the winner in this run: against {FA4}, cuDNN is faster at "
+        "pages of 64 and slower at pages of 128 tokens."
     )
     same = _comparison({CANDIDATE: 1.0, FA4: 1.2}, {FA4: _v(1.2, "faster")})
     said = paged_kv_decode.conclusions(_sweep(at), [8192], 4000.0, same, {}, FA4)
     assert said[4] == (
-        f"At 8k context the page size does not change the verdict against {FA4}: cuDNN is faster at pages "
-        "of 64 and of 128 tokens."
+        f"At 8k context the page size does not change the verdict against {FA4} in this run: cuDNN is faster "
+        "at pages of 64 and of 128 tokens."
     )
 
 
