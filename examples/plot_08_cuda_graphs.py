@@ -190,7 +190,7 @@ html_table(pd.DataFrame(table), {"host µs added per call": "{:+.2f}"})
 # For each size, in this process, once its output is checked
 # (``cuda_graph_replay.sweep``): the GPU time of one call (the harness hides the host
 # behind a GPU spin and subtracts the launch cost; where that is over half the event
-# time it keeps the raw event time, an upper bound on the kernel, not marked below);
+# time it keeps the raw event time, an upper bound on the kernel, marked "≤" below);
 # the per-call time of a loop of 100 eager calls, wall clock to the end of a
 # synchronize over the 100 calls (what a loop really costs); and the same for one
 # replay of a CUDA graph holding those 100 calls (its own launch amortised over them).
