@@ -27,8 +27,15 @@ short "Measuring" cells: :mod:`~cudnn_guide.studies.autotuning` (plot_03),
 (plot_14), :mod:`~cudnn_guide.studies.grouped_query` (plot_16),
 :mod:`~cudnn_guide.studies.attention_masks` (plot_18), :mod:`~cudnn_guide.studies.dropout_determinism`
 (plot_20), :mod:`~cudnn_guide.studies.call_overhead` (plot_21),
-:mod:`~cudnn_guide.studies.softcap_attention` (plot_24) and
-:mod:`~cudnn_guide.studies.custom_op_comparison` (plot_34).
+:mod:`~cudnn_guide.studies.softcap_attention` (plot_24),
+:mod:`~cudnn_guide.studies.custom_op_comparison` (plot_34), and for the others
+:mod:`~cudnn_guide.studies.ceiling_sweeps` (plot_01), :mod:`~cudnn_guide.studies.conv_fusion` (plot_02),
+:mod:`~cudnn_guide.studies.causal_attention` (plot_05), :mod:`~cudnn_guide.studies.kernel_cache_builds`
+(plot_07), :mod:`~cudnn_guide.studies.varlen_race` (plot_17 and plot_32),
+:mod:`~cudnn_guide.studies.flex_attention_race` (plot_19), :mod:`~cudnn_guide.studies.troubleshooting`
+(plot_22), :mod:`~cudnn_guide.studies.block_training` (plot_25), :mod:`~cudnn_guide.studies.mla_training`
+(plot_27), :mod:`~cudnn_guide.studies.first_call` (plot_28), :mod:`~cudnn_guide.studies.libcudnn_and_logs`
+(plot_29) and :mod:`~cudnn_guide.studies.chunked_prefill` (plot_33).
 
 A study may import the core; nothing in the core imports a study (``tests/test_layers.py``).
 """

@@ -1,0 +1,167 @@
+"""first_call: fresh processes timed up to their first attention output, their table, figure and conclusions.
+
+Everything but the last test runs without a GPU: the fresh processes are small scripts that print what
+a real child would, and the data are those of a recorded run (plot_28 at bc4f7a2, rounded).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cudnn_guide.studies import first_call
+from cudnn_guide.studies.first_call import PARTS
+
+NAMES = {"cudnn": "cuDNN graph (heuristics A)", "fa4": "FlashAttention-4 (flash-attn-4 4.0.0b36)"}
+
+
+def _run(ctx, imp, first, second=0.001):
+    return {"torch_and_context_s": ctx, "import_s": imp, "first_call_s": first, "second_call_s": second}
+
+
+RECORDED = {
+    "cudnn": [_run(5.384, 0.114, 1.392), _run(1.901, 0.028, 1.207), _run(1.770, 0.025, 1.018)],
+    "fa4": [_run(1.789, 7.172, 2.422), _run(1.593, 1.731, 2.642), _run(1.865, 2.006, 2.665)],
+}
+SECONDS = {
+    "validate": 0.2519,
+    "build_operation_graph": 2.19e-05,
+    "create_execution_plans": 0.0566,
+    "check_support": 9.30e-05,
+    "build_plans": 0.6254,
+    "first execute": 0.00236,
+    "second execute": 0.00100,
+}
+
+
+def test_the_child_declares_the_lessons_tensors():
+    # B, S, H, HKV, D = 2, 4096, 64, 8, 128 on the page, which asserts the same
+    assert "torch.randn(2, 4096, 64, 128," in first_call.CHILD
+    assert "torch.randn(2, 4096, 8, 128," in first_call.CHILD
+    compile(first_call.CHILD, "<child>", "exec")
+
+
+def test_a_fresh_process_gets_empty_caches_and_returns_its_json(monkeypatch):
+    script = (
+        "import json, os, sys\n"
+        "print('noise first')\n"
+        "print(json.dumps({'backend': sys.argv[1], 'cache': os.environ['CUDA_CACHE_PATH'],\n"
+        "                  'tmp': os.environ['TMPDIR'],\n"
+        "                  'cute': os.environ['FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED']}))\n"
+    )
+    monkeypatch.setattr(first_call, "CHILD", script)
+    got = first_call.fresh_process("fa4")
+    assert got["backend"] == "fa4" and got["cute"] == "0"
+    assert got["cache"] == got["tmp"] and got["cache"]
+
+
+def test_a_failed_process_gives_the_last_line_of_its_error(monkeypatch):
+    monkeypatch.setattr(first_call, "CHILD", "import sys\nprint('a', file=sys.stderr)\nraise ImportError('no cute')")
+    assert first_call.fresh_process("fa4") == {"error": "ImportError: no cute"}
+    monkeypatch.setattr(first_call, "CHILD", "raise SystemExit(3)")
+    assert first_call.fresh_process("cudnn") == {"error": "exit status 3"}
+
+
+def test_fresh_processes_interleave_the_backends(monkeypatch):
+    order = []
+    monkeypatch.setattr(first_call, "fresh_process", lambda b: order.append(b) or {"b": b, "n": len(order)})
+    runs = first_call.fresh_processes(["cudnn", "fa4"], rounds=3)
+    assert order == ["cudnn", "fa4"] * 3
+    assert [r["n"] for r in runs["cudnn"]] == [1, 3, 5] and [r["n"] for r in runs["fa4"]] == [2, 4, 6]
+
+
+def test_the_median_sums_the_keys_in_each_process_and_skips_failures():
+    runs = {"cudnn": [_run(1, 0.1, 3.0), {"error": "x"}, _run(1, 0.2, 1.0), _run(1, 0.3, 2.0), _run(1, 0.4, 4.0)]}
+    assert first_call.median_s(runs, "cudnn") == 3.0  # of 1, 2, 3, 4: the upper of the middle two
+    assert first_call.median_s(runs, "cudnn", "import_s") == pytest.approx(0.3)
+    assert first_call.median_s(runs, "cudnn", "import_s", "first_call_s") == pytest.approx(3.1)
+    assert first_call.median_s(runs, "fa4") is None
+    assert first_call.median_s({"fa4": [{"error": "x"}]}, "fa4") is None
+
+
+def test_the_table_gives_medians_with_their_range_and_errors():
+    runs = {"cudnn": RECORDED["cudnn"], "fa4": [{"error": "ImportError: no cute"}] * 2}
+    table = first_call.first_call_table(runs, NAMES)
+    assert list(table.columns) == [
+        "backend",
+        "processes",
+        "torch_and_context (s)",
+        "import (s)",
+        "first_call (s)",
+        "second_call (s)",
+        "error",
+    ]
+    row = table.iloc[0]
+    assert (row["backend"], row["processes"]) == (NAMES["cudnn"], 3)
+    assert row["first_call (s)"] == "1.207 [1.018, 1.392]"
+    assert row["import (s)"] == "0.028 [0.025, 0.114]"
+    assert (table.iloc[1]["backend"], table.iloc[1]["error"]) == ("fa4", "ImportError: no cute")
+
+
+def test_the_figure_stacks_the_parts_of_each_finished_backend():
+    runs = {**RECORDED, "other": [{"error": "x"}]}
+    fig = first_call.plot_first_call(SECONDS, runs, {**NAMES, "other": "other"})
+    steps_ax, fresh_ax = fig.axes
+    assert [p.get_width() for p in steps_ax.patches] == pytest.approx([1e3 * s for s in SECONDS.values()])
+    assert len(fresh_ax.patches) == 2 * len(PARTS)  # the failed backend has no bar
+    ends = [p.get_x() + p.get_width() for p in fresh_ax.patches[-2:]]
+    whole = [sum(first_call.median_s(RECORDED, b, part) for part in PARTS) for b in ("cudnn", "fa4")]
+    assert ends == pytest.approx(whole)
+    assert [t.get_text() for t in fresh_ax.get_legend().get_texts()] == ["torch and context", "import", "first call"]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_the_conclusions_give_import_and_first_call_of_both_backends():
+    lesson, fresh = first_call.conclusions(SECONDS, RECORDED, NAMES, seq=4096)
+    assert lesson.startswith("In this page's process, with torch, CUDA, cuDNN and the handle already started, ")
+    assert "the lesson's five build steps took 0.934 s, 67% of it in build_plans;" in lesson
+    assert "the first execute then took 2.36 ms and the second 1.00 ms" in lesson
+    assert fresh.startswith("In a fresh process (OS file cache not emptied; medians of 3 processes each), ")
+    assert f"importing the backend took 0.03 s for cuDNN and 2.01 s for {NAMES['fa4']}" in fresh
+    assert "took 1.21 s with cuDNN (plan build included) and 2.64 s with FlashAttention-4" in fresh
+    assert "FlashAttention-4 took 2.2× longer on the first call alone and 3.8× longer on import and first" in fresh
+    assert "(1.24 s with cuDNN against 4.67 s, summed in each process)" in fresh
+    assert "a fresh process took 3.14 s with cuDNN and 6.54 s with FlashAttention-4." in fresh
+    assert fresh.endswith("the five build steps and the first execute in this page's process (0.94 s).")
+    assert "That first cuDNN call, which also creates its handle and declares the graph, took 1.3×" in fresh
+
+
+def test_the_conclusions_say_when_a_backend_has_no_row():
+    runs = {"cudnn": RECORDED["cudnn"][:2] + [{"error": "x"}], "fa4": [{"error": "ImportError: no cute"}]}
+    _, fresh = first_call.conclusions(SECONDS, runs, NAMES, seq=4096)
+    assert fresh.startswith("In a fresh process (OS file cache not emptied; medians of 2 processes), importing")
+    assert f"(plan build included); {NAMES['fa4']} has no fresh-process row. That first cuDNN call" in fresh
+    _, fresh = first_call.conclusions(SECONDS, {"cudnn": [{"error": "x"}]}, NAMES, seq=4096)
+    assert fresh == "No fresh cuDNN process finished its first call: see the table above."
+    faster = {"cudnn": RECORDED["fa4"], "fa4": RECORDED["cudnn"][:2]}
+    _, fresh = first_call.conclusions(SECONDS, faster, NAMES, seq=4096)
+    assert "medians of 3 and 2 processes" in fresh and "× shorter on the first call alone" in fresh
+
+
+def test_the_route_sentence_names_the_versions_only_when_both_are_installed():
+    import torch
+
+    assert first_call.route_sentence("works", True, "4.0.0b36") == "PyTorch's own route to FlashAttention-4 works."
+    failed = "fails: ValueError: too many values to unpack (expected 2)"
+    said = first_call.route_sentence(failed, True, "4.0.0b36")
+    assert said.startswith(f"PyTorch's own route to FlashAttention-4 {failed}. Most likely this is a version")
+    assert f"torch {torch.__version__}'s FA4 hook and flash-attn-4 4.0.0b36" in said
+    assert (
+        first_call.route_sentence(failed, False, "not installed")
+        == f"PyTorch's own route to FlashAttention-4 {failed}."
+    )
+
+
+def test_the_module_needs_no_gpu_to_import():
+    out = json.loads(json.dumps(first_call.__all__))
+    assert "conclusions" in out and all(hasattr(first_call, n) for n in out)
+
+
+@pytest.mark.gpu
+def test_a_fresh_cudnn_process_builds_and_runs_the_lessons_graph():
+    got = first_call.fresh_process("cudnn")
+    assert "error" not in got, got
+    assert set(got) == {*PARTS, "second_call_s"} and got["first_call_s"] > got["second_call_s"] > 0
