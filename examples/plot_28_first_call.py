@@ -173,7 +173,8 @@ try:
         F.scaled_dot_product_attention(bhsd(q), bhsd(q), bhsd(q), is_causal=True)
     torch_route = "works"
 except Exception as error:  # shown as it is: a failure here is this pair of versions'
-    torch_route = f"fails: {type(error).__name__}: {str(error).splitlines()[0]}"
+    said = (str(error).splitlines() or [""])[0]  # an error may carry no message
+    torch_route = f"fails: {type(error).__name__}: {said}"
 print(f"torch {torch.__version__} SDPA routed to FA4: {torch_route}")
 
 # %%

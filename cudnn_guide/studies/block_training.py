@@ -70,7 +70,7 @@ def check_fa4_block(check_block: Callable[[Any, str], Any], model: Any, label: s
     except CheckFailedError:  # a wrong result stops the page
         raise
     except Exception as exc:  # FA4 cannot run this block here: said, not hidden
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
         print(f"{label}: unavailable here ({why})")
         return why
     return None

@@ -48,6 +48,14 @@ def test_a_fa4_block_that_cannot_run_is_said_with_the_first_line_of_its_error(ca
     assert capsys.readouterr().out == f"{FA4}: unavailable here ({why})\n"
 
 
+def test_a_fa4_block_whose_error_has_no_message_is_still_said(capsys):
+    def cannot_run(model, name):
+        raise AssertionError
+
+    assert block_training.check_fa4_block(cannot_run, "model", FA4) == "AssertionError: "
+    assert "unavailable here" in capsys.readouterr().out
+
+
 def test_a_fa4_block_that_computes_a_wrong_result_stops_the_page():
     def wrong(model, name):
         raise CheckFailedError(f"check {name}: output failed")
