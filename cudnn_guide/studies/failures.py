@@ -33,6 +33,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from cudnn_guide.check import LINE_WIDTH
+
 __all__ = [
     "COLUMNS",
     "PLANNING",
@@ -61,9 +63,6 @@ STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_s
 
 COLUMNS = ("case", "outcome", "surfaces at", "error", "message", "fix")
 """The fields of each case's row, in the order the pages' tables show them."""
-
-LINE = 88
-"""A printed line longer than this (a page's output column) goes on two."""
 
 
 def _where(surfaces_at: str) -> str:
@@ -427,7 +426,7 @@ class Cases:
                     self.compiled[case] = (bad, tried)
                 self.add(case, what, step, type(exc).__name__, exc, fix)
                 said = f"{case}: {type(exc).__name__} at {step} ({what})"
-                print(said if len(said) <= LINE else f"{case}:\n    {type(exc).__name__} at {step} ({what})")
+                print(said if len(said) <= LINE_WIDTH else f"{case}:\n    {type(exc).__name__} at {step} ({what})")
                 return None
         plans = g.get_execution_plan_count()
         first = g.get_plan_name_at_index(0)

@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 
+from cudnn_guide.check import LINE_WIDTH
 from cudnn_guide.studies import failures
 from cudnn_guide.studies.failures import COLUMNS, STEPS, Cases
 
@@ -506,4 +507,4 @@ def test_a_failed_attempt_longer_than_a_page_line_prints_on_two(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "x" * 80 + ":"
     assert lines[1] == "    cudnnGraphNotSupportedError at validate (fails with a message)"
-    assert all(len(line) <= failures.LINE for line in lines)
+    assert all(len(line) <= LINE_WIDTH for line in lines)
