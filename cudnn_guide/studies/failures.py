@@ -492,7 +492,7 @@ class Cases:
             kind = f"raises nothing, loads another libcudnn ({dotted(version)})"
             self.add(case, kind, "nowhere", "none", what, fix)
         print(f"{case}: exit code {run.returncode}; the last lines it printed:")
-        print("\n".join(textwrap.fill(ln, 88, initial_indent=" " * 4) for ln in said[-4:]))
+        print("\n".join(textwrap.fill(ln, LINE_WIDTH, initial_indent=" " * 4) for ln in said[-4:]))
 
     def raises(
         self,
@@ -544,7 +544,7 @@ class Cases:
 
                 torch.cuda.synchronize()
         except catch as exc:
-            print(textwrap.fill(f"{prefix}{type(exc).__name__}: {exc}", 88))
+            print(textwrap.fill(f"{prefix}{type(exc).__name__}: {exc}", LINE_WIDTH))
             self.add(case, "fails with a message", where, type(exc).__name__, exc, fix)
             return exc
         return None
