@@ -23,6 +23,8 @@ import textwrap
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from cudnn_guide.check import LINE_WIDTH
+
 __all__ = [
     "CANDIDATE",
     "COMPILED",
@@ -284,7 +286,7 @@ def profiler_lines(measurements: Sequence[Any], profiled: Mapping[str, Any], *, 
         lines.append(f"    events {m.event_median_ms * 1e3:.1f} µs − {m.launch_cost_ms * 1e3:.1f} µs launch cost")
         for kname, ms in prof.top(top):
             lines.append(f"    {ms / prof.calls * 1e3:8.1f} µs/call")
-            lines.append(textwrap.fill(kname, 88, initial_indent=" " * 8, subsequent_indent=" " * 10))
+            lines.append(textwrap.fill(kname, LINE_WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 10))
     return "\n".join(lines)
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, NamedTuple
 
+from cudnn_guide.check import LINE_WIDTH
+
 __all__ = [
     "GRAD_NAMES",
     "Backward",
@@ -43,7 +45,6 @@ __all__ = [
 GRAD_NAMES = ("dQ", "dK", "dV")
 """The gradients' names in the checks, in the order the graphs and references list them."""
 
-_LINE = 88
 """The longest line printed; a longer one breaks onto an indented second line."""
 
 _SHAPES: dict[str, tuple[int, int]] = {}
@@ -59,7 +60,7 @@ def _patterns(n: int | None, what: str = "distinct dQ bit pattern") -> str:
 def _print_wrapped(head: str, tail: str) -> None:
     """Print ``head: tail`` on one line, or ``tail`` on an indented second line when that is too long."""
     said = f"{head}: {tail}"
-    print(said if len(said) <= _LINE else f"{head}:\n    {tail}")
+    print(said if len(said) <= LINE_WIDTH else f"{head}:\n    {tail}")
 
 
 class Backward(NamedTuple):

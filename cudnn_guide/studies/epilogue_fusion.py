@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cudnn_guide.check import LINE_WIDTH
+
 __all__ = [
     "BARE",
     "CANDIDATE",
@@ -188,7 +190,6 @@ class KSweep:
         return {CANDIDATE: self.fused, EAGER: self.eager, DEFAULT: self.compiled, BARE: self.bare}
 
 
-_LINE = 88
 """The longest line :func:`gpu_and_loop_lines` prints; longer ones are wrapped."""
 
 
@@ -233,12 +234,12 @@ def gpu_and_loop_lines(cmp: Any) -> str:
             )
         )
     lines = []
-    if all(len(" ".join(parts)) <= _LINE for parts in said):
+    if all(len(" ".join(parts)) <= LINE_WIDTH for parts in said):
         lines += [" ".join(parts) for parts in said]
     else:
         for name, gpu, loop in said:
             both = f"    {gpu} {loop}"
-            lines += [name, both] if len(both) <= _LINE else [name, f"    {gpu}", f"    {loop}"]
+            lines += [name, both] if len(both) <= LINE_WIDTH else [name, f"    {gpu}", f"    {loop}"]
     lines.append(
         f"tie band: GPU time ±{100 * cmp.tie_band:.1f}%, {cmp.rounds} rounds; "
         f"loop ±{100 * cmp.wall.tie_band:.1f}%, {cmp.wall.rounds} rounds"
