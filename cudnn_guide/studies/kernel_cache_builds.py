@@ -218,7 +218,9 @@ def later_builds(runs: Runs, order: str) -> list[Build]:
 
 
 def weigh(x: float, y: float) -> str:
-    """How a change of ``x``× compares with one of ``y``× (within a factor of :data:`SAME` either way: about as much).
+    """How a change of ``x`` times compares with one of ``y`` times.
+
+    Within a factor of :data:`SAME` either way, it is about as much.
 
     Parameters
     ----------
@@ -376,7 +378,7 @@ def conclusions(runs: Runs, found: Findings) -> list[str]:
     Returns
     -------
     list[str]
-        Sentences (``* `` bullets) for :class:`~cudnn_guide.report.prose.Prose`.
+        Sentences (each a ``*`` bullet) for :class:`~cudnn_guide.report.prose.Prose`.
 
     Example
     -------

@@ -53,7 +53,7 @@ def accidental_matmuls(device: Any = "cuda") -> dict[str, tuple[str, tuple[Any, 
     Returns
     -------
     dict[str, tuple[str, tuple[Any, ...]]]
-        Case → (fix, (A, B, C's ``cudnn.data_type``[, the compute type])), the arguments of
+        Case → (fix, (A's, B's and C's ``cudnn.data_type``, then the compute type if any)), the arguments of
         :func:`~cudnn_guide.studies.failures.matmul_graph` after the handle.
 
     Example

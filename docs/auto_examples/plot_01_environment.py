@@ -55,27 +55,19 @@ env
 # both, timed the **same way**: one call between two CUDA events, raw event times (the
 # launch cost is not subtracted from either row: at 1-4 MiB it is most of the event, so
 # those rows show launch cost more than bandwidth, for hot and cold alike).
+# For each size the sweep asks for, ``copies.of`` makes a float32 source and destination
+# and returns one copy's launcher
+# (:class:`~cudnn_guide.studies.ceiling_sweeps.DeviceCopies`).
 import torch
 
+from cudnn_guide.studies import ceiling_sweeps
+
 sizes_mib = [1, 4, 16, 64, 256, 1024, 4096]
-buffers = {}
-
-
-def copy_of(size_mib):
-    n = size_mib * 2**20 // 4
-    src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    buffers[size_mib] = (src, dst)
-    return lambda: dst.copy_(src)
-
+copies = ceiling_sweeps.DeviceCopies()
 
 # %%
 # Check first: a timed copy must actually copy.
-from cudnn_guide import check
-
-copy_check = check.check(copy_of(64)(), buffers[64][0], name="device copy")
-print(copy_check)
-buffers.clear()
+print(copies.check(64))  # one 64 MiB copy against its source; its buffers then freed
 
 # %%
 from cudnn_guide.measure import sweep
@@ -84,44 +76,29 @@ copy_results = {}
 for l2 in ("hot", "cold"):
     copy_results[l2] = sweep.sweep(
         sizes_mib,
-        {f"copy, {l2} L2": copy_of},
+        {f"copy, {l2} L2": copies.of},
         x="size_mib",
         l2=l2,
         bytes=lambda s: 2 * s * 2**20,
         budget_ms=150,
         subtract_launch_cost=False,
     )
-    buffers.clear()
+    copies.clear()
 copy_measurements = copy_results["hot"].measurements + copy_results["cold"].measurements
 
 # %%
 # bf16 matmul: the compute ceiling
 # --------------------------------
 # cuBLAS through ``torch.matmul`` on random bf16 square matrices (random, not zeros:
-# zeros run faster and would inflate the ceiling), cold L2.
-matrices = {}
-
-
-def matmul_of(n):
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    matrices[n] = (a, b, c)
-    return lambda: torch.matmul(a, b, out=c)
-
-
-# The matmul we time must compute the product: checked against an fp32 reference, TF32
-# off.
-matmul_of(2048)()
-a, b, c = matrices.pop(2048)
-matmul_check = check.check(
-    c, check.reference(torch.matmul, a, b), name="bf16 matmul (cuBLAS)"
-)
-print(matmul_check)
+# zeros run faster and would inflate the ceiling), cold L2
+# (:class:`~cudnn_guide.studies.ceiling_sweeps.SquareMatmuls`). The matmul we time must
+# compute the product: checked against an fp32 reference, TF32 off.
+matrices = ceiling_sweeps.SquareMatmuls()
+print(matrices.check(2048))
 
 matmul_result = sweep.sweep(
     [1024, 2048, 4096, 8192, 16384],
-    {"bf16 matmul (cuBLAS)": matmul_of},
+    {"bf16 matmul (cuBLAS)": matrices.of},
     x="n",
     l2="cold",
     flops=lambda n: 2 * n**3,
@@ -137,12 +114,7 @@ torch.cuda.empty_cache()
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceilings = measure_ceilings()
-for m, value in (
-    (ceilings.copy, f"{ceilings.copy_gbps:.0f} GB/s"),
-    (ceilings.matmul, f"{ceilings.bf16_tflops:.0f} TFLOP/s"),
-):
-    mhz = m.clocks.get("sm_mhz_end", "?")
-    print(f"{m.label}: {m.median_ms * 1e3:.1f} µs, {value} (SM clock {mhz} MHz at end)")
+print(ceiling_sweeps.ceiling_lines(ceilings))
 
 # %%
 # The cost of a timed launch
@@ -171,36 +143,12 @@ print(f"five more calibrations: {min(repeats):.2f}–{max(repeats):.2f} µs")
 # %%
 # Plots
 # -----
+# Each sweep against its measured ceiling; the copy's panel marks the L2's size.
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
-
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-plot_lines(
-    copy_measurements,
-    x="size_mib",
-    metric="gbps",
-    ax=ax1,
-    logx=True,
-    title="device copy (read + write)",
-    ceiling=ceilings.copy_gbps,
-    ceiling_label=f"ceiling: {ceilings.copy_gbps:.0f} GB/s",
+fig = ceiling_sweeps.ceiling_figure(
+    copy_measurements, matmul_result.measurements, ceilings, env.l2_mib
 )
-ax1.axvline(env.l2_mib, color="0.6", linestyle=":", label=f"L2 = {env.l2_mib:.0f} MiB")
-ax1.legend(fontsize=8)
-ax1.set_xlabel("buffer size (MiB)")
-plot_lines(
-    matmul_result.measurements,
-    x="n",
-    metric="tflops",
-    ax=ax2,
-    logx=True,
-    title="bf16 matmul n×n×n, cold L2",
-    ceiling=ceilings.bf16_tflops,
-    ceiling_label=f"ceiling: {ceilings.bf16_tflops:.0f} TFLOP/s",
-)
-ax2.set_xlabel("n")
-ax2.legend(fontsize=8)
 plt.show()
 
 # %%
@@ -219,71 +167,13 @@ sweep_table(matmul_result, "tflops", title="bf16 matmul")
 # %%
 # Conclusions
 # -----------
-# Every number here is computed from the measurements above.
+# Every number here is computed from the measurements above
+# (``ceiling_sweeps.conclusions``).
 from cudnn_guide.report.prose import Prose
 
-hot_small = copy_results["hot"].get("copy, hot L2", 16)
-cold_small = copy_results["cold"].get("copy, cold L2", 16)
-hot_big = copy_results["hot"].get("copy, hot L2", sizes_mib[-1])
-cold_big = copy_results["cold"].get("copy, cold L2", sizes_mib[-1])
-small_ratio = hot_small.gbps / cold_small.gbps
-big_gap = 100 * (hot_big.gbps / cold_big.gbps - 1)
-peak_mm = max(matmul_result.measurements, key=lambda m: m.tflops)
-ridge = ceilings.bf16_tflops * 1e12 / (ceilings.copy_gbps * 1e9)
-sm_end = ceilings.matmul.clocks.get("sm_mhz_end", "?")
-cost_us = launch_cost["overhead_us"]
-too_short = [
-    m.label
-    for m in copy_measurements
-    if any(w.startswith("too short to time") for w in m.warnings)
-]
-lines = [
-    f"This {env.gpu} copies at {ceilings.copy_gbps:.0f} GB/s (2 GiB, cold L2) and "
-    f"multiplies bf16 matrices at {ceilings.bf16_tflops:.0f} TFLOP/s "
-    f"({ceilings.matmul.label}, the best of the ceiling's sizes, SM clock {sm_end} MHz "
-    f"at its end): the ridge point is {ridge:.0f} FLOP per byte.",
-]
-if ceilings.peak_bf16_tflops:
-    lines.append(
-        f"* The datasheet gives {ceilings.peak_bf16_tflops:.0f} TFLOP/s dense bf16 and "
-        f"{ceilings.peak_hbm_gbps:.0f} GB/s: measured, "
-        f"{100 * ceilings.bf16_tflops / ceilings.peak_bf16_tflops:.0f}% and "
-        f"{100 * ceilings.copy_gbps / ceilings.peak_hbm_gbps:.0f}% of them. The "
-        "measured ceilings move with the clock (the power cap lowers it under dense "
-        "tensor-core work); the pages' floors use the datasheet peaks, which no "
-        "measurement can beat."
-    )
-lines.append(
-    f"* A 16 MiB copy reports {hot_small.gbps:.0f} GB/s with a hot L2 and "
-    f"{cold_small.gbps:.0f} GB/s with a cold one, timed the same way: "
-    + (
-        f"timing small inputs without flushing L2 overstates bandwidth by "
-        f"{small_ratio:.2f}×."
-        if small_ratio > 1
-        else f"here the hot L2 did not help ({small_ratio:.2f}×)."
-    )
+lines = ceiling_sweeps.conclusions(
+    env, ceilings, copy_results, matmul_result, launch_cost, sizes_mib
 )
-lines.append(
-    f"* At {sizes_mib[-1]} MiB, far beyond the {env.l2_mib:.0f} MiB L2, the hot copy "
-    f"({hot_big.gbps:.0f} GB/s) is {abs(big_gap):.1f}% "
-    f"{'above' if big_gap >= 0 else 'below'} the cold one ({cold_big.gbps:.0f} GB/s): "
-    "there the flush has nothing left to change."
-)
-lines.append(
-    f"* The fastest matmul in the sweep is n={peak_mm.params['n']} at "
-    f"{peak_mm.tflops:.0f} TFLOP/s."
-)
-lines.append(
-    f"* The events around each timed call include {cost_us:.1f} µs of launch cost: "
-    f"more than 3% of any call shorter than {cost_us / 0.03:.0f} µs. The harness "
-    "subtracts it, so the pages report kernel time (the copy sweep above keeps raw "
-    "event times, so that its hot and cold rows follow one rule)."
-)
-if too_short:
-    lines.append(
-        f"* Too short to time per call: {', '.join(too_short)}; their times are raw "
-        "event times, an upper bound (their GB/s a lower bound)."
-    )
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline, keep

@@ -114,30 +114,14 @@ torch.testing.assert_close(y.float(), ref, atol=5e-2, rtol=2e-2)
 # work, so a measured ceiling can be beaten.
 from cudnn_guide.graphs import conv
 from cudnn_guide.measure.ceilings import measure_ceilings
+from cudnn_guide.studies import conv_fusion
 
 problem = conv.ConvProblem(
     n=n, c=c, h=h, w=w, k=k, r=3, s=3, padding=1, dtype="bfloat16"
 )
 ceilings = measure_ceilings()
 floor_ms = ceilings.floor_ms(problem.flops, problem.bytes)
-intensity = problem.flops / problem.bytes
-ridge = ceilings.peak_bf16_tflops * 1e12 / (ceilings.peak_hbm_gbps * 1e9)
-bound = "compute" if intensity > ridge else "memory"
-sm_end = ceilings.matmul.clocks.get("sm_mhz_end", "?")
-print(problem)
-print(
-    f"work: {problem.flops / 1e9:.1f} GFLOP, {problem.bytes / 2**20:.1f} MiB moved "
-    f"at least ({intensity:.0f} FLOP/B)"
-)
-print(
-    f"datasheet peaks: {ceilings.peak_bf16_tflops:.0f} TFLOP/s bf16, "
-    f"{ceilings.peak_hbm_gbps:.0f} GB/s"
-)
-print(
-    f"measured now: {ceilings.bf16_tflops:.0f} TFLOP/s ({ceilings.matmul.label}, "
-    f"SM clock {sm_end} MHz at its end), {ceilings.copy_gbps:.0f} GB/s copy"
-)
-print(f"floor at the datasheet peaks: {floor_ms * 1e3:.1f} µs ({bound}-bound)")
+print(conv_fusion.work_lines(problem, ceilings))
 
 # %%
 # The harness wraps that graph (:func:`~cudnn_guide.graphs.builder.adopt`: it checks
@@ -146,7 +130,6 @@ print(f"floor at the datasheet peaks: {floor_ms * 1e3:.1f} µs ({bound}-bound)")
 # so that an element the kernel never writes fails, before anything is timed.
 from cudnn_guide import check, graphs
 
-inputs = {"x": x, "w": weight, "b": bias, "y": y}
 built = graphs.adopt(g, handle, name="conv_bias_relu", io=io)
 check.poison(y)
 built.bind(pack)()
@@ -173,27 +156,17 @@ print(result)
 #   + bias + ReLU (used by its inference fusions): the strongest like-for-like baseline,
 #   when this PyTorch build has it.
 #
-# :func:`~cudnn_guide.measure.baselines.admit` runs each baseline once and checks it
-# against the same reference; one this machine cannot run is said and left out, one that
-# computes a wrong result stops the page.
-from cudnn_guide.measure import baselines
+# :func:`~cudnn_guide.studies.conv_fusion.admit_baselines` runs each baseline once
+# through :func:`~cudnn_guide.measure.baselines.admit`, which checks it against the same
+# reference; one this machine cannot run is said and left out, one that computes a
+# wrong result stops the page.
+from cudnn_guide.studies.conv_fusion import CANDIDATE  # "cuDNN graph (fused)"
 
 torch.backends.cudnn.benchmark = False
-compiled = baselines.compile_quietly(problem.torch_forward)
-contenders = {"cuDNN graph (fused)": built.bind(pack)}
-unavailable = {}
-for name, fn in {
-    "PyTorch eager, benchmark off": lambda: problem.torch_forward(x, weight, bias),
-    "PyTorch eager, benchmark on": baselines.with_cudnn_benchmark(
-        lambda: problem.torch_forward(x, weight, bias), True
-    ),
-    "torch.compile (max-autotune-no-cudagraphs)": lambda: compiled(x, weight, bias),
-    "torch.cudnn_convolution_relu": lambda: torch.cudnn_convolution_relu(
-        x, weight, bias.reshape(-1), [1, 1], [1, 1], [1, 1], 1
-    ),
-}.items():
-    if why := baselines.admit(contenders, name, fn, reference):
-        unavailable[name] = why
+contenders = {CANDIDATE: built.bind(pack)}
+unavailable = conv_fusion.admit_baselines(
+    contenders, problem, x, weight, bias, reference
+)
 
 # %%
 # The contenders run in **interleaved rounds** (a shuffled order each round), and each
@@ -210,7 +183,7 @@ from cudnn_guide.measure import compare
 
 result_cmp = compare.compare(
     contenders,
-    candidate="cuDNN graph (fused)",
+    candidate=CANDIDATE,
     l2="cold",
     rounds=15,
     flops=problem.flops,
@@ -218,17 +191,7 @@ result_cmp = compare.compare(
     params={"size": str(problem)},
 )
 measurements = list(result_cmp.measurements.values())
-for name, v in result_cmp.versus.items():
-    print(f"{name}: {v['value']:.2f}× ({v['low']:.2f}–{v['high']:.2f}), {v['verdict']}")
-print(
-    f"tie band ±{100 * result_cmp.tie_band:.1f}%; {result_cmp.rounds} rounds ran, "
-    f"of a cap of {result_cmp.rounds_cap}:"
-)
-print(
-    f"from {compare.ADAPTIVE_MIN_ROUNDS} rounds on, compare stops once every interval "
-    "lies wholly outside or inside the tie band"
-)
-print(f"and is no wider than ±{100 * compare.ADAPTIVE_HALF_WIDTH:.0f}% of its value")
+print(conv_fusion.verdict_lines(result_cmp))
 
 # %%
 # The median of each contender over all rounds (± half the inter-quartile range):
@@ -246,35 +209,16 @@ ComparisonTable(
 # profiler reports each kernel's own duration (CUPTI timestamps), a clock the harness
 # does not use. If the two agree, the harness is timing the kernels and not launch
 # overhead or an artefact.
-import textwrap
-
-from cudnn_guide.studies import profiling
-
-profiled = {
-    m.label: profiling.profile_kernels(fn, calls=30, l2="cold", label=m.label)
-    for m, fn in [
-        (measurements[0], contenders["cuDNN graph (fused)"]),
+profiled = conv_fusion.profile_contenders(
+    [
+        (measurements[0], contenders[CANDIDATE]),
         (measurements[1], lambda: problem.torch_forward(x, weight, bias)),
-    ]
-}
-by_label = {m.label: m for m in measurements}
-gap = {}  # harness over profiler, in %
-for label, prof in profiled.items():
-    m = by_label[label]
-    gap[label] = 100 * (m.median_ms / prof.per_call_ms - 1)
-    print(
-        f"{label}: harness {m.median_ms * 1e3:.1f} µs, "
-        f"profiler {prof.per_call_ms * 1e3:.1f} µs ({gap[label]:+.1f}%)"
-    )
-    print(
-        f"    events {m.event_median_ms * 1e3:.1f} µs "
-        f"− {m.launch_cost_ms * 1e3:.1f} µs launch cost"
-    )
-    for kname, ms in prof.top(3):
-        print(f"    {ms / prof.calls * 1e3:8.1f} µs/call")
-        print(
-            textwrap.fill(kname, 88, initial_indent=" " * 8, subsequent_indent=" " * 10)
-        )
+    ],
+    calls=30,
+    l2="cold",
+)
+gap = conv_fusion.profiler_gaps(measurements, profiled)  # harness over profiler, in %
+print(conv_fusion.profiler_lines(measurements, profiled))
 
 # %%
 # Plot
@@ -283,59 +227,20 @@ for label, prof in profiled.items():
 # datasheet's dense bf16 peak.
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_comparison
-
-ax = plot_comparison(result_cmp, "TFLOP/s", title=f"conv→bias→ReLU on {env.gpu}")
-ax.axvline(
-    ceilings.peak_bf16_tflops,
-    color="k",
-    linestyle="--",
-    linewidth=1,
-    label="datasheet bf16 peak",
-)
-ax.legend(loc="lower right")
+ax = conv_fusion.comparison_figure(result_cmp, ceilings.peak_bf16_tflops, env.gpu)
 plt.show()
 
 # %%
 # Conclusions
 # -----------
-# Every number here is computed from the measurements above.
+# Every number here is computed from the measurements above
+# (``conv_fusion.conclusions``). torch.cudnn_convolution_relu runs cuDNN's own fused
+# kernel: a sanity row, not the rival the headline compares with.
 from cudnn_guide.report.prose import Prose
 
-fused_m = result_cmp.measurements["cuDNN graph (fused)"]
-# torch.cudnn_convolution_relu runs cuDNN's own fused kernel: a sanity row, not a rival
-others = [b for b in result_cmp.versus if not b.startswith("torch.cudnn_")]
-rival = min(others, key=lambda b: result_cmp.measurements[b].median_ms)
-fused_est = result_cmp.estimate("cuDNN graph (fused)", "µs")
-floor_ratio = fused_m.median_ms / floor_ms
-sentences = [
-    f"The fused cuDNN graph runs in {fused_est['value']:.1f} µs (in-run 95% interval "
-    f"{fused_est['low']:.1f}–{fused_est['high']:.1f} over {result_cmp.rounds} "
-    f"rounds), {fused_m.tflops:.0f} TFLOP/s: "
-    f"{100 * fused_m.tflops / ceilings.peak_bf16_tflops:.0f}% of the datasheet bf16 "
-    f"peak, {100 * fused_m.tflops / ceilings.bf16_tflops:.0f}% of the GEMM measured "
-    "just now.",
-    f"* Against the fastest other implementation, '{rival}', it is "
-    f"{result_cmp.describe(rival)}.",
-    *[
-        f"* Against '{b}', it is {result_cmp.describe(b)}"
-        + (" (cuDNN's own kernel, called through PyTorch)." if b not in others else ".")
-        for b in result_cmp.versus
-        if b != rival
-    ],
-    f"* It takes {floor_ratio:.2f}× the floor set by the datasheet peaks "
-    f"({floor_ms * 1e3:.1f} µs).",
-    "* The harness and the profiler differ by "
-    + ", ".join(f"{v:+.1f}% ({k})" for k, v in gap.items())
-    + ". They are two runs seconds apart: the profiler sums kernel durations (CUPTI) "
-    "of calls that follow only the L2 flush, the harness reads events around calls "
-    "that follow a spin kernel and the flush. The methodology page's cross-check times "
-    "the same calls with both clocks.",
-    *[
-        f"* {name} could not run here ({why}), so it is not compared."
-        for name, why in unavailable.items()
-    ],
-]
+fused_est = result_cmp.estimate(CANDIDATE, "µs")
+rival = conv_fusion.fastest_rival(result_cmp)
+sentences = conv_fusion.conclusions(result_cmp, ceilings, floor_ms, gap, unavailable)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline

@@ -99,7 +99,7 @@ torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
 # Before anything is timed, the same output is checked again the way every contender on
 # this site is: the output is first filled with NaN (an element the kernel never wrote
 # fails), then compared with the fp32 reference by relative norm.
-from cudnn_guide import check, graphs
+from cudnn_guide import check
 from cudnn_guide.graphs import attention
 
 problem = attention.SdpaProblem(batch=b, heads=h, seq=s, head_dim=d, causal=True)
@@ -113,17 +113,11 @@ print(sdpa_check)
 # A causal mask that is off by one would still pass a loose check on random data, so we
 # also check the mask itself: with ``v`` one-hot along the sequence, row *i* of the
 # output can only mix values of keys ``j ≤ i``; any weight on a future key shows up as
-# output mass there.
-small = attention.SdpaProblem(batch=1, heads=1, seq=128, head_dim=128, causal=True)
-s_in = small.make_inputs(seed=1)
-eye = torch.eye(128, device="cuda", dtype=torch.bfloat16)
-s_in["v"] = eye.reshape(1, 1, 128, 128).contiguous()
-small_graph, small_pack = causal_sdpa(**s_in)
-check.poison(s_in["o"])
-graphs.adopt(small_graph, handle, name="one-hot probe").execute(small_pack)
-probs = s_in["o"][0, 0].float()  # row i = attention weights of query i over keys
-future_mass = torch.triu(probs, diagonal=1).abs().max().item()
-row_sum = (probs.sum(-1) - 1).abs().max().item()
+# output mass there (``causal_attention.one_hot_probe``: the lesson's graph on one
+# sequence of 128 tokens, with ``v`` the 128×128 identity).
+from cudnn_guide.studies import causal_attention
+
+future_mass, row_sum = causal_attention.one_hot_probe(causal_sdpa, handle)
 print(f"largest weight on a future key: {future_mass:.2e}")
 print(f"rows sum to 1 within {row_sum:.2e}")
 assert future_mass == 0.0
@@ -131,40 +125,18 @@ assert future_mass == 0.0
 # %%
 # The baselines, each forced and checked
 # --------------------------------------
-# ``torch.nn.attention.sdpa_kernel`` restricts PyTorch to one backend; one that cannot
-# run this problem raises and is shown as unavailable, not silently replaced. On this
-# torch the flash backend is FlashAttention-2, and the cuDNN backend calls cuDNN's own
-# fused attention: a tie with it is expected, it is not an independent contender.
+# ``torch.nn.attention.sdpa_kernel`` restricts PyTorch to one backend
+# (``causal_attention.torch_sdpa``); one that cannot run this problem raises and is
+# shown as unavailable, not silently replaced. On this torch the flash backend is
+# FlashAttention-2, and the cuDNN backend calls cuDNN's own fused attention: a tie with
+# it is expected, it is not an independent contender.
 from cudnn_guide.measure import baselines
 
-NAMES = {
-    "PyTorch flash": "PyTorch SDPA, flash backend (FlashAttention-2)",
-    "PyTorch mem-efficient": "PyTorch SDPA, memory-efficient backend",
-    "PyTorch cuDNN": "PyTorch SDPA, cuDNN backend",
-}
-BACKENDS = {NAMES.get(n, n): be for n, be in baselines.sdpa_backends().items()}
-
-
-def torch_sdpa(backend, p, q, k, v):
-    # F.scaled_dot_product_attention under sdpa_kernel([backend])
-    attend = baselines.forced_sdpa(backend, is_causal=p.causal, scale=p.scale)
-    return lambda: attend(q, k, v)
-
-
-def checked(name):
-    """Check an output against the reference; one short line (a failure raises)."""
-
-    def run(out):
-        c = check.check(out, ref, name=name)
-        return f"{c.name}: rel. error {c.rel_error:.1e} (tolerance {c.tolerance:.1e})"
-
-    return run
-
-
+BACKENDS = causal_attention.backends()  # the page's names → SDPBackend
 available = {}  # each backend that runs here, checked against the reference
 for name, backend in BACKENDS.items():
-    fn = torch_sdpa(backend, problem, q, k, v)
-    baselines.admit(available, name, fn, check=checked(name))
+    fn = causal_attention.torch_sdpa(backend, problem, q, k, v)
+    baselines.admit(available, name, fn, check=causal_attention.checked(ref, name))
 
 # %%
 # FlashAttention-4 (``flash_attn.cute.flash_attn_func``) takes B×S×H×D tensors: it gets
@@ -181,7 +153,7 @@ FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
 if FA4_OK:
     fa4_fwd = fa4.forward(q, k, v, causal=True, scale=problem.scale)
-    baselines.admit(available, FA4, fa4_fwd, check=checked(FA4))
+    baselines.admit(available, FA4, fa4_fwd, check=causal_attention.checked(ref, FA4))
 else:
     print(f"{FA4}: {FA4_DETAIL}")
 torch.cuda.empty_cache()
@@ -191,71 +163,19 @@ torch.cuda.empty_cache()
 # -----------------------------------------------------
 # 16,384 tokens per batch (B = 16384 / S) and a model width of 2048 (H = 2048 / D), so
 # every point does work on the same number of tokens; the causal FLOP count is half of
-# ``4·B·H·S²·D``.
+# ``4·B·H·S²·D`` (``causal_attention.problem_at``). ``causal_attention.sweep_lengths``
+# builds the lesson's graph anew at each length, and races it there against every
+# backend (one that cannot run a length is shown as "—") and FlashAttention-4 if it was
+# admitted above: interleaved rounds, cold L2, a verdict against each contender.
 from cudnn_guide.measure import sweep
 
 seqs = [1024, 2048, 4096, 8192, 16384]
 dims = [64, 128]
-built = {}
-
-
-def problem_at(s, d):
-    return attention.SdpaProblem(
-        batch=16384 // s, heads=2048 // d, seq=s, head_dim=d, causal=True
-    )
-
-
-def cudnn_at(d):
-    def factory(s):
-        p = problem_at(s, d)
-        ins = p.make_inputs(seed=s + d)
-        gs, pk = causal_sdpa(**ins)
-        built[(s, d)] = (p, ins)
-        return graphs.adopt(gs, handle, name=f"sdpa S={s} D={d}").bind(pk)
-
-    return factory
-
-
-def torch_at(backend, d):
-    def factory(s):
-        p, ins = built[(s, d)]
-        fn = torch_sdpa(backend, p, ins["q"], ins["k"], ins["v"])
-        try:
-            fn()
-        except RuntimeError:
-            return None  # this backend cannot run this shape: shown as "—"
-        return fn
-
-    return factory
-
-
-def fa4_at(d):
-    def factory(s):
-        p, ins = built[(s, d)]
-        return fa4.forward(ins["q"], ins["k"], ins["v"], causal=True, scale=p.scale)
-
-    return factory
-
-
-# each length: the cuDNN graph against every backend, interleaved rounds, verdicts
-measurements, sweeps = [], {}
-for d in dims:
-    impls = {f"cuDNN graph, d={d}": cudnn_at(d)}
-    impls.update({f"{n}, d={d}": torch_at(be, d) for n, be in BACKENDS.items()})
-    if FA4 in available:
-        impls[f"{FA4}, d={d}"] = fa4_at(d)
-    sweeps[d] = sweep.sweep(
-        seqs,
-        impls,
-        x="seq_len",
-        l2="cold",
-        flops=lambda s, d=d: problem_at(s, d).flops,
-        candidate=f"cuDNN graph, d={d}",
-        rounds=7,
-    )
-    measurements += sweeps[d].measurements
-    built.clear()
-    torch.cuda.empty_cache()
+fa4_name = FA4 if FA4 in available else None
+sweeps = causal_attention.sweep_lengths(
+    causal_sdpa, handle, seqs, dims, BACKENDS, fa4_name=fa4_name, rounds=7
+)
+measurements = [m for d in dims for m in sweeps[d].measurements]
 result = sweep.SweepResult("seq_len", measurements)
 
 # %%
@@ -264,23 +184,10 @@ result = sweep.SweepResult("seq_len", measurements)
 # One panel per head dim, stacked so that each stays readable on a narrow screen.
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_lines
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceil = measure_ceilings()
-fig, axes = plt.subplots(2, 1, figsize=(8, 8), layout="constrained", sharex=True)
-for ax, d in zip(axes, dims):
-    plot_lines(
-        [m for m in measurements if m.params["impl"].endswith(f"d={d}")],
-        x="seq_len",
-        metric="tflops",
-        ax=ax,
-        logx=True,
-        title=f"causal attention, head dim {d}",
-        ceiling=ceil.peak_bf16_tflops,
-        ceiling_label="datasheet dense bf16 peak",
-    )
-    ax.legend(fontsize=7)
+causal_attention.plot_by_head_dim(measurements, dims, ceil.peak_bf16_tflops)
 plt.show()
 
 # %%
@@ -301,53 +208,13 @@ html_table(pd.DataFrame(verdict_rows), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# From the verdicts above; PyTorch's cuDNN backend is cuDNN itself: not counted.
+# From the verdicts above; PyTorch's cuDNN backend is cuDNN itself: not counted
+# (``causal_attention.others``).
 from cudnn_guide.report.prose import Prose
 
-
-def count(verdicts, word):
-    return sum(v == word for v in verdicts)
-
-
-def others(cmp):
-    """Verdicts against the other implementations: PyTorch's cuDNN backend calls cuDNN's
-    own fused attention, so a tie with it is expected and it is not counted."""
-    return {n: v["verdict"] for n, v in cmp.versus.items() if "cuDNN backend" not in n}
-
-
-def fastest_other(cmp):
-    return min(others(cmp), key=lambda n: cmp.measurements[n].median_ms)
-
-
-peaks, sentences = {}, []
-for d in dims:
-    cand = f"cuDNN graph, d={d}"
-    cmps = sweeps[d].comparisons
-    peak_s = max(seqs, key=lambda s: cmps[s].measurements[cand].tflops)
-    peaks[d] = (peak_s, cmps[peak_s].estimate(cand, "TFLOP/s"))
-    fastest = sum(all(v == "faster" for v in others(cmps[s]).values()) for s in seqs)
-    tied = sum(all(v != "slower" for v in others(cmps[s]).values()) for s in seqs)
-    tied -= fastest
-    share = 100 * peaks[d][1]["value"] / ceil.peak_bf16_tflops
-    sentences.append(
-        f"At head dim {d} the cuDNN graph (heuristics A) peaks at "
-        f"{peaks[d][1]['value']:.0f} TFLOP/s (S={peak_s}, {share:.0f}% of the "
-        f"datasheet bf16 peak). It is faster than every other implementation at "
-        f"{fastest} of {len(seqs)} lengths, and at least ties all of them at {tied} "
-        "more (PyTorch's cuDNN backend runs cuDNN's own kernel and is not counted)."
-    )
-    key = f"{FA4}, d={d}"
-    fa = [cmps[s].versus[key]["verdict"] for s in seqs if key in cmps[s].versus]
-    if fa:
-        sentences.append(
-            f"Against {FA4} alone, at head dim {d}: cuDNN is faster at "
-            f"{count(fa, 'faster')}, ties at {count(fa, 'tie')} and is slower at "
-            f"{count(fa, 'slower')} of {len(fa)} lengths."
-        )
-    else:
-        sentences.append(f"{FA4} was not timed at head dim {d}: {FA4_DETAIL}.")
-    described = sweeps[d].describe_verdicts().splitlines()
-    sentences += ["* " + line.strip() for line in described if line.strip()]
+peaks = causal_attention.peaks(sweeps, seqs)  # head dim → (length, TFLOP/s estimate)
+said = dict(peak_tflops=ceil.peak_bf16_tflops, fa4_name=FA4, fa4_detail=FA4_DETAIL)
+sentences = causal_attention.conclusions(sweeps, seqs, peaks, **said)
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import headline
 from cudnn_guide.report.records import comparison
@@ -364,7 +231,7 @@ for d in dims:
         comparison(
             f"d={d}, S={s}: speed-up over the fastest other implementation",
             cmp,
-            fastest_other(cmp),
+            causal_attention.fastest_other(cmp),
         )
 # sphinx_gallery_end_ignore
 Prose(*sentences)

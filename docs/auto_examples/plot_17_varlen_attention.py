@@ -106,34 +106,22 @@ torch.testing.assert_close(o.float(), ref, atol=2e-2, rtol=2e-2)
 # ---------------------------------
 # The same causal attention on padded B×H×S_max×D tensors, told the lengths by the
 # same padding mask but with no ragged offsets, is the cuDNN contender packing must
-# beat. ``varlen.sdpa_graph`` (``cudnn_guide/graphs/varlen.py``) declares it from the
-# padded tensors and binds it for timing. Every output is checked sequence by sequence
-# against the fp32 reference (``check.worst_sequence``); the worst one is printed.
-from cudnn_guide import check
-from cudnn_guide.graphs import attention_inputs, varlen
-from cudnn_guide.graphs.varlen import packed_rows, padded_rows
+# beat. ``varlen_race.padded_forward`` (``cudnn_guide/studies/varlen_race.py``) declares
+# it from the padded tensors (``varlen.sdpa_graph``), runs it once on a poisoned output
+# and binds it for timing. Every output is checked sequence by sequence against the
+# fp32 reference (``varlen_race.check_sequences``); the worst one is printed.
+from cudnn_guide.graphs import varlen
+from cudnn_guide.graphs.varlen import packed_rows
+from cudnn_guide.studies import varlen_race
 
 spans = varlen.spans(cu_seqlens)
 print(f"{T} real tokens in {B} sequences; {B * S_MAX} slots padded to the longest")
-
-
-def per_sequence_check(label, outputs, rows, expected):
-    """Each sequence's ``rows`` of each output against ``expected[name][b]``."""
-    worst = check.worst_sequence(label, outputs, rows, expected, spans)
-    print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
-
-
 expected_o = {"O": [packed_rows(ref, b, a, e) for b, (a, e) in spans]}
-per_sequence_check("packed THD", {"O": o}, packed_rows, expected_o)
+varlen_race.check_sequences("packed THD", {"O": o}, packed_rows, expected_o, spans)
 qp, kp, vp = (varlen.padded(t, spans) for t in (q, k, v))
-op = torch.empty_like(qp)
-padded_run = varlen.sdpa_graph(dict(q=qp, k=kp, v=vp, o=op), seq_lens, handle=handle)
-check.poison(op)
-padded_run()
-per_sequence_check("padding mask", {"O": op}, padded_rows, expected_o)
-pad_rows = torch.cat([op[b, :, e - a :].flatten() for b, (a, e) in spans])
-print(f"padded rows past each length: {pad_rows.isnan().sum().item()} NaN, ", end="")
-print(f"max |value| {pad_rows.nan_to_num().abs().max().item():g}")
+padded_run = varlen_race.padded_forward(
+    qp, kp, vp, seq_lens, expected_o, spans, handle=handle
+)
 
 # %%
 # Edge cases: a zero-length and a one-token sequence
@@ -142,25 +130,11 @@ print(f"max |value| {pad_rows.nan_to_num().abs().max().item():g}")
 # one key. A zero-length sequence has no query rows at all; its output slots are
 # poisoned (NaN) before the call, and we look at what is left in them. Compare the
 # padded run above: its rows past each length were poisoned too (NaN count printed).
-edge_lens = torch.tensor([S_MAX, 1, 0, 37], dtype=torch.int32, device="cuda")
-edge_lens = edge_lens.reshape(4, 1, 1, 1)
-attention_inputs.check_seq_lens(edge_lens, 4, S_MAX)
-eq, ek, ev = (t[:4].contiguous() for t in (qp, kp, vp))
-eo = torch.empty_like(eq)
-edges = varlen.sdpa_graph(dict(q=eq, k=ek, v=ev, o=eo), edge_lens, handle=handle)
-check.poison(eo)
-edges()
-for b, n in enumerate(edge_lens.flatten().tolist()):
-    if n == 0:
-        left = eo[b].isnan().float().mean().item()
-        print(f"sequence {b}, 0 tokens: {left:.0%} of its output slots still NaN")
-        continue
-    seq = [t[b : b + 1, :, :n] for t in (eq, ek, ev)]
-    visible = attention_inputs.band(n, n, device="cuda")
-    expected = attention_inputs.reference(*seq, visible=visible)
-    edge = check.check(eo[b : b + 1, :, :n], expected, name=f"{n}-token edge")
-    print(f"sequence {b}, {n} tokens: rel. error {edge.rel_error:.1e}")
-zero_len_poison_left = eo[2].isnan().float().mean().item()
+# ``varlen_race.edge_cases`` runs the padded graph on the first four sequences with
+# these lengths and checks each one with tokens against the fp32 reference.
+zero_len_poison_left = varlen_race.edge_cases(
+    qp, kp, vp, [S_MAX, 1, 0, 37], handle=handle
+)
 
 # %%
 # Measuring against PyTorch's varlen paths
@@ -180,56 +154,19 @@ zero_len_poison_left = eo[2].isnan().float().mean().item()
 # * **FlexAttention** (compiled) with a document mask over the packed tokens.
 # * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with
 #   the same ``cu_seqlens`` (int32), if it is installed.
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend
-
+#
+# ``varlen_race.admit_forward_baselines`` makes each, checks it and adds it to the
+# race; one that cannot run here is said, with the reason, not dropped.
 from cudnn_guide import graphs
-from cudnn_guide.measure import baselines, compare, fa4
+from cudnn_guide.measure import compare, fa4
 
 contenders = {
     "cuDNN packed (THD)": graphs.adopt(g, handle, name="varlen").bind(pack),
     "cuDNN padding mask": padded_run,
 }
-unavailable = {}
-flash = baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
-nested = [
-    torch.nested.nested_tensor_from_jagged(t, cu_seqlens.long()).transpose(1, 2)
-    for t in (q, k, v)
-]
-picked, kernel = varlen.nested_sdpa_backend(*nested)  # or "not determined (…)"
-print(f"nested tensors: SDPA's dispatch picks {picked}")
-NESTED = f"PyTorch nested tensors, {kernel}"
-FLASH = "PyTorch padded SDPA, flash backend (FlashAttention-2)"
-flex = varlen.flex_document_attention(lengths)  # compiled, the document mask built once
-packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
-candidates = {
-    FLASH: (lambda: flash(qp, kp, vp), padded_rows),
-    NESTED: (
-        lambda: F.scaled_dot_product_attention(*nested, is_causal=True),
-        lambda y, b, a, e: packed_rows(y.transpose(1, 2).values(), b, a, e),
-    ),
-    "FlexAttention, document mask": (lambda: flex(*packed_bhsd), varlen.bhsd_rows),
-}
-try:  # causal, window_size=(-1, 0)
-    varlen_attn = varlen.torch_varlen_attn(cu_seqlens, S_MAX)
-    candidates["PyTorch varlen_attn"] = (lambda: varlen_attn(q, k, v), packed_rows)
-except ImportError as exc:
-    unavailable["PyTorch varlen_attn"] = str(exc)
-
-FA4_OK, FA4_DETAIL = fa4.status()
-FA4 = fa4.label()
-if FA4_OK:  # flash_attn_varlen_func, the same cu_seqlens for queries and keys
-    fa4_varlen = fa4.varlen_attention(cu_seqlens, S_MAX, causal=True, scale=D**-0.5)
-    candidates[f"{FA4}, varlen"] = (lambda: fa4_varlen(q, k, v), packed_rows)
-else:
-    unavailable[FA4] = FA4_DETAIL
-for name, (fn, rows) in candidates.items():  # one that cannot run is said, not dropped
-    check_fn = lambda y, name=name, rows=rows: per_sequence_check(
-        name, {"O": y}, rows, expected_o
-    )
-    if why := baselines.admit(contenders, name, fn, check=check_fn):
-        unavailable[name] = why
-
+unavailable = varlen_race.admit_forward_baselines(
+    contenders, (q, k, v), (qp, kp, vp), cu_seqlens, lengths, expected_o, spans
+)
 real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
 result = compare.compare(
     contenders, candidate="cuDNN packed (THD)", l2="cold", rounds=9, flops=real_flops
@@ -240,16 +177,8 @@ import pandas as pd
 
 from cudnn_guide.report import html_table
 
-rows = [
-    {
-        "implementation": n,
-        "µs": result.estimate(n)["value"],
-        "useful TFLOP/s": result.estimate(n, "TFLOP/s")["value"],
-    }
-    for n in result.measurements
-]
 formats = {"µs": "{:.1f}", "useful TFLOP/s": "{:.0f}"}
-html_table(pd.DataFrame(rows).sort_values("µs"), formats)
+html_table(pd.DataFrame(varlen_race.timing_rows(result)).sort_values("µs"), formats)
 
 # %%
 import matplotlib.pyplot as plt
@@ -276,56 +205,23 @@ html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# Computed from the comparisons above. Each verdict is on GPU time; where a back-to-back
-# loop (host time included) was raced too, its verdict follows with its own interval
-# and tie band. Had the padding mask made the kernel skip every padded tile, the padded
-# graph would take the packed graph's time; had it skipped none, about the padded
-# work's ratio of it (time linear in FLOPs).
-from cudnn_guide.report.prose import Prose, verdict_text
+# Computed from the comparisons above (``varlen_race.forward_conclusions``). Each
+# verdict is on GPU time; where a back-to-back loop (host time included) was raced
+# too, its verdict follows with its own interval and tie band. Had the padding mask
+# made the kernel skip every padded tile, the padded graph would take the packed
+# graph's time; had it skipped none, about the padded work's ratio of it (time linear
+# in FLOPs).
+from cudnn_guide.report.prose import Prose
 
-padded_flops = B * 4 * H * D * S_MAX * S_MAX / 2
-work_ratio = padded_flops / real_flops
-packed_us = result.estimate("cuDNN packed (THD)")["value"]
-time_ratio = result.estimate("cuDNN padding mask")["value"] / packed_us
-if time_ratio <= 1 or result.versus["cuDNN padding mask"]["verdict"] == "tie":
-    skip = "so the padding costs no measurable time: its tiles are skipped."
-elif time_ratio < work_ratio:
-    avoided = (work_ratio - time_ratio) / (work_ratio - 1)
-    skip = (
-        f"between a full skip (1×) and none ({work_ratio:.2f}×): the padding mask "
-        f"avoids about {avoided:.0%} of the padding's extra time, not all of it."
-    )
-else:
-    skip = "no less than the extra work: this timing shows no padding skipped."
-best = result.best_baseline
-unwritten = (
-    " (cuDNN does not write them: zero them yourself if anything reads them)"
-    if zero_len_poison_left == 1.0
-    else ""
+sentences = varlen_race.forward_conclusions(
+    result,
+    lengths,
+    heads=H,
+    head_dim=D,
+    zero_len_poison_left=zero_len_poison_left,
+    unavailable=unavailable,
+    fa4_label=fa4.label(),
 )
-squares = sum(n * n for n in lengths.tolist())  # causal work grows with length²
-sentences = [
-    f"Padding to the longest sequence (S_max = {S_MAX}) would do {work_ratio:.2f}× "
-    f"the attention work of the real tokens: causal work grows with each length "
-    f"squared, so the ratio is B·S_max² / Σ n² = {B}·{S_MAX}² / {squares:,} = "
-    f"{B * S_MAX**2:,} / {squares:,}, over the lengths {lengths.tolist()} (in "
-    f"tokens, {T} real of {B * S_MAX} slots).",
-    f"The padded cuDNN graph with a padding mask takes {time_ratio:.2f}× the packed "
-    f"graph's time for {work_ratio:.2f}× the work, {skip}",
-    f"The packed cuDNN graph: against the fastest contender ({best}) it is "
-    f"{verdict_text(result, best)}; against the padded tensors with a padding mask "
-    f"it is {verdict_text(result, 'cuDNN padding mask')}.",
-    f"A zero-length sequence: {zero_len_poison_left:.0%} of its output slots still "
-    f"held the poison after the call{unwritten}; a one-token sequence is checked "
-    "like any other.",
-]
-fa4_varlen_name = f"{FA4}, varlen"
-if fa4_varlen_name in result.versus:
-    fa4_verdict = verdict_text(result, fa4_varlen_name)
-    sentences.append(f"* Against {fa4_varlen_name}: cuDNN is {fa4_verdict}.")
-sentences += [
-    f"* Not available here: {name}: {why}" for name, why in unavailable.items()
-]
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline

@@ -102,8 +102,10 @@ del scores, ref
 # ``[0, 0) ∪ [i − W + 1, i + 1)``, which ``attention_inputs.key_intervals``
 # (``cudnn_guide/graphs/attention_inputs.py``) builds. ``flex_attn_func`` takes B×S×H×D
 # tensors. Compiling prints a log (``Compiled … in N s``) and an experimental-API note.
+# The outputs, and the lesson's graph, are checked against each mask's fp32 reference
+# (``flex_attention_race``, in ``cudnn_guide/studies/flex_attention_race.py``).
 from cudnn_guide.graphs import attention_inputs
-from cudnn_guide import check
+from cudnn_guide.studies import flex_attention_race
 
 q, k, v = (t.transpose(1, 2).contiguous() for t in (qb, kb, vb))
 gen = torch.Generator(device="cuda").manual_seed(0)
@@ -117,26 +119,16 @@ out_causal = cfa.flex_attn_func(q, k, v, mask_plan=causal_plan)
 out_window = cfa.flex_attn_func(q, k, v, mask_plan=window_plan)
 
 bhsd = [qb, kb, vb]  # the reference works on B×H×S×D
-ref_causal = attention_inputs.reference(
-    *bhsd, visible=attention_inputs.band(S, S, device="cuda")
-).transpose(1, 2)
-ref_window = attention_inputs.reference(
-    *bhsd, visible=attention_inputs.band(S, S, left=W, device="cuda")
-)
-ref_window = ref_window.transpose(1, 2)
-checks = [
-    check.check(ob, ref_window.transpose(1, 2), name=f"cuDNN graph, window {W}"),
-    check.check(out_causal, ref_causal, name="cudnn.flex_attention, causal"),
-    check.check(out_window, ref_window, name=f"cudnn.flex_attention, window {W}"),
-]
-for c in checks:
-    print(c)
+refs = flex_attention_race.band_references(*bhsd, window=W)  # mask -> B×S×H×D
+outs = {"causal": out_causal, f"window {W}": out_window}
+checks = flex_attention_race.check_forward(ob, outs, refs, window=W)
 
 # %%
 # ``cudnn.flex_attention`` backward
 # ---------------------------------
 # A plan built from inputs that require gradients carries the backward kernels too
-# (``build_backward``); ``flex_attn_func`` is then differentiable.
+# (``build_backward``); ``flex_attn_func`` is then differentiable. Its gradients are
+# checked against PyTorch's causal SDPA in fp32 (``check_gradients``).
 S_BWD = 2048
 qg, kg, vg = (
     torch.randn(
@@ -148,18 +140,7 @@ ends_bwd = attention_inputs.key_intervals(2, S_BWD)  # causal, 1×1×(2·S_BWD)
 bwd_plan = cfa.create_mask_plan(ends_bwd, qg, kg, vg)
 d_out = torch.randn(2, S_BWD, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
 cfa.flex_attn_func(qg, kg, vg, mask_plan=bwd_plan).backward(d_out)
-ref_leaves = [t.detach().float().transpose(1, 2).requires_grad_() for t in (qg, kg, vg)]
-with check.full_precision():
-    torch.nn.functional.scaled_dot_product_attention(
-        *ref_leaves, is_causal=True
-    ).backward(d_out.float().transpose(1, 2))
-for name, got, ref in zip(("dQ", "dK", "dV"), (qg.grad, kg.grad, vg.grad), ref_leaves):
-    checks.append(
-        check.check(
-            got, ref.grad.transpose(1, 2), name=f"cudnn.flex_attention backward, {name}"
-        )
-    )
-    print(checks[-1])
+checks += flex_attention_race.check_gradients(qg, kg, vg, d_out)
 
 # %%
 # Plan and compile cost, in a fresh process
@@ -184,55 +165,38 @@ for i, c in enumerate(cold):
 # %%
 # Against cuDNN's graph, FlashAttention-4 and PyTorch, on the same masks
 # ----------------------------------------------------------------------
-# Contenders, each checked: ``cudnn.flex_attention``; cuDNN's graph SDPA with the same
-# mask as a diagonal band (as in the lesson: ``attention.sdpa_band_launcher``, in
-# ``cudnn_guide/graphs/attention.py``); FlashAttention-4
-# (``causal=True``, and ``window_size=(W - 1, 0)`` for the window: the W - 1 keys before
-# the query, none after it); PyTorch's FlexAttention (compiled) with a block mask;
-# PyTorch's SDPA, flash backend, for the causal case; and the frontend's own
-# ``torch.ops.cudnn.sdpa_fwd`` (these three: ``baselines.band_attention``, in
-# ``cudnn_guide/measure/baselines.py``). Each races in interleaved rounds with a
-# bootstrap interval, in GPU time per call; ``wall_clock=True`` also races them in
-# back-to-back loops timed by the wall clock (``compare_loops``, below).
+# Contenders: ``cudnn.flex_attention``; then, each checked against the mask's reference
+# before it is timed (``flex_attention_race.add_contenders``), cuDNN's graph SDPA with
+# the same mask as a diagonal band (as in the lesson); PyTorch's FlexAttention
+# (compiled) with a block mask, the frontend's own ``torch.ops.cudnn.sdpa_fwd`` and, for
+# the causal case, PyTorch's SDPA, flash backend; FlashAttention-4 (``causal=True``, and
+# ``window_size=(W - 1, 0)`` for the window: the W - 1 keys before the query, none after
+# it). Each races in interleaved rounds with a bootstrap interval, in GPU time per call;
+# ``wall_clock=True`` also races them in back-to-back loops timed by the wall clock.
 import textwrap
 
-from cudnn_guide.graphs import attention
-from cudnn_guide.measure import baselines, compare, fa4
+from cudnn_guide.measure import compare, fa4
 
 FA4_OK, FA4_DETAIL = fa4.status()
 FA4 = fa4.label()
 if not FA4_OK:
     print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
-GRAPH = "cuDNN graph (heuristics A)"
 CAND = "cudnn.flex_attention"
+raced_fa4 = FA4 if FA4_OK else None  # None: not raced
+masks = {"causal": (None, causal_plan), f"window {W}": (W, window_plan)}
 results = {}
-for mask, left, plan, ref in (
-    ("causal", None, causal_plan, ref_causal),
-    (f"window {W}", W, window_plan, ref_window),
-):
-    run_graph, o_graph = attention.sdpa_band_launcher(
-        *bhsd, left_bound=left, handle=handle
+for mask, (left, plan) in masks.items():
+    contenders = {CAND: lambda plan=plan: cfa.flex_attn_func(q, k, v, mask_plan=plan)}
+    # prints why FA4 cannot run this mask, if it cannot
+    checks += flex_attention_race.add_contenders(
+        contenders, mask, *bhsd, refs, left=left, handle=handle, fa4_label=raced_fa4
     )
-    run_graph()
-    checks.append(check.check(o_graph.transpose(1, 2), ref, name=f"{GRAPH}, {mask}"))
-    others = baselines.band_attention(*bhsd, left=left, scale=D**-0.5)
-    contenders = {
-        CAND: lambda plan=plan: cfa.flex_attn_func(q, k, v, mask_plan=plan),
-        GRAPH: run_graph,
-        **others,
-    }
-    checks += baselines.check_each(others, ref.transpose(1, 2), tag=mask)  # not printed
-    if FA4_OK:  # prints why FA4 cannot run this mask, if it cannot
-        size = {} if left is None else {"window_size": (left - 1, 0)}
-        run_fa4 = fa4.forward(qb, kb, vb, causal=True, scale=D**-0.5, **size)
-        baselines.admit(contenders, FA4, run_fa4, ref.transpose(1, 2))
-    pairs = int(attention_inputs.band(S, S, left=left).sum())
     results[mask] = compare.compare(
         contenders,
         candidate=CAND,
         l2="cold",
         rounds=7,
-        flops=4 * B * H * D * pairs,
+        flops=4 * B * H * D * int(attention_inputs.band(S, S, left=left).sum()),
         tag=mask,
         wall_clock=True,
     )
@@ -251,13 +215,7 @@ html_table(pd.DataFrame(rows), {"µs": "{:.1f}", "TFLOP/s": "{:.0f}"})
 # %%
 import matplotlib.pyplot as plt
 
-from cudnn_guide.report import plot_comparison
-
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
-for ax, (mask, c) in zip(axes, results.items()):
-    title = f"{mask}: {B}×{H} heads × {S} tokens, d={D}"
-    xlabel = "TFLOP/s of visible pairs"
-    plot_comparison(c, "TFLOP/s", ax=ax, xlabel=xlabel, title=title)
+flex_attention_race.plot_masks(results, f"{B}×{H} heads × {S} tokens, d={D}")
 plt.show()
 
 
@@ -269,12 +227,10 @@ plt.show()
 # µs per call is from the first round above, one call after a synchronize, and can
 # exceed what a call costs inside a loop: the loop race decides. ``wall_clock=True``
 # made each comparison above also race the same contenders in back-to-back loops
-# (``compare.compare_loops``): each loop is timed by the wall clock from a synchronized
-# start to a synchronized end, so every microsecond the host spends launching counts.
-# Its result is ``c.wall``, a comparison of its own, with its own tie band. The GPU and
-# loop µs are each the median over rounds of a round's median (``c.estimate``), as the
+# (``compare.compare_loops``), each timed by the wall clock from a synchronized start to
+# a synchronized end: ``c.wall``, a comparison with its own tie band. The GPU and loop
+# µs are each the median over rounds of a round's median (``c.estimate``), as the
 # verdicts use them; the record's measurements keep the median of all samples pooled.
-# ``report.loop_rows`` (``cudnn_guide/report/tables.py``) lays them out.
 from cudnn_guide.report import loop_rows
 from cudnn_guide.report.tables import GPU_US, HOST_US, LOOP_US
 
@@ -288,27 +244,12 @@ html_table(pd.DataFrame(host_rows), dict.fromkeys([HOST_US, GPU_US, LOOP_US], "{
 # Per mask, ``prose.loop_stretch_text`` (``cudnn_guide/report/prose.py``) reads the
 # loop race against the GPU one: the loop's verdict against the fastest contender, and
 # how far the loop stretches each contender's GPU time; ``prose.gpu_and_loop_text``
-# gives both verdicts against FlashAttention-4.
-from cudnn_guide.report.prose import Prose, gpu_and_loop_text, loop_stretch_text, span
+# gives both verdicts against FlashAttention-4 (``flex_attention_race.conclusions``
+# puts them together, with the fresh process's cost).
+from cudnn_guide.report.prose import Prose
 
-sentences = []
-for mask, c in results.items():
-    sentences.append(f"* {mask}: {loop_stretch_text(c)}")
-    if FA4 in c.versus and FA4 != c.best_baseline:  # the fastest is described above
-        sentences.append(f"* {mask}, against {FA4}: {gpu_and_loop_text(c, FA4)}.")
-sentences.append(
-    "Which verdict applies depends on how the calls are launched: GPU time when the "
-    "GPU is the bottleneck (calls replayed from a CUDA graph, where a path can be "
-    "captured, which this page does not try, or a host that stays ahead of the GPU); "
-    "the loop when plain eager Python launches one call after another."
-)
-if not FA4_OK:
-    sentences.append(f"{FA4} was not timed: {FA4_DETAIL}.")
-first = [c["first_call_s"] for c in cold]
-plan = [c["plan_s"] for c in cold]
-sentences.append(
-    f"A fresh process pays {span(first, '.1f')} s on its first call (compilation) and "
-    f"{span(plan, '.2f')} s for the plan; reuse the plan and keep the process alive."
+sentences = flex_attention_race.conclusions(
+    results, cold, fa4_label=FA4, fa4_ok=FA4_OK, fa4_detail=FA4_DETAIL
 )
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, keep

@@ -102,9 +102,11 @@ print(f"padded to {dp}: max |error| {(o[..., :d].float() - ref).abs().max():.1e}
 # the five build steps of a graph one by one and keeps, for each case, what happened:
 # the step that raised, cuDNN's words and the fix, or the plans it built.
 # ``failures.sdpa_graph`` declares causal attention on 2×8×1024×head-dim tensors with
-# the given head dim, dtype or Q layout (by default 128, bf16 and B×H×S×D).
+# the given head dim, dtype or Q layout (by default 128, bf16 and B×H×S×D). The cases
+# that execute a graph, and the conclusions, are in
+# :mod:`cudnn_guide.studies.troubleshooting`.
 from cudnn_guide import check, graphs
-from cudnn_guide.studies import failures
+from cudnn_guide.studies import failures, troubleshooting
 
 cases = failures.Cases()  # cases.compiled: case -> (plans not compiled, plans tried)
 outcomes = cases.rows  # one row per case, keyed by failures.COLUMNS
@@ -141,22 +143,7 @@ _ = cases.attempt("heuristics: A, then FALLBACK", "—", failures.sdpa_graph(han
 # dims is contiguous, the same product in float64, and int8 operands with an int32
 # result (``failures.matmul_graph`` declares C = A @ B for the tensors as they are laid
 # out). Which step, if any, refuses each one on this GPU and this cuDNN is printed.
-empties, dt, bf16 = failures.empties, cudnn.data_type, torch.bfloat16
-strided = empties(1, bf16, 4, 256, 1024)[0][:, :, ::2]  # strides (262144, 1024, 2)
-matmuls = {  # case: (fix, A, B, C's type[, the compute type])
-    "matmul, A with no contiguous inner dim": (
-        "make A contiguous in its last or second-last dim",
-        (strided, *empties(1, bf16, 4, 512, 256), dt.BFLOAT16),
-    ),
-    "matmul in float64": (
-        "compute in fp32 or below (or use torch.matmul for float64)",
-        (*empties(2, torch.float64, 4, 256, 256), dt.DOUBLE, dt.DOUBLE),
-    ),
-    "matmul int8 × int8 → int32": (
-        "use the layouts and types cuDNN's int8 engines take, or fp8/bf16",
-        (*empties(2, torch.int8, 4, 256, 256), dt.INT32, dt.INT32),
-    ),
-}
+matmuls = troubleshooting.accidental_matmuls()  # case: (fix, (A, B, C's type, ...))
 for case, (fix, operands) in matmuls.items():
     cases.attempt(case, fix, failures.matmul_graph(handle, *operands))
 no_configs = [o["case"] for o in outcomes if "No valid engine configs" in o["message"]]
@@ -166,7 +153,7 @@ no_configs = [o["case"] for o in outcomes if "No valid engine configs" in o["mes
 # listed something, but no listed engine runs this graph on this GPU. Frontend 1.32's
 # open-source engines (``heur_mode.OPENSOURCE``), asked alone for this head dim 128
 # graph (on SM 9.0 their SDPA forward engine takes head dims above 256, up to 512):
-cases.attempt(
+_ = cases.attempt(
     "heuristics: OPENSOURCE only",
     "add heur_mode.A (then FALLBACK): no open-source engine served this graph here",
     failures.sdpa_graph(handle)[0],
@@ -186,7 +173,7 @@ cases.attempt(
     "cast Q, K, V to bf16 or fp16 (attention runs in fp32 inside)",
     failures.sdpa_graph(handle, dtype=torch.float32)[0],
 )
-cases.attempt(
+_ = cases.attempt(
     "Q with the head dim not contiguous (stride(-1) ≠ 1)",
     "make the head dim the innermost: .contiguous()",
     failures.sdpa_graph(handle, q_layout="D-major")[0],
@@ -210,17 +197,12 @@ if not cases.raises(case, where, fix, needs, catch=CapabilityError):
 # A workspace that is too small
 # -----------------------------
 # A plan may need scratch memory; ``get_workspace_size()`` says how much, after
-# ``build_plans``. The lesson's padded graph, executed with an empty workspace, then
-# with the one it asked for:
-needed = g.get_workspace_size()
+# ``build_plans``. The lesson's padded graph, executed with an empty workspace
+# (``troubleshooting.try_empty_workspace`` keeps what happened), then with the one it
+# asked for:
 empty = torch.empty(0, device="cuda", dtype=torch.uint8)
 no_room = lambda: g.execute({Q: qp, K: kp, V: vp, O: o}, empty, handle=handle)
-fix = f"allocate g.get_workspace_size() bytes ({needed} here)"
-if not cases.raises("workspace too small", "execute", fix, no_room, sync=True):
-    print(f"no error with an empty workspace (the plan needs {needed} bytes)")
-    what = f"the plan needs {needed} bytes"
-    kind = "runs" if needed == 0 else "raises nothing"
-    cases.add("workspace too small", kind, "nowhere", "none", what, "—")
+troubleshooting.try_empty_workspace(cases, no_room, needed=g.get_workspace_size())
 g.execute({Q: qp, K: kp, V: vp, O: o}, workspace, handle=handle)
 checks = [check.check(o[..., :d], ref, name="with the workspace it asked for")]
 print(checks[-1])
@@ -231,36 +213,16 @@ print(checks[-1])
 # A graph is declared with fixed strides. Hand ``execute`` K in another layout (same
 # shape, B×S×H×D memory instead of the declared B×H×S×D: heads and tokens swapped, the
 # head dim still innermost) and look at what comes back: whether execute raises, and
-# the output checked against the reference.
-import textwrap
-
+# the output checked against the reference (``troubleshooting.try_wrong_strides``).
 k_other_layout = kp.transpose(1, 2).contiguous().transpose(1, 2)  # B×S×H×D memory
 check.poison(o)
-case, fix = "variant pack with wrong strides", "bind tensors with the declared strides"
 wrong_pack = {Q: qp, K: k_other_layout, V: vp, O: o}
 wrong = lambda: g.execute(wrong_pack, workspace, handle=handle)
-raised = cases.raises(case, "execute", fix, wrong, sync=True, prefix="execute raised ")
-silent = check.compare(o[..., :d], ref, name="K bound with the wrong strides")
-if raised is None:
-    print(textwrap.fill(f"execute raised nothing; the output: {silent}", 88))
-    cases.add(
-        case,
-        "raises nothing, " + ("right output" if silent.passed else "wrong output"),
-        "nowhere: execute raised nothing",
-        "none",
-        f"the output: {silent}",
-        fix + "; check packs (BuiltGraph.check_pack)",
-    )
-# The guide's ``BuiltGraph`` checks every binding against the declaration first:
-from cudnn_guide import InputError
-
+troubleshooting.try_wrong_strides(cases, wrong, o[..., :d], ref)
+# The guide's ``BuiltGraph`` checks every binding against the declaration first
+# (``try_guarded`` prints what its ``execute`` raised, or that it raised nothing):
 built = graphs.adopt(g, handle, name="sdpa")
-try:
-    built.execute(wrong_pack)
-    guarded = "BuiltGraph.execute raised nothing"
-except InputError as exc:
-    guarded = f"InputError: {exc}"
-print(textwrap.fill(guarded, 88))
+guarded = troubleshooting.try_guarded(built, wrong_pack)
 
 # %%
 # What happened to the cases above, counted from their outcomes: built or ran, failed
@@ -278,39 +240,13 @@ cases.table()
 # %%
 # Conclusions
 # -----------
-# Every count and sentence below is computed from the outcomes above.
+# Every count and sentence below is computed from the outcomes above
+# (``troubleshooting.conclusions``).
 from cudnn_guide.report.prose import Prose
 
-failed, built_ok, silent_rows = cases.failed(), cases.fine(), cases.silent()
-matmul_rows = [o for o in outcomes if o["case"] in matmuls]
-sentences = [
-    f"Of the {len(outcomes)} cases tried, {len(failed)} failed with a message, "
-    f"{len(built_ok)} built or ran, and {len(silent_rows)} raised nothing at all.",
-    "Where the failures surfaced: "
-    + cases.where()
-    + ". The step says what to change: validate (the graph itself), "
-    "create_execution_plans (the heuristics), check_support or build_plans (no engine "
-    "for it here, unless the message says a kernel failed to compile), execute (the "
-    "buffers).",
-    cases.compiled_sentence(),  # which plans' kernels failed to compile (NVRTC)
-    (
-        f"Raised nothing although something was wrong: {failures.listed(silent_rows)}. "
-        "Only a check of the output or of the variant pack catches these."
-        if silent_rows
-        else "Every case that went wrong here raised an error."
-    ),
-    f"Of the {len(matmul_rows)} matmuls written by accident, "
-    + "; ".join(
-        f"{o['case']}: {o['outcome']}"
-        + (f" at {o['surfaces at']}" if o["outcome"] != "builds" else "")
-        for o in matmul_rows
-    )
-    + ".",
-    '"No valid engine configs" (the heuristics proposed nothing) came from: '
-    + (", ".join(no_configs) if no_configs else "none of the graphs tried here")
-    + ".",
-    f"The guide's BuiltGraph, handed the same wrongly strided K: {guarded}.",
-]
+sentences = troubleshooting.conclusions(
+    cases, matmuls=matmuls, no_configs=no_configs, guarded=guarded
+)
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import keep
 

@@ -107,15 +107,12 @@ for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leav
 # --------------------------------------
 # The block is pre-norm: RMSNorm, attention, RMSNorm, a SwiGLU MLP, two residual adds
 # (``block.transformer_block``, in ``cudnn_guide/graphs/block.py``; ``block.variant``
-# copies one initial block with another attention). ``attend`` is the only thing that
-# differs between the variants below: the guide's op (``torch_ops.attention``, the two
-# graphs above behind ``torch.library.custom_op``), PyTorch's
-# ``scaled_dot_product_attention`` (with whichever backend PyTorch picks), or
-# FlashAttention-4's ``flash_attn_func``. FlashAttention-4 takes B×S×H×D tensors, so its
-# block splits the projection in that layout: every variant copies Q, K and V once, into
-# the layout its attention takes. The way back differs: the attention output is reshaped
-# to B×S×(H·D), a view where its memory is already B×S×H×D and a copy otherwise (which
-# variant copies is measured below).
+# copies one initial block with another attention). Only ``attend`` differs between the
+# variants: the guide's op (``torch_ops.attention``, the two graphs above behind
+# ``torch.library.custom_op``), PyTorch's ``scaled_dot_product_attention`` (whichever
+# backend PyTorch picks), or FlashAttention-4's ``flash_attn_func``, which takes
+# B×S×H×D tensors. Every variant copies Q, K and V once, into the layout its attention
+# takes; the way back, the output's reshape to B×S×(H·D), is measured below.
 from cudnn_guide.graphs import block
 from cudnn_guide.measure import fa4
 
@@ -135,21 +132,20 @@ if FA4_OK:  # flash_attn_func, B×S×H×D in and out
 # %%
 # Check forward and every weight gradient
 # ---------------------------------------
-# The reference is the same block in float32 with TF32 off (``check.ModuleCheck``, in
-# ``cudnn_guide/check.py``, runs it once and checks a block's output and every weight
-# gradient against it). Rounding to bf16 compounds through two norms, five projections
-# and attention, so the gradients get twice the bf16 tolerance; PyTorch's own bf16
-# block and the FlashAttention-4 block (another attention kernel) must pass the same
-# check, which shows the bound is fair. A FlashAttention-4 block that cannot run here
-# is shown with its error; one that runs and computes a wrong result stops the page.
-from cudnn_guide import CheckFailedError, check
+# The reference is the same block in float32 with TF32 off (``check.ModuleCheck`` runs
+# it once and checks a block's output and every weight gradient against it). Rounding
+# to bf16 compounds through two norms, five projections and attention, so the gradients
+# get twice the bf16 tolerance; PyTorch's own bf16 block and the FlashAttention-4 block
+# (another attention kernel) must pass the same check, which shows the bound is fair.
+# A FlashAttention-4 block that cannot run here is shown with its error; a wrong result
+# stops the page (``block_training``, in ``cudnn_guide/studies/block_training.py``).
+from cudnn_guide import check
+from cudnn_guide.studies import block_training
 
 GRAD_TOL = 2 * check.tolerance(torch.bfloat16)
 # the reference, run once; check_block(model, label) prints the output's check and the
 # worst weight gradient's
 check_block = check.ModuleCheck(template, x, dy, grad_tol=GRAD_TOL)
-
-
 eager_cudnn = block.variant(template, block.cudnn_attention)
 eager_torch = block.variant(template, block.torch_attention)
 check_block(eager_cudnn, "block with the cuDNN op")
@@ -158,52 +154,18 @@ FA4_EAGER = f"{FA4}, eager"
 fa4_why = None if FA4_OK else FA4_DETAIL
 if FA4_OK:
     eager_fa4 = block.variant(template, fa4_attention, bshd=True)
-    try:
-        check_block(eager_fa4, f"block with {FA4}")
-    except CheckFailedError:  # a wrong result stops the page
-        raise
-    except Exception as exc:  # FA4 cannot run this block here: said, not hidden
-        fa4_why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        print(f"{FA4}: unavailable here ({fa4_why})")
+    fa4_why = block_training.check_fa4_block(check_block, eager_fa4, FA4)
 
 # %%
 # Which kernel does PyTorch's default SDPA run here? Its output, eager and under
 # ``torch.compile``, is compared bit for bit with each backend forced in turn (forward
 # kernels are deterministic; ``baselines.sdpa_matches``), on inputs that require
-# gradients, as in training:
-from torch.nn.attention import SDPBackend
-
-from cudnn_guide.measure import baselines
-
-qkv_ = [
-    torch.randn(
-        B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen
-    ).requires_grad_()
-    for _ in range(3)
-]
-default_sdpa = {
-    "eager": block.torch_attention,
-    "compiled": torch.compile(block.torch_attention, fullgraph=True),
-}
-forced = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
-forced.append(SDPBackend.EFFICIENT_ATTENTION)
-matches = baselines.sdpa_matches(default_sdpa, qkv_, forced, is_causal=True)
-picked, picked_compiled = matches["eager"], matches["compiled"]
-print("PyTorch's default SDPA matches, bit for bit:")
-print("  eager:", ", ".join(picked) or "none of the forced backends")
-print("  compiled:", ", ".join(picked_compiled) or "none of the forced backends")
-del qkv_
-
-# %%
-# What each block does with the attention output: reshaped back to B×S×(H·D), is it a
-# view of the output's memory or a copy (``block.output_copied``)?
-attention_out = {"the cuDNN op": block.cudnn_attention}
-attention_out["PyTorch SDPA"] = block.torch_attention
-output_copied = {n: block.output_copied(a, q, k, v) for n, a in attention_out.items()}
-if fa4_why is None:  # the lesson's B×H×S×D tensors, copied to B×S×H×D
-    output_copied[FA4] = block.output_copied(fa4_attention, q, k, v, bshd=True)
-for name, copied in output_copied.items():
-    print(f"{name}: the output's reshape is {'a copy' if copied else 'a view'}")
+# gradients, as in training. Then what each block does with the attention output:
+# reshaped back to B×S×(H·D), is it a view of the output's memory or a copy
+# (``block.output_copied``; FlashAttention-4 on B×S×H×D copies of the lesson's tensors)?
+picked, picked_compiled = block_training.default_sdpa_kernels(B, H, S, D, gen)
+bshd = {FA4: fa4_attention} if fa4_why is None else {}
+output_copied = block_training.output_copies(q, k, v, bshd)
 
 # %%
 # The same blocks compiled. The cuDNN op is a ``torch.library.custom_op`` with a fake
@@ -213,123 +175,71 @@ compiled_cudnn, compiled_torch = (
     for attend in (block.cudnn_attention, block.torch_attention)
 )
 check_block(compiled_cudnn, "block with the cuDNN op, compiled")
-# printed once by check_block; the returned pair is not displayed again
-_ = check_block(compiled_torch, "PyTorch block, compiled")
+_ = check_block(compiled_torch, "PyTorch block, compiled")  # printed, not displayed
 
 # %%
 # A training step, timed on the GPU
 # ---------------------------------
 # One step is forward, backward of ``dy`` and a fused AdamW update (learning rate 1e-5,
-# so the weights barely move across the timed steps; ``block.training_step``). Each
-# variant has its own copy of the weights and its own optimizer; all contenders run in
-# the same interleaved rounds, so each like-for-like pair is judged on its own per-round
-# ratios (``compare.rejudged``): eager against eager, compiled against compiled. A
-# step's FLOPs (``block.step_flops``): 3× the linears, 3.5× the causal attention.
-import pandas as pd
-
-from cudnn_guide.measure import compare
-from cudnn_guide.report import html_table
-from cudnn_guide.report.tables import time_rows, verdict_rows
-
-
-def training_step(model):
-    return block.training_step(model, x, dy, lr=1e-5)
-
+# so the weights barely move; ``block.training_step``), each variant with its own copy
+# of the weights and its own optimizer. All run in the same interleaved rounds; each
+# like-for-like pair (eager against eager, compiled against compiled) is judged on its
+# own per-round ratios (``compare.rejudged``). FLOPs: 3× the linears, 3.5× attention.
+from cudnn_guide.measure import baselines, bench, compare
 
 CAND, EAGER = "cuDNN op, compiled", "cuDNN op, eager"
 COMPILED = "PyTorch, compiled (default mode)"
-contenders = {
-    CAND: training_step(compiled_cudnn),
-    EAGER: training_step(eager_cudnn),
-    COMPILED: training_step(compiled_torch),
-    "PyTorch eager": training_step(eager_torch),
-}
+models = {CAND: compiled_cudnn, EAGER: eager_cudnn, COMPILED: compiled_torch}
+models["PyTorch eager"] = eager_torch
 if fa4_why is None:
-    contenders[FA4_EAGER] = training_step(eager_fa4)
+    models[FA4_EAGER] = eager_fa4
+contenders = {n: block.training_step(m, x, dy, lr=1e-5) for n, m in models.items()}
 tokens = B * S
 gpu = dict(l2="cold", rounds=5, min_reps=3, flops=block.step_flops(B, S, H, D, HIDDEN))
 result = compare.compare(contenders, candidate=CAND, **gpu, tag="training step")
 EAGER_BASELINES = ["PyTorch eager", *([FA4_EAGER] if FA4_EAGER in contenders else [])]
 eager_cmp = compare.rejudged(result, EAGER, EAGER_BASELINES)
 compiled_cmp = compare.rejudged(result, CAND, [COMPILED])
-
-
-def verdicts(eager, compiled, measure):  # one row per like-for-like pair
-    pairs = [(eager, b) for b in EAGER_BASELINES] + [(compiled, COMPILED)]
-    rows = pd.DataFrame(verdict_rows(pairs, measure, candidate="cuDNN op"))
-    return html_table(rows, {measure: "{:.2f}×"})
-
-
-verdicts(eager_cmp, compiled_cmp, "GPU-time speed-up")
+block_training.verdict_table(eager_cmp, compiled_cmp, "GPU-time speed-up")
 
 # %%
 # A training loop, timed on the wall clock
 # ----------------------------------------
 # The GPU times above leave out the host: a step whose Python and launches take longer
-# than its kernels leaves the GPU idle, and a loop of such steps is host-bound. So each
-# step is also timed the way a training loop that reads its loss every step runs it:
-# one step, then ``torch.cuda.synchronize()`` (``baselines.synchronized``), timed with
-# ``time.perf_counter`` (``compare.compare_host``, the same interleaved rounds and
-# verdicts). Beside it, the host time to enqueue one step on an idle GPU, from the GPU
-# timing's first round.
+# than its kernels leaves the GPU idle. So each step is also timed as a training loop
+# that reads its loss every step runs it: one step, then ``torch.cuda.synchronize()``
+# (``baselines.synchronized``), timed with ``time.perf_counter``
+# (``compare.compare_host``, the same interleaved rounds and verdicts).
 synced = {n: baselines.synchronized(s) for n, s in contenders.items()}
 loop = dict(rounds=5, calls=2, batches=2)
 wall = compare.compare_host(synced, candidate=CAND, **loop, tag="wall-clock step")
 wall_eager = compare.rejudged(wall, EAGER, EAGER_BASELINES)
 wall_compiled = compare.rejudged(wall, CAND, [COMPILED])
-
-times = pd.DataFrame(time_rows(result, wall, "training step"))
-verdicts(wall_eager, wall_compiled, "wall-clock speed-up")
+block_training.verdict_table(wall_eager, wall_compiled, "wall-clock speed-up")
 
 # %%
-# Each step's GPU time (median over rounds), host time to enqueue it on an idle GPU, and
-# wall-clock time with the synchronize:
-html_table(
-    times, {c: "{:,.0f}" for c in ("GPU µs", "host µs to enqueue", "wall-clock µs")}
-)
+# Each step's GPU time (median over rounds), host time to enqueue it on an idle GPU
+# (from the GPU timing's first round), and wall-clock time with the synchronize:
+block_training.times_table(result, wall, "training step")
 
 # %%
 # Peak memory of one step, above what the weights, optimizer state and inputs already
 # hold (``bench.peak_memory_mib``: ``torch.cuda.max_memory_allocated``, an exact count,
-# not a sample).
-from cudnn_guide.measure.bench import peak_memory_mib
-from cudnn_guide.measure.measurement import per_second
-
-peak_mib = {name: peak_memory_mib(step) for name, step in contenders.items()}
-
-
-def tokens_per_s(est):  # µs per step as tokens per second, the interval inverted
-    return per_second(est, tokens)
-
-
-rows = []
-for name in result.measurements:
-    t = tokens_per_s(result.estimate(name))
-    rows.append(
-        {
-            "training step": name,
-            "ms": result.estimate(name)["value"] / 1e3,
-            "tokens/s": t["value"],
-            "in-run interval": f"{t['low']:,.0f}–{t['high']:,.0f}",
-            "TFLOP/s": result.estimate(name, "TFLOP/s")["value"],
-            "peak MiB": peak_mib[name],
-        }
-    )
-html_table(
-    pd.DataFrame(rows).sort_values("ms"),
-    {"ms": "{:.2f}", "tokens/s": "{:,.0f}", "TFLOP/s": "{:.0f}", "peak MiB": "{:.0f}"},
-)
+# not a sample), beside each step's time, tokens per second and TFLOP/s.
+peak_mib = {name: bench.peak_memory_mib(step) for name, step in contenders.items()}
+block_training.throughput_table(result, tokens, peak_mib)
 
 # %%
 # Plot
 # ----
 import matplotlib.pyplot as plt
 
+from cudnn_guide.measure.measurement import per_second
 from cudnn_guide.report import plot_comparison
 
 plot_comparison(
     result,
-    per=tokens_per_s,
+    per=lambda est: per_second(est, tokens),  # tokens/s, the interval inverted
     xlabel="tokens per second, training step",
     title=f"pre-norm block, {B}×{S} tokens, {H} heads × {D}, MLP {HIDDEN}",
 )
@@ -341,57 +251,21 @@ plt.show()
 # Like for like: the eager block with the cuDNN op against eager PyTorch and eager
 # FlashAttention-4, and the compiled one against ``torch.compile``, on GPU time and on
 # the wall clock. Computed from the data when the page is recorded.
-from cudnn_guide.report.prose import Prose, listed, loop_note, sdpa_kernel_note
+from cudnn_guide.report.prose import Prose
 
-cand = tokens_per_s(result.estimate(CAND))
-sentences = [
-    "Eager against eager: the block with the cuDNN op is "
-    f"{eager_cmp.describe('PyTorch eager')} on GPU time, and "
-    f"{wall_eager.describe('PyTorch eager')} on the wall clock. "
-    + sdpa_kernel_note(picked, "eager"),
-    "Compiled against compiled: the block with the cuDNN op is "
-    f"{compiled_cmp.describe(COMPILED)} on GPU time, and "
-    f"{wall_compiled.describe(COMPILED)} on the wall clock. "
-    + sdpa_kernel_note(picked_compiled, "compiled"),
-]
-if FA4_EAGER in eager_cmp.versus:
-    sentences.append(
-        f"Against {FA4} as the block's attention (eager): the block with the cuDNN op "
-        f"is {eager_cmp.describe(FA4_EAGER)} on GPU time, and "
-        f"{wall_eager.describe(FA4_EAGER)} on the wall clock."
-    )
-else:
-    sentences.append(f"{FA4} was not timed in the block: {fa4_why}.")
-copied = [n for n, c in output_copied.items() if c]
-viewed = [n for n, c in output_copied.items() if not c]
-out_mib = B * S * DIM * x.element_size() / 2**20  # one attention output
-if copied and viewed:
-    sentences.append(
-        "The blocks are not copy for copy: each copies Q, K and V once into its "
-        "attention's layout, but the attention output's reshape back to B×S×(H·D) is "
-        f"a copy ({out_mib:.0f} MiB per forward) with {listed(copied)} and a view with "
-        f"{listed(viewed)}; the comparisons between them include that copy."
-    )
-else:
-    sentences.append(
-        "Each block copies Q, K and V once into its attention's layout, and the "
-        "attention output's reshape back to B×S×(H·D) is "
-        f"{'a copy' if copied else 'a view'} in every block."
-    )
-sentences += [
-    f"The compiled block with the cuDNN op trains at {cand['value']:,.0f} tokens/s "
-    f"(in-run interval {cand['low']:,.0f}–{cand['high']:,.0f}); torch.compile's own "
-    "share, the same op eager against compiled: the compiled block is "
-    f"{result.describe(EAGER)}.",
-    "Host time per step against GPU time:",
-    *(loop_note(result, name, wall) for name in result.measurements),
-    f"Peak memory of a step: {peak_mib[CAND]:.0f} MiB with the cuDNN op compiled, "
-    f"{peak_mib[EAGER]:.0f} MiB eager; {peak_mib['PyTorch eager']:.0f} MiB eager "
-    f"PyTorch, {peak_mib[COMPILED]:.0f} MiB compiled PyTorch"
-    + (
-        f", {peak_mib[FA4_EAGER]:.0f} MiB with {FA4}." if FA4_EAGER in peak_mib else "."
-    ),
-]
+cand = per_second(result.estimate(CAND), tokens)  # tokens/s
+sentences = block_training.conclusions(
+    result,
+    wall,
+    eager=(eager_cmp, wall_eager, "PyTorch eager"),
+    compiled=(compiled_cmp, wall_compiled, COMPILED),
+    kernels=(picked, picked_compiled),
+    fa4=(FA4, fa4_why),
+    output_copied=output_copied,
+    output_bytes=x.nbytes,  # one attention output, B×S×(H·D) like x
+    rate=cand,
+    peak_mib=peak_mib,
+)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline

@@ -113,20 +113,18 @@ print(f"max |dQ − fp32 reference| = {dq_error:.1e}")
 # Measuring the MLA training step against PyTorch, FlexAttention and FlashAttention-4
 # -----------------------------------------------------------------------------------
 # First the guide's check of the lesson's graphs: their outputs filled with NaN, both
-# run again, and each output compared with the fp32 reference by relative norm.
+# run again, and each output compared with the fp32 reference by relative norm
+# (``mla_training.check_outputs``, in ``cudnn_guide/studies/mla_training.py``).
 from cudnn_guide import check, graphs
+from cudnn_guide.studies import mla_training
 
 mla_fwd = graphs.adopt(gf, handle, name="mla forward")
 mla_bwd = graphs.adopt(gb, handle, name="mla backward")
 check.poison(om, *mla_grads.values())
 mla_fwd.execute(mla_fwd_pack)
 mla_bwd.execute(mla_bwd_pack)
-checks = [check.check(om, ref_om.detach(), name="MLA forward (192/128)")]
-print(checks[-1])
-for name, leaf in zip(("dq", "dk", "dv"), leaves):
-    checks.append(check.check(mla_grads[name], leaf.grad, name=f"MLA backward {name}"))
-    print(checks[-1])
 ref_grads = [leaf.grad for leaf in leaves]  # fp32 dQ, dK, dV: the baselines' check
+checks = mla_training.check_outputs(om, mla_grads, ref_om.detach(), ref_grads)
 del leaves, ref_om
 
 # %%
@@ -134,13 +132,9 @@ del leaves, ref_om
 # accepts a V head size different from Q's (forced with ``sdpa_kernel``; its flash
 # backend is FlashAttention-2), FlexAttention, and FlashAttention-4 (its own B×S×H×D
 # copies, autograd), each checked first on dQ, dK and dV against the fp32 autograd
-# reference. A backend that refuses the shapes is listed with its error, whole.
-import re
-import textwrap
-import warnings
-
+# reference (``mla_training.admit_steps`` and ``admit_fa4``). A backend that refuses
+# the shapes is listed with its error, whole.
 from torch.nn.attention import SDPBackend
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from cudnn_guide.measure import baselines, compare, fa4
 
@@ -156,89 +150,30 @@ def cudnn_mla_step():
     mla_bwd_launch()
 
 
-torch_leaves = [t.detach().requires_grad_() for t in (qm, km, vm)]
-
-
-def torch_step(attend):
-    def step():
-        return torch.autograd.grad(attend(*torch_leaves), torch_leaves, d_om)
-
-    return step
-
-
 def backend(b):  # F.sdpa under sdpa_kernel([b]): a refusal raises
     return baselines.forced_sdpa(b, is_causal=True)
 
 
-WRAP = dict(subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
-
-
-def refusal(launch):
-    """Why ``launch`` cannot run here, whole: its error and PyTorch's reasons."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            launch()
-        except Exception as error:
-            said = [" ".join(str(w.message).split()) for w in caught]
-            said = [
-                re.sub(r"\s*\(Triggered internally at [^)]*\)", "", m) for m in said
-            ]
-            # without what forcing one backend causes (the others "runtime disabled"),
-            # and a "... not used because:" header only with the reason that follows it
-            said = [
-                m for m in dict.fromkeys(said) if "has been runtime disabled" not in m
-            ]
-            said = [
-                m
-                for m, after in zip(said, said[1:] + [":"])
-                if not (m.endswith(":") and after.endswith(":"))
-            ]
-            why = f"{type(error).__name__}: {' '.join(str(error).split())}"
-            return why + (f" ({'; '.join(said).replace(':; ', ': ')})" if said else "")
-    return None
-
-
-def grads_check(name):
-    """Check a step's dQ, dK and dV against the fp32 autograd reference."""
-    return lambda grads: [
-        check.check(got, ref, name=f"{name}: MLA {n}")
-        for n, got, ref in zip(("dq", "dk", "dv"), grads, ref_grads)
-    ]
-
-
-mla_block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, S, S)
-flex_mla = torch.compile(
-    lambda q, k, v: flex_attention(q, k, v, block_mask=mla_block), fullgraph=True
+mla_contenders = {"cuDNN MLA step": cudnn_mla_step}
+attends = {
+    "PyTorch SDPA, flash": backend(SDPBackend.FLASH_ATTENTION),
+    "PyTorch SDPA, efficient": backend(SDPBackend.EFFICIENT_ATTENTION),
+    "PyTorch SDPA, cuDNN backend": backend(SDPBackend.CUDNN_ATTENTION),
+    "FlexAttention (compiled)": mla_training.flex_causal(S),  # causal block mask
+}
+# one autograd step each over the same leaves; contender name -> why it did not run
+mla_unavailable = mla_training.admit_steps(
+    mla_contenders, attends, (qm, km, vm), d_om, ref_grads
 )
-mla_contenders, mla_unavailable = {"cuDNN MLA step": cudnn_mla_step}, {}
-for name, attend in (
-    ("PyTorch SDPA, flash", backend(SDPBackend.FLASH_ATTENTION)),
-    ("PyTorch SDPA, efficient", backend(SDPBackend.EFFICIENT_ATTENTION)),
-    ("PyTorch SDPA, cuDNN backend", backend(SDPBackend.CUDNN_ATTENTION)),
-    ("FlexAttention (compiled)", flex_mla),
-):
-    step = torch_step(attend)
-    if why := refusal(step):  # printed whole, wrapped at 88 characters
-        print(textwrap.fill(f"{name}: unavailable here ({why})", 88, **WRAP))
-        mla_unavailable[name] = why
-    elif why := baselines.admit(mla_contenders, name, step, check=grads_check(name)):
-        mla_unavailable[name] = why
 if FA4_OK:  # dQ, dK and dV checked against the same fp32 autograd reference
-    fa4_step, fa4_grads = fa4.training_step(
-        qm, km, vm, d_om, causal=True, scale=DQK**-0.5
+    mla_training.admit_fa4(
+        mla_contenders, mla_unavailable, FA4, (qm, km, vm), d_om, ref_grads, scale=SCALE
     )
-    name = f"{FA4} step"
-    if why := baselines.admit(
-        mla_contenders, name, fa4_step, check=lambda _: grads_check(FA4)(fa4_grads())
-    ):
-        mla_unavailable[name] = why
 # FLOPs per visible (query, key) pair: the forward's QKᵀ (2·d_qk) and PV (2·d_v); the
 # backward recomputes QKᵀ (2·d_qk), then dV = PᵀdO (2·d_v), dP = dO·Vᵀ (2·d_v),
 # dQ = dS·K and dK = dSᵀQ (2·d_qk each). With d_qk = d_v, forward + backward would be
 # 3.5× the forward; at 192/128 it is 2(4·192 + 3·128) = 2304 FLOPs per pair.
-visible = torch.ones(S, S, dtype=torch.bool, device="cuda").tril()  # key ≤ query
-mla_flops = 2 * B * H * (4 * DQK + 3 * DV) * int(visible.sum())
+mla_flops = mla_training.step_flops(B, H, S, DQK, DV)  # S(S + 1)/2 pairs: key ≤ query
 mla_cmp = compare.compare(
     mla_contenders,
     candidate="cuDNN MLA step",
@@ -259,21 +194,8 @@ import pandas as pd
 from cudnn_guide.report import html_table
 
 US = "µs, median of round medians"
-rows = []
-for n in mla_cmp.measurements:
-    s = mla_cmp.versus.get(n)
-    rows.append(
-        {
-            "implementation": n,
-            US: mla_cmp.estimate(n)["value"],
-            "TFLOP/s": mla_cmp.estimate(n, "TFLOP/s")["value"],
-            "cuDNN's speed-up": s and s["value"],
-            "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
-            "verdict": s and s["verdict"],
-        }
-    )
 html_table(
-    pd.DataFrame(rows),
+    pd.DataFrame(mla_training.contender_rows(mla_cmp, US)),
     {US: "{:.0f}", "TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"},
 )
 
@@ -293,36 +215,13 @@ plt.show()
 # %%
 # Conclusions
 # -----------
-# Computed from the comparison above when the page is recorded.
+# Computed from the comparison above when the page is recorded
+# (``mla_training.conclusions``).
 from cudnn_guide.report.prose import Prose
 
-
-def others(c, *names, said=None):
-    """One bullet per contender in ``names`` that ran and is not ``c``'s fastest
-    (``said``: how a bullet names a contender, where not by its label)."""
-    said = said or {}
-    return [
-        f"* vs {said.get(n, n)}: cuDNN is {c.describe(n)}."
-        for n in names
-        if n in c.versus and n != c.best_baseline
-    ]
-
-
-sentences = [
-    f"MLA training step: {mla_cmp.estimate('cuDNN MLA step')['value']:.0f} µs; "
-    f"against the fastest contender it is {mla_cmp.describe()}."
-]
-sentences += others(mla_cmp, f"{FA4} step")
-sentences += [
-    f"* {name} was not timed: {mla_unavailable.get(name, FA4_DETAIL)}."
-    for name in (f"{FA4} step",)
-    if name not in mla_cmp.versus
-]
-sentences += [
-    f"* Not available here: {name}: {why}"
-    for name, why in mla_unavailable.items()
-    if not name.startswith(FA4)
-]
+sentences = mla_training.conclusions(
+    mla_cmp, fa4_label=FA4, fa4_detail=FA4_DETAIL, unavailable=mla_unavailable
+)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison

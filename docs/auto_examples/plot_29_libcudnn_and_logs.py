@@ -108,11 +108,10 @@ print(f"max |error| against PyTorch in fp32: {(o.float() - ref).abs().max():.1e}
 # case, what happened, where, the message whole and the fix; ``failures.sdpa_graph``
 # declares causal attention on 2×8×1024×head-dim tensors afresh, and
 # ``failures.timed_build`` and ``failures.filtered_build`` run its five build steps
-# with the heuristic modes given.
-import textwrap
-
+# with the heuristic modes given. The probes, the log's script, the filters' rows and
+# the conclusions are in :mod:`cudnn_guide.studies.libcudnn_and_logs`.
 from cudnn_guide import check, libcudnn
-from cudnn_guide.studies import failures
+from cudnn_guide.studies import failures, libcudnn_and_logs
 
 check.poison(o)
 g.execute({Q: q, K: k, V: v, O: o}, workspace, handle=handle)
@@ -125,102 +124,49 @@ outcomes = cases.rows  # one row per case, keyed by failures.COLUMNS
 # ------------------------------
 # The frontend does not bundle libcudnn: it loads ``libcudnn.so.9`` from the first of
 # ``LD_LIBRARY_PATH``, the nvidia-cudnn wheel that PyTorch brings, and the system.
-# ``python -m cudnn.collect_env`` prints what it found; the guide's
+# ``python -m cudnn.collect_env`` prints what it found (its lines on cuDNN, torch, CUDA,
+# the GPU and the driver: ``libcudnn_and_logs.collect_env``); the guide's
 # ``libcudnn.find_libcudnn()`` explains its search:
-import os
-import subprocess
-import sys
+fill = libcudnn_and_logs.fill  # wraps a line at 88 columns
 
 print(libcudnn.find_libcudnn().explain())
-collect = subprocess.run(
-    [sys.executable, "-m", "cudnn.collect_env"],
-    capture_output=True,
-    text=True,
-    timeout=120,
-)
-words = ("cudnn", "torch", "cuda", "gpu", "driver")
-lines = [
-    ln
-    for ln in (collect.stdout + collect.stderr).splitlines()
-    if any(w in ln.lower() for w in words) and "brand=" not in ln
-]
-wrap = dict(subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
-print("\n".join(textwrap.fill(ln, 88, **wrap) for ln in lines[:40]))
+print("\n".join(fill(ln) for ln in libcudnn_and_logs.collect_env(most=40)))
 
 # %%
 # Two ways to load the wrong libcudnn, each tried in a fresh process that imports the
 # frontend, prints the backend version it loaded, then creates a handle
 # (``failures.PROBE``). What each one did is read from what that process printed and
 # its exit code, and compared with this process's own ``cudnn.backend_version()``.
-import tempfile
-
 ours = str(cudnn.backend_version())
 our_file = libcudnn.loaded_libcudnn()
 
 # %%
 # A broken ``libcudnn.so.9`` earlier on ``LD_LIBRARY_PATH`` (an empty file standing in
-# for a stale or half-copied library):
-with tempfile.TemporaryDirectory() as stale:
-    open(os.path.join(stale, "libcudnn.so.9"), "wb").close()
-    path = stale + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
-    cases.probe(
-        "a broken libcudnn.so.9 first on LD_LIBRARY_PATH",
-        sys.executable,
-        "remove that directory from LD_LIBRARY_PATH "
-        "(libcudnn.find_libcudnn().explain() names the file that would load)",
-        ours=ours,
-        our_file=our_file,
-        hide=stale,
-        env={"LD_LIBRARY_PATH": path},
-    )
+# for a stale or half-copied library, in a temporary directory shown as ``<dir>``):
+libcudnn_and_logs.probe_broken_copy(cases, ours=ours, our_file=our_file)
 
 # %%
 # No ``nvidia-cudnn`` wheel where the frontend looks (a virtual environment on top of
 # this Python, with no ``nvidia/cudnn`` in its own site-packages; the probe imports the
 # frontend from this Python's) and nothing on ``LD_LIBRARY_PATH``: the frontend asks
 # the dynamic linker, which may find none, or a system copy of another version.
-import venv
-
-with tempfile.TemporaryDirectory() as bare:
-    venv.create(bare, system_site_packages=True, with_pip=False)
-    cases.probe(
-        "no nvidia-cudnn wheel where the frontend looks",
-        os.path.join(bare, "bin", "python"),
-        "pip install nvidia-cudnn-cu13 (or torch, which brings it) into the same "
-        "environment, or put libcudnn's directory on LD_LIBRARY_PATH",
-        ours=ours,
-        our_file=our_file,
-        env={"LD_LIBRARY_PATH": ""},
-    )
+libcudnn_and_logs.probe_no_wheel(cases, ours=ours, our_file=our_file)
 
 # %%
 # The frontend's log, captured
 # ----------------------------
 # ``CUDNN_FRONTEND_LOG_INFO=1`` with ``CUDNN_FRONTEND_LOG_FILE=stdout`` (or a path) logs
 # each step, from the checks to the heuristics' answer and the plan chosen. Below, from
-# building a causal SDPA graph in a fresh process with logging on
+# building a causal SDPA graph (1×2×128×64 bf16, heuristics A:
+# ``libcudnn_and_logs.LOG_SCRIPT``) in a fresh process with logging on
 # (``failures.frontend_log``): the log's first 12 lines (validation, then the op graph
 # begins), then every later line that names the heuristics, an engine, a plan or an
 # execution (at most 20), banners' runs of ``=`` shortened (``failures.log_excerpt``).
-script = """
-import torch, cudnn
-h = cudnn.create_handle()
-x = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16)
-g = cudnn.pygraph(handle=h, io_data_type=cudnn.data_type.BFLOAT16,
-                  compute_data_type=cudnn.data_type.FLOAT)
-Q, K, V = (g.tensor_like(x) for _ in range(3))
-O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=0.125, generate_stats=False,
-              diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
-              diagonal_band_right_bound=0)
-O.set_output(True)
-g.build([cudnn.heur_mode.A])
-"""
-log_lines = failures.frontend_log(script)
+log_lines = failures.frontend_log(libcudnn_and_logs.LOG_SCRIPT)
 shown = failures.log_excerpt(log_lines, head=12, most=20)
 for ln in shown:
-    print(textwrap.fill(ln, 88, **wrap))
+    print(fill(ln))
 print(f"({len(log_lines)} log lines in all; {len(log_lines) - len(shown)} not shown)")
-version_notes = [ln for ln in log_lines if "version" in ln.lower()]
 
 # %%
 # Heuristic modes, plan names, notes and filters
@@ -245,8 +191,8 @@ html_table(
 # The filters drop plans whose engine, notes or workspace you cannot accept, before
 # ``check_support`` and ``build_plans`` pick one. Each row below declares the same
 # graph, plans with ``A`` then ``FALLBACK``, applies one filter and builds
-# (``failures.filtered_build``). A filter that leaves no plan is itself a way to get
-# "No execution plans support the graph":
+# (``libcudnn_and_logs.filter_rows``). A filter that leaves no plan is itself a way to
+# get "No execution plans support the graph":
 first_plan = rows[-1]["plan names"].split(", ")[0]
 note, behavior = cudnn.numerical_note, cudnn.behavior_note
 filters = [  # the graph's filter method, and its argument
@@ -257,11 +203,7 @@ filters = [  # the graph's filter method, and its argument
     ("deselect_behavior_notes", [behavior.RUNTIME_COMPILATION]),
     ("select_behavior_notes", [behavior.SUPPORTS_CUDA_GRAPH_NATIVE_API]),
 ]
-filtered = []
-for method, arg in filters:
-    result = failures.filtered_build(failures.sdpa_graph(handle)[0], method, arg)
-    label = failures.filter_label(method, arg)  # e.g. deselect_engines([eng0])
-    filtered.append({"filter (after create_execution_plans)": label, "result": result})
+filtered = libcudnn_and_logs.filter_rows(handle, filters)
 html_table(pd.DataFrame(filtered))
 
 # %%
@@ -279,53 +221,17 @@ cases.table()
 # Conclusions
 # -----------
 # Every count and sentence below is computed from the outcomes, the log and the tables
-# above.
+# above (``libcudnn_and_logs.conclusions``).
 from cudnn_guide.report.prose import Prose
 
-failed, same_lib, silent_rows = cases.failed(), cases.fine(), cases.silent()
-emptied = [
-    f["filter (after create_execution_plans)"]
-    for f in filtered
-    if not f["result"].startswith("builds")
-]
-dotted = failures.dotted
-sentences = [
-    f"This process runs libcudnn {dotted(ours)} ({ours}), "
-    + (f"from {our_file}." if our_file else "from no file /proc/self/maps names."),
-    f"Of the {len(outcomes)} ways to load the wrong libcudnn tried, {len(failed)} "
-    f"failed with a message, {len(same_lib)} loaded the same libcudnn as this "
-    f"process, and {len(silent_rows)} raised nothing at all.",
-    "Where the failures surfaced: "
-    + cases.where()
-    + ". A failure on import or at handle creation is the library's: "
-    "libcudnn.find_libcudnn().explain() and python -m cudnn.collect_env name the file.",
-    (
-        "Raised nothing although another libcudnn was loaded: "
-        + "; ".join(f"{o['case']}: {o['message']}" for o in silent_rows)
-        + ". Only a check of the loaded library's version (cudnn.backend_version()) "
-        "catches these."
-        if silent_rows
-        else "None of the ways tried here loaded another libcudnn without an error."
-    ),
-    (
-        "Loaded the same libcudnn as this process: "
-        + "; ".join(f"{o['case']}: {o['message']}" for o in same_lib)
-        + "."
-        if same_lib
-        else "No way tried here loaded the same libcudnn as this process."
-    ),
-    "Plans listed, and the five build steps' time, per heuristic mode: "
-    + "; ".join(
-        f"{r['heur_mode']}: {r['plans']} plan(s), {1e3 * r['build s (5 steps)']:.0f} ms"
-        for r in rows
-    )
-    + ".",
-    f"{len(emptied)} of the {len(filtered)} plan filters left no plan that builds"
-    + (f": {', '.join(emptied)}." if emptied else "."),
-]
-if version_notes:
-    note_text = version_notes[0].split("INFO:", 1)[-1].strip()
-    sentences.append(f"The frontend's log notes: {note_text}")
+sentences = libcudnn_and_logs.conclusions(
+    cases,
+    ours=ours,
+    our_file=our_file,
+    rows=rows,
+    filtered=filtered,
+    log_lines=log_lines,
+)
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import keep
 

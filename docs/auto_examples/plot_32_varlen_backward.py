@@ -139,11 +139,12 @@ print(f"O, dQ, dK, dV of {B} sequences: max |error| {worst:.1e} against fp32")
 # same causal attention on padded B×H×S_max×D tensors, told the lengths by the same
 # padding mask but with no ragged offsets, is the cuDNN control. ``varlen.sdpa_graph``
 # (in ``cudnn_guide/graphs/varlen.py``) declares either layout, forward or backward, as
-# the lesson does, and binds it for timing. Every output is checked sequence by sequence
-# (``check.worst_sequence``); the worst sequence is printed.
-from cudnn_guide import check
+# the lesson does; ``cudnn_guide/studies/varlen_race.py`` builds, checks and admits
+# the contenders. Every output is checked sequence by sequence; the worst sequence is
+# printed.
 from cudnn_guide.graphs import varlen
-from cudnn_guide.graphs.varlen import bhsd_rows, packed_rows, padded_rows
+from cudnn_guide.graphs.varlen import packed_rows, padded_rows
+from cudnn_guide.studies import varlen_race
 
 torch.manual_seed(0)
 log_normal = torch.distributions.LogNormal(torch.log(torch.tensor(1024.0)), 0.8)
@@ -165,90 +166,39 @@ qp, kp, vp = (varlen.padded(t, spans) for t in (q, k, v))
 # ``flash_attn_varlen_func`` on the packed T×H×D tensors with the same ``cu_seqlens``
 # (int32), each if this PyTorch has it or FlashAttention-4 is installed. The varlen
 # page's nested tensors have no backward contender here.
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend
+# ``varlen_race.backward_baselines`` makes their forwards, each with the layout it
+# reads, and says which cannot run here.
+from cudnn_guide.measure import compare, fa4
 
-from cudnn_guide.measure import baselines, compare, fa4
-
-unavailable = {}
-flash = baselines.forced_sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True)
-FLASH = "PyTorch padded SDPA, flash backend (FlashAttention-2)"
-flex = varlen.flex_document_attention(lengths)  # compiled, the document mask built once
-packed_bhsd = [t.transpose(0, 1)[None] for t in (q, k, v)]
-varlen_attn = None  # PyTorch's varlen_attn (causal), where this PyTorch has it
-try:
-    varlen_attn = varlen.torch_varlen_attn(cu_seqlens, S_MAX)
-except ImportError as exc:
-    unavailable["PyTorch varlen_attn backward"] = str(exc)
-
-FA4_OK, FA4_DETAIL = fa4.status()
-FA4 = fa4.label()
-if FA4_OK:  # flash_attn_varlen_func, the same cu_seqlens for queries and keys
-    fa4_varlen = fa4.varlen_attention(cu_seqlens, S_MAX, causal=True, scale=D**-0.5)
-else:
-    unavailable[FA4] = FA4_DETAIL
+paths, unavailable = varlen_race.backward_baselines(cu_seqlens, lengths, head_dim=D)
 real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
 
 # %%
 # Training on packed sequences needs the forward to save its softmax statistics (fp32,
 # in the padded B×H×S_max×1 layout) and an ``sdpa_backward`` graph with the same ragged
 # offsets on Q, K, V, O, dO and the three gradients, as in the lesson. The same pair
-# on the padded tensors is the control. Each contender's dQ, dK and dV are checked
-# sequence by sequence against fp32 autograd on that sequence alone. The PyTorch,
-# FlexAttention and FlashAttention-4 gradients come from one retained autograd graph
-# (``retain_graph=True``), so only the backward is timed.
+# on the padded tensors is the control (``varlen_race.cudnn_backward``). Each
+# contender's dQ, dK and dV are checked sequence by sequence against fp32 autograd on
+# that sequence alone (``varlen_race.reference_grads``). The PyTorch, FlexAttention
+# and FlashAttention-4 gradients come from one retained autograd graph
+# (``retain_graph=True``, ``varlen_race.admit_autograd``), so only the backward is
+# timed.
 d_o = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16)
-# autograd's backward thread needs this device's context
-torch.cuda.set_device(q.device)
-expected_grads = {n: [] for n in ("dq", "dk", "dv")}
-for b, (a, e) in spans:
-    leaf = [packed_rows(t, b, a, e).float().requires_grad_() for t in (q, k, v)]
-    with check.full_precision():
-        out = F.scaled_dot_product_attention(*leaf, is_causal=True)
-        out.backward(packed_rows(d_o, b, a, e).float())
-    for n, t in zip(expected_grads, leaf):
-        expected_grads[n].append(t.grad)
-
-
-def check_grads(label, grads, rows):
-    """dQ, dK, dV against ``expected_grads``, sequence by sequence; prints the worst."""
-    grads = dict(zip(expected_grads, grads))
-    worst = check.worst_sequence(label, grads, rows, expected_grads, spans)
-    print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
-
-
-backward_contenders = {}
+expected_grads = varlen_race.reference_grads((q, k, v), d_o, spans)
 d_op = varlen.padded(d_o, spans)
 cudnn_pairs = {  # name: (q, k, v, d_o) of one layout, its ragged offsets, its rows
     "cuDNN packed (THD) backward": ((q, k, v, d_o), offsets, packed_rows),
     "cuDNN padding mask backward (control)": ((qp, kp, vp, d_op), None, padded_rows),
 }
+backward_contenders = {}
+step = dict(handle=handle, max_len=S_MAX)
 for name, (qkvd, offs, rows) in cudnn_pairs.items():
-    x = varlen.training_tensors(*qkvd, batch=B, max_len=S_MAX)
-    step = dict(handle=handle, offsets=offs)
-    varlen.sdpa_graph(x, seq_lens, **step)()  # the forward, once: o and stats
-    backward_contenders[name] = varlen.sdpa_graph(x, seq_lens, **step, backward=True)
-    check.poison(x["dq"], x["dk"], x["dv"])
-    backward_contenders[name]()
-    check_grads(name, (x["dq"], x["dk"], x["dv"]), rows)
-
-# PyTorch's backward from one retained autograd graph (baselines.admit_backward): name:
-# (forward, its inputs, the output's gradient, the rows of one sequence)
-d_o_bhsd = d_o.transpose(0, 1)[None]  # FlexAttention's 1×H×T×D
-autograd = {
-    f"{FLASH} backward": (flash, (qp, kp, vp), d_op, padded_rows),
-    "FlexAttention, document mask, backward": (flex, packed_bhsd, d_o_bhsd, bhsd_rows),
-}
-if varlen_attn is not None:
-    varlen_bwd = (varlen_attn, (q, k, v), d_o, packed_rows)
-    autograd["PyTorch varlen_attn backward"] = varlen_bwd
-if FA4_OK:  # its varlen backward, timed the same way
-    autograd[f"{FA4}, varlen backward"] = (fa4_varlen, (q, k, v), d_o, packed_rows)
-for name, (fn, inputs, grad_out, rows) in autograd.items():
-    check_fn = lambda grads, name=name, rows=rows: check_grads(name, grads, rows)
-    args = (backward_contenders, name, fn, inputs, grad_out)
-    if why := baselines.admit_backward(*args, check=check_fn):
-        unavailable[name] = why
+    args = (name, qkvd, seq_lens, offs, rows, expected_grads, spans)
+    backward_contenders[name] = varlen_race.cudnn_backward(*args, **step)
+layouts = dict(packed=(q, k, v), padded=(qp, kp, vp), d_o=d_o, d_o_padded=d_op)
+unavailable |= varlen_race.admit_autograd(
+    backward_contenders, paths, **layouts, expected=expected_grads, spans=spans
+)
 backward_result = compare.compare(
     backward_contenders,
     candidate="cuDNN packed (THD) backward",
@@ -262,14 +212,7 @@ import pandas as pd
 
 from cudnn_guide.report import html_table
 
-rows = [
-    {
-        "implementation": n,
-        "µs": backward_result.estimate(n)["value"],
-        "useful TFLOP/s": backward_result.estimate(n, "TFLOP/s")["value"],
-    }
-    for n in backward_result.measurements
-]
+rows = varlen_race.timing_rows(backward_result)
 formats = {"µs": "{:.1f}", "useful TFLOP/s": "{:.0f}"}
 html_table(pd.DataFrame(rows).sort_values("µs"), formats)
 
@@ -298,27 +241,16 @@ html_table(pd.DataFrame(verdicts), {"speed-up": "{:.2f}×"})
 # %%
 # Conclusions
 # -----------
-# Computed from the comparison above. Each verdict is on GPU time; where a back-to-back
-# loop (host time included) was raced too, its verdict follows with its own interval
-# and tie band.
-from cudnn_guide.report.prose import Prose, verdict_text
+# Computed from the comparison above (``varlen_race.backward_conclusions``). Each
+# verdict is on GPU time. ``compare`` races the contenders in back-to-back loops (host
+# time included) only where a contender's host time per call reaches
+# ``compare.HOST_BOUND`` of its GPU time; only then does a loop verdict follow, with
+# its own interval and tie band.
+from cudnn_guide.report.prose import Prose
 
-best_bwd = backward_result.best_baseline
-bwd_us = backward_result.estimate("cuDNN packed (THD) backward")["value"]
-control = "cuDNN padding mask backward (control)"
-sentences = [
-    f"Backward (dQ, dK, dV) on the packed layout: {bwd_us:.0f} µs; against the "
-    f"fastest contender ({best_bwd}) it is {verdict_text(backward_result, best_bwd)}; "
-    f"against the padded layout with a padding mask it is "
-    f"{verdict_text(backward_result, control)}.",
-]
-fa4_backward_name = f"{FA4}, varlen backward"
-if fa4_backward_name in backward_result.versus:
-    fa4_verdict = verdict_text(backward_result, fa4_backward_name)
-    sentences.append(f"* Against {fa4_backward_name}: cuDNN is {fa4_verdict}.")
-sentences += [
-    f"* Not available here: {name}: {why}" for name, why in unavailable.items()
-]
+sentences = varlen_race.backward_conclusions(
+    backward_result, unavailable, fa4_label=fa4.label()
+)
 
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, headline

@@ -119,28 +119,16 @@ def run(g, pack):
 
 check.poison(o_chunk)
 run(chunked, chunked_pack)
-ref_chunk = attention_inputs.reference(
-    q_chunk,
-    k,
-    v,
-    visible=attention_inputs.band(CHUNK, S, bottom_right=True, device="cuda"),
-)
-checks = [
-    check.check(
-        o_chunk, ref_chunk, name="bottom-right causal, 512 queries over 4096 keys"
-    )
-]
-print(checks[-1])
+visible_br = attention_inputs.band(CHUNK, S, bottom_right=True, device="cuda")
+ref_chunk = attention_inputs.reference(q_chunk, k, v, visible=visible_br)
+chunk_name = "bottom-right causal, 512 queries over 4096 keys"
+print(check.check(o_chunk, ref_chunk, name=chunk_name))
 lower_right = causal_lower_right(CHUNK, S)
-checks.append(
-    check.check(
-        torch.nn.functional.scaled_dot_product_attention(
-            q_chunk, k, v, attn_mask=lower_right
-        ),
-        ref_chunk,
-        name="PyTorch SDPA, causal_lower_right",
-    )
+sdpa_lr = torch.nn.functional.scaled_dot_product_attention(
+    q_chunk, k, v, attn_mask=lower_right
 )
+check.check(sdpa_lr, ref_chunk, name="PyTorch SDPA, causal_lower_right")
+del sdpa_lr
 
 # %%
 # Measuring chunked prefill over a paged K/V cache
@@ -153,83 +141,41 @@ checks.append(
 # ``page_table`` (``seqused_k`` giving the keys so far); it takes its pools laid out
 # pages × page × H × D, a copy made once, outside the timed calls. Its ``causal=True``
 # aligns the diagonal bottom-right when the queries are fewer than the keys, as here.
+# ``chunked_prefill.page_kv`` (in ``cudnn_guide/studies/chunked_prefill.py``) scatters
+# K and V into a pool with 13 spare pages, at places drawn at random; the pools, the
+# gather for PyTorch and FlashAttention-4's launcher come from the same module.
 import textwrap
 
 from cudnn_guide import graphs
 from cudnn_guide.measure import baselines, compare, fa4
+from cudnn_guide.studies import chunked_prefill
 
 PAGE = 64
-pages_per_seq = S // PAGE
-pool_pages = B * pages_per_seq + 13  # more pages than the batch uses, as in a real pool
-perm = torch.randperm(pool_pages, generator=torch.Generator().manual_seed(1))[
-    : B * pages_per_seq
-]
-page_table = perm.to(torch.int32).cuda().reshape(B, 1, pages_per_seq, 1)
-k_pool = torch.zeros(pool_pages, H, PAGE, D, device="cuda", dtype=torch.bfloat16)
-v_pool = torch.zeros_like(k_pool)
-for b in range(B):  # scatter each sequence's keys and values into its pages
-    k_pool[page_table[b, 0, :, 0].long()] = (
-        k[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
-    )
-    v_pool[page_table[b, 0, :, 0].long()] = (
-        v[b].reshape(H, pages_per_seq, PAGE, D).transpose(0, 1)
-    )
+cache = chunked_prefill.page_kv(k, v, page=PAGE, spare_pages=13, seed=1)
 len_q = torch.full((B, 1, 1, 1), CHUNK, dtype=torch.int32, device="cuda")
 len_kv = torch.full((B, 1, 1, 1), S, dtype=torch.int32, device="cuda")
 attention_inputs.check_seq_lens(len_q, B, CHUNK)
 o_paged = torch.empty_like(q_chunk)
 paged, paged_pack = masked_attention(
     q_chunk,
-    k_pool,
-    v_pool,
+    cache.k_pool,
+    cache.v_pool,
     o_paged,
     diagonal_alignment=BOTTOM_RIGHT,
     diagonal_band_right_bound=0,
     use_padding_mask=True,
     seq_len_q=len_q,
     seq_len_kv=len_kv,
-    paged_attention_k_table=page_table,
-    paged_attention_v_table=page_table,
-    paged_attention_max_seq_len_kv=pages_per_seq * PAGE,
+    paged_attention_k_table=cache.page_table,
+    paged_attention_v_table=cache.page_table,
+    paged_attention_max_seq_len_kv=cache.pages_per_seq * PAGE,
 )
 check.poison(o_paged)
 run(paged, paged_pack)
-checks.append(check.check(o_paged, ref_chunk, name="paged chunked prefill"))
-print(checks[-1])
+print(check.check(o_paged, ref_chunk, name="paged chunked prefill"))
 
-
-def gather_then_sdpa():
-    """The PyTorch way: gather each sequence's pages into contiguous K/V, then SDPA
-    (lower-right causal)."""
-    idx = page_table.reshape(B, pages_per_seq).long()
-    kc = k_pool[idx].permute(0, 2, 1, 3, 4).reshape(B, H, S, D)
-    vc = v_pool[idx].permute(0, 2, 1, 3, 4).reshape(B, H, S, D)
-    return torch.nn.functional.scaled_dot_product_attention(
-        q_chunk, kc, vc, attn_mask=lower_right
-    )
-
-
-checks.append(
-    check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA")
-)
-
-
-def fa4_paged():
-    """A launcher of FlashAttention-4 over the same pages (bottom-right causal), its
-    output seen as B×H×CHUNK×D."""
-    from flash_attn.cute import flash_attn_varlen_func
-
-    q_fa = q_chunk.transpose(1, 2).contiguous()  # B × CHUNK × H × D
-    k_fa, v_fa = (t.permute(0, 2, 1, 3).contiguous() for t in (k_pool, v_pool))
-    table = page_table.reshape(B, pages_per_seq).contiguous()  # B × pages, int32
-    used = len_kv.reshape(B).contiguous()  # keys so far, per sequence
-    kw = dict(page_table=table, seqused_k=used, softmax_scale=D**-0.5, causal=True)
-
-    def launch():
-        r = flash_attn_varlen_func(q_fa, k_fa, v_fa, **kw)  # out, or (out, lse)
-        return (r[0] if isinstance(r, tuple) else r).transpose(1, 2)
-
-    return launch
+gather_then_sdpa = chunked_prefill.gather_then_sdpa(q_chunk, cache, lower_right)
+check.check(gather_then_sdpa(), ref_chunk, name="PyTorch gather pages + SDPA")
 
 
 def launcher(g, pack):
@@ -249,7 +195,8 @@ prefill_contenders = {
     ),
 }
 if FA4_OK:  # checked against ref_chunk first; a refusal is printed, not fatal
-    fa4_prefill = baselines.admit(prefill_contenders, FA4, fa4_paged(), ref_chunk)
+    fa4_launch = chunked_prefill.fa4_paged(q_chunk, cache, len_kv)
+    fa4_prefill = baselines.admit(prefill_contenders, FA4, fa4_launch, ref_chunk)
 else:
     fa4_prefill = FA4_DETAIL
     print(textwrap.fill(f"{FA4}: {FA4_DETAIL}", 88))
@@ -282,47 +229,11 @@ plt.show()
 # %%
 # Conclusions
 # -----------
-# Computed from the comparison above; the fastest contender is the fastest non-control.
-import dataclasses
-
+# Computed from the comparison above (``chunked_prefill.conclusions``); the fastest
+# contender is the fastest non-control.
 from cudnn_guide.report.prose import Prose
 
-
-def said(c, name=None):
-    """``c.describe(name)``; the loop verdict with its own tie band and rounds."""
-    name = name or c.best_baseline
-    text = dataclasses.replace(c, wall=None).describe(name)  # GPU time only
-    if c.wall is not None and name in c.wall.versus:
-        w = c.wall.versus[name]
-        text += (
-            f"; in a back-to-back loop, host time included: {w['verdict']} "
-            f"({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f}; loop tie band "
-            f"±{100 * c.wall.tie_band:.1f}%, {c.wall.rounds} rounds)"
-        )
-    return text
-
-
-def also(c, *names):
-    """The comparisons of ``c`` against ``names`` other than its fastest contender."""
-    return "".join(
-        f"; vs {n}: {said(c, n)}"
-        for n in names
-        if n in c.versus and n != c.best_baseline
-    )
-
-
-gather, contiguous = "PyTorch gather pages + SDPA", "cuDNN contiguous K/V (control)"
-if FA4 in prefill.versus:  # it read the same pages in place: compared above
-    fa4_paged_says = ""
-elif FA4_OK:
-    fa4_paged_says = f"{FA4} did not run the paged chunked prefill: {fa4_prefill}."
-else:  # not installed: the reason, with the install command
-    fa4_paged_says = f"{FA4} was not in the chunked-prefill race: {FA4_DETAIL}."
-sentences = [
-    f"Chunked prefill over a paged cache: against the fastest contender, cuDNN paged "
-    f"is {said(prefill)}{also(prefill, FA4, gather)}; reading pages in place "
-    f"against contiguous K/V: {said(prefill, contiguous)}. {fa4_paged_says}",
-]
+sentences = chunked_prefill.conclusions(prefill, FA4, FA4_OK, fa4_prefill)
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison
 
