@@ -117,7 +117,8 @@ class Comparison:
             text = f"{1 / s['value']:.2f}× slower than {baseline} (speed-up {s['value']:.2f}×, {interval})"
         if self.wall is not None and baseline in self.wall.versus:
             w = self.wall.versus[baseline]
-            loop = f"{w['verdict']} ({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f})"
+            band = f"; loop tie band ±{100 * self.wall.tie_band:.1f}%"  # its own, often wider than GPU time's
+            loop = f"{w['verdict']} ({w['value']:.2f}×, {w['low']:.2f}–{w['high']:.2f}{band})"
             text += f"; in a back-to-back loop, host time included: {loop}"
         return text
 

@@ -222,8 +222,10 @@ def conclusions(cases: Any, *, matmuls: Collection[str], no_configs: Sequence[st
     outcomes = cases.rows
     failed, built_ok, silent_rows = cases.failed(), cases.fine(), cases.silent()
     matmul_rows = [o for o in outcomes if o["case"] in matmuls]
+    said = [o for o in failed if o["outcome"] == "fails with a message"]
+    compiled = f", {len(failed) - len(said)} failed to compile a kernel" if len(failed) > len(said) else ""
     return [
-        f"Of the {len(outcomes)} cases tried, {len(failed)} failed with a message, "
+        f"Of the {len(outcomes)} cases tried, {len(said)} failed with a message{compiled}, "
         f"{len(built_ok)} built or ran, and {len(silent_rows)} raised nothing at all.",
         "Where the failures surfaced: "
         + cases.where()

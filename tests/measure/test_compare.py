@@ -352,6 +352,8 @@ def test_a_host_bound_contender_brings_a_wall_clock_loop_race_beside_the_gpu_ver
     assert c.wall is not None and c.wall.versus["compiled"]["verdict"] == "faster"  # in a loop
     text = c.describe()
     assert "slower than compiled" in text and "in a back-to-back loop, host time included: faster (1.26×" in text
+    # the loop is judged against its own tie band: the line says which
+    assert f"; loop tie band ±{100 * c.wall.tie_band:.1f}%)" in text
     rec = Record("plot_99_x")
     rec.comparison("speed-up over compiled", c)
     h = rec.to_dict()["headlines"][0]
