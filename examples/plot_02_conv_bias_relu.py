@@ -205,10 +205,10 @@ ComparisonTable(
 # Measuring with another clock: the profiler
 # ------------------------------------------
 # CUDA events measure wall time on the GPU between two points of the stream; the harness
-# subtracts the launch cost it measured (environment page) to report kernel time. The
-# profiler reports each kernel's own duration (CUPTI timestamps), a clock the harness
-# does not use. If the two agree, the harness is timing the kernels and not launch
-# overhead or an artefact.
+# subtracts the launch cost it measured (:ref:`environment page
+# <sphx_glr_auto_examples_plot_01_environment.py>`) to report kernel time. The profiler
+# reports each kernel's own duration (CUPTI timestamps), a clock the harness does not
+# use. If the two agree, the harness is timing the kernels, not launch overhead.
 profiled = conv_fusion.profile_contenders(
     [
         (measurements[0], contenders[CANDIDATE]),
@@ -235,7 +235,7 @@ plt.show()
 # -----------
 # Every number here is computed from the measurements above
 # (``conv_fusion.conclusions``). torch.cudnn_convolution_relu runs cuDNN's own fused
-# kernel: a sanity row, not the rival the headline compares with.
+# kernel: a sanity row, which "the fastest other implementation" below leaves out.
 from cudnn_guide.report.prose import Prose
 
 fused_est = result_cmp.estimate(CANDIDATE, "µs")

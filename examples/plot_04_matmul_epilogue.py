@@ -122,9 +122,9 @@ print(check.check(amax, ref_amax, name="amax = max|y|", tol=1e-2))
 # %%
 # The same chain in PyTorch, eager and compiled, must agree too. ``torch.compile`` runs
 # in both modes an engineer would ship: max-autotune benchmarks Triton and cuBLAS
-# candidates while it compiles, so what it picks can change from one cold compile to the
-# next (the methodology page shows its range over every recording); the default mode
-# does not autotune. The page's headline verdict is against the fastest of the three.
+# candidates while it compiles, so its pick can change from one cold compile to the next
+# (:doc:`methodology page </methodology>`: its range over every recording); the default
+# mode does not autotune. The headline verdict is against the fastest of the three.
 # The contenders' names, and what the sweep below needs besides the lesson's graph, are
 # in :mod:`cudnn_guide.studies.epilogue_fusion`.
 from cudnn_guide.measure import baselines
@@ -142,13 +142,13 @@ print(check.check(compiled_default(a, b, bias)[0], ref_y, name=DEFAULT))
 # %%
 # Measuring at the base size
 # --------------------------
-# Cold L2 for everyone, in interleaved rounds: each round times every contender in a
-# shuffled order, and the verdict rests on the per-round ratio to the cuDNN graph with
-# its 95% interval (:mod:`cudnn_guide.measure.compare`). The bare ``torch.matmul`` is
-# not a competitor (it skips the epilogue) but a floor for any implementation that calls
-# cuBLAS and then does the rest. Each line: the cuDNN graph's speed-up (above 1: cuDNN
-# is faster) in GPU time per call, then in the wall-clock time per call of a
-# back-to-back loop (``wall_clock=True``: host time included), each with its tie band.
+# Cold L2 for everyone, in interleaved rounds, each timing every contender in a
+# shuffled order (``rounds`` is a cap: they stop once every verdict is settled; the last
+# line says how many ran). The verdict rests on the per-round ratio to the cuDNN graph
+# with its 95% interval (:mod:`cudnn_guide.measure.compare`). The bare ``torch.matmul``
+# is a floor, not a competitor (it skips the epilogue). Each line: the cuDNN graph's
+# speed-up (above 1: cuDNN is faster) in GPU time per call, then in wall-clock time per
+# call of a back-to-back loop (``wall_clock=True``: host time included), with tie bands.
 from cudnn_guide.measure import bench, compare
 from cudnn_guide.report import ComparisonTable
 

@@ -12,10 +12,10 @@ a new process.
 The gain is easy to mismeasure. Inside one warm process cuDNN has loaded its kernels
 and caches what it can, so rebuild against reload is not what a new process sees: it
 can hide the gain or overstate it (the conclusions say which, for this page's conv
-graph). What matters is a **fresh process**: the time to first result, with and
-without a plan on disk, shown both without and with the CUDA context and cuDNN handle
-creation that precede it. This page measures both, for the matmul-epilogue page's graph
-(``matmul``), this page's conv layer (``conv``) and causal attention (``sdpa``).
+graph). What matters is a **fresh process**: the time to first result, with and without
+a plan on disk, without and with the CUDA context and cuDNN handle creation before it,
+for three graphs: ``conv`` (this page's), ``sdpa`` (causal attention) and ``matmul``
+(:ref:`matmul-epilogue page <sphx_glr_auto_examples_plot_04_matmul_epilogue.py>`).
 
 What you will learn:
 
@@ -157,8 +157,8 @@ print(
 # Each is a new Python interpreter. They are all started at once, before the first run
 # (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`): each imports torch and
 # this package, then waits for its turn, so none spends seconds importing while the page
-# waits, and none imports while another measures. The methodology page's control
-# compares such interpreters with ones started on demand.
+# waits, and none imports while another measures. A control (:doc:`measurement studies
+# </maintainers/measurement_studies>`) compares them with ones started on demand.
 import pandas as pd
 
 from cudnn_guide.report import html_table

@@ -39,7 +39,7 @@ env
 # bias as 1 × hidden × 1 × 1. ``epsilon`` is a pass-by-value scalar (a host tensor in
 # the pack). The forward in the TRAINING phase also writes the per-token statistics
 # (``mean`` and ``inv_var`` = 1/√(var + eps)) that the backward reads; ``rmsnorm`` takes
-# the same arguments without ``bias`` and returns only ``inv_var``.
+# the same arguments without ``bias``, and its only statistic is ``inv_var``.
 import cudnn
 import torch
 import torch.nn.functional as F

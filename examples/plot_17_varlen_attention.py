@@ -155,8 +155,8 @@ zero_len_poison_left = varlen_race.edge_cases(
 # * **FlashAttention-4** ``flash_attn_varlen_func`` on the packed T×H×D tensors with
 #   the same ``cu_seqlens`` (int32), if it is installed.
 #
-# ``varlen_race.admit_forward_baselines`` makes each, checks it and adds it to the
-# race; one that cannot run here is said, with the reason, not dropped.
+# ``varlen_race.admit_forward_baselines`` makes, checks and adds each (one that cannot
+# run here is named, with why); ``rounds=9`` is a cap: the race stops once settled.
 from cudnn_guide import graphs
 from cudnn_guide.measure import compare, fa4
 

@@ -4,7 +4,7 @@ When cuDNN says no: the common failures, reproduced, with their fixes
 
 Every message on this page was produced by running the code above it on the GPU named in
 the environment table. First a graph that cuDNN refuses, caught, and its fix. Then
-common failures tried one by one: where "No valid engine configs" comes from, "No
+common failures one by one: where "No valid engine configs" would come from, "No
 execution plans support the graph", matmuls written by accident, head dims, dtypes,
 layouts, the architecture a feature needs, a workspace too small, and a tensor bound
 with other strides than declared. For each case: what happened (it builds, it fails

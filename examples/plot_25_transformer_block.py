@@ -112,7 +112,7 @@ for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leav
 # ``torch.library.custom_op``), PyTorch's ``scaled_dot_product_attention`` (whichever
 # backend PyTorch picks), or FlashAttention-4's ``flash_attn_func``, which takes
 # B×S×H×D tensors. Every variant copies Q, K and V once, into the layout its attention
-# takes; the way back, the output's reshape to B×S×(H·D), is measured below.
+# takes; whether the way back (the output's reshape to B×S×(H·D)) copies is shown below.
 from cudnn_guide.graphs import block
 from cudnn_guide.measure import fa4
 
@@ -136,7 +136,7 @@ if FA4_OK:  # flash_attn_func, B×S×H×D in and out
 # it once and checks a block's output and every weight gradient against it). Rounding
 # to bf16 compounds through two norms, five projections and attention, so the gradients
 # get twice the bf16 tolerance; PyTorch's own bf16 block and the FlashAttention-4 block
-# (another attention kernel) must pass the same check, which shows the bound is fair.
+# must pass the same check (FlashAttention-4, another kernel, shows the bound is fair).
 # A FlashAttention-4 block that cannot run here is shown with its error; a wrong result
 # stops the page (``block_training``, in ``cudnn_guide/studies/block_training.py``).
 from cudnn_guide import check
@@ -206,10 +206,10 @@ block_training.verdict_table(eager_cmp, compiled_cmp, "GPU-time speed-up")
 # A training loop, timed on the wall clock
 # ----------------------------------------
 # The GPU times above leave out the host: a step whose Python and launches take longer
-# than its kernels leaves the GPU idle. So each step is also timed as a training loop
-# that reads its loss every step runs it: one step, then ``torch.cuda.synchronize()``
-# (``baselines.synchronized``), timed with ``time.perf_counter``
-# (``compare.compare_host``, the same interleaved rounds and verdicts).
+# than its kernels leaves the GPU idle. So each step is also timed in the loop of a
+# training run that reads its loss every step: one step, then
+# ``torch.cuda.synchronize()`` (``baselines.synchronized``), timed with
+# ``time.perf_counter`` (``compare.compare_host``: same interleaved rounds, verdicts).
 synced = {n: baselines.synchronized(s) for n, s in contenders.items()}
 loop = dict(rounds=5, calls=2, batches=2)
 wall = compare.compare_host(synced, candidate=CAND, **loop, tag="wall-clock step")

@@ -106,7 +106,7 @@ print(f"max |error| against PyTorch in fp32: {(o.float() - ref).abs().max():.1e}
 # run again, and the output compared with the fp32 reference by relative norm. The
 # cells below use :mod:`cudnn_guide.studies.failures`: ``cases.probe`` keeps, for each
 # case, what happened, where, the message whole and the fix; ``failures.sdpa_graph``
-# declares causal attention on 2×8×1024×head-dim tensors afresh, and
+# declares the lesson's causal attention (2×8×1024×128, bf16) afresh, and
 # ``failures.timed_build`` and ``failures.filtered_build`` run its five build steps
 # with the heuristic modes given. The probes, the log's script, the filters' rows and
 # the conclusions are in :mod:`cudnn_guide.studies.libcudnn_and_logs`.

@@ -101,10 +101,10 @@ torch.testing.assert_close(o_chunk.float(), ref, atol=2e-2, rtol=2e-2)
 # %%
 # Measuring chunked prefill: bottom-right alignment
 # -------------------------------------------------
-# The page's checks (relative error against the fp32 reference, by dtype) come first:
-# the lesson's graph, its output filled with NaN and run again, then PyTorch's SDPA
-# with the mask PyTorch spells ``causal_lower_right`` (here it runs its flash backend,
-# FlashAttention-2). ``run`` is the lesson's execution, for any graph and its pack.
+# Checks (relative error against the fp32 reference, by dtype) come first: the lesson's
+# graph, its output filled with NaN and run again; then PyTorch's SDPA with the mask it
+# spells ``causal_lower_right`` (flash backend, FlashAttention-2), a check not printed:
+# a failure would stop the page. ``run`` executes any graph as the lesson does.
 from torch.nn.attention.bias import causal_lower_right
 
 from cudnn_guide import check
@@ -142,8 +142,8 @@ del sdpa_lr
 # pages × page × H × D, a copy made once, outside the timed calls. Its ``causal=True``
 # aligns the diagonal bottom-right when the queries are fewer than the keys, as here.
 # ``chunked_prefill.page_kv`` (in ``cudnn_guide/studies/chunked_prefill.py``) scatters
-# K and V into a pool with 13 spare pages, at places drawn at random; the pools, the
-# gather for PyTorch and FlashAttention-4's launcher come from the same module.
+# K and V into a pool with 13 spare pages, at places drawn at random; the module also
+# makes the gather for PyTorch (checked, not printed) and FlashAttention-4's launcher.
 import textwrap
 
 from cudnn_guide import graphs

@@ -49,7 +49,7 @@ env
 # ----------------------------------
 # A device-to-device copy reads and writes every byte once, so ``2 × size / time`` is
 # the bandwidth a memory-bound kernel can hope for. Small copies fit in the L2 cache:
-# timed back-to-back with a **hot** L2 they report the cache's bandwidth, not HBM's.
+# timed back-to-back with a **hot** L2 they read the cache, not HBM, and run faster.
 # With a **cold** L2 (a buffer of twice the L2 size written before every call, outside
 # the timed region) they report what a kernel reading fresh data sees. The sweep shows
 # both, timed the **same way**: one call between two CUDA events, raw event times (the
@@ -109,8 +109,8 @@ torch.cuda.empty_cache()
 
 # %%
 # The ceilings other pages use: :func:`~cudnn_guide.measure.ceilings.measure_ceilings`
-# times a 2 GiB copy and takes the best of 4096³, 6144³ and 8192³ bf16 matmuls, cold L2
-# (its 4096³ is a second, separate run of the sweep's n=4096 point above).
+# times a 2 GiB copy and 4096³, 6144³, 8192³ bf16 matmuls (keeping the best), cold L2:
+# separate runs, each at the clock the power cap left it, so the sweep can beat them.
 from cudnn_guide.measure.ceilings import measure_ceilings
 
 ceilings = measure_ceilings()
@@ -128,8 +128,8 @@ print(ceiling_sweeps.ceiling_lines(ceilings))
 # the per-launch cost. The harness measures it once per process
 # (:func:`~cudnn_guide.measure.events.launch_cost`) and subtracts it from every event
 # sample, so every page reports kernel time; each record keeps the constant, and so the
-# raw event times. (The methodology page checks the result against the profiler.) This
-# is the value this page's measurements used:
+# raw event times. (The :doc:`methodology page </methodology>` checks it against the
+# profiler.) This is the value this page's measurements used:
 from cudnn_guide.measure import events
 
 launch_cost = events.launch_cost()

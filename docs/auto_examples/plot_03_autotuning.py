@@ -209,7 +209,7 @@ print(autotuning.store_tuned_plan(g, io, f"conv_bias_relu_graph|{problem!r}|tune
 # %%
 # Does the winner beat the heuristic's choice beyond the noise?
 # -------------------------------------------------------------
-# The ranking times each plan once, one after another. The two plans that matter race
+# A tuning pass times the plans one after another. The two plans that matter race
 # in interleaved rounds (15 at most, fewer once the verdict is settled) through
 # ``execute_plan_at_index``, which runs a built plan without selecting it; the per-round
 # ratio is judged by its 95% interval and tie band (:mod:`cudnn_guide.measure.compare`).

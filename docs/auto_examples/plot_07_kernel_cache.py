@@ -140,7 +140,7 @@ plt.show()
 # %%
 # Measuring execution: do dynamic-shape kernels cost anything?
 # ------------------------------------------------------------
-# Median execution time with and without the cache (ascending runs), cold L2.
+# Median execution time, cold L2, ascending runs; the cache's graphs are dynamic-shape.
 from cudnn_guide.report import ComparisonTable
 
 rows = [

@@ -110,8 +110,8 @@ for new_inputs in (False, True):  # the inputs of the capture, then new data cop
 #
 # A host-bound number is one process's draw: on the GPU builder the same launches run
 # at one of several host speeds, fresh processes land on any and a process can switch
-# (the methodology page measures them). So the host cost of ``graph.execute`` is
-# measured in five fresh interpreters, one after another
+# (:doc:`the methodology page </methodology>` measures them). So the host cost of
+# ``graph.execute`` is measured in five fresh interpreters, one after another
 # (:func:`~cudnn_guide.studies.host_levels.loop_and_replay` at s = 64). Each builds and
 # checks the graph; times with ``compare_host`` the frontend's raw ``graph.execute``
 # (handle already bound) against this package's ``bind`` launcher; then times a loop of

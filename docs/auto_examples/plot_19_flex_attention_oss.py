@@ -228,9 +228,9 @@ plt.show()
 # exceed what a call costs inside a loop: the loop race decides. ``wall_clock=True``
 # made each comparison above also race the same contenders in back-to-back loops
 # (``compare.compare_loops``), each timed by the wall clock from a synchronized start to
-# a synchronized end: ``c.wall``, a comparison with its own tie band. The GPU and loop
-# µs are each the median over rounds of a round's median (``c.estimate``), as the
-# verdicts use them; the record's measurements keep the median of all samples pooled.
+# a synchronized end: ``c.wall``, with its own tie band ("tie": not wholly outside it).
+# GPU and loop µs: medians over rounds of each round's median (``c.estimate``), as the
+# verdicts use them; the record's measurements keep the pooled median of all samples.
 from cudnn_guide.report import loop_rows
 from cudnn_guide.report.tables import GPU_US, HOST_US, LOOP_US
 

@@ -12,7 +12,7 @@ is the path's own. Then it builds a CUDA graph the frontend's way
 The host cost of a plain ``graph.execute`` is measured on the
 :ref:`CUDA-graphs page <sphx_glr_auto_examples_plot_08_cuda_graphs.py>`, for its
 matmul graph, in fresh processes: a host number measured in one process is one draw.
-This page measures only what each path adds to a plain ``execute``, or saves.
+Here, in one process, each path is timed against this decode graph's ``execute``.
 
 What you will learn:
 

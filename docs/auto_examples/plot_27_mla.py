@@ -128,9 +128,9 @@ checks = mla_training.check_outputs(om, mla_grads, ref_om.detach(), ref_grads)
 del leaves, ref_om
 
 # %%
-# A training step (forward + backward) against PyTorch's SDPA on each backend that
-# accepts a V head size different from Q's (forced with ``sdpa_kernel``; its flash
-# backend is FlashAttention-2), FlexAttention, and FlashAttention-4 (its own B×S×H×D
+# A training step (forward + backward) against PyTorch's SDPA on each of its backends,
+# forced with ``sdpa_kernel`` (flash is FlashAttention-2; efficient, xFormers'
+# memory-efficient kernel), FlexAttention, and FlashAttention-4 (its own B×S×H×D
 # copies, autograd), each checked first on dQ, dK and dV against the fp32 autograd
 # reference (``mla_training.admit_steps`` and ``admit_fa4``). A backend that refuses
 # the shapes is listed with its error, whole.

@@ -395,3 +395,41 @@ def test_the_notes_say_when_a_page_was_widened_by_the_sites_drift_alone():
     own = dict(h, drift_basis="own")
     text = drift_bands.widened_rst({"headlines": [h, own]})
     assert "how far this page's measurements moved" in text and "1 of them by the whole site's drift" in text
+
+
+def test_a_share_of_bandwidth_is_widened_and_rewiden_takes_in_one_recorded_before_its_unit_was():
+    bands = {"global_p95": 0.02, "global_headline_p95": 0.02, "examples": {}}
+    share = {"name": "LayerNorm, % of copy bandwidth", "value": 73.1, "unit": "%", "low": 73.0, "high": 73.2}
+    count = {"name": "cases", "value": 9, "unit": "count", "low": 8, "high": 10}
+    drift_bands.widen_headlines([share], bands, "plot_x")
+    assert share["run_low"] == 73.0 and share["low"] == pytest.approx(73.0 * math.exp(-0.02))
+    # a record written while "%" was not widened: rewiden takes it in, and leaves a count alone
+    old = {"name": "RMSNorm, % of copy bandwidth", "value": 90.8, "unit": "%", "low": 90.7, "high": 90.9}
+    assert drift_bands.rewiden_headlines([old, count], bands, "plot_x") == 1
+    assert old["interval"] == drift_bands.WIDENED and old["high"] == pytest.approx(90.9 * math.exp(0.02))
+    assert "run_low" not in count and count["low"] == 8
+
+
+def test_drift_keeps_a_share_of_bandwidths_past_change_as_its_own():
+    def entry(value, stamp):
+        e = _entry()
+        e["recorded_utc"] = stamp
+        e["headlines"] = [{"name": "% of copy bandwidth", "value": value, "unit": "%", "low": value, "high": value}]
+        return e
+
+    bands = drift_bands.drift([entry(73.3, "2026-12-01"), entry(73.1, "2026-12-02")])
+    assert bands["examples"]["plot_x"]["headlines"]["% of copy bandwidth"] == pytest.approx(math.log(73.3 / 73.1))
+
+
+def test_a_share_is_widened_by_its_own_history_not_by_its_measurements_time():
+    # the kernel's time moved 17% between leases; the share of copy bandwidth moved 0.5%
+    bands = {
+        "global_p95": 0.2,
+        "global_headline_p95": 0.2,
+        "examples": {"plot_x": {"p95": 0.17, "labels": {"k": 0.17}, "headline_p95": 0.005, "headlines": {"s": 0.005}}},
+    }
+    share = {"name": "s", "value": 73.1, "unit": "%", "low": 73.0, "high": 73.2, "measurement": "k"}
+    time = {"name": "t", "value": 10.0, "unit": "µs", "low": 9.9, "high": 10.1, "measurement": "k"}
+    drift_bands.widen_headlines([share, time], bands, "plot_x")
+    assert share["drift"] == pytest.approx(0.005) and share["drift_basis"] == "own"
+    assert time["drift"] == pytest.approx(0.17)
