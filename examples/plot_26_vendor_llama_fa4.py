@@ -193,7 +193,8 @@ for s in SEQS:
                 tag=f"@ S={s} {'causal' if causal else 'full'} {phase}",
                 **vendor_llama_table.timing(s),
             )
-    t = contenders = None  # free this length's tensors before the next
+        contenders = None  # timed: freed before the next mask is checked
+    t = None  # free this length's tensors before the next
     torch.cuda.empty_cache()
 
 # %%

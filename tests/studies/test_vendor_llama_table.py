@@ -8,7 +8,11 @@ rounds. The graphs themselves are checked on the GPU.
 
 from __future__ import annotations
 
+import ast
 import re
+import types
+import weakref
+from pathlib import Path
 
 import matplotlib
 
@@ -221,6 +225,63 @@ def test_without_fa4_only_cudnn_is_returned_and_a_wrong_cudnn_output_stops_the_p
     monkeypatch.setattr(study, "attention_graphs", stand_in_graphs(calls, wrong=True))
     with pytest.raises(CheckFailedError, match=re.escape(f"{CUDNN} dK @ S=16 no mask")):
         study.checked_contenders(None, t, False, {})
+
+
+def test_the_reference_and_fa4s_checked_gradients_are_freed_on_return_before_any_timing(monkeypatch):
+    calls, kept = [], []
+    monkeypatch.setattr(study, "attention_graphs", stand_in_graphs(calls))
+
+    def reference_at(t, causal):
+        ref = study.block_reference(t["q"], t["k"], t["v"], t["d_o"], causal)
+        kept.extend(weakref.ref(x) for x in ref.values())
+        return ref, {"fp32 reference (s)": 0.5, "fp32 reference peak (GiB)": 1.25}
+
+    def fa4_outputs(*args, **kwargs):
+        leaves, out4, grads4 = real_fa4_outputs(*args, **kwargs)
+        kept.extend(weakref.ref(g) for g in grads4)
+        return leaves, out4, grads4
+
+    real_fa4_outputs = study.fa4_outputs
+    monkeypatch.setattr(study, "reference_at", reference_at)
+    monkeypatch.setattr(study, "fa4_outputs", fa4_outputs)
+    contenders, _ = study.checked_contenders(None, small_tensors(s=16), True, {"x": 0}, flash_attn_func=fake_fa4)
+    assert len(kept) == 7 and all(r() is None for r in kept)  # 4 reference outputs, FA4's dQ, dK, dV
+    assert len(contenders["bwd"]["FlashAttention-4"]()) == 3  # what is timed is still there
+
+
+def test_the_page_frees_a_masks_timed_launchers_before_it_checks_the_next():
+    """The page's own loop, with stand-ins: no earlier mask's launchers are alive at a check (at 32k
+    tokens the causal mask's FA4 output, Q, K, V copies and kept graph are 2.3 GiB)."""
+    page = Path(__file__).parents[2] / "examples" / "plot_26_vendor_llama_fa4.py"
+    tree = ast.parse(page.read_text(encoding="utf-8"))
+    loop = next(n for n in tree.body if isinstance(n, ast.For) and ast.unparse(n.target) == "s")
+    made, alive = [], []
+
+    class Launcher:
+        def __call__(self):
+            pass
+
+    def checked_contenders(handle, t, causal, causal_mask, **fa4):
+        alive.append(sum(r() is not None for r in made))
+        contenders = {p: {CUDNN: Launcher(), FA4: Launcher()} for p in ("fwd", "bwd")}
+        made.extend(weakref.ref(x) for p in contenders.values() for x in p.values())
+        return contenders, {"S": t["s"]}
+
+    page_names = dict(
+        SEQS=[16, 32],
+        layer=types.SimpleNamespace(tensors=lambda s: {"s": s}, flops=lambda s, causal, backward: 1.0),
+        vendor_llama_table=types.SimpleNamespace(checked_contenders=checked_contenders, timing=study.timing),
+        compare=types.SimpleNamespace(compare=lambda contenders, **kwargs: list(contenders)),
+        torch=types.SimpleNamespace(cuda=types.SimpleNamespace(empty_cache=lambda: None)),
+        handle=None,
+        CAUSAL={},
+        FA4_ARGS={},
+        CUDNN=CUDNN,
+    )
+    page_names |= {"results": {}, "checked": []}
+    exec(compile(ast.Module([loop], type_ignores=[]), str(page), "exec"), page_names)
+    assert len(page_names["results"]) == 8 and len(page_names["checked"]) == 4
+    assert alive == [0, 0, 0, 0]
 
 
 def test_the_checks_table_prints_errors_and_the_tolerance_in_e_notation():
