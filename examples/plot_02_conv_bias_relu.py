@@ -235,7 +235,7 @@ plt.show()
 # -----------
 # Every number here is computed from the measurements above
 # (``conv_fusion.conclusions``). torch.cudnn_convolution_relu runs cuDNN's own fused
-# kernel: a sanity row, which "the fastest other implementation" below leaves out.
+# kernel: a sanity row, which the rival named in the conclusions leaves out.
 from cudnn_guide.report.prose import Prose
 
 fused_est = result_cmp.estimate(CANDIDATE, "µs")

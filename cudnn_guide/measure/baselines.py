@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import re
+import textwrap
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from cudnn_guide.check import LINE_WIDTH
 from cudnn_guide.errors import CheckFailedError
 
 __all__ = [
@@ -311,9 +313,9 @@ def admit(
     """Run a baseline once, check its output, and add it to ``contenders``; or say why it cannot run here.
 
     A baseline that raises (a backend this torch lacks, a shape it refuses) is **unavailable**: the
-    reason is printed and returned, and the comparison goes on without it. A baseline that runs but
-    computes the wrong result is **not** unavailable: its :class:`~cudnn_guide.errors.CheckFailedError`
-    propagates and stops the page.
+    reason is printed (wrapped at :data:`~cudnn_guide.check.LINE_WIDTH`) and returned, and the
+    comparison goes on without it. A baseline that runs but computes the wrong result is **not**
+    unavailable: its :class:`~cudnn_guide.errors.CheckFailedError` propagates and stops the page.
 
     Parameters
     ----------
@@ -357,7 +359,7 @@ def admit(
             said = _reasons([_first_line(str(w.message)) for w in caught])
             if said:
                 why += f" ({_clip('; '.join(said).replace(':; ', ': '), 240)})"
-            print(f"{name}: unavailable here ({why})")
+            print(_fill(f"{name}: unavailable here ({why})"))
             return why
     for w in caught:  # a baseline that ran keeps its warnings
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -542,6 +544,11 @@ def _reasons(messages: list[str]) -> list[str]:
     return [
         m for i, m in enumerate(kept) if not m.endswith(":") or (i + 1 < len(kept) and not kept[i + 1].endswith(":"))
     ]
+
+
+def _fill(text: str) -> str:
+    """``text`` wrapped at :data:`cudnn_guide.check.LINE_WIDTH`, continuations indented by 4, hyphens unbroken."""
+    return textwrap.fill(text, LINE_WIDTH, subsequent_indent="    ", break_on_hyphens=False)
 
 
 def _first_line(text: str) -> str:

@@ -106,7 +106,7 @@ def verdict_text(cmp: Any, baseline: str | None = None) -> str:
     """
     baseline = baseline or cmp.best_baseline
     text = cmp.describe(baseline)
-    if cmp.wall is not None and baseline in cmp.wall.versus:  # "…: tie (v×, lo–hi)"
+    if cmp.wall is not None and baseline in cmp.wall.versus and "loop tie band" not in text:  # "…: tie (v×, lo–hi)"
         band = f"loop tie band ±{100 * cmp.wall.tie_band:.1f}%"
         text = f"{text[:-1]}; {band})" if text.endswith(")") else f"{text} ({band})"
     return text

@@ -291,6 +291,32 @@ def ceiling_figure(
     return fig
 
 
+def _fastest_matmul(peak_mm: Any, ceilings: Any) -> str:
+    """The sweep's fastest matmul; where it beats the measured ceiling, by how much and why it can."""
+    said = f"* The fastest matmul in the sweep is n={peak_mm.params['n']} at {peak_mm.tflops:.0f} TFLOP/s"
+    if peak_mm.tflops <= ceilings.bf16_tflops:
+        return said + "."
+    over = 100 * (peak_mm.tflops / ceilings.bf16_tflops - 1)
+    said += f", {over:.1f}% above the measured ceiling ({ceilings.bf16_tflops:.0f} TFLOP/s)"
+    bound = " (the datasheet's peak is)" if ceilings.peak_bf16_tflops else ""
+    mhz, ceiling_mhz = peak_mm.clocks.get("sm_mhz_end"), ceilings.matmul.clocks.get("sm_mhz_end")
+    if not all(isinstance(x, (int, float)) for x in (mhz, ceiling_mhz)):
+        return (
+            f"{said}: a measured ceiling is the best of a few sizes in one run, at whatever clock the GPU "
+            f"held then, not a bound{bound}."
+        )
+    clocks = f"the SM clock at {mhz:.0f} MHz, the ceiling's ({ceilings.matmul.label}) at {ceiling_mhz:.0f} MHz"
+    if mhz > ceiling_mhz:
+        return (
+            f"{said}: its run ended with {clocks}. A measured ceiling holds at its own run's clock, which "
+            f"the power cap lowers under dense work; it is not a bound{bound}."
+        )
+    return (
+        f"{said}, though its run ended with {clocks}: a measured ceiling is the best of a few sizes in one "
+        f"run, not a bound{bound}."
+    )
+
+
 def conclusions(
     env: Any,
     ceilings: Any,
@@ -305,8 +331,10 @@ def conclusions(
 
     In order: the two ceilings and the ridge point; the ceilings as shares of the datasheet's
     peaks (where the GPU is listed); a ``small_mib`` copy with a hot and with a cold L2; the
-    largest copy, hot against cold; the fastest matmul of the sweep; the launch cost per timed
-    call; and the copies too short to time per call, if any.
+    largest copy, hot against cold; the fastest matmul of the sweep (and, where it beats the measured
+    ceiling, by how much and why it can: the two runs' SM clocks at their ends where both were read,
+    and that a measured ceiling is not a bound); the launch cost per timed call; and the copies too
+    short to time per call, if any.
 
     Parameters
     ----------
@@ -378,7 +406,7 @@ def conclusions(
         f"{'above' if big_gap >= 0 else 'below'} the cold one ({cold_big.gbps:.0f} GB/s): "
         "there the flush has nothing left to change."
     )
-    lines.append(f"* The fastest matmul in the sweep is n={peak_mm.params['n']} at {peak_mm.tflops:.0f} TFLOP/s.")
+    lines.append(_fastest_matmul(peak_mm, ceilings))
     lines.append(
         f"* The events around each timed call include {cost_us:.1f} µs of launch cost: "
         f"more than 3% of any call shorter than {cost_us / 0.03:.0f} µs. The harness "

@@ -416,8 +416,11 @@ def conclusions(
     when there are several); the launcher's overhead; at ``small``, the eager loop against the
     replays of a 100-call and of a one-call graph in the processes of the most common level (the
     median of their per-process ratios, its range there and over all processes); at the largest
-    size, which of eager and replay is slower and by how much; and the first size whose GPU time
-    exceeds the host cost.
+    size, which of eager and replay is slower and by how much, or that they take about the same
+    time: the interval of the two medians (:func:`~cudnn_guide.report.tables.ratio_estimate`)
+    judged against a ±1% tie band (:func:`~cudnn_guide.measure.verdicts.judge`,
+    :data:`~cudnn_guide.measure.verdicts.MIN_TIE_BAND`); and the first size whose GPU time exceeds
+    the host cost.
 
     Parameters
     ----------
@@ -444,7 +447,8 @@ def conclusions(
     -------
     >>> Prose(*conclusions(per_process, host_levels_us, rows, sizes, 64, overhead_text))
     """
-    from cudnn_guide.report import ratio
+    from cudnn_guide.measure.verdicts import MIN_TIE_BAND, judge
+    from cudnn_guide.report import ratio_estimate
 
     main = most_common_level(levels)
     host_us = main["value"]
@@ -498,18 +502,26 @@ def conclusions(
         "without amortising its own launch."
     )
     eager_large, replay_large = by[("eager loop, per call", large)], by[("graph replay, per call", large)]
-    far = ratio(eager_large, replay_large)  # eager over replay
+    # eager over replay, with the interval of the two medians' 95% intervals, judged against the tie band
+    far = ratio_estimate(eager_large, replay_large)
+    verdict = judge(far["low"], far["high"], MIN_TIE_BAND)
     times = f"{eager_large.median_ms * 1e3:.1f} µs per call eager, {replay_large.median_ms * 1e3:.1f} replayed"
-    if f"{far:.2f}" == "1.00":
+    if verdict == "tie":
         sentences.append(
-            f"At s={large}, eager and replay take the same time ({far:.2f}×; {times}): the GPU work hides the host."
+            f"At s={large}, the replay takes about the same time as the eager loop (eager over replay "
+            f"{far['value']:.2f}×, 95% interval {far['low']:.2f}–{far['high']:.2f}×, which reaches "
+            f"into 1 ± {MIN_TIE_BAND:.0%}; {times}): the GPU work hides the host."
         )
     else:
-        slower, faster, x = (
-            ("the eager loop", "the replay", far) if far > 1 else ("the replay", "the eager loop", 1 / far)
+        slower, faster, x, low, high = (
+            ("the eager loop", "the replay", far["value"], far["low"], far["high"])
+            if verdict == "faster"
+            else ("the replay", "the eager loop", 1 / far["value"], 1 / far["high"], 1 / far["low"])
         )
+        hides = "the GPU work hides the host" if verdict == "slower" else "the GPU work does not hide all of the host"
         sentences.append(
-            f"At s={large}, {slower} is {x:.2f}× slower than {faster} ({times}): the GPU work hides the host."
+            f"At s={large}, {slower} is {x:.2f}× slower than {faster} (95% interval {low:.2f}–{high:.2f}×, "
+            f"beyond 1 ± {MIN_TIE_BAND:.0%}; {times}): {hides}."
         )
     sentences.append(
         f"The GPU time of one call first exceeds the host cost of graph.execute at s={crossover}."

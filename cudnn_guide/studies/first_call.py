@@ -15,6 +15,7 @@ The fresh processes need a GPU; the table, the medians and the sentences do not.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -87,6 +88,14 @@ PARTS = ("torch_and_context_s", "import_s", "first_call_s")
 """The parts of a fresh process up to its first output, in the order they run."""
 
 _KEYS = (*PARTS, "second_call_s")
+
+_PART_NAMES = {
+    "torch_and_context_s": "torch and CUDA start",
+    "import_s": "backend import",
+    "first_call_s": "first call",
+    "second_call_s": "second call",
+}
+"""Each timed part in words: the table's headings (with ``" (s)"``) and the figure's legend."""
 
 
 def fresh_process(backend: str, timeout: float = 300) -> dict[str, Any]:
@@ -201,8 +210,8 @@ def first_call_table(first_calls: Mapping[str, Sequence[Mapping[str, Any]]], nam
     Returns
     -------
     pandas.DataFrame
-        Columns ``backend``, ``processes``, then ``torch_and_context (s)``, ``import (s)``,
-        ``first_call (s)`` and ``second_call (s)`` as ``"median [min, max]"`` with three decimals; a
+        Columns ``backend``, ``processes``, then ``torch and CUDA start (s)``, ``backend import (s)``,
+        ``first call (s)`` and ``second call (s)`` as ``"median [min, max]"`` with three decimals; a
         backend none of whose processes finished gets its key and its first process's ``error``.
 
     Example
@@ -220,7 +229,7 @@ def first_call_table(first_calls: Mapping[str, Sequence[Mapping[str, Any]]], nam
         row: dict[str, Any] = {"backend": names[b], "processes": len(ok)}
         for key in _KEYS:
             vals = sorted(r[key] for r in ok)
-            row[key.replace("_s", " (s)")] = f"{vals[len(vals) // 2]:.3f} [{vals[0]:.3f}, {vals[-1]:.3f}]"
+            row[f"{_PART_NAMES[key]} (s)"] = f"{vals[len(vals) // 2]:.3f} [{vals[0]:.3f}, {vals[-1]:.3f}]"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -266,7 +275,7 @@ def plot_first_call(
     starts = [0.0] * len(finished)
     for i, part in enumerate(PARTS):
         widths = [median_s(first_calls, b, part) for b in finished]
-        fresh_ax.barh(labels, widths, left=starts, color=f"C{i}", label=part[:-2].replace("_", " "))
+        fresh_ax.barh(labels, widths, left=starts, color=f"C{i}", label=_PART_NAMES[part])
         starts = [a + w for a, w in zip(starts, widths)]
     fresh_ax.invert_yaxis()
     fresh_ax.set_xlabel("s, median over fresh processes")
@@ -279,6 +288,10 @@ def _ratio(cudnn_s: float, fa4_s: float) -> str:
     """``"2.2× longer"`` when FlashAttention-4's time is the longer, ``"… shorter"`` otherwise."""
     word = "longer" if fa4_s > cudnn_s else "shorter"
     return f"{max(fa4_s, cudnn_s) / min(fa4_s, cudnn_s):.1f}× {word}"
+
+
+def _processes(n: int) -> str:
+    return f"{n} process" if n == 1 else f"{n} processes"
 
 
 def _finished(first_calls: Mapping[str, Sequence[Mapping[str, Any]]], backend: str) -> int:
@@ -298,7 +311,10 @@ def conclusions(
     of each backend's import and first call, how much longer (or shorter) FlashAttention-4 took on
     the first call alone and on import and first call together (summed in each process), and the
     whole time up to the first output, starting torch and CUDA included; then cuDNN's first call
-    against the build steps and first execute in the page's process.
+    against the build steps and first execute in the page's process (a ratio of two significant
+    digits). Where the fresh process was the faster, it names the page's build steps that alone
+    took longer than the fresh process's whole first call, and so were slower in the page (the
+    fresh call is not timed step by step); where none did, it says so.
 
     Parameters
     ----------
@@ -337,7 +353,7 @@ def conclusions(
     import_cudnn, import_fa4 = (median_s(first_calls, b, "import_s") for b in ("cudnn", "fa4"))
     n_cudnn, n_fa4 = _finished(first_calls, "cudnn"), _finished(first_calls, "fa4")
     if first_cudnn is not None and first_fa4 is not None:
-        counted = f"{n_cudnn} processes each" if n_cudnn == n_fa4 else f"{n_cudnn} and {n_fa4} processes"
+        counted = f"{_processes(n_cudnn)} each" if n_cudnn == n_fa4 else f"{n_cudnn} and {n_fa4} processes"
         both_cudnn, both_fa4 = (median_s(first_calls, b, "import_s", "first_call_s") for b in ("cudnn", "fa4"))
         whole_cudnn, whole_fa4 = (median_s(first_calls, b, *PARTS) for b in ("cudnn", "fa4"))
         first_sentence = (
@@ -353,7 +369,7 @@ def conclusions(
         )
     elif first_cudnn is not None:
         first_sentence = (
-            f"In a fresh process (OS file cache not emptied; medians of {n_cudnn} processes), "
+            f"In a fresh process (OS file cache not emptied; medians of {_processes(n_cudnn)}), "
             f"importing cuDNN took {import_cudnn:.2f} s and its first causal forward at S={seq} "
             f"{first_cudnn:.2f} s (plan build included); {fa4} has no fresh-process row."
         )
@@ -363,10 +379,48 @@ def conclusions(
         in_page = build_total + seconds["first execute"]
         first_sentence += (
             f" That first cuDNN call, which also creates its handle and declares the "
-            f"graph, took {first_cudnn / in_page:.1f}× the time of the five build steps "
+            f"graph, took {_two_digits(first_cudnn / in_page)}× the time of the five build steps "
             f"and the first execute in this page's process ({in_page:.2f} s)."
         )
+        if first_cudnn < in_page:
+            first_sentence += " " + _slower_in_page(build, first_cudnn)
     return [lesson_sentence, first_sentence]
+
+
+def _two_digits(x: float) -> str:
+    """``x`` with two significant digits (``0.54``, ``1.3``, ``12``); 100 and more, whole."""
+    return f"{x:.{max(0, 1 - math.floor(math.log10(x)))}f}" if x > 0 else f"{x:g}"
+
+
+def _slower_in_page(build: Mapping[str, float], fresh_s: float) -> str:
+    """Which of the page's build steps were slower than in the fresh process, whose first call took ``fresh_s``.
+
+    The fresh call is not timed step by step, so a step is named only where its time in the page
+    alone is longer than that whole call; otherwise the page's longest step is given, unjudged.
+    """
+    from cudnn_guide.report.prose import listed
+
+    over = [step for step in build if build[step] > fresh_s]
+    head = "The fresh process was the faster: its first call is not timed step by step, but"
+    if len(over) == 1:
+        step = over[0]
+        return (
+            f"{head} here {step} alone took {build[step]:.2f} s, more than that whole call "
+            f"({fresh_s:.2f} s), so {step} was slower in this page's process."
+        )
+    if over:
+        took = listed(f"{step} ({build[step]:.2f} s)" for step in over)
+        return (
+            f"{head} here {took} each took more than that whole call ({fresh_s:.2f} s), so "
+            f"those steps were slower in this page's process."
+        )
+    longest = max(build, key=build.__getitem__)
+    return (
+        f"The fresh process was the faster; its first call is not timed step by step and no step "
+        f"here alone took as long as that whole call ({fresh_s:.2f} s), so which step was slower "
+        f"in this page's process is not measured (the longest here: {longest}, "
+        f"{build[longest]:.2f} s)."
+    )
 
 
 def route_sentence(route: str, fa4_ok: bool, fa4_detail: str) -> str:

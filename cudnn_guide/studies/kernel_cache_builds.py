@@ -349,6 +349,14 @@ def findings(runs: Runs, batches: Sequence[int], *, hit: float) -> Findings:
     )
 
 
+_MEANING = {
+    "about as much as": "within a factor of {} either way",
+    "more than": "larger by over a factor of {}",
+    "less than": "smaller by over a factor of {}",
+}
+"""What each of :func:`weigh`'s words means, with :data:`SAME` to fill in."""
+
+
 def _group(builds: Sequence[Build], word: str, note: str = "") -> str:
     """The builds of one group: how many, after which batch, speed-ups and times."""
     r = [x[2] for x in builds]
@@ -425,17 +433,15 @@ def conclusions(runs: Runs, found: Findings) -> list[str]:
     if miss_r:
         miss_change = max(max(r, 1 / r) for r in miss_r)  # the largest change either way
         against.append(f"{weigh(ratio_o, miss_change)} the largest change a miss made, either way ({miss_change:.1f}×)")
+    # define only the comparisons the sentence makes, in the order it makes them
+    used = [w for w in _MEANING if any(a.startswith(w) for a in against)]
+    meaning = "; ".join(f"{w}: {_MEANING[w].format(SAME)}" for w in used)
     sentences += [
         f"* Without the cache, build order changes batch {worst}'s build time "
         f"{ratio_o:.1f}× ({direction} in the descending run than in the ascending one; a "
         f"later build in both, the largest such change over the {len(found.order_effect)} "
         "batches that come first in neither order)"
-        + (": " + ", and ".join(against) if against else "")
-        + (
-            f" (about as much as: within a factor of {SAME} either way; more or less than: beyond it)."
-            if against
-            else "."
-        ),
+        + (": " + ", and ".join(against) + f" ({meaning})." if against else "."),
         f"* Execution with dynamic-shape kernels takes {found.exec_ratio:.2f}× the time of the "
         f"static ones (median over the {len(found.exec_ratios)} batch sizes; in-run range "
         f"{exec_lo:.2f}× to {exec_hi:.2f}× across them): {exec_words[found.exec_verdict]}",

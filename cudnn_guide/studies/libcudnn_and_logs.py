@@ -21,12 +21,15 @@ frontend); the wrapping, the rows' reading and the sentences do not.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from cudnn_guide.check import LINE_WIDTH
 
 __all__ = [
     "BROKEN_COPY",
@@ -43,7 +46,8 @@ __all__ = [
 ]
 
 ENV_WORDS = ("cudnn", "torch", "cuda", "gpu", "driver")
-"""A line of ``python -m cudnn.collect_env`` that names one of these (any case) is shown."""
+"""An entry of ``python -m cudnn.collect_env`` with a line that names one of these (any case) is shown
+(:func:`collect_env`)."""
 
 BROKEN_COPY = "a broken libcudnn.so.9 first on LD_LIBRARY_PATH"
 """The case of :func:`probe_broken_copy`."""
@@ -72,7 +76,11 @@ heuristics A."""
 
 
 def fill(line: str) -> str:
-    """One printed line wrapped at 88 columns, its continuation indented by 4, words and hyphens unbroken.
+    """One printed line wrapped at :data:`~cudnn_guide.check.LINE_WIDTH` (88) columns, its continuation indented by 4.
+
+    Words and hyphens stay whole where they fit; a word longer than a line (a log's
+    ``behavior_notes:[A,B,]``, a long path) is broken after its commas or slashes, and only where
+    a piece still does not fit, inside it, so that no line is longer than the width.
 
     Parameters
     ----------
@@ -89,21 +97,38 @@ def fill(line: str) -> str:
     >>> fill("short line")
     'short line'
     """
-    return textwrap.fill(line, 88, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
+    return _Wrapper(LINE_WIDTH, subsequent_indent="    ", break_on_hyphens=False).fill(line)
+
+
+class _Wrapper(textwrap.TextWrapper):
+    """A ``TextWrapper`` that splits a word too long for a line after its commas and slashes first."""
+
+    def _split(self, text: str) -> list[str]:
+        room = self.width - max(len(self.initial_indent), len(self.subsequent_indent))
+        chunks = []
+        for chunk in super()._split(text):
+            chunks += [p for p in re.split(r"(?<=[,/])", chunk) if p] if len(chunk) > room else [chunk]
+        return chunks
 
 
 def collect_env(python: str = sys.executable, most: int = 40, timeout: float = 120) -> list[str]:
-    """Run ``python -m cudnn.collect_env``; its lines that name cuDNN, torch, CUDA, the GPU or the driver.
+    """Run ``python -m cudnn.collect_env``; its entries that name cuDNN, torch, CUDA, the GPU or the driver.
 
-    Standard output, then standard error; a line is kept when it names one of :data:`ENV_WORDS`
-    and does not list the driver's ``brand=`` requirements.
+    Standard output, then standard error, read as entries: a line that does not start with
+    whitespace, with the indented lines under it (``libcudnn  ⚠ other installs on disk ...:`` and
+    the directories it lists). An entry is kept whole when one of its lines names one of
+    :data:`ENV_WORDS`; a line that lists the driver's ``brand=`` requirements is dropped, and an
+    entry whose heading (a line ending in ``:``) has nothing left under it. A kept entry comes
+    under its section's ``==== title ====`` line, which is shown once, with the section's first
+    kept entry; blank lines are dropped.
 
     Parameters
     ----------
     python
         The interpreter to run it with.
     most
-        How many of the kept lines to return, from the first.
+        How many lines to return at most: whole entries, from the first, each under its section's
+        title (counted), so no heading is left with nothing under it.
     timeout
         Seconds before the process is killed (``subprocess.TimeoutExpired``).
 
@@ -122,12 +147,38 @@ def collect_env(python: str = sys.executable, most: int = 40, timeout: float = 1
         text=True,
         timeout=timeout,
     )
-    lines = [
-        ln
-        for ln in (collect.stdout + collect.stderr).splitlines()
-        if any(w in ln.lower() for w in ENV_WORDS) and "brand=" not in ln
-    ]
-    return lines[:most]
+    lines, title, titled = [], None, False
+    for title_now, entry in _env_entries(collect.stdout.splitlines() + collect.stderr.splitlines()):
+        if title_now != title:
+            title, titled = title_now, False
+        shown = entry if titled or title is None else [title, *entry]
+        if len(lines) + len(shown) > most:
+            break
+        lines += shown
+        titled = True
+    return lines
+
+
+def _env_entries(lines: Sequence[str]) -> list[tuple[str | None, list[str]]]:
+    """``collect_env``'s kept entries, each with its section's title line (None before the first)."""
+    entries, title = [], None
+    for ln in lines:
+        if not ln.strip():
+            continue
+        if re.fullmatch(r"=+ .* =+", ln.strip()):
+            title = ln
+        elif ln[0].isspace() and entries and entries[-1][0] == title:
+            entries[-1][1].append(ln)
+        else:
+            entries.append((title, [ln]))
+    kept = []
+    for title, (head, *under) in entries:
+        under = [ln for ln in under if "brand=" not in ln]
+        if "brand=" in head or (head.rstrip().endswith(":") and not under):
+            continue
+        if any(w in ln.lower() for ln in (head, *under) for w in ENV_WORDS):
+            kept.append((title, [head, *under]))
+    return kept
 
 
 def probe_broken_copy(cases: Any, *, ours: str, our_file: str | None, python: str = sys.executable) -> None:
@@ -249,9 +300,10 @@ def conclusions(
 
     Which libcudnn this process runs and from where; how many ways to load the wrong one failed,
     loaded the same library, or raised nothing, and where the failures surfaced; those that
-    raised nothing and those that loaded the same library, with what each did; the plans and build
-    time of each heuristic mode; how many filters left no plan that builds; and the first line of
-    the frontend's log that mentions a version, if any.
+    raised nothing and those that loaded the same library, with what each did (a count of 0 is said
+    once, in the counts' sentence); the plans and build time of each heuristic mode; how many
+    filters left no plan that builds; and the first line of the frontend's log that mentions a
+    version, if any.
 
     Parameters
     ----------
@@ -294,21 +346,21 @@ def conclusions(
         + cases.where()
         + ". A failure on import or at handle creation is the library's: "
         "libcudnn.find_libcudnn().explain() and python -m cudnn.collect_env name the file.",
-        (
+    ]
+    # a count of 0 is said in the sentence above; only the cases behind a count above 0 are listed
+    if silent_rows:
+        sentences.append(
             "Raised nothing although another libcudnn was loaded: "
             + "; ".join(f"{o['case']}: {o['message']}" for o in silent_rows)
-            + ". Only a check of the loaded library's version (cudnn.backend_version()) "
-            "catches these."
-            if silent_rows
-            else "None of the ways tried here loaded another libcudnn without an error."
-        ),
-        (
+            + ". Only a check of the loaded library's version (cudnn.backend_version()) catches these."
+        )
+    if same_lib:
+        sentences.append(
             "Loaded the same libcudnn as this process: "
             + "; ".join(f"{o['case']}: {o['message']}" for o in same_lib)
             + "."
-            if same_lib
-            else "No way tried here loaded the same libcudnn as this process."
-        ),
+        )
+    sentences += [
         "Plans listed, and the five build steps' time, per heuristic mode: "
         + "; ".join(f"{r['heur_mode']}: {r['plans']} plan(s), {1e3 * r['build s (5 steps)']:.0f} ms" for r in rows)
         + ".",

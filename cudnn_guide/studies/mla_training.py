@@ -12,8 +12,8 @@ graphs from tensors of two head sizes. This module checks them and races one tra
   PyTorch's attentions as one autograd step over the same leaves, run once, printed whole when
   it refuses the shapes, and checked on dQ, dK and dV before it is admitted to the race;
   :func:`admit_fa4` does the same for FlashAttention-4's own step;
-* :func:`contender_rows` and :func:`conclusions`: the page's table and sentences, from the
-  comparison.
+* :func:`contender_rows` and :func:`conclusions`: the page's table and sentences (every
+  contender's verdict in this run), from the comparison.
 
 The graphs and the steps need a GPU; the FLOPs, the refusals, the rows and the sentences do not.
 """
@@ -391,12 +391,13 @@ def contender_rows(cmp: Any, time_column: str) -> list[dict[str, Any]]:
 
 
 def conclusions(cmp: Any, *, fa4_label: str, fa4_detail: str, unavailable: Mapping[str, str]) -> list[str]:
-    """The MLA page's conclusions, from its comparison: the verdict, FlashAttention-4's, what did not run.
+    """The MLA page's conclusions, from its comparison: every contender's verdict in this run, what did not run.
 
-    First the candidate's time and its verdict against the fastest contender; then, where
-    FlashAttention-4's step (``"<fa4_label> step"``) ran and is not the fastest, a bullet with its
-    own verdict, or, where it did not run, a bullet with the reason; then one bullet per other
-    contender that did not run here.
+    First the candidate's time and its verdict against the fastest contender; then a bullet per
+    other contender that ran, fastest first, with the candidate's verdict against it (each
+    :meth:`~cudnn_guide.measure.compare.Comparison.describe`, from this run's interval); then,
+    under ``"Not timed here:"``, a bullet with the reason for FlashAttention-4's step
+    (``"<fa4_label> step"``) where it did not run, and one per other contender that did not run.
 
     Parameters
     ----------
@@ -419,16 +420,21 @@ def conclusions(cmp: Any, *, fa4_label: str, fa4_detail: str, unavailable: Mappi
     -------
     >>> Prose(*conclusions(mla_cmp, fa4_label=FA4, fa4_detail=FA4_DETAIL, unavailable=mla_unavailable))
     """
+    import statistics
+
     fa4_step = f"{fa4_label} step"
+    best = cmp.best_baseline
+    others = sorted(
+        (b for b in cmp.versus if b != best), key=lambda b: statistics.median(cmp.round_medians_ms[b])
+    )  # fastest first, as the fastest contender is judged first
     sentences = [
-        f"MLA training step: {cmp.estimate(cmp.candidate)['value']:.0f} µs; "
-        f"against the fastest contender it is {cmp.describe()}."
+        f"MLA training step: {cmp.estimate(cmp.candidate)['value']:.0f} µs; in this run, against the "
+        f"fastest contender it is {cmp.describe(best)}"
+        + (", and against each other contender, fastest first:" if others else ".")
     ]
-    if fa4_step in cmp.versus and fa4_step != cmp.best_baseline:
-        sentences.append(f"* vs {fa4_step}: cuDNN is {cmp.describe(fa4_step)}.")
-    if fa4_step not in cmp.versus:
-        sentences.append(f"* {fa4_step} was not timed: {unavailable.get(fa4_step, fa4_detail)}.")
-    sentences += [
-        f"* Not available here: {name}: {why}" for name, why in unavailable.items() if not name.startswith(fa4_label)
-    ]
+    sentences += [f"* {cmp.describe(b)}." for b in others]
+    missing = {fa4_step: unavailable.get(fa4_step, fa4_detail)} if fa4_step not in cmp.versus else {}
+    missing |= {name: why for name, why in unavailable.items() if not name.startswith(fa4_label)}
+    if missing:  # a paragraph of its own, so that its items do not join the verdicts' list
+        sentences += ["Not timed here:", *(f"* {name}: {why}" for name, why in missing.items())]
     return sentences

@@ -308,6 +308,9 @@ def with_context(fresh: _Runs, graph: str, case: str, load: str) -> _Ratio:
 def range_verdict(low: float, high: float, above: str = "a gain", below: str = "a loss") -> str:
     """What a ratio's min–max over the runs says: both ends above 1, both below 1, or a tie.
 
+    A gain or a loss is said of this recording's processes ("in this run"): the record widens each
+    ratio's interval by how far numbers move between recordings, and that wider interval may span 1.
+
     Parameters
     ----------
     low
@@ -322,18 +325,18 @@ def range_verdict(low: float, high: float, above: str = "a gain", below: str = "
     Returns
     -------
     str
-        ``"<above> in every pairing of runs"``, ``"<below> in every pairing of runs"`` or
-        ``"a tie: the range spans 1"``.
+        ``"<above> in every pairing of processes in this run"``, ``"<below> in every pairing of
+        processes in this run"`` or ``"a tie: the range spans 1"``.
 
     Example
     -------
     >>> range_verdict(1.2, 1.5), range_verdict(0.9, 1.1)
-    ('a gain in every pairing of runs', 'a tie: the range spans 1')
+    ('a gain in every pairing of processes in this run', 'a tie: the range spans 1')
     """
     if low > 1:
-        return f"{above} in every pairing of runs"
+        return f"{above} in every pairing of processes in this run"
     if high < 1:
-        return f"{below} in every pairing of runs"
+        return f"{below} in every pairing of processes in this run"
     return "a tie: the range spans 1"
 
 
@@ -357,7 +360,7 @@ def shown(ratio: float, low: float, high: float) -> str:
     Example
     -------
     >>> shown(2.0, 1.5, 2.5)
-    '2.00× (1.50–2.50×, a gain in every pairing of runs)'
+    '2.00× (1.50–2.50×, a gain in every pairing of processes in this run)'
     """
     return f"{ratio:.2f}× ({low:.2f}–{high:.2f}×, {range_verdict(low, high)})"
 
@@ -374,6 +377,27 @@ def _share(x: float) -> str:
     return f"{x:.{d}%}"
 
 
+def _warm_slower(fresh: _Runs, g: str, cold_case: str, warm_case: str) -> str:
+    """``""`` when ``warm_case``'s median first result is not slower than ``cold_case``'s; else a note that says
+    it is slower, by how much, and what the min–max over the runs says (:func:`range_verdict`).
+
+    >>> runs = {("conv", "cold"): [{"first_result_s": t} for t in (2, 3, 4)]}
+    >>> runs[("conv", "warm JIT")] = [{"first_result_s": t} for t in (5, 6, 7)]
+    >>> _warm_slower(runs, "conv", "cold", "warm JIT")[:60]
+    ', slower, not faster, at the median (2.00× the cold time; ov'
+    """
+    cold = [r["first_result_s"] for r in fresh[(g, cold_case)]]
+    warm = [r["first_result_s"] for r in fresh[(g, warm_case)]]
+    x = statistics.median(warm) / statistics.median(cold)
+    if x <= 1:
+        return ""
+    low, high = min(warm) / max(cold), max(warm) / min(cold)
+    verdict = range_verdict(low, high, above="slower warm", below="faster warm")
+    return (
+        f", slower, not faster, at the median ({x:.2f}× the cold time; over the runs {low:.2f}–{high:.2f}×, {verdict})"
+    )
+
+
 def conclusions(
     fresh: _Runs,
     speedups: Mapping[tuple[str, str], _Ratio],
@@ -386,7 +410,8 @@ def conclusions(
 
     Per graph: the medians of the first results of the four cases; the saved plan's speed-up
     like for like (:data:`LIKE_FOR_LIKE`), without and with context and handle creation
-    (:func:`with_context`); and a restart's load against a fresh machine's cold build. Then which
+    (:func:`with_context`); and a restart's load against a fresh machine's cold build. A warm JIT
+    cache that left a build or a load slower than a cold one is said to have done so. Then which
     graphs gain ten times or more even with a warm JIT cache; for each graph whose saved plan
     does not beat a warm-JIT build in some pairing of runs, its plan steps, the share of them a
     new process pays once (said for ``conv``, the graph the warm process timed, when both shares
@@ -432,9 +457,11 @@ def conclusions(
         counted = {where: with_context(fresh, g, case, load) for where, (case, load) in LIKE_FOR_LIKE.items()}
         sentences += [
             f"* {g}: first result {first[(g, 'cold')] * 1e3:.1f} ms from a build with a "
-            f"cold JIT cache, {first[(g, 'warm JIT')] * 1e3:.1f} ms with a warm one; "
+            f"cold JIT cache, {first[(g, 'warm JIT')] * 1e3:.1f} ms with a warm one"
+            f"{_warm_slower(fresh, g, 'cold', 'warm JIT')}; "
             f"{first[(g, COLD_LOAD)] * 1e3:.1f} ms from the plan on disk with a cold JIT "
-            f"cache, {first[(g, 'plan from disk')] * 1e3:.1f} ms with a warm one; each "
+            f"cache, {first[(g, 'plan from disk')] * 1e3:.1f} ms with a warm one"
+            f"{_warm_slower(fresh, g, COLD_LOAD, 'plan from disk')}; each "
             f"after {ctx[(g, 'plan from disk')] * 1e3:.0f} ms of context and handle "
             "creation (medians of the runs; context: the plan-from-disk runs).",
             f"* {g}, the saved plan's speed-up like for like, without context and handle: "
@@ -489,10 +516,10 @@ def conclusions(
     word = "understates" if in_process < fresh_conv else "overstates"
     sentences += [
         f"* Inside one warm process the conv graph rebuilds in {rebuild_ms:.1f} ms and "
-        f"reloads in {reload_ms:.1f} ms ({in_process:.1f}×); in fresh processes with a "
-        f"warm JIT cache the ratio of first results is {fresh_conv:.1f}×: in-process "
+        f"reloads in {reload_ms:.1f} ms ({in_process:.2f}×); in fresh processes with a "
+        f"warm JIT cache the ratio of first results is {fresh_conv:.2f}×: in-process "
         f"timing {word} the gain for this graph.",
         "* A new interpreter also pays Python's and torch's imports (seconds; see the "
-        "methodology page's control), which no plan cache removes.",
+        "controls on the measurement studies page), which no plan cache removes.",
     ]
     return sentences

@@ -25,6 +25,7 @@ The graphs and the races need a GPU; the references, the rows and the sentences 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -93,8 +94,10 @@ def check_sequences(
     Returns
     -------
     None
-        It prints ``"<name of the worst check>: rel. error <e>, the worst"``; it returns None so
-        that :func:`~cudnn_guide.measure.baselines.admit` prints nothing more.
+        It prints ``"<name of the worst check>: rel. error <e>, the worst"``, wrapped as a long
+        check line is (:data:`cudnn_guide.check.LINE_WIDTH`: the name first, the rest on the next
+        line, indented); it returns None so that :func:`~cudnn_guide.measure.baselines.admit`
+        prints nothing more.
 
     Example
     -------
@@ -104,7 +107,11 @@ def check_sequences(
     from cudnn_guide import check
 
     worst = check.worst_sequence(label, outputs, rows, expected, spans)
-    print(f"{worst.name}: rel. error {worst.rel_error:.1e}, the worst")
+    head, tail = f"{worst.name}:", f"rel. error {worst.rel_error:.1e}, the worst"
+    if len(head) + 1 + len(tail) <= check.LINE_WIDTH:
+        print(f"{head} {tail}")
+    else:  # as a long check line: the name (wrapped), then the rest on its own line, indented
+        print(*textwrap.wrap(head, check.LINE_WIDTH, break_on_hyphens=False), f"    {tail}", sep="\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,10 +372,10 @@ def forward_conclusions(
 
     The padded work is B·S_max² against the real tokens' Σ n² (causal work grows with each length
     squared); the padded graph's time against the packed graph's says how much of the padding's
-    extra time the padding mask avoids (time linear in FLOPs). The verdicts are
-    :func:`~cudnn_guide.report.prose.verdict_text`'s. FlashAttention-4's varlen contender gets its
-    own bullet where it ran and is not already named as the fastest contender; every contender
-    that could not run gets one with its reason.
+    extra time the padding mask avoids (time linear in FLOPs). The verdicts are this run's,
+    :meth:`~cudnn_guide.measure.compare.Comparison.describe`'s, each naming its contender once.
+    FlashAttention-4's varlen contender gets its own bullet where it ran and is not already named
+    as the fastest contender; every contender that could not run gets one with its reason.
 
     Parameters
     ----------
@@ -399,8 +406,6 @@ def forward_conclusions(
     ...                            zero_len_poison_left=zero_len_poison_left,
     ...                            unavailable=unavailable, fa4_label=fa4.label()))
     """
-    from cudnn_guide.report.prose import verdict_text
-
     H, D = heads, head_dim
     B, S_MAX, T = len(lengths), int(lengths.max()), int(lengths.sum())
     real_flops = sum(4 * H * D * n * n / 2 for n in lengths.tolist())
@@ -431,17 +436,16 @@ def forward_conclusions(
         f"tokens, {T} real of {B * S_MAX} slots).",
         f"The padded cuDNN graph with a padding mask takes {time_ratio:.2f}× the packed "
         f"graph's time for {work_ratio:.2f}× the work, {skip}",
-        f"The packed cuDNN graph: against the fastest contender ({best}) it is "
-        f"{verdict_text(result, best)}; against the padded tensors with a padding mask "
-        f"it is {verdict_text(result, 'cuDNN padding mask')}.",
+        f"The packed cuDNN graph, in this run: against the fastest contender it is "
+        f"{result.describe(best)}; against the padded tensors with a padding mask "
+        f"it is {result.describe('cuDNN padding mask')}.",
         f"A zero-length sequence: {zero_len_poison_left:.0%} of its output slots still "
         f"held the poison after the call{unwritten}; a one-token sequence is checked "
         "like any other.",
     ]
     fa4_varlen_name = f"{fa4_label}, varlen"
     if fa4_varlen_name in result.versus and fa4_varlen_name != best:  # the fastest is named above
-        fa4_verdict = verdict_text(result, fa4_varlen_name)
-        sentences.append(f"* Against {fa4_varlen_name}: cuDNN is {fa4_verdict}.")
+        sentences.append(f"* In this run, cuDNN is {result.describe(fa4_varlen_name)}.")
     sentences += [f"* Not available here: {name}: {why}" for name, why in unavailable.items()]
     return sentences
 
@@ -702,8 +706,9 @@ def admit_autograd(
 def backward_conclusions(result: Any, unavailable: Mapping[str, str], *, fa4_label: str) -> list[str]:
     """The backward page's conclusions: the packed backward's time and its verdicts, and what did not run.
 
-    The verdicts are :func:`~cudnn_guide.report.prose.verdict_text`'s, against the fastest
-    contender (the control left out) and against the padded control. FlashAttention-4's varlen
+    The verdicts are this run's, :meth:`~cudnn_guide.measure.compare.Comparison.describe`'s (each
+    naming its contender once), against the fastest contender (the control left out) and against
+    the padded control. FlashAttention-4's varlen
     backward gets its own bullet where it ran and is not already named as the fastest contender;
     every contender that could not run gets one with its reason.
 
@@ -726,21 +731,17 @@ def backward_conclusions(result: Any, unavailable: Mapping[str, str], *, fa4_lab
     -------
     >>> Prose(*backward_conclusions(backward_result, unavailable, fa4_label=fa4.label()))
     """
-    from cudnn_guide.report.prose import verdict_text
-
     best_bwd = result.best_baseline
     bwd_us = result.estimate("cuDNN packed (THD) backward")["value"]
     control = "cuDNN padding mask backward (control)"
     sentences = [
-        f"Backward (dQ, dK, dV) on the packed layout: {bwd_us:.0f} µs; against the "
-        f"fastest contender ({best_bwd}) it is {verdict_text(result, best_bwd)}; "
-        f"against the padded layout with a padding mask it is "
-        f"{verdict_text(result, control)}.",
+        f"Backward (dQ, dK, dV) on the packed layout: {bwd_us:.0f} µs; in this run, against "
+        f"the fastest contender it is {result.describe(best_bwd)}; against the padded "
+        f"layout with a padding mask it is {result.describe(control)}.",
     ]
     fa4_backward_name = f"{fa4_label}, varlen backward"
     if fa4_backward_name in result.versus and fa4_backward_name != best_bwd:  # the fastest is named above
-        fa4_verdict = verdict_text(result, fa4_backward_name)
-        sentences.append(f"* Against {fa4_backward_name}: cuDNN is {fa4_verdict}.")
+        sentences.append(f"* In this run, cuDNN is {result.describe(fa4_backward_name)}.")
     sentences += [f"* Not available here: {name}: {why}" for name, why in unavailable.items()]
     return sentences
 

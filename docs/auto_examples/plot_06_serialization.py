@@ -224,7 +224,7 @@ plans_dir.cleanup()
 # restart). A third ratio, a restart's load against a fresh machine's build, credits
 # the plan with the warm JIT cache's gain as well, and says so. Each ratio comes with
 # its min–max over the runs (slowest build over fastest load, and the reverse): above
-# 1 at both ends, loading won in every pairing of runs; below 1 at both, it lost; a
+# 1 at both ends, loading won in every pairing of processes; below 1 at both, it lost; a
 # range that spans 1 is a tie at this number of runs.
 from cudnn_guide.report.prose import Prose
 

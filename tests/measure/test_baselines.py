@@ -29,6 +29,18 @@ def test_a_baseline_that_cannot_run_is_left_out_with_its_reason(capsys):
     assert capsys.readouterr().out.strip() == "torch flash: unavailable here (RuntimeError: no kernel for sm_90)"
 
 
+def test_a_long_reason_is_printed_wrapped_at_the_line_width_and_returned_whole(capsys):
+    def paged():  # plot_13's recorded reason: 129 characters on one line
+        raise TypeError("varlen_attn() got an unexpected keyword argument 'seqused_k'")
+
+    why = baselines.admit({}, "PyTorch varlen_attn on the paged pool", paged, torch.ones(4))
+    assert why == "TypeError: varlen_attn() got an unexpected keyword argument 'seqused_k'"
+    assert capsys.readouterr().out.splitlines() == [
+        "PyTorch varlen_attn on the paged pool: unavailable here (TypeError: varlen_attn() got an",
+        "    unexpected keyword argument 'seqused_k')",
+    ]
+
+
 def test_a_baseline_with_a_wrong_result_stops_the_page_instead_of_being_called_unavailable():
     contenders = {}
     with pytest.raises(CheckFailedError, match="torch"):

@@ -161,3 +161,22 @@ def test_the_loop_verdict_does_not_follow_from_the_gpu_verdict_with_so():
         "calls, host time included, is 1.8× slower than a loop of FA4 calls (0.57×, 0.55–0.63; loop tie band "
         "±14.8%, 7 rounds; while in GPU time per call it is a tie)."
     ) in text
+
+
+def test_a_real_comparisons_loop_tie_band_is_said_once():
+    # Comparison.describe names the loop's tie band itself; verdict_text must not add it again
+    from cudnn_guide.measure import compare, measurement
+
+    def fake(fn, *, label, **kw):
+        gpu, host = (0.120, 0.040) if label.startswith("cudnn") else (0.100, 0.150)
+        return measurement.Measurement(label, [gpu] * 5, "cold-L2 events", host_samples_ms=[host] * 3)
+
+    loops = {"cudnn": 0.121, "compiled": 0.152}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compare, "benchmark", fake)
+        mp.setattr(compare, "_time_loop", lambda fn, calls: loops[fn()])
+        c = compare.compare(
+            {"cudnn": lambda: "cudnn", "compiled": lambda: "compiled"}, candidate="cudnn", l2="cold", rounds=5
+        )
+    assert c.wall is not None
+    assert verdict_text(c).count("loop tie band") == 1

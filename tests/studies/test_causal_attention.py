@@ -206,16 +206,70 @@ def test_the_conclusions_count_lengths_won_and_tied_and_say_flashattention_4s_ve
     value = peaks[64][1]["value"]
     assert out[0] == (
         f"At head dim 64 the cuDNN graph (heuristics A) peaks at {value:.0f} TFLOP/s (S=4096, "
-        f"{100 * value / 989:.0f}% of the datasheet bf16 peak). It is faster than every other implementation at "
-        "1 of 3 lengths, and at least ties all of them at 1 more (PyTorch's cuDNN backend runs cuDNN's own "
-        "kernel and is not counted)."
+        f"{100 * value / 989:.0f}% of the datasheet bf16 peak). In this run it is faster than every other "
+        "implementation at 1 of 3 lengths, and at 1 more it is slower than none of them (PyTorch's cuDNN backend "
+        "runs cuDNN's own kernel and is not counted)."
     )
-    fa4_line = f"Against {FA4} alone, at head dim 64: cuDNN is faster at 1, ties at 0 and is slower at 1 of 2"
-    assert out[1] == fa4_line + " lengths."
+    # in-run verdicts, which the record may widen into ties: "in this run"; the zero count of ties is left unsaid
+    assert (
+        out[1]
+        == f"Against {FA4} alone, at head dim 64, in this run cuDNN is faster at 1 and is slower at 1 of 2 lengths."
+    )
     bullets = [line for line in out if line.startswith("* ")]
-    assert bullets[0] == "* " + sweeps[64].describe_verdicts().splitlines()[0].strip()
+    assert bullets[0] == "* In this run, " + sweeps[64].describe_verdicts().splitlines()[0].strip()
     assert out[len(out) // 2].startswith("At head dim 128")
     assert len(out) == 2 * (2 + 3)  # per head dim: peak, FA4, one line per other contender
+
+
+def _with_verdicts(sweeps, d, flash, fa4_verdicts):
+    """``sweeps`` with head dim ``d``'s verdicts against flash and FlashAttention-4 replaced, length by length."""
+    for s, f, a in zip(SEQS, flash, fa4_verdicts):
+        versus = sweeps[d].comparisons[s].versus
+        versus[f"{FLASH}, d={d}"]["verdict"] = f
+        if a is None:
+            versus.pop(f"{FA4}, d={d}", None)
+        else:
+            versus[f"{FA4}, d={d}"] = _v(1.0, a)
+    return sweeps
+
+
+@pytest.mark.parametrize(
+    ("flash", "fa4_verdicts", "won", "against_fa4"),
+    [
+        (
+            ["faster"] * 3,
+            ["faster"] * 3,
+            "In this run it is faster than every other implementation at all 3 lengths",
+            "cuDNN is faster at all 3 lengths.",
+        ),
+        (
+            ["faster"] * 3,
+            ["faster", "slower", "faster"],
+            "In this run it is faster than every other implementation at 2 of 3 lengths",
+            "cuDNN is faster at 2 and is slower at 1 of 3 lengths.",
+        ),
+        (
+            ["tie", "tie", "faster"],
+            ["faster", "slower", "tie"],
+            "In this run it is slower than none of the other implementations at 2 of 3 lengths, but faster than "
+            "all of them at none",
+            "cuDNN is faster at 1, ties at 1 and is slower at 1 of 3 lengths.",
+        ),
+        (
+            ["faster", "faster", "slower"],
+            ["slower", "slower", None],
+            "In this run some other implementation is faster than it at every one of the 3 lengths",
+            "cuDNN is slower at all 2 lengths.",
+        ),
+    ],
+)
+def test_the_counts_are_this_runs_and_a_zero_count_is_not_said(flash, fa4_verdicts, won, against_fa4):
+    sweeps = _with_verdicts(_sweeps(), 64, flash, fa4_verdicts)
+    peaks = study.peaks(sweeps, SEQS)
+    out = study.conclusions(sweeps, SEQS, peaks, peak_tflops=989.0, fa4_name=FA4, fa4_detail="unused")
+    assert won + " (PyTorch's cuDNN backend runs cuDNN's own kernel and is not counted)." in out[0]
+    assert out[1] == f"Against {FA4} alone, at head dim 64, in this run " + against_fa4
+    assert not any(" at 0 " in line or " at 0." in line for line in out[:2])
 
 
 def test_flashattention_4_not_timed_is_said_with_why():
@@ -236,6 +290,30 @@ def test_the_figure_has_one_panel_per_head_dim_with_the_ceiling():
         assert titles == ["causal attention, head dim 64", "causal attention, head dim 128"]
         labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
         assert "datasheet dense bf16 peak" in labels and all("d=128" not in t for t in labels)
+    finally:
+        plt.close(fig)
+
+
+def test_the_cudnn_graph_is_drawn_above_pytorchs_cudnn_backend_and_told_apart_from_it():
+    import matplotlib.pyplot as plt
+
+    sweeps = _sweeps()
+    measurements = [m for d in (64, 128) for m in sweeps[d].measurements]
+    fig = study.plot_by_head_dim(measurements, [64, 128], 989.0)
+    try:
+        for ax, d in zip(fig.axes, (64, 128)):
+            fig.canvas.draw()  # Agg
+            by_name = {line.get_label().replace("\n", " "): line for line in ax.get_lines()}
+            graph, backend = by_name[f"cuDNN graph, d={d}"], by_name[f"{SELF}, d={d}"]
+            others = [line for line in ax.get_lines() if line is not graph]
+            assert graph.get_zorder() > max(line.get_zorder() for line in others)
+            assert graph.get_zorder() > max(c.get_zorder() for c in ax.collections)  # above the IQR bands too
+            assert (graph.get_marker(), graph.get_linestyle()) != (backend.get_marker(), backend.get_linestyle())
+            legend = {
+                t.get_text().replace("\n", " "): h
+                for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)
+            }
+            assert legend[f"cuDNN graph, d={d}"].get_marker() == graph.get_marker()
     finally:
         plt.close(fig)
 

@@ -220,6 +220,55 @@ def test_conclusions_compare_the_small_size_they_are_given():
     assert lines[2].startswith("* A 1 MiB copy reports 2097 GB/s with a hot L2 and 524 GB/s with a cold one")
 
 
+def _beating_matmuls(mhz):
+    """A matmul sweep whose n=4096 point (0.17 ms: 808.5 TFLOP/s) beats the 730 TFLOP/s ceiling."""
+    clocks = {} if mhz is None else {"sm_mhz_end": mhz}
+    ms = [
+        _m(f"{MATMUL} @ n={n}", t, flops=2 * n**3, impl=MATMUL, n=n, clocks=clocks)
+        for n, t in ((1024, 0.01), (4096, 0.17), (16384, 14.0))
+    ]
+    return SweepResult("n", ms)
+
+
+@pytest.mark.parametrize(
+    ("mhz", "ceiling_mhz", "peaks", "why"),
+    [
+        (
+            1860,
+            1395,
+            (989.4, 4800.0),
+            ": its run ended with the SM clock at 1860 MHz, the ceiling's (bf16 matmul 8192³) at 1395 MHz. A "
+            "measured ceiling holds at its own run's clock, which the power cap lowers under dense work; it is not "
+            "a bound (the datasheet's peak is).",
+        ),
+        (
+            1395,
+            1395,
+            (989.4, 4800.0),
+            ", though its run ended with the SM clock at 1395 MHz, the ceiling's (bf16 matmul 8192³) at 1395 MHz: "
+            "a measured ceiling is the best of a few sizes in one run, not a bound (the datasheet's peak is).",
+        ),
+        (
+            None,
+            1395,
+            (None, None),
+            ": a measured ceiling is the best of a few sizes in one run, at whatever clock the GPU held then, not "
+            "a bound.",
+        ),
+    ],
+)
+def test_a_sweep_matmul_above_the_measured_ceiling_is_said_to_beat_it_and_why_it_can(mhz, ceiling_mhz, peaks, why):
+    copies = _copies([0.001, 0.005, 1.02], [0.002, 0.01, 1.0])
+    ceilings = _ceilings(peaks=peaks, mhz=ceiling_mhz)
+    lines = ceiling_sweeps.conclusions(Env(), ceilings, copies, _beating_matmuls(mhz), {"overhead_us": 2.4}, SIZES)
+    said = [line for line in lines if line.startswith("* The fastest matmul")]
+    # 2·4096³ / 0.17 ms = 808.5 TFLOP/s, 10.7% above 730
+    assert said == [
+        "* The fastest matmul in the sweep is n=4096 at 808 TFLOP/s, 10.7% above the measured ceiling "
+        "(730 TFLOP/s)" + why
+    ]
+
+
 @pytest.mark.gpu
 def test_the_copy_and_matmul_factories_check_on_the_gpu():
     copies, matrices = DeviceCopies(), SquareMatmuls()

@@ -273,9 +273,9 @@ def test_conclusions_on_two_levels_with_a_crossover():
         "ratios; 3.0–3.3× over those 2 of 3 processes, 3.0–5.0× over all 3)."
     )
     assert "A graph holding one call takes 20.0 µs per replay, 1.6× less than an eager call" in sentences[2]
-    assert sentences[3] == (
-        "At s=4096, the eager loop is 1.01× slower than the replay (905.0 µs per call eager, 900.0 replayed): "
-        "the GPU work hides the host."
+    assert sentences[3] == (  # 905 / 900: 1.006, inside the ±1% tie band
+        "At s=4096, the replay takes about the same time as the eager loop (eager over replay 1.01×, 95% interval "
+        "1.01–1.01×, which reaches into 1 ± 1%; 905.0 µs per call eager, 900.0 replayed): the GPU work hides the host."
     )
     assert sentences[4] == "The GPU time of one call first exceeds the host cost of graph.execute at s=256."
 
@@ -296,16 +296,41 @@ def test_conclusions_say_which_of_eager_and_replay_is_slower_and_how_the_gpu_tim
     slower_replay = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 246.0], [10.0, 10.0, 254.4])
     sentences = cgr.conclusions(per_process, levels, slower_replay, SIZES, 64, "no overhead")
     assert sentences[3] == (
-        "At s=4096, the replay is 1.03× slower than the eager loop (246.0 µs per call eager, 254.4 replayed): "
-        "the GPU work hides the host."
+        "At s=4096, the replay is 1.03× slower than the eager loop (95% interval 1.03–1.03×, beyond 1 ± 1%; "
+        "246.0 µs per call eager, 254.4 replayed): the GPU work hides the host."
+    )
+    slower_eager = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 260.0], [10.0, 10.0, 250.0])
+    assert cgr.conclusions(per_process, levels, slower_eager, SIZES, 64, "no overhead")[3] == (
+        "At s=4096, the eager loop is 1.04× slower than the replay (95% interval 1.04–1.04×, beyond 1 ± 1%; "
+        "260.0 µs per call eager, 250.0 replayed): the GPU work does not hide all of the host."
     )
     tie = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 250.0], [10.0, 10.0, 250.5])
     assert cgr.conclusions(per_process, levels, tie, SIZES, 64, "no overhead")[3].startswith(
-        "At s=4096, eager and replay take the same time (1.00×; 250.0 µs per call eager, 250.5 replayed)"
+        "At s=4096, the replay takes about the same time as the eager loop (eager over replay 1.00×"
     )
     subtracted = _rows([2.0, 5.0, 230.0], [30.0, 31.0, 246.0], [10.0, 10.0, 254.4], raw=())
     said = cgr.conclusions(per_process, levels, subtracted, SIZES, 64, "no overhead")[2]
     assert "one call's GPU time, launch cost subtracted, reads 2.0 µs" in said and "raw events" not in said
+
+
+def test_a_difference_within_the_spread_of_the_medians_reads_about_the_same():
+    # the recording's s=4096: eager 250.0 µs, tightly; replay 252.8 µs with a spread of about ±5%
+    per_process = [_process(13.0, 30.0, 10.0), _process(13.2, 33.0, 10.0)]
+    levels = host_levels.levels([r["host_us"] for r in per_process])
+    rows = _rows([2.0, 5.0, 259.5], [30.0, 31.0, 250.0], [10.0, 10.0, 252.8])
+    eager = [249.1, 249.5, 249.8, 250.0, 250.0, 250.2, 250.5, 251.0, 252.1]
+    replay = [240.0, 249.5, 250.0, 251.0, 252.8, 260.0, 265.0, 274.7, 283.0]
+    for m, us in ((rows[-2], eager), (rows[-1], replay)):
+        m.samples_ms = [t / 1e3 for t in us]
+    low, high = rows[-2].median_ci_ms[0] / rows[-1].median_ci_ms[1], rows[-2].median_ci_ms[1] / rows[-1].median_ci_ms[0]
+    assert low < 0.99 < high  # a tie against ±1%, though the medians differ by 1.1%
+    said = cgr.conclusions(per_process, levels, rows, SIZES, 64, "no overhead")[3]
+    assert said == (
+        f"At s=4096, the replay takes about the same time as the eager loop (eager over replay {250 / 252.8:.2f}×, "
+        f"95% interval {low:.2f}–{high:.2f}×, which reaches into 1 ± 1%; 250.0 µs per call eager, 252.8 replayed): "
+        "the GPU work hides the host."
+    )
+    assert "slower" not in said
 
 
 @pytest.mark.gpu

@@ -154,8 +154,8 @@ def test_the_conclusions_word_each_order_the_separation_the_order_effect_and_exe
         "* Without the cache, build order changes batch 2's build time 2.0× (slower in the descending run than "
         "in the ascending one; a later build in both, the largest such change over the 2 batches that come first "
         "in neither order): less than the speed-up of a hit (median 16.2×), and about as much as the largest "
-        "change a miss made, either way (1.2×) (about as much as: within a factor of 2 either way; more or less "
-        "than: beyond it)."
+        "change a miss made, either way (1.2×) (about as much as: within a factor of 2 either way; less than: "
+        "smaller by over a factor of 2)."
     )
     assert out[4].startswith("* Execution with dynamic-shape kernels takes 1.02× the time of the static ones ")
     assert out[4].endswith(
@@ -163,6 +163,27 @@ def test_the_conclusions_word_each_order_the_separation_the_order_effect_and_exe
         "moved between the two no-cache runs (same code, two processes)."
     )
     assert len(out) == 5
+
+
+def test_the_order_sentence_defines_only_the_comparisons_it_makes():
+    runs = _runs()
+    # batch 2 without the cache, descending: 0.5 s, 10× its ascending build, more than either change
+    runs["no cache, descending"][2]["build_s"] = 0.5
+    found = study.findings(runs, BATCHES, hit=10)
+    assert found.worst == 2 and found.order_ratio == pytest.approx(10.0)
+    said = study.conclusions(runs, found)[3]
+    assert said.endswith(
+        ": about as much as the speed-up of a hit (median 16.2×), and more than the largest change a miss made, "
+        "either way (1.2×) (about as much as: within a factor of 2 either way; more than: larger by over a factor "
+        "of 2)."
+    )
+    assert "less than" not in said and "more or less" not in said
+    # with every later build a hit, one comparison and one definition
+    (said,) = [s for s in study.conclusions(runs, study.findings(runs, BATCHES, hit=0.5)) if "build order" in s]
+    assert said.endswith(
+        "neither order): about as much as the speed-up of a hit (median 12.5×) (about as much as: within a factor "
+        "of 2 either way)."
+    )
 
 
 def test_without_misses_the_separation_and_the_miss_comparison_are_left_out():

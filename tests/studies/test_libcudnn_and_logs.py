@@ -35,8 +35,26 @@ def test_fill_wraps_at_88_with_an_indented_continuation_and_keeps_words_and_hyph
     assert len(lines) > 1 and all(ln.startswith("    ") for ln in lines[1:])
     assert all(len(ln) <= 88 for ln in lines)
     assert all(ln.strip().startswith(("cuDNN", "/usr")) for ln in lines)  # no path broken at a hyphen
-    long_word = "x" * 100
-    assert logs.fill(long_word) == long_word  # a word longer than the line stays whole
+
+
+def test_fill_breaks_a_word_longer_than_a_line_after_its_commas_and_nothing_is_longer_than_88():
+    # the recorded log line whose behavior_notes:[...] token alone is 108 characters (a 112-character line)
+    line = (
+        "[cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ______________eng2_k24=7, "
+        "numeric_notes:[CUDNN_NUMERICAL_NOTE_TENSOR_CORE,] "
+        "behavior_notes:[CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION,CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API,] "
+        "workSpaceSize: 256"
+    )
+    lines = logs.fill(line).splitlines()
+    assert all(len(ln) <= 88 for ln in lines)
+    assert "    behavior_notes:[CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION," in lines  # broken after a comma
+    assert "    CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API,] workSpaceSize: 256" in lines
+    assert "".join(logs.fill(line).split()) == "".join(line.split())  # nothing lost, nothing added
+    path = "/opt/" + "/".join(["site-packages"] * 8) + "/libcudnn.so.9"  # 124 characters, broken after slashes
+    lines = logs.fill(f"libcudnn file: {path}").splitlines()
+    assert all(len(ln) <= 88 for ln in lines) and all(ln.rstrip().endswith("/") for ln in lines[:-1])
+    lines = logs.fill("x" * 200).splitlines()  # no comma or slash: broken inside, as a last resort
+    assert [len(ln) for ln in lines] == [88, 88, 32]
 
 
 def test_collect_env_keeps_the_lines_that_name_cudnn_torch_cuda_the_gpu_or_the_driver(tmp_path):
@@ -60,6 +78,75 @@ def test_collect_env_keeps_the_lines_that_name_cudnn_torch_cuda_the_gpu_or_the_d
         "CUDA runtime: 13.0",  # standard error after standard output
     ]
     assert logs.collect_env(python, most=2) == ["cuDNN frontend version: 1.32.0", "PyTorch: torch 2.11"]
+
+
+# what python -m cudnn.collect_env printed on the H200 (abridged): sections, and the GPU libraries' entries
+# whose headings (libcublas, libnvrtc) name none of ENV_WORDS while the directories under them do
+COLLECT_ENV = """
+echo "### cuDNN frontend environment report"
+echo ""
+echo "==== cuDNN Frontend ===="
+echo "cudnn backend (loaded)      : 9.19.0 (91900)"
+echo ""
+echo "==== Python / Platform ===="
+echo "Python            : 3.12.3"
+echo "Python executable : /opt/torch/.venv/bin/python3"
+echo ""
+echo "==== GPU Libraries: loaded vs on disk ===="
+echo "libcudnn  ⚠ other installs on disk (check which one you expect):"
+echo "    LOADED   /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib/  [pip nvidia-cudnn-cu13==9.19.0.56]"
+echo "    on disk  /usr/lib/x86_64-linux-gnu/  [v9.14.0]"
+echo "libcublas  ⚠ other installs on disk (check which one you expect):"
+echo "    LOADED   /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/  [pip nvidia-cublas==13.1.0.3]"
+echo "    on disk  /usr/local/cuda-13.0/targets/x86_64-linux/lib/  [v13.1.0.3]"
+echo "libnvrtc  ⚠ other installs on disk (check which one you expect):"
+echo "    LOADED   /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/  [pip nvidia-cuda-nvrtc==13.0.88]"
+echo "libcuda (driver):"
+echo "    LOADED   /usr/lib/x86_64-linux-gnu/  [v580.159.04]"
+echo "libfoo:"
+echo "    on disk  /usr/lib/brand=tesla/"
+echo ""
+echo "==== Relevant Packages ===="
+echo "numpy         : 2.4.6"
+echo "cuda-bindings : 13.3.1"
+echo ""
+echo "==== Environment Variables ===="
+echo "NVIDIA_REQUIRE_CUDA : cuda>=13.0 brand=tesla,driver>=535"
+"""
+
+
+def test_collect_env_keeps_each_entry_whole_under_its_own_section_and_no_heading_empty(tmp_path):
+    python = _fake_python(tmp_path, COLLECT_ENV)
+    lib = "/opt/torch/.venv/lib/python3.12/site-packages/nvidia"
+    assert logs.collect_env(python) == [
+        "### cuDNN frontend environment report",
+        "==== cuDNN Frontend ====",
+        "cudnn backend (loaded)      : 9.19.0 (91900)",
+        "==== Python / Platform ====",  # a section shown with its kept entry; Python's version is not one
+        "Python executable : /opt/torch/.venv/bin/python3",
+        "==== GPU Libraries: loaded vs on disk ====",
+        "libcudnn  ⚠ other installs on disk (check which one you expect):",
+        f"    LOADED   {lib}/cudnn/lib/  [pip nvidia-cudnn-cu13==9.19.0.56]",
+        "    on disk  /usr/lib/x86_64-linux-gnu/  [v9.14.0]",  # the other libcudnn, under libcudnn
+        "libcublas  ⚠ other installs on disk (check which one you expect):",  # cuBLAS under its own heading
+        f"    LOADED   {lib}/cu13/lib/  [pip nvidia-cublas==13.1.0.3]",
+        "    on disk  /usr/local/cuda-13.0/targets/x86_64-linux/lib/  [v13.1.0.3]",
+        "libnvrtc  ⚠ other installs on disk (check which one you expect):",
+        f"    LOADED   {lib}/cu13/lib/  [pip nvidia-cuda-nvrtc==13.0.88]",
+        "libcuda (driver):",  # with the driver library it loaded
+        "    LOADED   /usr/lib/x86_64-linux-gnu/  [v580.159.04]",
+        "==== Relevant Packages ====",  # libfoo: its only line lists brand=, so its heading goes too
+        "cuda-bindings : 13.3.1",
+    ]  # and no Environment Variables: its only entry lists brand=
+
+
+@pytest.mark.parametrize("most", range(1, 20))
+def test_collect_env_cut_at_most_lines_keeps_whole_entries_and_never_ends_on_a_heading(tmp_path, most):
+    whole = logs.collect_env(_fake_python(tmp_path, COLLECT_ENV))
+    cut = logs.collect_env(_fake_python(tmp_path, COLLECT_ENV), most=most)
+    assert len(cut) <= most and cut == whole[: len(cut)]
+    assert not cut or not (cut[-1].startswith("====") or cut[-1].endswith(":"))  # nothing under it
+    assert len(cut) == len(whole) or whole[len(cut)].startswith(("====", "lib", "cud", "Python", "###"))
 
 
 class RecordingCases:
@@ -217,7 +304,6 @@ def test_the_conclusions_say_which_libcudnn_what_each_probe_did_the_modes_and_th
         "this process, and 0 raised nothing at all.",
         "Where the failures surfaced: import cudnn: 1. A failure on import or at handle creation is the "
         "library's: libcudnn.find_libcudnn().explain() and python -m cudnn.collect_env name the file.",
-        "None of the ways tried here loaded another libcudnn without an error.",
         f"Loaded the same libcudnn as this process: {NO_WHEEL}: loaded libcudnn 9.19.0 from /w/libcudnn.so.9, as here.",
         "Plans listed, and the five build steps' time, per heuristic mode: A: 2 plan(s), 12 ms; B: 2 plan(s), "
         "46 ms; A+FALLBACK: 5 plan(s), 50 ms.",
@@ -239,7 +325,10 @@ def test_the_conclusions_name_a_silent_load_and_say_when_nothing_was_mapped_or_e
         f"Raised nothing although another libcudnn was loaded: {NO_WHEEL}: {other}. Only a check of the loaded "
         "library's version (cudnn.backend_version()) catches these."
     )
-    assert sentences[4] == "No way tried here loaded the same libcudnn as this process."
+    assert sentences[1].endswith("0 loaded the same libcudnn as this process, and 1 raised nothing at all.")
+    # the 0 is said once: no paragraph that none loaded the same libcudnn
+    assert sentences[4] == "Plans listed, and the five build steps' time, per heuristic mode: ."
+    assert not any("same libcudnn" in s for s in sentences[2:])
     assert sentences[-1] == "0 of the 1 plan filters left no plan that builds."  # no log line names a version
 
 

@@ -119,9 +119,11 @@ def test_wrong_strides_that_raise_nothing_are_judged_by_the_output_they_wrote(ri
     assert (row["surfaces at"], row["error"]) == ("nowhere: execute raised nothing", "none")
     assert row["message"].startswith("the output: check K bound with the wrong strides:")
     assert row["fix"] == "bind tensors with the declared strides; check packs (BuiltGraph.check_pack)"
-    out_text = capsys.readouterr().out
-    assert out_text.startswith("execute raised nothing; the output: check K bound with the wrong strides")
-    assert all(len(line) <= 88 for line in out_text.splitlines())
+    lines = capsys.readouterr().out.splitlines()
+    verdict = "PASS rel. error 0.00e+00" if right else "FAIL rel. error "
+    assert lines[:2] == ["execute raised nothing; the output:", "check K bound with the wrong strides:"]
+    assert lines[2].startswith("    " + verdict) and len(lines) == 3  # the check's lines as it wraps them
+    assert all(len(line) <= 88 and "  " not in line.strip() for line in lines)  # no run of spaces inside a line
 
 
 def test_try_guarded_says_what_builtgraph_raised_or_that_it_raised_nothing(capsys):

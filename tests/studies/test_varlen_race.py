@@ -12,7 +12,6 @@ from cudnn_guide.graphs import varlen
 from cudnn_guide.measure import baselines, fa4
 from cudnn_guide.measure.compare import Comparison
 from cudnn_guide.measure.measurement import Measurement
-from cudnn_guide.report.prose import verdict_text
 from cudnn_guide.studies import varlen_race
 from cudnn_guide.studies.varlen_race import FLASH, FLEX, VARLEN_ATTN
 
@@ -59,6 +58,20 @@ def test_check_sequences_prints_the_worst_sequence_and_returns_nothing_for_admit
     out[SPANS[1][1][0]] += 1e-5  # sequence 1 is a little off, within the float32 tolerance
     assert varlen_race.check_sequences("packed", {"O": out}, varlen.packed_rows, _expected_o(q, k, v), SPANS) is None
     assert capsys.readouterr().out.startswith("packed O, seq. 1: rel. error ")
+
+
+def test_check_sequences_wraps_a_long_name_at_the_line_width_as_a_check_line(capsys):
+    from cudnn_guide import check
+
+    q, k, v, _ = _packed()
+    out = _per_sequence(q, k, v)
+    varlen_race.check_sequences(
+        f"{FLASH} backward", {"dq": out}, varlen.packed_rows, {"dq": _expected_o(q, k, v)["O"]}, SPANS
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= check.LINE_WIDTH for line in lines)  # 104 characters on one line as recorded
+    assert lines[0].startswith(f"{FLASH} backward dq, seq. ") and lines[0].endswith(":")
+    assert lines[-1].startswith("    rel. error ") and lines[-1].endswith(", the worst")
 
 
 def test_check_sequences_stops_at_a_wrong_sequence():
@@ -209,10 +222,11 @@ def test_the_forward_conclusions_compute_the_padding_work_and_the_verdicts():
         f"{avoided:.0%} of the padding's extra time, not all of it."
     )
     assert sentences[2] == (
-        f"The packed cuDNN graph: against the fastest contender ({FA4}, varlen) it is "
-        f"{verdict_text(result, f'{FA4}, varlen')}; against the padded tensors with a padding mask it is "
-        f"{verdict_text(result, 'cuDNN padding mask')}."
+        f"The packed cuDNN graph, in this run: against the fastest contender it is "
+        f"{result.describe(f'{FA4}, varlen')}; against the padded tensors with a padding mask it is "
+        f"{result.describe('cuDNN padding mask')}."
     )
+    assert sentences[2].count(f"{FA4}, varlen") == 1
     assert sentences[3] == (
         "A zero-length sequence: 100% of its output slots still held the poison after the call (cuDNN does not "
         "write them: zero them yourself if anything reads them); a one-token sequence is checked like any other."
@@ -225,7 +239,8 @@ def test_flashattention4_gets_its_own_bullet_where_it_is_not_the_fastest():
     result = _forward_race(padded_ms=0.21, fa4_ms=0.4)
     assert result.best_baseline == "cuDNN padding mask"
     sentences = _forward_conclusions(result, poison_left=0.5)
-    assert sentences[-1] == f"* Against {FA4}, varlen: cuDNN is {verdict_text(result, f'{FA4}, varlen')}."
+    assert sentences[-1] == f"* In this run, cuDNN is {result.describe(f'{FA4}, varlen')}."
+    assert sentences[-1].count(f"{FA4}, varlen") == 1
     assert "0.50×" not in sentences[3] and sentences[3].startswith("A zero-length sequence: 50% of its output")
     assert "(cuDNN does not write them" not in sentences[3]
 
@@ -363,20 +378,28 @@ def test_the_backward_conclusions_name_flashattention4_once_where_it_is_the_fast
     fa4_name = f"{FA4}, varlen backward"
     assert result.best_baseline == fa4_name  # the control is left out
     assert sentences == [
-        f"Backward (dQ, dK, dV) on the packed layout: 800 µs; against the fastest contender ({fa4_name}) it is "
-        f"{verdict_text(result, fa4_name)}; against the padded layout with a padding mask it is "
-        f"{verdict_text(result, CONTROL)}.",
+        f"Backward (dQ, dK, dV) on the packed layout: 800 µs; in this run, against the fastest contender it is "
+        f"{result.describe(fa4_name)}; against the padded layout with a padding mask it is "
+        f"{result.describe(CONTROL)}.",
         "* Not available here: PyTorch varlen_attn backward: no varlen",
     ]
+    assert sentences[0].count(fa4_name) == 1  # plot_32 named it twice
 
 
 def test_the_backward_conclusions_give_flashattention4_a_bullet_where_another_is_faster():
     result = _backward_race(fa4_ms=2.0)
     sentences = varlen_race.backward_conclusions(result, {}, fa4_label=FA4)
     assert result.best_baseline == FLASH + " backward"
-    assert f"({FLASH} backward)" in sentences[0]
+    assert sentences[0].count(f"{FLASH} backward") == 1
     fa4_name = f"{FA4}, varlen backward"
-    assert sentences[1:] == [f"* Against {fa4_name}: cuDNN is {verdict_text(result, fa4_name)}."]
+    assert sentences[1:] == [f"* In this run, cuDNN is {result.describe(fa4_name)}."]
+
+
+def test_a_loop_verdict_gives_its_tie_band_once():
+    result = _backward_race(fa4_ms=0.7)
+    result.wall = _backward_race(fa4_ms=0.7)
+    sentences = varlen_race.backward_conclusions(result, {}, fa4_label=FA4)
+    assert sentences[0].count("loop tie band") == 2  # one per verdict: the fastest's and the control's
 
 
 def test_timing_rows_give_each_contenders_time_and_useful_rate():
