@@ -27,6 +27,7 @@ __all__ = [
     "check_each",
     "compile_quietly",
     "forced_sdpa",
+    "refusal",
     "sdpa_backends",
     "sdpa_matches",
     "synchronized",
@@ -561,3 +562,47 @@ def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ;,:") + "…"
+
+
+def refusal(launch: Callable[[], Any]) -> str | None:
+    """Why ``launch`` cannot run here, whole: its error and PyTorch's reasons; ``None`` when it runs.
+
+    ``launch`` runs once with every warning recorded. When it raises, the reason is the error's type
+    and message on one line, followed by PyTorch's warnings (why a forced SDPA backend refused)
+    without repeats, without their C++ source locations, without what forcing one backend causes
+    (the others "runtime disabled"), and with a ``"... not used because:"`` header only where the
+    reason that follows it is kept.
+
+    Parameters
+    ----------
+    launch
+        A zero-argument launcher.
+
+    Returns
+    -------
+    str | None
+        ``"ExceptionType: message (warning; warning)"``, or ``None`` when it ran.
+
+    Example
+    -------
+    >>> def refuses():
+    ...     warnings.warn("Flash attention kernel not used because:")
+    ...     warnings.warn("Head dim must be at most 256")
+    ...     raise RuntimeError("No available kernel.")
+    >>> refusal(refuses)
+    'RuntimeError: No available kernel. (Flash attention kernel not used because: Head dim must be at most 256)'
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            launch()
+        except Exception as error:
+            said = [" ".join(str(w.message).split()) for w in caught]
+            said = [re.sub(r"\s*\(Triggered internally at [^)]*\)", "", m) for m in said]
+            # without what forcing one backend causes (the others "runtime disabled"),
+            # and a "... not used because:" header only with the reason that follows it
+            said = [m for m in dict.fromkeys(said) if "has been runtime disabled" not in m]
+            said = [m for m, after in zip(said, said[1:] + [":"]) if not (m.endswith(":") and after.endswith(":"))]
+            why = f"{type(error).__name__}: {' '.join(str(error).split())}"
+            return why + (f" ({'; '.join(said).replace(':; ', ': ')})" if said else "")
+    return None

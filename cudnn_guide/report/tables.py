@@ -27,6 +27,7 @@ __all__ = [
     "html_table",
     "sweep_table",
     "comparison_rows",
+    "contender_rows",
     "loop_rows",
     "time_rows",
     "verdict_rows",
@@ -483,6 +484,47 @@ def time_rows(cmp: Any, wall: Any, label: str) -> list[dict[str, Any]]:
                 "GPU µs": cmp.estimate(name)["value"],
                 "host µs to enqueue": None if host_ms is None else host_ms * 1e3,
                 "wall-clock µs": statistics.median(wall.round_medians_ms[name]) * 1e3,
+            }
+        )
+    return rows
+
+
+def contender_rows(cmp: Any, time_column: str) -> list[dict[str, Any]]:
+    """One table row per contender: its time and rate, and the candidate's speed-up over it with its verdict.
+
+    Times and rates are medians of per-round medians
+    (:meth:`~cudnn_guide.measure.compare.Comparison.estimate`), not the record's pooled medians.
+
+    Parameters
+    ----------
+    cmp
+        The :class:`~cudnn_guide.measure.compare.Comparison`, with ``flops``.
+    time_column
+        The name of the time's column (µs).
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        Rows with the columns ``"implementation"``, ``time_column``, ``"TFLOP/s"``,
+        ``"cuDNN's speed-up"``, ``"in-run 95% interval"`` and ``"verdict"`` (None on the
+        candidate's own row), in the comparison's order.
+
+    Example
+    -------
+    >>> rows = contender_rows(cmp, "µs, median of round medians")
+    >>> html_table(pd.DataFrame(rows), {"TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"})
+    """
+    rows = []
+    for n in cmp.measurements:
+        s = cmp.versus.get(n)
+        rows.append(
+            {
+                "implementation": n,
+                time_column: cmp.estimate(n)["value"],
+                "TFLOP/s": cmp.estimate(n, "TFLOP/s")["value"],
+                "cuDNN's speed-up": s and s["value"],
+                "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
+                "verdict": s and s["verdict"],
             }
         )
     return rows

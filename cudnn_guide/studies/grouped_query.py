@@ -5,7 +5,8 @@ K and V with fewer heads than Q (GQA; MQA with one) shrink the K/V cache (:func:
 (:func:`~cudnn_guide.graphs.attention.sdpa_graph`, named :data:`CANDIDATE`) against PyTorch's SDPA
 with ``enable_gqa=True`` forced onto each of its backends and against FlashAttention-4, every
 contender checked against the fp32 reference first; a backend that refuses is printed with its
-error and PyTorch's reasons (:func:`refusal`). :func:`by_phase` reads each phase's comparisons as
+error and PyTorch's reasons (:func:`~cudnn_guide.measure.baselines.refusal`).
+:func:`by_phase` reads each phase's comparisons as
 one sweep over the K/V heads, :func:`phase_verdicts` lists their verdicts, and :func:`conclusions`
 words them, judging the cuDNN graph against the fastest implementation that is not cuDNN itself
 (:func:`fastest_other`; :data:`SELF`, PyTorch's SDPA on its cuDNN backend, is not counted) and
@@ -16,12 +17,11 @@ The race needs a GPU; the table, the verdicts and the conclusions do not.
 
 from __future__ import annotations
 
-import re
 import textwrap
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cudnn_guide.measure.baselines import refusal
 from cudnn_guide.report.prose import listed
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "phase_verdicts",
     "qkv",
     "race",
-    "refusal",
     "short",
     "times",
 ]
@@ -95,50 +94,6 @@ def kv_cache_rows(head_dim: int, heads: Sequence[int] = KV_HEADS) -> list[dict[s
     return rows
 
 
-def refusal(launch: Callable[[], Any]) -> str | None:
-    """Why ``launch`` cannot run here, whole: its error and PyTorch's reasons; ``None`` when it runs.
-
-    ``launch`` runs once with every warning recorded. When it raises, the reason is the error's type
-    and message on one line, followed by PyTorch's warnings (why a forced SDPA backend refused)
-    without repeats, without their C++ source locations, without what forcing one backend causes
-    (the others "runtime disabled"), and with a ``"... not used because:"`` header only where the
-    reason that follows it is kept.
-
-    Parameters
-    ----------
-    launch
-        A zero-argument launcher.
-
-    Returns
-    -------
-    str | None
-        ``"ExceptionType: message (warning; warning)"``, or ``None`` when it ran.
-
-    Example
-    -------
-    >>> def refuses():
-    ...     warnings.warn("Flash attention kernel not used because:")
-    ...     warnings.warn("Head dim must be at most 256")
-    ...     raise RuntimeError("No available kernel.")
-    >>> refusal(refuses)
-    'RuntimeError: No available kernel. (Flash attention kernel not used because: Head dim must be at most 256)'
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            launch()
-        except Exception as error:
-            said = [" ".join(str(w.message).split()) for w in caught]
-            said = [re.sub(r"\s*\(Triggered internally at [^)]*\)", "", m) for m in said]
-            # without what forcing one backend causes (the others "runtime disabled"),
-            # and a "... not used because:" header only with the reason that follows it
-            said = [m for m in dict.fromkeys(said) if "has been runtime disabled" not in m]
-            said = [m for m, after in zip(said, said[1:] + [":"]) if not (m.endswith(":") and after.endswith(":"))]
-            why = f"{type(error).__name__}: {' '.join(str(error).split())}"
-            return why + (f" ({'; '.join(said).replace(':; ', ': ')})" if said else "")
-    return None
-
-
 def qkv(q_heads: int, heads: int, seq: int, batch: int, head_dim: int, seed: int) -> list[Any]:
     """Q with ``q_heads`` heads, K and V with ``heads``: B×H×S×D bf16 on the GPU, from one seeded generator.
 
@@ -191,7 +146,8 @@ def race(
     causal for ``"prefill"``, no mask otherwise) run once and checked against the fp32 reference
     (:func:`~cudnn_guide.graphs.attention_inputs.reference`); then each of PyTorch's backends
     (:func:`~cudnn_guide.measure.baselines.sdpa_backends`) forced with ``enable_gqa=True``: one
-    that raises is printed whole with :func:`refusal`, wrapped at 88 characters, and left out;
+    that raises is printed whole with :func:`~cudnn_guide.measure.baselines.refusal`,
+    wrapped at 88 characters, and left out;
     one that runs is admitted with its check (:func:`~cudnn_guide.measure.baselines.admit`);
     then FlashAttention-4 (:func:`~cudnn_guide.measure.fa4.forward`) the same way, where
     ``fa4_name`` is given. Then :func:`~cudnn_guide.measure.compare.compare` races them in

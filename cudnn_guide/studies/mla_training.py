@@ -8,11 +8,13 @@ graphs from tensors of two head sizes. This module checks them and races one tra
   outputs, against the fp32 autograd reference;
 * :func:`step_flops`: the FLOPs of one causal training step when ``d_qk ≠ d_v``;
 * :func:`flex_causal`: FlexAttention with a causal block mask, compiled;
-* :func:`torch_step`, :func:`refusal`, :func:`grads_check` and :func:`admit_steps`: each of
+* :func:`torch_step`, :func:`~cudnn_guide.measure.baselines.refusal`,
+  :func:`grads_check` and :func:`admit_steps`: each of
   PyTorch's attentions as one autograd step over the same leaves, run once, printed whole when
   it refuses the shapes, and checked on dQ, dK and dV before it is admitted to the race;
   :func:`admit_fa4` does the same for FlashAttention-4's own step;
-* :func:`contender_rows` and :func:`conclusions`: the page's table and sentences (every
+* :func:`contender_rows` (:mod:`cudnn_guide.report.tables`'s, re-exported for the page) and
+  :func:`conclusions`: the page's table and sentences (every
   contender's verdict in this run), from the comparison.
 
 The graphs and the steps need a GPU; the FLOPs, the refusals, the rows and the sentences do not.
@@ -20,11 +22,12 @@ The graphs and the steps need a GPU; the FLOPs, the refusals, the rows and the s
 
 from __future__ import annotations
 
-import re
 import textwrap
-import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
+
+from cudnn_guide.measure.baselines import refusal
+from cudnn_guide.report.tables import contender_rows
 
 __all__ = [
     "GRADS",
@@ -35,7 +38,6 @@ __all__ = [
     "contender_rows",
     "flex_causal",
     "grads_check",
-    "refusal",
     "step_flops",
     "torch_step",
 ]
@@ -179,50 +181,6 @@ def torch_step(attend: Callable[..., Any], leaves: Sequence[Any], grad_out: Any)
     return step
 
 
-def refusal(launch: Callable[[], Any]) -> str | None:
-    """Why ``launch`` cannot run here, whole: its error and PyTorch's reasons; ``None`` when it runs.
-
-    ``launch`` runs once with every warning recorded. When it raises, the reason is the error's type
-    and message on one line, followed by PyTorch's warnings (why a forced SDPA backend refused)
-    without repeats, without their C++ source locations, without what forcing one backend causes
-    (the others "runtime disabled"), and with a ``"... not used because:"`` header only where the
-    reason that follows it is kept.
-
-    Parameters
-    ----------
-    launch
-        A zero-argument launcher.
-
-    Returns
-    -------
-    str | None
-        ``"ExceptionType: message (warning; warning)"``, or ``None`` when it ran.
-
-    Example
-    -------
-    >>> def refuses():
-    ...     warnings.warn("Flash attention kernel not used because:")
-    ...     warnings.warn("Head dim must be at most 256")
-    ...     raise RuntimeError("No available kernel.")
-    >>> refusal(refuses)
-    'RuntimeError: No available kernel. (Flash attention kernel not used because: Head dim must be at most 256)'
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            launch()
-        except Exception as error:
-            said = [" ".join(str(w.message).split()) for w in caught]
-            said = [re.sub(r"\s*\(Triggered internally at [^)]*\)", "", m) for m in said]
-            # without what forcing one backend causes (the others "runtime disabled"),
-            # and a "... not used because:" header only with the reason that follows it
-            said = [m for m in dict.fromkeys(said) if "has been runtime disabled" not in m]
-            said = [m for m, after in zip(said, said[1:] + [":"]) if not (m.endswith(":") and after.endswith(":"))]
-            why = f"{type(error).__name__}: {' '.join(str(error).split())}"
-            return why + (f" ({'; '.join(said).replace(':; ', ': ')})" if said else "")
-    return None
-
-
 def grads_check(name: str, ref_grads: Sequence[Any]) -> Callable[[Sequence[Any]], list[Any]]:
     """The check of a step's dQ, dK and dV against the fp32 autograd reference, named after ``name``.
 
@@ -260,7 +218,8 @@ def admit_steps(
     """Each attention as one training step, run once and checked before it joins ``contenders``; or why not.
 
     The steps share one set of leaves, ``qkv`` detached and requiring gradients (:func:`torch_step`).
-    In the order of ``attends``, each step first runs under :func:`refusal`: one that raises is
+    In the order of ``attends``, each step first runs under
+    :func:`~cudnn_guide.measure.baselines.refusal`: one that raises is
     printed whole, ``"<name>: unavailable here (<why>)"`` wrapped at 88 characters, and left out;
     one that runs is admitted by :func:`~cudnn_guide.measure.baselines.admit` with
     :func:`grads_check` (its dQ, dK and dV against ``ref_grads``; a wrong result stops the page).
@@ -347,47 +306,6 @@ def admit_fa4(
     name = f"{label} step"
     if why := baselines.admit(contenders, name, fa4_step, check=lambda _: grads_check(label, ref_grads)(fa4_grads())):
         unavailable[name] = why
-
-
-def contender_rows(cmp: Any, time_column: str) -> list[dict[str, Any]]:
-    """One table row per contender: its time and rate, and cuDNN's speed-up over it with its verdict.
-
-    Times and rates are medians of per-round medians
-    (:meth:`~cudnn_guide.measure.compare.Comparison.estimate`), not the record's pooled medians.
-
-    Parameters
-    ----------
-    cmp
-        The :class:`~cudnn_guide.measure.compare.Comparison`, with ``flops``.
-    time_column
-        The name of the time's column (µs).
-
-    Returns
-    -------
-    list[dict[str, Any]]
-        Rows with the columns ``"implementation"``, ``time_column``, ``"TFLOP/s"``,
-        ``"cuDNN's speed-up"``, ``"in-run 95% interval"`` and ``"verdict"`` (None on the
-        candidate's own row), in the comparison's order.
-
-    Example
-    -------
-    >>> rows = contender_rows(mla_cmp, "µs, median of round medians")
-    >>> html_table(pd.DataFrame(rows), {"TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"})
-    """
-    rows = []
-    for n in cmp.measurements:
-        s = cmp.versus.get(n)
-        rows.append(
-            {
-                "implementation": n,
-                time_column: cmp.estimate(n)["value"],
-                "TFLOP/s": cmp.estimate(n, "TFLOP/s")["value"],
-                "cuDNN's speed-up": s and s["value"],
-                "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
-                "verdict": s and s["verdict"],
-            }
-        )
-    return rows
 
 
 def conclusions(cmp: Any, *, fa4_label: str, fa4_detail: str, unavailable: Mapping[str, str]) -> list[str]:

@@ -11,7 +11,8 @@ holds what the page races it against and how it reads the race:
 * :func:`causal_graph`: cuDNN's causal graph without a cap (its own causal band), the control;
 * :func:`refusal`: the graph that asks for a ``score_mod`` and cuDNN's causal band together, and
   what cuDNN says of it;
-* :func:`contender_rows` and :func:`conclusions`: the page's table and sentences, from the
+* :func:`contender_rows` (:mod:`cudnn_guide.report.tables`'s, re-exported for the page) and
+  :func:`conclusions`: the page's table and sentences, from the
   comparison.
 
 The graphs and the races need a GPU; the custom op, the rows and the sentences do not.
@@ -22,6 +23,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from cudnn_guide.report.tables import contender_rows
 
 __all__ = [
     "BAND_REFUSAL",
@@ -254,47 +257,6 @@ def refusal(handle: Any, q: Any, k: Any, v: Any) -> str:
         return "accepted"
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-
-
-def contender_rows(cmp: Any, time_column: str) -> list[dict[str, Any]]:
-    """One table row per contender: its time and rate, and the candidate's speed-up over it with its verdict.
-
-    Times and rates are medians of per-round medians
-    (:meth:`~cudnn_guide.measure.compare.Comparison.estimate`), not the record's pooled medians.
-
-    Parameters
-    ----------
-    cmp
-        The :class:`~cudnn_guide.measure.compare.Comparison`, with ``flops``.
-    time_column
-        The name of the time's column (µs).
-
-    Returns
-    -------
-    list[dict[str, Any]]
-        Rows with the columns ``"implementation"``, ``time_column``, ``"TFLOP/s"``,
-        ``"cuDNN's speed-up"``, ``"in-run 95% interval"`` and ``"verdict"`` (None on the
-        candidate's own row), in the comparison's order.
-
-    Example
-    -------
-    >>> rows = contender_rows(softcap_cmp, "µs, median of round medians")
-    >>> html_table(pd.DataFrame(rows), {"TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"})
-    """
-    rows = []
-    for n in cmp.measurements:
-        s = cmp.versus.get(n)
-        rows.append(
-            {
-                "implementation": n,
-                time_column: cmp.estimate(n)["value"],
-                "TFLOP/s": cmp.estimate(n, "TFLOP/s")["value"],
-                "cuDNN's speed-up": s and s["value"],
-                "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
-                "verdict": s and s["verdict"],
-            }
-        )
-    return rows
 
 
 def conclusions(

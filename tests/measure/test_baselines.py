@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -233,3 +235,31 @@ def test_each_attention_is_matched_bit_for_bit_against_each_forced_backend():
     assert found == {"math": ["MATH"], "off by a bit": [], "not causal": []}
     with pytest.raises(RuntimeError):  # a forced backend that cannot run raises, as on the page
         baselines.sdpa_matches(attends, (q, k, v), [SDPBackend.CUDNN_ATTENTION], is_causal=True)
+
+
+def test_a_refusal_says_the_error_and_pytorchs_reasons_once_each():
+    # the studies of plot_16 and plot_27 both print a forced backend's refusal with it
+    def refuses():
+        for message in (
+            "Memory efficient kernel not used because:",  # a header whose reason is dropped
+            "Flash attention has been runtime disabled.",  # what forcing one backend causes
+            "Flash attention kernel not used because:",
+            "Flash attention requires q, k, v on CUDA (Triggered internally at /src/sdp_utils.cpp:123.)",
+            "Flash attention requires q, k, v on CUDA",  # the same once its location is gone
+        ):
+            warnings.warn(message, stacklevel=1)
+        raise RuntimeError("No available\n kernel.   Aborting.")
+
+    assert baselines.refusal(refuses) == (
+        "RuntimeError: No available kernel. Aborting. "
+        "(Flash attention kernel not used because: Flash attention requires q, k, v on CUDA)"
+    )
+
+
+def test_a_launch_that_runs_is_no_refusal_and_a_refusal_without_warnings_is_the_error_alone():
+    assert baselines.refusal(lambda: 1) is None
+
+    def raises():
+        raise ValueError("bad   shape")
+
+    assert baselines.refusal(raises) == "ValueError: bad shape"

@@ -33,33 +33,6 @@ def test_the_kv_cache_table_gives_bytes_per_token_and_the_cache_in_gib():
     assert CACHE == "K/V cache, 32k tokens × 32 layers (GiB)"
 
 
-def test_a_refusal_says_the_error_and_pytorchs_reasons_once_each():
-    def refuses():
-        for message in (
-            "Memory efficient kernel not used because:",  # a header whose reason is dropped
-            "Flash attention has been runtime disabled.",  # what forcing one backend causes
-            "Flash attention kernel not used because:",
-            "Flash attention requires q, k, v on CUDA (Triggered internally at /src/sdp_utils.cpp:123.)",
-            "Flash attention requires q, k, v on CUDA",  # the same once its location is gone
-        ):
-            warnings.warn(message, stacklevel=1)
-        raise RuntimeError("No available\n kernel.   Aborting.")
-
-    assert gqa.refusal(refuses) == (
-        "RuntimeError: No available kernel. Aborting. "
-        "(Flash attention kernel not used because: Flash attention requires q, k, v on CUDA)"
-    )
-
-
-def test_a_launch_that_runs_is_no_refusal_and_a_refusal_without_warnings_is_the_error_alone():
-    assert gqa.refusal(lambda: 1) is None
-
-    def raises():
-        raise ValueError("bad   shape")
-
-    assert gqa.refusal(raises) == "ValueError: bad shape"
-
-
 # --------------------------------------------------------------------------------------------------
 # The race, with stand-ins
 # --------------------------------------------------------------------------------------------------

@@ -104,30 +104,6 @@ def test_flexattention_with_the_causal_block_mask_computes_causal_attention_of_t
     torch.testing.assert_close(out, causal(q, k, v), atol=1e-5, rtol=1e-5)
 
 
-def test_a_refusal_says_the_error_and_pytorchs_reasons_once_each():
-    def refuses():
-        for message in (
-            "Memory efficient kernel not used because:",  # a header whose reason is dropped
-            "Flash attention has been runtime disabled.",  # what forcing one backend causes
-            "Flash attention kernel not used because:",
-            "Flash attention requires q, k, v of one head dim (Triggered internally at /src/sdp_utils.cpp:1.)",
-            "Flash attention requires q, k, v of one head dim",  # the same once its location is gone
-        ):
-            warnings.warn(message, stacklevel=1)
-        raise RuntimeError("No available\n kernel.   Aborting.")
-
-    assert mla_training.refusal(refuses) == (
-        "RuntimeError: No available kernel. Aborting. "
-        "(Flash attention kernel not used because: Flash attention requires q, k, v of one head dim)"
-    )
-    assert mla_training.refusal(lambda: 1) is None
-
-    def raises():
-        raise ValueError("bad   shape")
-
-    assert mla_training.refusal(raises) == "ValueError: bad shape"
-
-
 def test_the_gradient_check_is_named_after_the_contender_and_stops_on_a_wrong_one():
     q, k, v, d_o = mla_inputs()
     ref = reference_grads(q, k, v, d_o)
