@@ -12,7 +12,7 @@ import math
 import random
 
 import pytest
-from gallery_build import drift_bands, history, hooks
+from gallery_build import drift_bands, history, hooks, machine_dependence
 
 from cudnn_guide import check
 from cudnn_guide.measure import compare, measurement
@@ -433,3 +433,36 @@ def test_a_share_is_widened_by_its_own_history_not_by_its_measurements_time():
     drift_bands.widen_headlines([share, time], bands, "plot_x")
     assert share["drift"] == pytest.approx(0.005) and share["drift_basis"] == "own"
     assert time["drift"] == pytest.approx(0.17)
+
+
+def _signed_entry(value, stamp):
+    e = _entry()
+    e["recorded_utc"] = stamp
+    e["headlines"] = [
+        {"name": "host time added", "value": value, "unit": "µs/call (signed)", "low": value, "high": value}
+    ]
+    return e
+
+
+def test_a_signed_difference_is_widened_by_its_own_past_change_in_its_unit_either_side():
+    bands = drift_bands.drift([_signed_entry(-2.28, "2026-12-01"), _signed_entry(-3.02, "2026-12-02")])
+    assert bands["examples"]["plot_x"]["headlines_abs"]["host time added"] == pytest.approx(0.74)
+    h = {"name": "host time added", "value": -3.0, "unit": "µs/call (signed)", "low": -3.2, "high": -2.7}
+    drift_bands.widen_headlines([h], bands, "plot_x")
+    assert (h["low"], h["high"]) == (pytest.approx(-3.94), pytest.approx(-1.96))  # ±0.74 µs, not a log change
+    assert h["run_low"] == -3.2 and h["drift_unit"] == "µs/call (signed)" and h["drift_basis"] == "own"
+    assert not machine_dependence.is_machine_dependent(h)  # 0.74 µs is not a ±109% log drift
+    # without a past of its own it keeps its in-run interval: no other headline says how far it moves
+    lone = {"name": "other", "value": 0.1, "unit": "µs/call (signed)", "low": -0.1, "high": 0.3}
+    drift_bands.widen_headlines([lone], bands, "plot_x")
+    assert "run_low" not in lone and lone["low"] == -0.1
+
+
+def test_the_backtest_counts_a_signed_difference_widened_by_the_drift_known_then():
+    stamps = ("2026-12-01", "2026-12-02", "2026-12-03")
+    history = [_signed_entry(v, t) for v, t in zip((-2.28, -2.96, -3.5), stamps)]
+    for e, (lo, hi) in zip(history, [(-2.5, -2.1), (-3.1, -2.8), (-3.7, -3.3)]):
+        e["headlines"][0].update(low=lo, high=hi)
+    out = drift_bands.headline_backtest(history, history, latest_only=True)
+    # -3.5 against -2.96's in-run -3.1..-2.8 widened by the 0.68 µs known then: inside
+    assert out["headlines"] == 1 and out["inside"] == 1

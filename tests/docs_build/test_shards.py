@@ -157,6 +157,14 @@ def test_merging_a_shard_twice_adds_its_history_lines_once(tmp_path, root):
     assert len(history.load(docs / "data" / "history.jsonl")) == before + 2
     shards.merge([a], docs, _examples(tmp_path, root))
     assert (docs / "data" / "history.jsonl").read_text() == once
+    # widened again since (shards rewiden): merged again, its lines take the old ones' place, once
+    widened = [{"name": "t", "value": 2.0, "unit": "x", "low": 1.5, "high": 2.5}]
+    again = [dict(json.loads(x), headlines=widened) for x in fresh]
+    (a / "history.jsonl").write_text("\n".join(json.dumps(e) for e in again) + "\n")
+    shards.merge([a], docs, _examples(tmp_path, root))
+    now = history.load(docs / "data" / "history.jsonl")
+    assert len(now) == before + 2 and now[-2:] == again
+    assert (docs / "data" / "history.jsonl").read_text().splitlines()[:before] == once.splitlines()[:before]
 
 
 def test_a_page_that_ran_beats_a_skip_page_of_another_gpu(tmp_path, root):

@@ -42,6 +42,8 @@ __all__ = [
     "rewiden_headlines",
     "widened_rst",
     "is_widened",
+    "is_signed",
+    "SIGNED",
 ]
 
 DRIFT_PAIRS = 4
@@ -51,6 +53,22 @@ DRIFT_UNITS = frozenset({"µs", "us", "ms", "s", "GB/s", "TB/s", "TFLOP/s", "tok
 intervals :func:`widen_headlines` widens. ``%`` is a share of a measured rate ("% of copy
 bandwidth"): a ratio of two timings, re-measured like any other. Until 4564dfa's recording it was
 left out, and its in-run interval (±0.1%) missed 5 of 5 re-recordings by 0.2–0.8%."""
+SIGNED = "(signed)"
+"""A headline unit ending so (``"µs/call (signed)"``) is a difference that may be near zero or below it: it is
+widened by its own largest past change in its unit, added either side (``drift_unit``), never by a log change."""
+
+
+def is_signed(headline: dict[str, Any]) -> bool:
+    """Whether ``headline``'s unit is a signed difference (:data:`SIGNED`), widened by an absolute drift.
+
+    Example
+    -------
+    >>> is_signed({"unit": "µs/call (signed)"}), is_signed({"unit": "µs"})
+    (True, False)
+    """
+    return str(headline.get("unit") or "").endswith(SIGNED)
+
+
 DRIFT = "drift.json"
 """In ``docs/data``: :func:`drift` of the history, which the next recording widens its intervals by."""
 
@@ -209,6 +227,7 @@ def _in_run(headline: dict[str, Any]) -> dict[str, Any]:
         h["low"], h["high"] = h.pop("run_low"), h.pop("run_high")
         h.pop("drift", None)
         h.pop("drift_basis", None)
+        h.pop("drift_unit", None)
         if "run_verdict" in h:
             h["verdict"] = h.pop("run_verdict")
         h["interval"] = h.pop("run_interval", None)
@@ -286,7 +305,8 @@ def headline_backtest(
             out["pairs"] += 1
             for c in cur.get("headlines", []):
                 o = old.get(c.get("name"))
-                if o is None or o.get("low") is None or c.get("value") is None or o.get("unit") not in DRIFT_UNITS:
+                widened_kind = o is not None and (o.get("unit") in DRIFT_UNITS or is_signed(o))
+                if o is None or o.get("low") is None or c.get("value") is None or not widened_kind:
                     continue
                 out["headlines"] += 1
                 if float(o["low"]) <= float(c["value"]) <= float(o["high"]):
@@ -395,6 +415,7 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
     changes_: list[float] = []
     labels: dict[str, float] = {}
     heads: dict[str, float] = {}
+    heads_abs: dict[str, float] = {}
     head_changes: list[float] = []
     pairs = _comparable_pairs(entries)[-DRIFT_PAIRS:]
     signed = [_pair_changes(prev, cur) for prev, cur in pairs]
@@ -406,6 +427,9 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
         old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
         for h in cur.get("headlines", []):
             before, now = old.get(h["name"]), h.get("value")
+            if is_signed(h) and isinstance(before, (int, float)) and isinstance(now, (int, float)):
+                heads_abs[h["name"]] = max(heads_abs.get(h["name"], 0.0), abs(now - before))
+                continue
             if h.get("unit") not in DRIFT_UNITS:
                 continue  # counts, ranks and signed values are not positive re-measured quantities
             if isinstance(before, (int, float)) and isinstance(now, (int, float)) and before > 0 and now > 0:
@@ -413,7 +437,7 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
                 head_changes.append(change)
                 heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
     part: dict[str, Any] = {"pairs": len(signed), "summary": None}
-    if changes_ or head_changes:
+    if changes_ or head_changes or heads_abs:
         ratios = _ratio_changes(signed)
         # sorted once here: the site-wide quantiles then sort runs already in order (timsort merges them)
         part.update(changes=sorted(changes_), head_changes=sorted(head_changes), ratio_changes=sorted(ratios))
@@ -422,6 +446,7 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "labels": labels,
             "headline_p95": _p95(head_changes),
             "headlines": heads,
+            "headlines_abs": heads_abs,
             "changes": signed,
             "ratio_p90": _quantile_of(ratios, RATIO_QUANTILE),
             "ratio_floor": _quantile_of(ratios, RATIO_FLOOR_QUANTILE),
@@ -664,6 +689,9 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
 
     for h in headlines:
         low, high = h.get("low"), h.get("high")
+        if "run_low" not in h and low is not None and high is not None and is_signed(h):
+            _widen_signed(h, bands, page)
+            continue
         if "run_low" in h or low is None or high is None or h.get("unit") not in DRIFT_UNITS or not float(low) > 0:
             continue
         r, basis = _drift_of(bands, page, h)
@@ -675,6 +703,22 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
             h["run_verdict"] = h["verdict"]
             h["verdict"] = judge(h["low"], h["high"], float(h["tie_band"]))
     return headlines
+
+
+def _widen_signed(h: dict[str, Any], bands: dict[str, Any], page: str) -> None:
+    """Widen a signed difference (:data:`SIGNED`) by its own largest past change, in its unit, either side.
+
+    Without a past of its own it keeps its in-run interval: no other headline's change says how far a
+    difference near zero moves.
+    """
+    own = ((_page(bands, page) or {}).get("headlines_abs") or {}).get(h["name"])
+    if own is None:
+        return
+    if h.get("interval") and h["interval"] != WIDENED:
+        h["run_interval"] = h["interval"]
+    low, high = float(h["low"]), float(h["high"])
+    h.update(run_low=low, run_high=high, drift=float(own), drift_unit=h["unit"], drift_basis="own", interval=WIDENED)
+    h.update(low=low - float(own), high=high + float(own))
 
 
 def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str, every: bool = False) -> int:
@@ -713,8 +757,8 @@ def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], pa
     """
     again = []
     for h in headlines:
-        if "run_low" not in h:  # never widened: a unit :data:`DRIFT_UNITS` has taken in since
-            if h.get("low") is not None and h.get("unit") in DRIFT_UNITS:
+        if "run_low" not in h:  # never widened: a unit :data:`DRIFT_UNITS` (or a signed one) has taken in since
+            if h.get("low") is not None and (h.get("unit") in DRIFT_UNITS or is_signed(h)):
                 again.append(h)
             continue
         if h.get("interval") != WIDENED or (float(h.get("drift") or 0.0) != 0.0 and not every):

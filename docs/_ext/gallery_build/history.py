@@ -34,7 +34,7 @@ import ast
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ __all__ = [
     "entry_from_record",
     "entries_from_gallery",
     "append",
+    "replace",
     "load",
     "check_entry",
     "compare",
@@ -227,6 +228,47 @@ def append(history_path: Path, entries: Iterable[dict[str, Any]]) -> None:
     >>> append(Path('docs/data/history.jsonl'), entries)
     """
     datafiles.append_lines(history_path, [json.dumps(e, separators=(",", ":")) for e in entries])
+
+
+def replace(history_path: Path, entries: dict[Any, dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> int:
+    """Put ``entries`` in place of the history's lines with the same ``key``; every other line stays as it is.
+
+    A shard merged again after :func:`gallery_build.shards.rewiden` carries the same recordings with
+    their intervals widened again: its lines replace the old ones, in place, rather than being
+    added twice (which would compare a recording with itself) or skipped (which would leave the
+    next recording compared with the old intervals).
+
+    Parameters
+    ----------
+    history_path
+        The JSON-lines file.
+    entries
+        ``key(entry)`` → the entry to write there.
+    key
+        What names an entry (``shards._entry_key``: example, time, GPU and commit).
+
+    Returns
+    -------
+    int
+        How many lines changed.
+
+    Example
+    -------
+    >>> replace(Path("docs/data/history.jsonl"), {k: e}, key=lambda e: (e["example"], e["recorded_utc"]))
+    """
+    lines = Path(history_path).read_text(encoding="utf-8").splitlines()
+    changed = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        old = json.loads(line)
+        new = entries.get(key(old))
+        if new is not None and new != old:
+            lines[i] = json.dumps(new, separators=(",", ":"))
+            changed += 1
+    if changed:
+        datafiles.write_text(history_path, "\n".join(lines) + "\n")
+    return changed
 
 
 def load(history_path: Path) -> list[dict[str, Any]]:

@@ -61,8 +61,12 @@ def is_machine_dependent(headline: dict[str, Any]) -> bool:
     (True, False, False)
     >>> is_machine_dependent({"drift": 0.49, "drift_basis": "site"})
     False
+    >>> is_machine_dependent({"drift": 0.7, "drift_unit": "µs/call (signed)"})
+    False
     """
     if headline.get("drift_basis") == "site":  # its page had no past: the site's drift says nothing of it
+        return False
+    if "drift_unit" in headline:  # a signed difference's drift is in its unit, not a log change
         return False
     try:
         return float(headline.get("drift") or 0.0) > MACHINE_DEPENDENT_DRIFT

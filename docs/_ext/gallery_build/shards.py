@@ -608,8 +608,9 @@ def merge(
         for shard in claims[name]:
             entries += [e for e in shard.history_lines if e.get("example") == stem]
     entries.sort(key=lambda e: (str(e.get("recorded_utc")), str(e.get("gpu")), e["example"]))
-    # a shard merged a second time adds nothing: its lines are in the history already, and a
-    # duplicate would compare the recording with itself
+    # a shard merged a second time adds no line (a duplicate would compare the recording with
+    # itself); one widened again since (rewiden) puts its lines in place of the old ones
+    history.replace(data / "history.jsonl", {_entry_key(e): e for e in entries if _entry_key(e) in known}, _entry_key)
     history.append(data / "history.jsonl", [e for e in entries if _entry_key(e) not in known])
     if full:
         # every page: a full recording, assembled from shards; does it reproduce the one before?
