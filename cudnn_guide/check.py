@@ -20,6 +20,7 @@ from cudnn_guide.errors import CheckFailedError, InputError
 
 __all__ = [
     "LINE_WIDTH",
+    "split_line",
     "CheckResult",
     "tolerance",
     "poison",
@@ -38,6 +39,40 @@ __all__ = [
 
 LINE_WIDTH = 88
 """The most characters on a line of a printed :class:`CheckResult`: a longer check line is split in two."""
+
+
+def split_line(head: str, tail: str) -> str:
+    """``head tail`` on one line where it fits in :data:`LINE_WIDTH`; else ``head`` wrapped, then ``tail`` indented.
+
+    The layout of a printed check (:class:`CheckResult`), for any line made of a name and what
+    was found of it.
+
+    Parameters
+    ----------
+    head
+        The name part, e.g. ``"check O, seq. 3:"``.
+    tail
+        What follows it, e.g. ``"PASS rel. error 1.2e-03 ..."``.
+
+    Returns
+    -------
+    str
+        One line, or the wrapped ``head`` and the ``tail`` on lines indented by 4.
+
+    Example
+    -------
+    >>> split_line("check O:", "PASS")
+    'check O: PASS'
+    """
+    if len(head) + 1 + len(tail) <= LINE_WIDTH and "\n" not in head:
+        return f"{head} {tail}"
+    indent = " " * 4
+    return "\n".join(
+        [
+            *textwrap.wrap(head, LINE_WIDTH, break_on_hyphens=False),
+            *textwrap.wrap(tail, LINE_WIDTH, initial_indent=indent, subsequent_indent=indent),
+        ]
+    )
 
 
 def _tolerances() -> dict[Any, float]:
@@ -144,17 +179,8 @@ class CheckResult:
         """``check <name>: <verdict>`` on one line; longer than :data:`LINE_WIDTH`, the verdict on a line of its own."""
         verdict = "PASS" if self.passed else "FAIL"
         nan = f", {self.nan_count} NaN of {self.numel}" if self.nan_count else ""
-        head = f"check {self.name}:"
         tail = f"{verdict} rel. error {self.rel_error:.2e} (tolerance {self.tolerance:.1e}, {self.dtype}{nan})"
-        if len(head) + 1 + len(tail) <= LINE_WIDTH and "\n" not in head:
-            return f"{head} {tail}"
-        indent = " " * 4
-        return "\n".join(
-            [
-                *textwrap.wrap(head, LINE_WIDTH, break_on_hyphens=False),
-                *textwrap.wrap(tail, LINE_WIDTH, initial_indent=indent, subsequent_indent=indent),
-            ]
-        )
+        return split_line(f"check {self.name}:", tail)
 
 
 def compare(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:

@@ -248,3 +248,12 @@ def test_a_module_check_runs_its_reference_once_and_prints_the_output_and_the_wo
     out, worst = check_block(block.variant(template, block.torch_attention), "PyTorch block")
     assert capsys.readouterr().out == f"{out}\n{worst} (the worst of 6 weight gradients)\n"
     assert worst.tolerance == 1e-3 and out.name == "PyTorch block: output"
+
+
+def test_split_line_keeps_a_short_line_whole_and_puts_a_long_tail_under_its_head():
+    from cudnn_guide.check import LINE_WIDTH, split_line
+
+    assert split_line("check O:", "PASS") == "check O: PASS"
+    head = "check " + "a-very-long-contender-name " * 4 + ":"
+    lines = split_line(head, "PASS rel. error 1.0e-03").splitlines()
+    assert lines[-1] == "    PASS rel. error 1.0e-03" and all(len(x) <= LINE_WIDTH for x in lines)

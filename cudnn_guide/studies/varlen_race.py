@@ -25,7 +25,6 @@ The graphs and the races need a GPU; the references, the rows and the sentences 
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -107,11 +106,7 @@ def check_sequences(
     from cudnn_guide import check
 
     worst = check.worst_sequence(label, outputs, rows, expected, spans)
-    head, tail = f"{worst.name}:", f"rel. error {worst.rel_error:.1e}, the worst"
-    if len(head) + 1 + len(tail) <= check.LINE_WIDTH:
-        print(f"{head} {tail}")
-    else:  # as a long check line: the name (wrapped), then the rest on its own line, indented
-        print(*textwrap.wrap(head, check.LINE_WIDTH, break_on_hyphens=False), f"    {tail}", sep="\n")
+    print(check.split_line(f"{worst.name}:", f"rel. error {worst.rel_error:.1e}, the worst"))
 
 
 # ---------------------------------------------------------------------------------------------

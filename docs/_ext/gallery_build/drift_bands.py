@@ -69,6 +69,11 @@ def is_signed(headline: dict[str, Any]) -> bool:
     return str(headline.get("unit") or "").endswith(SIGNED)
 
 
+def _widens(headline: dict[str, Any]) -> bool:
+    """Whether :func:`widen_headlines` widens a headline of this unit: by a log drift, or in its unit if signed."""
+    return headline.get("unit") in DRIFT_UNITS or is_signed(headline)
+
+
 DRIFT = "drift.json"
 """In ``docs/data``: :func:`drift` of the history, which the next recording widens its intervals by."""
 
@@ -305,8 +310,7 @@ def headline_backtest(
             out["pairs"] += 1
             for c in cur.get("headlines", []):
                 o = old.get(c.get("name"))
-                widened_kind = o is not None and (o.get("unit") in DRIFT_UNITS or is_signed(o))
-                if o is None or o.get("low") is None or c.get("value") is None or not widened_kind:
+                if o is None or o.get("low") is None or c.get("value") is None or not _widens(o):
                     continue
                 out["headlines"] += 1
                 if float(o["low"]) <= float(c["value"]) <= float(o["high"]):
@@ -757,9 +761,8 @@ def rewiden_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], pa
     """
     again = []
     for h in headlines:
-        if "run_low" not in h:  # never widened: a unit :data:`DRIFT_UNITS` (or a signed one) has taken in since
-            if h.get("low") is not None and (h.get("unit") in DRIFT_UNITS or is_signed(h)):
-                again.append(h)
+        if "run_low" not in h:  # never widened: widen_headlines takes it if its unit is widened now
+            again.append(h)
             continue
         if h.get("interval") != WIDENED or (float(h.get("drift") or 0.0) != 0.0 and not every):
             continue

@@ -256,6 +256,8 @@ def replace(history_path: Path, entries: dict[Any, dict[str, Any]], key: Callabl
     -------
     >>> replace(Path("docs/data/history.jsonl"), {k: e}, key=lambda e: (e["example"], e["recorded_utc"]))
     """
+    if not entries:  # nothing merged before: the history is not read
+        return 0
     lines = Path(history_path).read_text(encoding="utf-8").splitlines()
     changed = 0
     for i, line in enumerate(lines):
