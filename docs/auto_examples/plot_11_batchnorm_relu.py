@@ -220,9 +220,10 @@ for mode, res in results.items():
 # sphinx_gallery_end_ignore
 
 Prose(
-    f"Against PyTorch eager and torch.compile (default), the cuDNN graph was faster in "
-    f"{verdicts.count('faster')}, tied in {verdicts.count('tie')} and slower in "
-    f"{verdicts.count('slower')} of {len(verdicts)} stage comparisons. Inference graph "
+    f"Against PyTorch eager and torch.compile (default), in this run, the cuDNN "
+    f"graph was faster in {verdicts.count('faster')}, tied in "
+    f"{verdicts.count('tie')} and slower in {verdicts.count('slower')} of "
+    f"{len(verdicts)} stage comparisons. Inference graph "
     f"used: {form}.",
     *items,
 )

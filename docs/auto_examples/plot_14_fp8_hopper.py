@@ -267,7 +267,7 @@ Prose(
     f"* Peak attention throughput: FP8 {peak('cuDNN FP8 graph')}, "
     f"bf16 {peak('cuDNN bf16 graph')}" + (f", {FA4} {peak(FA4)}." if FA4_OK else "."),
     (
-        f"* Against {FA4} at S=2048, cuDNN FP8 is {a2.describe(FA4)}: the gain mixes "
+        f"* At S=2048, cuDNN FP8 is {a2.describe(FA4)}: the gain mixes "
         "the precision change with the implementation."
         if FA4_OK
         else f"* {FA4} was not timed: {FA4_DETAIL}."

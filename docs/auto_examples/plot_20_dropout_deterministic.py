@@ -249,7 +249,8 @@ Prose(
     f"Both switches are measured at training shapes: the backward at "
     f"{BWD_SHAPE[0]}×{BWD_SHAPE[1]} tokens, dropout at {B}×{S} tokens, "
     f"{H} heads of {D}.",
-    f"* The deterministic backward gave {distinct[True]} bit pattern(s) in 10 runs "
+    f"* The deterministic backward gave {distinct[True]} bit "
+    f"pattern{'' if distinct[True] == 1 else 's'} in 10 runs "
     f"(the default gave {distinct[False]}); it is {det_cost.describe()}, and needs "
     f"{ws[True] / 2**20:.0f} MiB of workspace instead of {ws[False] / 2**20:.0f} MiB.",
     fa4_sentence,
