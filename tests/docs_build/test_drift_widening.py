@@ -466,3 +466,86 @@ def test_the_backtest_counts_a_signed_difference_widened_by_the_drift_known_then
     out = drift_bands.headline_backtest(history, history, latest_only=True)
     # -3.5 against -2.96's in-run -3.1..-2.8 widened by the 0.68 µs known then: inside
     assert out["headlines"] == 1 and out["inside"] == 1
+
+
+def _moded(example, utc, medians, modes):
+    line = _recording(example, utc, medians)
+    for label, mode in modes.items():
+        line["measurements"][label]["mode"] = mode
+    return line
+
+
+def test_a_gpu_time_is_floored_by_its_pages_gpu_times_not_by_the_pages_host_loops():
+    # plot_04's fused kernel (30.2 µs, steady within 1%) was widened ±75% by its page's wall-clock loops
+    events, loop = "cold-L2 events − launch cost", "wall-clock loop"
+    modes = {"kernel": events, "other kernel": events, "eager wall-clock loop": loop, "graph.execute": "host"}
+    lines = [
+        _moded(
+            "plot_a",
+            "1",
+            {"kernel": 1.0, "other kernel": 1.0, "eager wall-clock loop": 1.0, "graph.execute": 1.0},
+            modes,
+        ),
+        _moded(
+            "plot_a",
+            "2",
+            {"kernel": 1.01, "other kernel": 1.02, "eager wall-clock loop": 1.6, "graph.execute": 1.5},
+            modes,
+        ),
+        _moded(
+            "plot_a",
+            "3",
+            {"kernel": 1.0, "other kernel": 1.0, "eager wall-clock loop": 1.0, "graph.execute": 1.0},
+            modes,
+        ),
+    ]
+    bands = drift_bands.drift(lines)
+    page = bands["examples"]["plot_a"]
+    assert page["classes"]["graph.execute"] == "host"  # its mode decides, not its label
+    assert page["p95"] == pytest.approx(math.log(1.6))  # the page over all, as before
+    assert page["p95_by_class"]["gpu"] == pytest.approx(math.log(1.02))
+    assert drift_bands.for_label(bands, "plot_a", "kernel") == pytest.approx(math.log(1.02))
+    assert drift_bands.for_label(bands, "plot_a", "graph.execute") == pytest.approx(math.log(1.6))
+    # a label new to the page is floored by its class, told by its label when no mode was kept
+    assert drift_bands.for_label(bands, "plot_a", "new kernel") == pytest.approx(math.log(1.02))
+    assert drift_bands.for_label(bands, "plot_a", "new wall-clock loop") == pytest.approx(math.log(1.6))
+    # a ratio of two GPU times is floored by the page's GPU ratios, one with a host time by the host's
+    assert drift_bands.for_ratio(bands, "plot_a", "kernel", "other kernel") < 0.02
+    assert drift_bands.for_ratio(bands, "plot_a", "kernel", "eager wall-clock loop") > 0.4
+    h = {"name": "k", "value": 1.0, "unit": "µs", "low": 0.99, "high": 1.01, "measurement": "kernel"}
+    widened = drift_bands.widen_headlines([h], bands, "plot_a")[0]
+    assert widened["high"] == pytest.approx(1.01 * 1.02) and widened["drift_basis"] == "own"
+
+
+def test_a_time_headline_is_floored_by_its_pages_headlines_of_its_unit_family():
+    # plot_03's winner median (±0.7% across recordings) was widened ±58% by its page's near-zero % gap
+    def line(utc, winner, gap):
+        return {
+            **_recording("plot_a", utc, {"m": 1.0}),
+            "headlines": [
+                {"name": "winner median", "value": winner, "unit": "µs"},
+                {"name": "gap", "value": gap, "unit": "%"},
+            ],
+        }
+
+    bands = drift_bands.drift([line("1", 80.0, 0.5), line("2", 80.4, 0.1), line("3", 80.0, 0.6)])
+    page = bands["examples"]["plot_a"]
+    assert page["headline_p95"] == pytest.approx(math.log(6.0))
+    assert page["headline_p95_by_class"]["time"] == pytest.approx(math.log(80.4 / 80.0))
+    assert drift_bands.for_headline(bands, "plot_a", "gap") == pytest.approx(math.log(6.0))
+    winner = {"name": "winner median", "value": 80.0, "unit": "µs", "low": 79.9, "high": 80.1}
+    assert drift_bands.widen_headlines([winner], bands, "plot_a")[0]["drift"] == pytest.approx(math.log(80.4 / 80.0))
+
+
+def test_a_drift_file_without_classes_keeps_the_pages_floor_over_all():
+    page = {"p95": 0.5, "labels": {"kernel": 0.01}}
+    assert drift_bands.for_label({"examples": {"plot_a": page}}, "plot_a", "kernel") == 0.5
+
+
+def test_history_keeps_each_measurements_mode():
+    rec = {
+        "example": "plot_a",
+        "environment": {},
+        "measurements": [{"label": "k", "median_ms": 1.0, "q1_ms": 1.0, "q3_ms": 1.0, "n": 3, "mode": "host"}],
+    }
+    assert history.entry_from_record(rec)["measurements"]["k"]["mode"] == "host"

@@ -44,6 +44,9 @@ __all__ = [
     "is_widened",
     "is_signed",
     "SIGNED",
+    "HOST_MODES",
+    "timing_class",
+    "headline_class",
 ]
 
 DRIFT_PAIRS = 4
@@ -72,6 +75,62 @@ def is_signed(headline: dict[str, Any]) -> bool:
 def _widens(headline: dict[str, Any]) -> bool:
     """Whether :func:`widen_headlines` widens a headline of this unit: by a log drift, or in its unit if signed."""
     return headline.get("unit") in DRIFT_UNITS or is_signed(headline)
+
+
+HOST_MODES = ("wall-clock", "host")
+"""Measurement modes (prefixes) that time the host as well as the GPU: back-to-back loops, host costs,
+replay loops. Their re-recording drift follows the lease's CPU (often ±20–80%), a GPU event time's
+a few percent; :func:`drift` keeps a page's quantiles for each class apart (:func:`timing_class`)."""
+_HOST_WORDS = ("wall-clock", " loop", "replay", "host")
+UNIT_FAMILIES = {
+    "µs": "time",
+    "us": "time",
+    "ms": "time",
+    "s": "time",
+    "GB/s": "rate",
+    "TB/s": "rate",
+    "TFLOP/s": "rate",
+    "tokens/s": "rate",
+}
+"""A headline's unit family (:func:`headline_class`): a page's headline quantile is kept per family."""
+
+
+def timing_class(label: str, mode: str | None = None) -> str:
+    """``"host"`` for a measurement that times the host (a mode in :data:`HOST_MODES`), else ``"gpu"``.
+
+    Without its mode (history written before modes were kept), its label decides: one naming a
+    wall-clock loop, a replay loop or a host cost is ``"host"``.
+
+    Example
+    -------
+    >>> timing_class("x", "wall-clock loop"), timing_class("x", "cold-L2 events − launch cost")
+    ('host', 'gpu')
+    >>> timing_class("cuDNN wall-clock loop K=64"), timing_class("cuDNN graph decode Hkv=8")
+    ('host', 'gpu')
+    """
+    if mode:
+        return "host" if str(mode).startswith(HOST_MODES) else "gpu"
+    return "host" if any(w in label for w in _HOST_WORDS) else "gpu"
+
+
+def headline_class(headline: dict[str, Any]) -> str:
+    """The family of a headline's unit (:data:`UNIT_FAMILIES`; ``"x"``, ``"%"`` and others are their own).
+
+    Example
+    -------
+    >>> headline_class({"unit": "µs"}), headline_class({"unit": "x"})
+    ('time', 'x')
+    """
+    unit = str(headline.get("unit") or "")
+    return UNIT_FAMILIES.get(unit, unit)
+
+
+def _by_class(values: list[tuple[str, float]], quantile: Any) -> dict[str, float]:
+    """``quantile`` of the values of each class, from ``(class, value)`` pairs."""
+    groups: dict[str, list[float]] = {}
+    for cls, v in values:
+        groups.setdefault(cls, []).append(v)
+    return {cls: quantile(vs) for cls, vs in groups.items()}
 
 
 DRIFT = "drift.json"
@@ -150,6 +209,21 @@ def _ratio_changes(steps: list[dict[str, float]]) -> list[float]:
     for step in steps:
         values = sorted(step.values())
         out += [abs(x - y) for i, x in enumerate(values) for y in values[i + 1 :]]
+    return out
+
+
+def _pair_class(a: str, b: str, classes: dict[str, str]) -> str:
+    """A ratio's timing class: ``"gpu"`` when both its measurements time the GPU alone, else ``"host"``."""
+    both = {classes.get(a) or timing_class(a), classes.get(b) or timing_class(b)}
+    return "gpu" if both == {"gpu"} else "host"
+
+
+def _ratio_changes_by_class(steps: list[dict[str, float]], classes: dict[str, str]) -> list[tuple[str, float]]:
+    """:func:`_ratio_changes`, each with its pair's class (:func:`_pair_class`)."""
+    out = []
+    for step in steps:
+        items = sorted(step.items())
+        out += [(_pair_class(a, b, classes), abs(x - y)) for i, (a, x) in enumerate(items) for b, y in items[i + 1 :]]
     return out
 
 
@@ -421,12 +495,20 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
     heads: dict[str, float] = {}
     heads_abs: dict[str, float] = {}
     head_changes: list[float] = []
+    by_class: list[tuple[str, float]] = []
+    head_by_class: list[tuple[str, float]] = []
+    modes = {
+        label: m.get("mode") for e in entries for label, m in (e.get("measurements") or {}).items() if m.get("mode")
+    }
     pairs = _comparable_pairs(entries)[-DRIFT_PAIRS:]
     signed = [_pair_changes(prev, cur) for prev, cur in pairs]
+    classes: dict[str, str] = {}
     for step in signed:
         for label, change in step.items():
             changes_.append(abs(change))
             labels[label] = max(labels.get(label, 0.0), abs(change))
+            classes[label] = timing_class(label, modes.get(label))
+            by_class.append((classes[label], abs(change)))
     for prev, cur in pairs:
         old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
         for h in cur.get("headlines", []):
@@ -439,10 +521,12 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
             if isinstance(before, (int, float)) and isinstance(now, (int, float)) and before > 0 and now > 0:
                 change = abs(math.log(now / before))
                 head_changes.append(change)
+                head_by_class.append((headline_class(h), change))
                 heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
     part: dict[str, Any] = {"pairs": len(signed), "summary": None}
     if changes_ or head_changes or heads_abs:
         ratios = _ratio_changes(signed)
+        ratio_classes = _ratio_changes_by_class(signed, classes)
         # sorted once here: the site-wide quantiles then sort runs already in order (timsort merges them)
         part.update(changes=sorted(changes_), head_changes=sorted(head_changes), ratio_changes=sorted(ratios))
         part["summary"] = {
@@ -454,6 +538,12 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "changes": signed,
             "ratio_p90": _quantile_of(ratios, RATIO_QUANTILE),
             "ratio_floor": _quantile_of(ratios, RATIO_FLOOR_QUANTILE),
+            # the floors again, per timing class (a GPU time is not floored by a host loop's drift)
+            "classes": classes,
+            "p95_by_class": _by_class(by_class, _p95),
+            "headline_p95_by_class": _by_class(head_by_class, _p95),
+            "ratio_p90_by_class": _by_class(ratio_classes, lambda v: _quantile_of(v, RATIO_QUANTILE)),
+            "ratio_floor_by_class": _by_class(ratio_classes, lambda v: _quantile_of(v, RATIO_FLOOR_QUANTILE)),
         }
     return part
 
@@ -500,16 +590,23 @@ def _lookup(bands: dict[str, Any], page: str, key: str, table: str, page_p95: st
 
 
 def _lookup_basis(
-    bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str
+    bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str, cls: str | None = None
 ) -> tuple[float, str]:
-    """:func:`_lookup`, with where it came from (:func:`drift_basis`)."""
+    """:func:`_lookup`, with where it came from (:func:`drift_basis`).
+
+    With ``cls`` and a drift file that keeps the page's quantile per class (``<page_p95>_by_class``),
+    the floor is the quantile over that class alone (the page's over all, where the class has none)."""
     if not bands:
         return 0.0, "none"
     entry = _page(bands, page)
     if entry is None:
         return float(bands.get(site_p95) or 0.0), "site"
     own = entry.get(table) or {}
-    return max(float(entry.get(page_p95) or 0.0), float(own.get(key, 0.0))), ("own" if key in own else "page")
+    floor = entry.get(page_p95)
+    per_class = entry.get(f"{page_p95}_by_class")
+    if per_class is not None and cls is not None:  # the page's quantile over its own class, where kept
+        floor = per_class.get(cls, floor)
+    return max(float(floor or 0.0), float(own.get(key, 0.0))), ("own" if key in own else "page")
 
 
 def for_label(bands: dict[str, Any], page: str, label: str) -> float:
@@ -535,7 +632,13 @@ def for_label(bands: dict[str, Any], page: str, label: str) -> float:
     >>> for_label({}, "plot_05_sdpa_causal", "cuDNN graph")
     0.0
     """
-    return _lookup(bands, page, label, "labels", "p95", "global_p95")
+    return _label_drift(bands, page, label)[0]
+
+
+def _label_drift(bands: dict[str, Any], page: str, label: str) -> tuple[float, str]:
+    """:func:`for_label`, with its basis: floored by the page's p95 over measurements of its timing class."""
+    classes = (_page(bands, page) or {}).get("classes") or {}
+    return _lookup_basis(bands, page, label, "labels", "p95", "global_p95", classes.get(label) or timing_class(label))
 
 
 def for_headline(bands: dict[str, Any], page: str, name: str) -> float:
@@ -612,11 +715,16 @@ def _ratio_drift(bands: dict[str, Any], page: str, a: str, b: str) -> tuple[floa
     entry = _page(bands, page)
     if entry is not None:
         seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
+        cls = _pair_class(a, b, entry.get("classes") or {})
         if len(seen) >= RATIO_MIN_PAIRS:
-            return max(max(seen), float(entry.get("ratio_floor", entry.get("ratio_p90")) or 0.0)), "own"
+            floor = entry.get("ratio_floor", entry.get("ratio_p90"))
+            if "ratio_floor_by_class" in entry:  # floored by the page's ratios of the same timing class
+                floor = entry["ratio_floor_by_class"].get(cls, floor)
+            return max(max(seen), float(floor or 0.0)), "own"
         pairs = len(entry.get("changes") or [])
         if "global_ratio_p90" in bands and pairs >= RATIO_MIN_PAIRS and entry.get("ratio_p90") is not None:
-            return float(entry["ratio_p90"]), "page"  # a ratio new to a page with a history: the page's ratios
+            page_p90 = (entry.get("ratio_p90_by_class") or {}).get(cls, entry["ratio_p90"])
+            return float(page_p90), "page"  # a ratio new to a page with a history: the page's ratios of its class
     if "global_ratio_p90" in bands:
         site, own_page = float(bands["global_ratio_p90"]), float((entry or {}).get("ratio_p90") or 0.0)
         return max(site, own_page), ("page" if own_page > site else "site")
@@ -649,10 +757,10 @@ def _drift_of(bands: dict[str, Any], page: str, h: dict[str, Any]) -> tuple[floa
     if h.get("kind") == "comparison" and "candidate_measurement" in h:
         return _ratio_drift(bands, page, h["baseline_measurement"], h["candidate_measurement"])
     if "measurement" in h and h.get("unit") != "%":
-        return _lookup_basis(bands, page, h["measurement"], "labels", "p95", "global_p95")
+        return _label_drift(bands, page, h["measurement"])
     # a share ("% of copy bandwidth") is a ratio of two timings that move together between leases
     # (clocks, power): it is widened by how far the share itself moved, not its measurement's time
-    return _lookup_basis(bands, page, h["name"], "headlines", "headline_p95", "global_headline_p95")
+    return _lookup_basis(bands, page, h["name"], "headlines", "headline_p95", "global_headline_p95", headline_class(h))
 
 
 def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str) -> list[dict[str, Any]]:

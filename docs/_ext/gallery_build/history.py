@@ -170,6 +170,7 @@ def entry_from_record(record: dict[str, Any]) -> dict[str, Any]:
                 "n": m["n"],
                 "launch_cost_ms": m.get("launch_cost_ms", 0.0),
                 "timing_method": m.get("timing_method"),
+                "mode": m.get("mode"),
             }
             for m in record.get("measurements", [])
         },
