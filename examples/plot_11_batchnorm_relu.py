@@ -144,12 +144,12 @@ for name, fn in (
 # ------------------------------
 # The BatchNorm → ReLU after each stage's 3×3 convolution at batch 64, channels 64 → 512
 # as the resolution halves. Bytes: read x, write y (counted once: a two-pass training
-# forward reads x twice, so from DRAM it shows at most 2/3). Each stage compiles its own
-# ``torch.compile`` with ``dynamic=False``, for that stage's shape as a model with these
-# layers would; left at ``dynamic=None``, Dynamo would compile the later stages once for
-# symbolic shapes (:doc:`/methodology`, "Fair baselines"). Each stage's graphs are
-# built, and its training output checked, when first timed
-# (``batchnorm_stages.stage_contenders``).
+# forward reads x twice, so its GB/s can understate its DRAM traffic by up to a third).
+# Each stage compiles its own ``torch.compile`` with ``dynamic=False``, for that stage's
+# shape as a model with these layers would; left at ``dynamic=None``, Dynamo would
+# compile the later stages once for symbolic shapes (:doc:`/methodology`, "Fair
+# baselines"). Each stage's graphs are built, and its training output checked, when
+# first timed (``batchnorm_stages.stage_contenders``).
 from cudnn_guide.measure import sweep
 
 STAGES = {

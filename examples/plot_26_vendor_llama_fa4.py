@@ -7,10 +7,10 @@ NVIDIA publishes its own H200 comparison of cuDNN and FlashAttention-4 (cudnn-fr
 8 key/value heads, head dim 128, 2k to 32k tokens, causal and not, forward and backward.
 This page builds that layer with the frontend, runs the same tensors through
 FlashAttention-4, checks both against PyTorch, and then re-measures every one of the
-vendor's bf16 shapes, with the vendor's numbers beside ours. What each backend's first
-call costs a fresh process (cuDNN's plan build, FlashAttention-4's compile), and
-whether PyTorch's SDPA routes to FlashAttention-4, is on the
-:ref:`first-call page <sphx_glr_auto_examples_plot_28_first_call.py>`.
+vendor's bf16 shapes (non-deterministic backward), with its numbers beside ours.
+What each backend's first call costs a fresh process (cuDNN's plan build,
+FlashAttention-4's compile), and whether PyTorch's SDPA routes to FlashAttention-4,
+is on the :ref:`first-call page <sphx_glr_auto_examples_plot_28_first_call.py>`.
 
 What you will learn:
 
