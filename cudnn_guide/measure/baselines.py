@@ -21,6 +21,7 @@ from cudnn_guide.errors import CheckFailedError
 
 __all__ = [
     "RECOMPILE_LIMIT",
+    "SDPA_BACKEND_NAMES",
     "admit",
     "admit_backward",
     "band_attention",
@@ -112,6 +113,14 @@ def sdpa_backends() -> dict[str, Any]:
         "PyTorch mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
         "PyTorch cuDNN": SDPBackend.CUDNN_ATTENTION,
     }
+
+
+SDPA_BACKEND_NAMES = {
+    "PyTorch flash": "PyTorch SDPA, flash backend (FlashAttention-2)",
+    "PyTorch mem-efficient": "PyTorch SDPA, memory-efficient backend",
+    "PyTorch cuDNN": "PyTorch SDPA, cuDNN backend",
+}
+""":func:`sdpa_backends`' short names → the names pages show: on torch 2.11 the flash backend is FlashAttention-2."""
 
 
 def forced_sdpa(backend: Any, **sdpa_kwargs: Any) -> Callable[..., Any]:

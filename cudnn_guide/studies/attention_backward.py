@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cudnn_guide.measure import baselines
+
 __all__ = [
     "BACKEND_NAMES",
     "TrainingSweep",
@@ -39,11 +41,7 @@ __all__ = [
     "training_pair",
 ]
 
-BACKEND_NAMES = {
-    "PyTorch flash": "PyTorch SDPA, flash backend (FlashAttention-2)",
-    "PyTorch mem-efficient": "PyTorch SDPA, memory-efficient backend",
-    "PyTorch cuDNN": "PyTorch SDPA, cuDNN backend",
-}
+BACKEND_NAMES = baselines.SDPA_BACKEND_NAMES
 """The display name of each of :func:`~cudnn_guide.measure.baselines.sdpa_backends`' backends on the page."""
 
 _LEGEND_IN = 2.6

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cudnn_guide.measure import baselines
+
 __all__ = [
     "BACKEND_NAMES",
     "TOKENS",
@@ -39,11 +41,7 @@ __all__ = [
     "torch_sdpa",
 ]
 
-BACKEND_NAMES = {
-    "PyTorch flash": "PyTorch SDPA, flash backend (FlashAttention-2)",
-    "PyTorch mem-efficient": "PyTorch SDPA, memory-efficient backend",
-    "PyTorch cuDNN": "PyTorch SDPA, cuDNN backend",
-}
+BACKEND_NAMES = baselines.SDPA_BACKEND_NAMES
 """:func:`~cudnn_guide.measure.baselines.sdpa_backends`' names → the names the page gives them (on torch 2.11 the
 flash backend is FlashAttention-2)."""
 

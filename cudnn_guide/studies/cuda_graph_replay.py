@@ -215,20 +215,20 @@ def overhead_text(overhead: Mapping[str, float]) -> str:
     Returns
     -------
     str
-        ``"+0.30 µs/call, 95% CI -0.20 to +0.80 µs"``; when the interval holds 0, prefixed with
+        ``"+0.30 µs/call, in-run 95% interval -0.20 to +0.80 µs"``; when the interval holds 0, prefixed with
         ``"no overhead this measurement can resolve:"`` and a line break (with four spaces), so
         that a printed line stays short.
 
     Example
     -------
     >>> overhead_text({"value": 0.5, "low": 0.25, "high": 0.75})
-    '+0.50 µs/call, 95% CI +0.25 to +0.75 µs'
+    '+0.50 µs/call, in-run 95% interval +0.25 to +0.75 µs'
     >>> print(overhead_text({"value": 0.5, "low": -0.25, "high": 0.75}))
     no overhead this measurement can resolve:
-        +0.50 µs/call, 95% CI -0.25 to +0.75 µs
+        +0.50 µs/call, in-run 95% interval -0.25 to +0.75 µs
     """
     low, high = overhead["low"], overhead["high"]
-    text = f"{overhead['value']:+.2f} µs/call, 95% CI {low:+.2f} to {high:+.2f} µs"
+    text = f"{overhead['value']:+.2f} µs/call, in-run 95% interval {low:+.2f} to {high:+.2f} µs"
     if low <= 0 <= high:
         text = f"no overhead this measurement can resolve:\n    {text}"
     return text

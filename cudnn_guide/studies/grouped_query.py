@@ -21,6 +21,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cudnn_guide.measure import baselines
 from cudnn_guide.measure.baselines import refusal
 from cudnn_guide.report.prose import listed
 
@@ -45,7 +46,7 @@ __all__ = [
 CANDIDATE = "cuDNN graph"
 """The cuDNN graph's name among the contenders."""
 
-SELF = "PyTorch cuDNN"
+SELF = baselines.SDPA_BACKEND_NAMES["PyTorch cuDNN"]
 """PyTorch's SDPA on its cuDNN backend: cuDNN's own kernel, shown but not counted as a rival."""
 
 KV_HEADS = (32, 8, 1)
@@ -189,7 +190,7 @@ def race(
     from cudnn_guide.graphs import attention, attention_inputs
     from cudnn_guide.measure import baselines, compare, fa4
 
-    backends = baselines.sdpa_backends()
+    backends = {baselines.SDPA_BACKEND_NAMES.get(n, n): be for n, be in baselines.sdpa_backends().items()}
     results, kv_bytes = {}, {}
     for phase, (batch, s_q, s_kv) in phases.items():
         for heads in kv_heads:
@@ -332,9 +333,9 @@ def fastest_other(c: Any) -> str | None:
     Example
     -------
     >>> from types import SimpleNamespace
-    >>> c = SimpleNamespace(versus={"PyTorch cuDNN": {"value": 0.9}, "PyTorch flash": {"value": 1.2}})
+    >>> c = SimpleNamespace(versus={SELF: {"value": 0.9}, "PyTorch SDPA, flash backend": {"value": 1.2}})
     >>> fastest_other(c)
-    'PyTorch flash'
+    'PyTorch SDPA, flash backend'
     """
     others = [n for n in c.versus if n != SELF and "(control" not in n]
     return min(others, key=lambda n: c.versus[n]["value"], default=None)
@@ -376,7 +377,7 @@ def fastest(c: Any) -> tuple[str, list[str]]:
 
 
 def short(name: str) -> str:
-    """The name without its version (``"FlashAttention-4 (flash-attn-4 …)"``); the graph as "the cuDNN graph".
+    """The name without its package version (``"FlashAttention-4 (flash-attn-4 …)"``); the graph as "the cuDNN graph".
 
     Parameters
     ----------
@@ -392,8 +393,10 @@ def short(name: str) -> str:
     -------
     >>> short("FlashAttention-4 (flash-attn-4 4.0.0b36)"), short(CANDIDATE)
     ('FlashAttention-4', 'the cuDNN graph')
+    >>> short("PyTorch SDPA, flash backend (FlashAttention-2)")
+    'PyTorch SDPA, flash backend (FlashAttention-2)'
     """
-    return "the cuDNN graph" if name == CANDIDATE else name.split(" (")[0]
+    return "the cuDNN graph" if name == CANDIDATE else name.split(" (flash-attn")[0]
 
 
 def _heads(n: int) -> str:

@@ -60,10 +60,10 @@ def test_added_rows_and_the_overhead_in_words():
         {"launch": "bind", "host µs added per call": 0.25, "95% interval": "-0.12 to +0.50"},
         {"launch": "checks pack", "host µs added per call": 2.0, "95% interval": "+1.50 to +3.00"},
     ]
-    resolved = "+2.00 µs/call, 95% CI +1.50 to +3.00 µs"
+    resolved = "+2.00 µs/call, in-run 95% interval +1.50 to +3.00 µs"
     assert cgr.overhead_text(adds["checks pack"]) == resolved
     assert cgr.overhead_text(adds["bind"]) == (
-        "no overhead this measurement can resolve:\n    +0.25 µs/call, 95% CI -0.12 to +0.50 µs"
+        "no overhead this measurement can resolve:\n    +0.25 µs/call, in-run 95% interval -0.12 to +0.50 µs"
     )
     assert cgr.overhead_text({"value": -0.5, "low": -1.0, "high": 0.0}).startswith("no overhead")  # 0 at an end
 
@@ -77,7 +77,8 @@ def test_the_unresolved_overhead_prints_in_short_lines_and_reads_as_one_sentence
     rows = _rows([2.0, 5.0, 9.0], [30.0, 31.0, 30.0], [10.0, 10.0, 10.0])
     said = cgr.conclusions(per_process, levels, rows, SIZES, 64, text)[1]
     assert said.endswith(
-        "in this process: no overhead this measurement can resolve: +0.13 µs/call, 95% CI -2.39 to +1.20 µs."
+        "in this process: no overhead this measurement can resolve: "
+        "+0.13 µs/call, in-run 95% interval -2.39 to +1.20 µs."
     )
 
 
@@ -255,7 +256,9 @@ def test_conclusions_on_two_levels_with_a_crossover():
     per_process = [_process(13.0, 30.0, 10.0), _process(13.2, 33.0, 10.0), _process(20.0, 40.0, 8.0)]
     levels = host_levels.levels([r["host_us"] for r in per_process])
     rows = _rows([2.0, 15.0, 900.0], [30.0, 31.0, 905.0], [10.0, 16.0, 900.0])
-    sentences = cgr.conclusions(per_process, levels, rows, SIZES, 64, "+0.30 µs/call, 95% CI +0.10 to +0.50 µs")
+    sentences = cgr.conclusions(
+        per_process, levels, rows, SIZES, 64, "+0.30 µs/call, in-run 95% interval +0.10 to +0.50 µs"
+    )
     assert sentences[0] == (
         "One call of graph.execute keeps the host busy 13.1 µs (per call among back-to-back calls; "
         "compare_host, s=64; the median of the most common level of 3 fresh processes: 13.0–13.2 µs "
@@ -264,7 +267,7 @@ def test_conclusions_on_two_levels_with_a_crossover():
     )
     assert sentences[1] == (
         "This package's bind() launcher over the raw graph.execute, paired per round in this process: "
-        "+0.30 µs/call, 95% CI +0.10 to +0.50 µs."
+        "+0.30 µs/call, in-run 95% interval +0.10 to +0.50 µs."
     )
     assert sentences[2].startswith(
         "At s=64, in the 2 fresh processes of that level, a loop of 100 eager calls takes 31.5 µs per call "

@@ -22,6 +22,7 @@ from cudnn_guide.studies import grouped_query as gqa
 from cudnn_guide.studies.grouped_query import CACHE, CANDIDATE, SELF
 
 FA4 = "FlashAttention-4 (flash-attn-4 4.0.0b36)"
+FA2 = baselines.SDPA_BACKEND_NAMES["PyTorch flash"]
 
 
 def test_the_kv_cache_table_gives_bytes_per_token_and_the_cache_in_gib():
@@ -128,7 +129,8 @@ def test_the_race_checks_each_layout_then_compares_it(stand_ins, capsys):
     assert all(len(line) <= 88 for line in printed.splitlines())
     assert printed.count("\n    ") > 0  # wrapped, the rest indented
     said = " ".join(printed.split())
-    for name, backend in baselines.sdpa_backends().items():
+    for short_name, backend in baselines.sdpa_backends().items():
+        name = baselines.SDPA_BACKEND_NAMES[short_name]
         assert said.count(
             f"{name}: unavailable here (RuntimeError: No available kernel. Aborting execution. "
             f"({backend.name} kernel not used because: The stand-in refuses every layout on purpose, "
@@ -152,7 +154,7 @@ def test_a_backend_that_runs_is_admitted_after_its_check(stand_ins, monkeypatch)
 
     monkeypatch.setattr(baselines, "forced_sdpa", forced_sdpa)
     gqa.race("handle", {"prefill": PHASES["prefill"]}, q_heads=4, head_dim=8, fa4_name=None, checks=[], kv_heads=(2,))
-    assert compared[0][0] == [CANDIDATE, *baselines.sdpa_backends()]
+    assert compared[0][0] == [CANDIDATE, *baselines.SDPA_BACKEND_NAMES.values()]
     assert len(ran) == 2 * len(baselines.sdpa_backends())  # once to see that it runs, once for its check
 
 
@@ -207,8 +209,8 @@ def _results(decode_ms=(0.04, 0.012, 0.004)):
     for phase in ("prefill", "decode"):
         for heads, ms in zip((32, 8, 1), decode_ms if phase == "decode" else (1.0, 1.0, 1.0)):
             out[(phase, heads)] = _comparison(
-                {CANDIDATE: ms, "PyTorch flash": ms * 1.2, SELF: ms, FA4: ms * 0.95},
-                {"PyTorch flash": _v(1.2, "faster"), SELF: _v(1.0, "tie"), FA4: _v(0.95, "slower")},
+                {CANDIDATE: ms, FA2: ms * 1.2, SELF: ms, FA4: ms * 0.95},
+                {FA2: _v(1.2, "faster"), SELF: _v(1.0, "tie"), FA4: _v(0.95, "slower")},
             )
     return out
 
@@ -230,10 +232,10 @@ def test_each_phase_reads_as_one_sweep_over_the_kv_heads():
 
 def test_the_fastest_other_leaves_out_cudnn_itself_and_controls():
     c = _comparison(
-        {CANDIDATE: 1, SELF: 0.9, "a (control x)": 0.5, "PyTorch flash": 1.1},
-        {SELF: _v(0.9, "slower"), "a (control x)": _v(0.5, "slower"), "PyTorch flash": _v(1.1, "faster")},
+        {CANDIDATE: 1, SELF: 0.9, "a (control x)": 0.5, FA2: 1.1},
+        {SELF: _v(0.9, "slower"), "a (control x)": _v(0.5, "slower"), FA2: _v(1.1, "faster")},
     )
-    assert gqa.fastest_other(c) == "PyTorch flash"
+    assert gqa.fastest_other(c) == FA2
     assert gqa.fastest_other(_comparison({CANDIDATE: 1, SELF: 1}, {SELF: _v(1.0, "tie")})) is None
     assert gqa.median_us(c, SELF) == pytest.approx(900)
 
@@ -250,7 +252,9 @@ def test_the_fastest_is_the_graph_or_the_lead_with_those_tied():
 
 def test_short_names_and_times_in_words():
     assert gqa.short(CANDIDATE) == "the cuDNN graph" and gqa.short(FA4) == "FlashAttention-4"
-    assert gqa.short("PyTorch flash") == "PyTorch flash"
+    assert (
+        gqa.short("PyTorch SDPA, flash backend (FlashAttention-2)") == "PyTorch SDPA, flash backend (FlashAttention-2)"
+    )
     assert [gqa.times(r) for r in (3.33, 1.004, 0.25)] == ["3.3× less time", "the same time", "4.0× more time"]
 
 
@@ -267,7 +271,7 @@ def test_the_conclusions_count_and_describe_every_layout():
     )
     assert said[2] == (
         "By the comparisons' speed-ups in this run, the fastest implementation of the 6 layouts was: "
-        "FlashAttention-4 in 6. Against the fastest other implementation of each layout (PyTorch cuDNN, "
+        "FlashAttention-4 in 6. Against the fastest other implementation of each layout (PyTorch SDPA, cuDNN backend, "
         "cuDNN's own kernel, not counted), the cuDNN graph is, in this run, faster in 0, ties in 0 and is "
         "slower in 6 of 6 layouts."
     )
@@ -278,7 +282,7 @@ def test_the_conclusions_count_and_describe_every_layout():
     assert said[4].startswith(
         "* prefill, 32 K/V heads, in this run: fastest was FlashAttention-4 (950.0 µs); against the fastest"
     )
-    assert said[4].endswith("; against PyTorch cuDNN: tie (1.00×).")
+    assert said[4].endswith("; against PyTorch SDPA, cuDNN backend: tie (1.00×).")
     assert f"the cuDNN graph is {_results()[('prefill', 32)].describe(FA4)}" in said[4]
 
 
@@ -295,9 +299,9 @@ def test_the_conclusions_say_why_fa4_was_not_timed():
 def test_ties_and_host_bound_layouts_are_worded():
     results = _results()
     tie = _comparison(
-        {CANDIDATE: 0.01, "PyTorch flash": 0.0101, SELF: 0.01},
-        {"PyTorch flash": _v(1.01, "tie"), SELF: _v(1.0, "tie")},
-        host={CANDIDATE: [0.02], "PyTorch flash": [0.001]},
+        {CANDIDATE: 0.01, FA2: 0.0101, SELF: 0.01},
+        {FA2: _v(1.01, "tie"), SELF: _v(1.0, "tie")},
+        host={CANDIDATE: [0.02], FA2: [0.001]},
         wall=_comparison({CANDIDATE: 0.02}, {}),
     )
     results[("decode", 1)] = tie
@@ -310,9 +314,9 @@ def test_ties_and_host_bound_layouts_are_worded():
         "the counts above judge GPU time only."
     )
     assert said[-1].startswith(
-        "* decode, 1 K/V head, in this run: fastest was a tie of the cuDNN graph (10.0 µs), PyTorch flash "
-        "(10.1 µs) and PyTorch cuDNN (10.0 µs); against the fastest other, the cuDNN graph is a tie with "
-        "PyTorch flash"
+        "* decode, 1 K/V head, in this run: fastest was a tie of the cuDNN graph (10.0 µs), "
+        f"{FA2} (10.1 µs) and PyTorch SDPA, cuDNN backend (10.0 µs); against the fastest other, "
+        f"the cuDNN graph is a tie with {FA2}"
     )
 
 
