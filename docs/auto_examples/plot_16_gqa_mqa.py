@@ -141,8 +141,8 @@ html_table(pd.DataFrame(gqa.kv_cache_rows(D)), {gqa.CACHE: "{:.2f}"})
 # -----------------------------------------------------------------
 # For each head layout, the cuDNN graph (heuristics A, declared by
 # :func:`~cudnn_guide.graphs.attention.sdpa_graph`) races PyTorch's SDPA with
-# ``enable_gqa=True`` on each backend, forced with ``sdpa_kernel`` ("PyTorch flash" is
-# FlashAttention-2; "PyTorch cuDNN" calls cuDNN's own kernel, so it should tie) and
+# ``enable_gqa=True`` on each backend, forced with ``sdpa_kernel`` (its flash backend is
+# FlashAttention-2; its cuDNN backend calls cuDNN's own kernel, so it should tie) and
 # FlashAttention-4 (``flash_attn.cute.flash_attn_func``, on its own B×S×H×D copy), in
 # interleaved rounds. Prefill is 4 × 4096 tokens, causal; decode is one new token for
 # each of 32 sequences over 8192 cached ones, where the K/V reads dominate.
@@ -220,7 +220,7 @@ plt.show()
 # tie. The times quoted are each contender's median over all its timed calls, as in the
 # prefill table and the plot.
 # Each layout's cuDNN graph is judged against the fastest *other* implementation
-# (``grouped_query.fastest_other``): "PyTorch cuDNN" calls cuDNN's own kernel, so it
+# (``grouped_query.fastest_other``): the cuDNN backend calls cuDNN's own kernel, so it
 # stays in the tables above but is not counted as a rival. Verdicts use the in-run
 # interval; the page's record also keeps it widened by the run-to-run drift.
 from cudnn_guide.report.prose import Prose
