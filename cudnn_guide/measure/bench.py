@@ -36,6 +36,12 @@ gaps for kernels too short to time one at a time.
 
 Around every timed run the GPU's clock state is read (:mod:`cudnn_guide.measure.clocks`): throttling
 during the run becomes a warning on the measurement, and the reading is kept in its record.
+
+A callable measured again and again in one comparison (:func:`~cudnn_guide.measure.compare.compare`'s
+rounds) can carry a :class:`Rewarm` (``rewarm=``): its first measurement is made as above and keeps
+what its warm-up learned; each later one skips the first-call check, re-primes with
+:attr:`Rewarm.calls` calls instead of the timed warm-up, and sizes its spin and its number of timed
+calls from the first one's warm-up. The timed calls are made exactly as before.
 """
 
 from __future__ import annotations
@@ -67,7 +73,42 @@ from cudnn_guide.measure.measurement import (
     spread_warnings,
 )
 
-__all__ = ["BenchOptions", "benchmark", "measure", "peak_memory_mib"]
+__all__ = ["BenchOptions", "Rewarm", "benchmark", "measure", "peak_memory_mib"]
+
+
+@dataclasses.dataclass
+class Rewarm:
+    """A callable's first full warm-up, kept for its later measurements in the same comparison.
+
+    :func:`measure` fills it in on the first measurement that carries it (the first-call check and
+    the timed warm-up of ``warmup_ms``, as without it); every later measurement that carries it
+    skips the check (the callable passed it), runs ``calls`` calls (flush before each, one
+    synchronize after) instead of the timed warm-up, and sizes its spin and its number of timed
+    calls from ``host_ms`` and ``est_ms``. :func:`~cudnn_guide.measure.compare.compare` gives each
+    contender its own, so that from its second round on a contender pays a few calls, not a warm-up.
+
+    Example
+    -------
+    >>> primed = Rewarm(calls=2)
+    >>> first = measure(launch, "cudnn", BenchOptions(l2="cold", rewarm=primed))  # full warm-up
+    >>> later = measure(launch, "cudnn", BenchOptions(l2="cold", rewarm=primed))  # 2 calls, same sizing
+    """
+
+    calls: int = 2
+    """Warm-up calls of a later measurement (at least one)."""
+    host_ms: float | None = None
+    """Median host time per call in the full warm-up: sizes the spin before each timed call."""
+    est_ms: float | None = None
+    """Wall time per call (flush included) of the full warm-up's last batch: sizes the timed run."""
+
+    def __post_init__(self) -> None:
+        if self.calls < 1:
+            raise ValueError(f"Rewarm.calls must be at least 1, got {self.calls}")
+
+    @property
+    def primed(self) -> bool:
+        """Whether a full warm-up has filled it in."""
+        return self.host_ms is not None and self.est_ms is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +147,10 @@ class BenchOptions:
         If given and the call returns a tensor, its shape must match.
     ``params``
         Free-form metadata (implementation, problem size) carried into tables and records.
+    ``rewarm``
+        A :class:`Rewarm` shared by the measurements of one callable in one comparison: the first
+        warms up in full and fills it in, the later ones re-prime with a few calls and reuse its
+        sizing. ``None`` (the default): a full warm-up and first-call check every time.
 
     Raises
     ------
@@ -132,6 +177,7 @@ class BenchOptions:
     subtract_launch_cost: bool = True
     expect_shape: Sequence[int] | None = None
     params: Mapping[str, Any] | None = None
+    rewarm: Rewarm | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.l2 not in L2_MODES:
@@ -161,7 +207,7 @@ def benchmark(fn: Callable[[], Any], *, label: str, l2: str, **settings: Any) ->
     settings:
         Any other field of :class:`BenchOptions` (``flops``, ``bytes``, ``budget_ms``,
         ``warmup_ms``, ``min_reps``, ``max_reps``, ``precision``, ``host_reps``, ``cuda_graph``,
-        ``calls_per_graph``, ``subtract_launch_cost``, ``expect_shape``, ``params``).
+        ``calls_per_graph``, ``subtract_launch_cost``, ``expect_shape``, ``params``, ``rewarm``).
 
     Returns
     -------
@@ -213,18 +259,28 @@ def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measure
     -------
     >>> m = measure(launch, "cudnn fused", BenchOptions(l2="cold", flops=2 * M * N * K))
     """
-    _first_call(fn, label, options)
+    rewarm = options.rewarm
+    primed = rewarm is not None and rewarm.primed
+    if not primed:
+        _first_call(fn, label, options)
     flush = l2_flush_buffer() if options.l2 == "cold" else None
     subtract = options.subtract_launch_cost and not options.cuda_graph
     cost_ms = launch_cost()["overhead_us"] / 1e3 if subtract else 0.0
-    host, est = _warm_up(fn, flush, label, options.warmup_ms)
+    if primed:
+        _re_prime(fn, flush, label, rewarm.calls)
+        host_ms, est = rewarm.host_ms, rewarm.est_ms
+    else:
+        host, est = _warm_up(fn, flush, label, options.warmup_ms)
+        host_ms = statistics.median(host)
+        if rewarm is not None:
+            rewarm.host_ms, rewarm.est_ms = host_ms, est
 
     clock_before = clocks.sample()
     t_run = time.perf_counter()
     if options.cuda_graph:
         samples, mode, reps = _time_graph_replays(fn, label, options, est)
     else:
-        samples, mode, reps = _time_events(fn, flush, label, options, est, statistics.median(host), cost_ms)
+        samples, mode, reps = _time_events(fn, flush, label, options, est, host_ms, cost_ms)
     # read the clocks the moment the timed run ends, before anything idles the GPU
     clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
 
@@ -330,6 +386,18 @@ def _warm_up(fn: Callable[[], Any], flush: Any, label: str, warmup_ms: float) ->
         if len(host) >= 2 and ((now - t_start) * 1e3 >= warmup_ms or len(host) >= 10_000):
             return host, est
         batch = min(2 * batch, 1024)
+
+
+def _re_prime(fn: Callable[[], Any], flush: Any, label: str, calls: int) -> None:
+    """``calls`` calls, each after the flush (cold L2), then a synchronize: a warm-up already paid for
+    (:class:`Rewarm`), repeated only to bring the callable's code and data back after other work ran."""
+    import torch
+
+    for _ in range(calls):
+        if flush is not None:
+            flush.zero_()
+        call_checked(fn, label)
+    torch.cuda.synchronize()
 
 
 def _time_events(

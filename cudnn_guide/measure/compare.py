@@ -19,6 +19,16 @@ value. An interval that straddles a band edge runs to the cap. ``min_rounds=roun
 Each contender's host time per call is measured in its first round only (it does not change
 between rounds, and each such call waits for the GPU).
 
+**Warm-up once per comparison.** A contender's first round checks it, warms it up for
+``warmup_ms`` (GPU time included) and sizes its run, as :func:`~cudnn_guide.measure.bench.benchmark`
+does alone. From its second round on it is re-primed with :data:`REWARM_CALLS` calls (after the
+other contenders ran) instead: no first-call check, no timed warm-up, and its spin and number of
+timed calls are sized from that first warm-up (:class:`~cudnn_guide.measure.bench.Rewarm`, one per
+contender, the candidate's repeat included). The GPU was busy with the round's other contenders
+just before, so its clocks are already up. What each round times (spin, flush, events, calls) is
+unchanged. ``rewarm=False``, or :data:`REWARM` set to ``False``, gives every round the full
+warm-up again (the rule before issue 34), for an A/B of the two (``tools/warmup_probe.py``).
+
 **One launch-cost rule per comparison.** The harness subtracts the measured launch cost from
 each event time unless it is too large a share of the call. A comparison applies one rule to
 every contender: when any timed call of any contender kept its raw event times, every contender
@@ -38,13 +48,15 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure.bench import benchmark
+from cudnn_guide.measure.bench import Rewarm, benchmark
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
 __all__ = [
     "ADAPTIVE_HALF_WIDTH",
     "ADAPTIVE_MIN_ROUNDS",
+    "REWARM",
+    "REWARM_CALLS",
     "settled",
     "Comparison",
     "compare",
@@ -62,6 +74,11 @@ ADAPTIVE_MIN_ROUNDS = 7
 """:func:`compare` may stop after this many rounds (or ``min_rounds``), once every verdict is settled."""
 ADAPTIVE_HALF_WIDTH = 0.05
 """A settled interval is no wider than ±5% of its value (the site's headline aim is ±15%)."""
+REWARM = True
+""":func:`compare`'s default: warm each contender up in full in its first round only, and re-prime it
+with :data:`REWARM_CALLS` calls in the later ones. ``False``: the full warm-up every round."""
+REWARM_CALLS = 2
+"""Calls that re-prime a contender from its second round on (:data:`REWARM`)."""
 
 
 @dataclass
@@ -205,6 +222,7 @@ def compare(
     tag: str = "",
     seed: int = 0,
     wall_clock: bool | None = None,
+    rewarm: bool | None = None,
     **bench_kwargs: Any,
 ) -> Comparison:
     """Time ``contenders`` in interleaved rounds and judge ``candidate`` against each other one, with an interval.
@@ -240,8 +258,14 @@ def compare(
         Also race the contenders in back-to-back loops (:func:`compare_loops`) and keep that verdict
         in :attr:`Comparison.wall`. ``None`` (default): only when a contender's host time may bound
         such a loop (:func:`host_bound`).
+    rewarm
+        Warm each contender up in full in its first round only, and re-prime it with
+        :data:`REWARM_CALLS` calls (sized from that first warm-up) in the later ones; ``False``:
+        the full warm-up and first-call check every round. ``None`` (default): :data:`REWARM`.
+        What each round times is the same either way.
     bench_kwargs
-        More keywords for :func:`~cudnn_guide.measure.bench.benchmark` (``cuda_graph``, ``warmup_ms``, ...).
+        More keywords for :func:`~cudnn_guide.measure.bench.benchmark` (``cuda_graph``, ``warmup_ms``
+        (each contender's first round), ...).
 
     Returns
     -------
@@ -265,10 +289,13 @@ def compare(
 
     host_reps = bench_kwargs.pop("host_reps", None)  # a caller's count applies to the first round
     hosted: set[str] = set()
+    # one per contender (the repeat its own): a full warm-up in its first round, a few calls after
+    primed: dict[str, Rewarm] | None = {} if (REWARM if rewarm is None else rewarm) else None
 
     def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
         first = name not in hosted and not name.endswith(_REPEAT)  # host time: first round only
         hosted.add(name)
+        warm = {} if primed is None else {"rewarm": primed.setdefault(name, Rewarm(REWARM_CALLS))}
         return benchmark(
             fn,
             label=f"{name} {tag}".strip(),
@@ -279,6 +306,7 @@ def compare(
             precision=None,
             params={**(params or {}), "impl": name},
             host_reps=host_reps if first else 0,
+            **warm,
             **bench_kwargs,
         )
 

@@ -406,3 +406,102 @@ def test_rejudging_takes_another_candidates_per_round_ratios_from_the_same_round
     slower = compare.rejudged(cmp, "b", ["a"])
     assert slower.versus["a"]["verdict"] == "slower" and slower.versus["a"]["value"] == pytest.approx(0.5)
     assert cmp.candidate == "a" and list(cmp.versus) == ["b"]  # the original is unchanged
+
+
+class _FakeClockGPU:
+    """Runs the real compare → benchmark → measure path on the CPU: each call of a contender advances a
+    fake clock by its time, timed calls come from a stand-in ``time_each``, and every call is logged as
+    ``(contender, phase)`` where phase is ``"untimed"`` (check, warm-up, host time) or ``"timed"``."""
+
+    def __init__(self, monkeypatch, times_ms):
+        from cudnn_guide import environment
+        from cudnn_guide.measure import bench
+
+        self.now, self.log, self.times, self.reps = 0.0, [], times_ms, []
+        clock = type("clock", (), {"perf_counter": staticmethod(lambda: self.now)})
+        monkeypatch.setattr(bench, "time", clock)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(environment, "require_gpu", lambda *a: None)
+        monkeypatch.setattr(bench, "launch_cost", lambda: {"overhead_us": 0.0})
+        monkeypatch.setattr(bench, "time_each", self.time_each)
+        real = compare.benchmark
+
+        def benchmark(fn, *, label, **kw):  # marks where each measurement begins
+            self.log.append((label.removesuffix(" (repeat)"), "begin"))
+            return real(fn, label=label, **kw)
+
+        monkeypatch.setattr(compare, "benchmark", benchmark)
+
+    def contender(self, name):
+        def call():
+            self.log.append((name, "untimed"))
+            self.now += self.times[name] / 1e3
+
+        return call
+
+    def time_each(self, fn, flush, reps, label, spin_ms):
+        self.reps.append((label, reps))
+        name = label.removesuffix(" (repeat)")
+        self.log += [(name, "timed")] * reps
+        return [self.times[name]] * reps
+
+
+def _untimed_per_timing(log):
+    """Each contender's untimed calls in each of its measurements (check, warm-up, host time), in order."""
+    out = {}
+    for name, phase in log:
+        if phase == "begin":
+            out.setdefault(name, []).append(0)
+        elif phase == "untimed":
+            out[name][-1] += 1
+    return out
+
+
+def test_a_contender_warms_up_in_full_in_its_first_round_only(monkeypatch):
+    # 1 ms calls: the first-call check (1), the warm-up of warmup_ms=5 in doubling batches (1 + 2 + 4),
+    # and in its first round the host time (one call per timed call, at most 20: 9 here) - then 2 calls a round
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
+    contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
+    c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
+    untimed = _untimed_per_timing(gpu.log)
+    # the candidate runs twice a round (its repeat: its own first round, no host time)
+    assert untimed["torch"] == [1 + 7 + 9] + [compare.REWARM_CALLS] * 4
+    assert sorted(untimed["cudnn"][:2]) == [1 + 7, 1 + 7 + 9] and untimed["cudnn"][2:] == [compare.REWARM_CALLS] * 8
+    # what each round times is unchanged: the same number of calls every round, sized from the first warm-up
+    assert {reps for _, reps in gpu.reps} == {9}
+    assert [len(c.measurements[n].samples_ms) for n in contenders] == [45, 45]
+    assert c.rounds == 5 and c.versus["torch"]["verdict"] == "tie"
+
+
+def test_rewarm_off_gives_every_round_the_full_warm_up(monkeypatch):
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
+    contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
+    compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, rewarm=False, wall_clock=False)
+    assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 9] + [1 + 7] * 4
+    gpu.log.clear()
+    monkeypatch.setattr(compare, "REWARM", False)  # the module-wide switch, for an A/B of whole pages
+    compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
+    assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 9] + [1 + 7] * 4
+
+
+def test_a_long_call_is_re_primed_with_two_calls_not_a_warm_up(monkeypatch):
+    # 40 ms calls: the warm-up still needs two calls, in doubling batches three; min_reps 5 timed calls
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 40.0, "fa4": 30.0})
+    contenders = {n: gpu.contender(n) for n in ("cudnn", "fa4")}
+    c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, host_reps=2, wall_clock=False)
+    assert _untimed_per_timing(gpu.log)["fa4"] == [1 + 3 + 2] + [2] * 4
+    untimed = sum(phase == "untimed" for _, phase in gpu.log)
+    assert untimed == 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4  # was 3 * 5 * (1 + 3) + 2 * 2
+    assert {reps for _, reps in gpu.reps} == {5} and c.versus["fa4"]["value"] == pytest.approx(0.75)
+
+
+def test_a_rewarm_fills_in_once_and_is_reused():
+    from cudnn_guide.measure import bench
+
+    r = bench.Rewarm(calls=3)
+    assert not r.primed and r.calls == 3
+    r.host_ms, r.est_ms = 0.01, 1.0
+    assert r.primed
+    assert bench.BenchOptions(l2="hot", rewarm=r) == bench.BenchOptions(l2="hot")  # not part of the settings
+    with pytest.raises(ValueError, match="at least 1"):
+        bench.Rewarm(calls=0)
