@@ -1,14 +1,16 @@
-"""A hand-written cuDNN attention op against what the frontend ships and PyTorch SDPA: the custom-op page's study.
+"""A hand-written cuDNN attention op against the frontend's, PyTorch SDPA and FlashAttention-4: the custom-op study.
 
 The page that writes causal attention again as a differentiable ``torch.library.custom_op``
 races one training step of it (forward, then backward) against ``torch.ops.cudnn.sdpa_fwd``
-(:func:`frontend_sdpa`, registered by ``cudnn.sdpa.fwd.torch_op``) and PyTorch's SDPA with a
-forced backend, by GPU time and by the wall clock of a back-to-back loop. This module holds the
-plumbing of that race and how the page reads it:
+(:func:`frontend_sdpa`, registered by ``cudnn.sdpa.fwd.torch_op``), PyTorch's SDPA with a
+forced backend and FlashAttention-4 (``flash-attn-4``), by GPU time and by the wall clock of a
+back-to-back loop. This module holds the plumbing of that race and how the page reads it:
 
 * :func:`training_step` and :func:`admit_steps`: each forward as a training step over the same
   leaves, run once and checked (its dQ against the fp32 reference's) before it is timed, or
   said unavailable;
+* :func:`admit_fa4`: FlashAttention-4's training step, checked the same way, or why it is not
+  timed (not installed, with the install command; or the error it raised here);
 * :func:`same_forward_bits`: which contenders compute the op's forward output bit for bit;
 * :func:`step_times` and :func:`verdict_rows`: the tables of time per step on each clock and of
   the op's verdicts by each clock;
@@ -19,10 +21,11 @@ The steps need a GPU; the tables and the sentences do not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 __all__ = [
+    "admit_fa4",
     "admit_steps",
     "conclusions",
     "frontend_sdpa",
@@ -183,6 +186,81 @@ def admit_steps(
     return contenders, unavailable
 
 
+def admit_fa4(
+    contenders: MutableMapping[str, Callable[[], Any]],
+    unavailable: MutableMapping[str, str],
+    forwards: MutableMapping[str, Callable[..., Any]],
+    label: str,
+    leaves: Sequence[Any],
+    grad_out: Any,
+    reference_grad: Any,
+) -> str | None:
+    """FlashAttention-4's causal training step as the contender ``label``, checked like the others; or why not.
+
+    Where FlashAttention-4 is not installed (:func:`cudnn_guide.measure.fa4.status`), that is
+    printed and recorded in ``unavailable`` with the install command, and nothing raises. Else
+    its step (:func:`cudnn_guide.measure.fa4.training_step`: causal, scale ``D ** -0.5``, on its
+    own B×S×H×D copies of ``leaves`` and ``grad_out``, made here, outside the timed calls) is
+    admitted with :func:`~cudnn_guide.measure.baselines.admit`: it runs once, and its dQ, seen
+    as B×H×S×D, is checked against ``reference_grad`` as ``"<label>: dQ"``, as
+    :func:`admit_steps` checks every other step. A step that raises (FlashAttention-4 refusing
+    this case) is unavailable, its error printed and recorded; a wrong gradient raises
+    :class:`~cudnn_guide.errors.CheckFailedError`. Once admitted, its forward on B×H×S×D
+    inputs (:func:`cudnn_guide.measure.fa4.forward` on copies) joins ``forwards`` for
+    :func:`same_forward_bits`.
+
+    Parameters
+    ----------
+    contenders
+        Name → step, as :func:`admit_steps` returned them; the step joins last, as ``label``.
+    unavailable
+        Name → why it cannot run; updated in place.
+    forwards
+        Name → ``forward(q, k, v)`` → O; FlashAttention-4's joins once its step is admitted.
+    label
+        FlashAttention-4's display name (:func:`cudnn_guide.measure.fa4.label`).
+    leaves
+        ``[q, k, v]``, B×H×S×D (not modified: the step has its own copies).
+    grad_out
+        The gradient of O, B×H×S×D.
+    reference_grad
+        dQ of the fp32 reference.
+
+    Returns
+    -------
+    str | None
+        ``None`` when admitted; otherwise why it is not timed (also in ``unavailable``).
+
+    Example
+    -------
+    >>> admit_fa4(contenders, unavailable, forwards, fa4.label(), leaves, d_o, ref_dq)
+    """
+    import textwrap
+
+    from cudnn_guide import check
+    from cudnn_guide.measure import baselines, fa4
+
+    ok, detail = fa4.status()
+    if not ok:  # not installed: said with the install command, never an error
+        print(textwrap.fill(f"{label}: {detail}", check.LINE_WIDTH, break_on_hyphens=False))
+        unavailable[label] = detail
+        return detail
+    q, k, v = leaves
+    scale = q.shape[-1] ** -0.5
+    step, grads = fa4.training_step(q, k, v, grad_out, causal=True, scale=scale)
+    why = baselines.admit(
+        contenders,
+        label,
+        step,
+        check=lambda _: check.check(grads()[0], reference_grad, name=f"{label}: dQ"),
+    )
+    if why is not None:
+        unavailable[label] = why
+        return why
+    forwards[label] = lambda q_, k_, v_: fa4.forward(q_, k_, v_, causal=True, scale=scale)()
+    return None
+
+
 def same_forward_bits(
     forwards: Mapping[str, Callable[..., Any]], names: Sequence[str], leaves: Sequence[Any], candidate: str
 ) -> dict[str, bool]:
@@ -267,8 +345,13 @@ def step_times(cmp: Any, *, margin: float) -> dict[str, dict[str, Any]]:
     return per_step
 
 
-def verdict_rows(cmp: Any, candidate: str = "this page's op") -> list[dict[str, str]]:
+def verdict_rows(
+    cmp: Any, candidate: str = "this page's op", *, unavailable: Mapping[str, str] | None = None
+) -> list[dict[str, str]]:
     """One row per baseline: the candidate's verdict and speed-up by GPU time and by the loop's wall clock.
+
+    Then one row per contender that was not timed, saying why (``"not timed: <why>"``: not
+    installed, with the install command, or the error it raised here).
 
     Parameters
     ----------
@@ -276,6 +359,8 @@ def verdict_rows(cmp: Any, candidate: str = "this page's op") -> list[dict[str, 
         The :class:`~cudnn_guide.measure.compare.Comparison` with its loop race ``cmp.wall``.
     candidate
         How the first column names the candidate (``"<candidate> against"``).
+    unavailable
+        Contender name → why it was not timed (:func:`admit_steps`, :func:`admit_fa4`).
 
     Returns
     -------
@@ -285,17 +370,20 @@ def verdict_rows(cmp: Any, candidate: str = "this page's op") -> list[dict[str, 
 
     Example
     -------
-    >>> html_table(pd.DataFrame(verdict_rows(training)))
+    >>> html_table(pd.DataFrame(verdict_rows(training, unavailable=unavailable)))
     """
     wall = cmp.wall
-    return [
-        {
-            f"{candidate} against": n,
-            f"GPU time (tie band ±{100 * cmp.tie_band:.1f}%)": _said(cmp.versus[n]),
-            f"wall clock, loop (tie band ±{100 * wall.tie_band:.1f}%)": _said(wall.versus[n]),
-        }
-        for n in cmp.versus
+    gpu_col = f"GPU time (tie band ±{100 * cmp.tie_band:.1f}%)"
+    wall_col = f"wall clock, loop (tie band ±{100 * wall.tie_band:.1f}%)"
+    rows = [
+        {f"{candidate} against": n, gpu_col: _said(cmp.versus[n]), wall_col: _said(wall.versus[n])} for n in cmp.versus
     ]
+    rows += [
+        {f"{candidate} against": n, gpu_col: f"not timed: {why}", wall_col: "not timed"}
+        for n, why in (unavailable or {}).items()
+        if n not in cmp.versus
+    ]
+    return rows
 
 
 def _against_each(c: Any) -> str:
@@ -337,6 +425,26 @@ def _on_both_clocks(training: Any, n: str) -> str:
     return f"* against {n}: " + "; ".join(parts) + "."
 
 
+def _best_alternative(training: Any) -> str:
+    """Which contender is the best alternative on each clock (the one the headlines are taken over), and the op's
+    verdict against it."""
+    wall = training.wall
+    best, best_wall = training.best_baseline, wall.best_baseline
+    head = (
+        "The best alternative, the fastest contender other than the op and the one the headline "
+        "speed-ups are taken over, is "
+    )
+    if best == best_wall:
+        return (
+            f"{head}{best} on both clocks; the op against it: {_said(training.versus[best])} by GPU time, "
+            f"{_said(wall.versus[best])} by the loop's wall clock."
+        )
+    return (
+        f"{head}{best} by GPU time (the op against it: {_said(training.versus[best])}) and {best_wall} by the "
+        f"loop's wall clock (the op against it: {_said(wall.versus[best_wall])})."
+    )
+
+
 def conclusions(
     training: Any,
     per_step: Mapping[str, Mapping[str, Any]],
@@ -344,8 +452,13 @@ def conclusions(
     *,
     candidate: str,
     margin: float,
+    unavailable: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The custom-op page's conclusions: the op's verdicts by each clock, what bit equality shows, what loops wait on.
+
+    They name the best alternative on each clock (:attr:`~cudnn_guide.measure.compare.Comparison.best_baseline`,
+    the fastest contender other than the op, the one the page's headline speed-ups are taken over),
+    whichever it is, FlashAttention-4 included, and end with what was not timed and why.
 
     Parameters
     ----------
@@ -360,6 +473,8 @@ def conclusions(
         The op's contender name.
     margin
         The ``margin`` :func:`step_times` was given.
+    unavailable
+        Contender name → why it was not timed (:func:`admit_steps`, :func:`admit_fa4`).
 
     Returns
     -------
@@ -391,11 +506,15 @@ def conclusions(
         )
     else:
         kernels = "No other contender computed an output bit-identical to the op's."
+    missing = {n: why for n, why in (unavailable or {}).items() if n not in training.versus}
+    # a paragraph of its own, so that its items do not join the list above
+    not_timed = ["Not timed here:", *(f"* {n}: {why}" for n, why in missing.items())] if missing else []
     return [
         f"By GPU time the op's training step runs at {rate:.0f} TFLOP/s and, in this run, is "
         f"{_against_each(training)}.",
         f"By the wall clock of a back-to-back loop of steps, host time included, it is, in this run, "
         f"{_against_each(wall)}.",
+        _best_alternative(training),
         "Per baseline, the op's speed-up by each clock (in-run 95% interval):",
         *(_on_both_clocks(training, n) for n in training.versus),
         kernels,
@@ -417,4 +536,5 @@ def conclusions(
         "GPU time is what a step costs where the GPU is the bottleneck (steps replayed "
         "from a CUDA graph, or a host that keeps ahead of the GPU); the loop's wall clock "
         "is what plain eager training pays, one step launched after another.",
+        *not_timed,
     ]

@@ -170,25 +170,30 @@ def test_the_conclusions_read_both_clocks_the_bits_and_the_loop(training):
         f"{SHIPPED} (1.05×, 1.00–1.10); "
     )
     assert "1.54× slower than" in sentences[1] and "(tie band ±3.0%, 7 rounds; intervals above)." in sentences[1]
-    assert sentences[2] == "Per baseline, the op's speed-up by each clock (in-run 95% interval):"
-    assert sentences[3] == (
+    assert sentences[2] == (  # FLASH is the fastest other contender on both clocks: the headlines' baseline
+        "The best alternative, the fastest contender other than the op and the one the headline speed-ups are "
+        f"taken over, is {FLASH} on both clocks; the op against it: slower (0.80×, 0.75–0.85) by GPU time, "
+        "slower (0.45×, 0.40–0.50) by the loop's wall clock."
+    )
+    assert sentences[3] == "Per baseline, the op's speed-up by each clock (in-run 95% interval):"
+    assert sentences[4] == (
         f"* against {SHIPPED}: by GPU time: tie (1.00×, 0.97–0.99), tie band ±2.0%, but its interval lies wholly "
         "below 1 (the op slower): a tie only by the band; by the loop's wall clock: tie (1.05×, 1.00–1.10), tie "
         "band ±3.0%."
     )
-    assert sentences[4].endswith("; the two clocks disagree.")  # CUDNN: faster on the GPU, slower in the loop
-    assert sentences[6].startswith(f"{SHIPPED} and {CUDNN} computed a forward output bit-identical to the op's")
-    assert sentences[7] == (
+    assert sentences[5].endswith("; the two clocks disagree.")  # CUDNN: faster on the GPU, slower in the loop
+    assert sentences[7].startswith(f"{SHIPPED} and {CUDNN} computed a forward output bit-identical to the op's")
+    assert sentences[8] == (
         f"A loop of steps waits on the host (a step takes over 10% longer in the loop than on the GPU) for: "
         f"{CAND} and {SHIPPED}."
     )
-    assert sentences[8] == (
+    assert sentences[9] == (
         f"* {CAND}: GPU 1,000 µs per step; in a loop 2,000 µs of wall clock per step (2.00× its GPU time); host "
         "300 µs for one call on an idle GPU."
     )
-    assert sentences[11].endswith("host not measured.")
-    assert sentences[12].startswith("GPU time is what a step costs where the GPU is the bottleneck")
-    assert len(sentences) == 13
+    assert sentences[12].endswith("host not measured.")
+    assert sentences[13].startswith("GPU time is what a step costs where the GPU is the bottleneck")
+    assert len(sentences) == 14  # everything ran: no "Not timed here:" paragraph
 
 
 def test_the_kernel_sentence_says_when_bits_show_nothing(training):
@@ -199,11 +204,11 @@ def test_the_kernel_sentence_says_when_bits_show_nothing(training):
     def kernels(bitwise):
         return custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)
 
-    assert kernels({CAND: False, SHIPPED: True})[6].startswith("The op's forward output differs between two runs")
+    assert kernels({CAND: False, SHIPPED: True})[7].startswith("The op's forward output differs between two runs")
     assert (
-        kernels({CAND: True, SHIPPED: False})[6] == "No other contender computed an output bit-identical to the op's."
+        kernels({CAND: True, SHIPPED: False})[7] == "No other contender computed an output bit-identical to the op's."
     )
-    assert kernels({CAND: True})[7] == (
+    assert kernels({CAND: True})[8] == (
         "For every contender a step takes about as long in the loop as on the GPU: a loop waits on the GPU."
     )
 
@@ -245,8 +250,138 @@ def test_an_interval_that_excludes_1_is_printed_with_the_digits_that_show_it():
 def test_the_kernel_sentence_claims_only_the_forward_that_bits_compared(training):
     per_step = custom_op_comparison.step_times(training, margin=1.1)
     bitwise = {CAND: True, SHIPPED: True, CUDNN: False, FLASH: False}
-    kernels = custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)[6]
+    kernels = custom_op_comparison.conclusions(training, per_step, bitwise, candidate=CAND, margin=1.1)[7]
     assert kernels.startswith(f"{SHIPPED} computed a forward output bit-identical to the op's: the same cuDNN forward")
     assert "largely a kernel timed against itself" not in kernels
     assert "backward, the rest of each step, was not compared bit for bit" in kernels
     assert "not that one kernel is timed against itself" in kernels
+
+
+FA4 = "FlashAttention-4 (flash-attn-4 4.0.0b36)"
+
+
+def _causal(q, k, v, scale):
+    s = q.shape[-2]
+    mask = torch.ones(s, s, dtype=torch.bool).tril()  # query i sees keys j <= i
+    return torch.softmax((q @ k.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf")), -1) @ v
+
+
+def _causal_inputs():
+    leaves, d_o, _ = _inputs()
+    ref = [t.detach().clone().requires_grad_() for t in leaves]
+    _causal(*ref, 4**-0.5).backward(d_o)
+    return leaves, d_o, ref[0].grad
+
+
+def _fake_fa4(monkeypatch, *, calls=None, refuses=None, wrong=False):
+    """flash_attn_func stood in by a CPU causal attention on B×S×H×D tensors, as flash-attn-4 4.0.0b36."""
+    from cudnn_guide.measure import fa4
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False, **kw):
+        if calls is not None:
+            calls.append({"shape": tuple(q.shape), "softmax_scale": softmax_scale, "causal": causal, **kw})
+        if refuses:
+            raise RuntimeError(refuses)
+        q_, k_, v_ = (t.transpose(1, 2) for t in ((k if wrong else q), (q if wrong else k), v))
+        return _causal(q_, k_, v_, softmax_scale).transpose(1, 2), None  # (out, lse), as FA4 returns
+
+    monkeypatch.setattr(fa4, "_load", lambda: (flash_attn_func, "4.0.0b36"))
+
+
+def test_fa4_not_installed_is_a_not_installed_row_with_the_install_command_not_an_error(monkeypatch, capsys, training):
+    from cudnn_guide.measure import fa4
+
+    monkeypatch.setattr(fa4, "_load", lambda: (None, "ModuleNotFoundError: No module named 'flash_attn'"))
+    assert fa4.label() == "FlashAttention-4"
+    leaves, d_o, ref_dq = _causal_inputs()
+    forwards = {CAND: lambda q, k, v: _causal(q, k, v, 4**-0.5)}
+    contenders, unavailable = custom_op_comparison.admit_steps(forwards, leaves, d_o, ref_dq)
+    why = custom_op_comparison.admit_fa4(contenders, unavailable, forwards, fa4.label(), leaves, d_o, ref_dq)
+    assert why.startswith("not installed (pip install flash-attn-4==4.0.0b36") and "No module named" in why
+    assert unavailable == {"FlashAttention-4": why} and list(contenders) == [CAND] and list(forwards) == [CAND]
+    assert "FlashAttention-4: not installed (pip install flash-attn-4==4.0.0b36" in " ".join(
+        capsys.readouterr().out.split()
+    )
+    rows = custom_op_comparison.verdict_rows(training, CAND, unavailable=unavailable)
+    assert rows[-1] == {
+        f"{CAND} against": "FlashAttention-4",
+        "GPU time (tie band ±2.0%)": f"not timed: {why}",
+        "wall clock, loop (tie band ±3.0%)": "not timed",
+    }
+    assert len(rows) == 4  # the three timed baselines, then the row that says why FA4 was not
+    per_step = custom_op_comparison.step_times(training, margin=1.1)
+    bitwise = {CAND: True, SHIPPED: True, CUDNN: True, FLASH: False}
+    sentences = custom_op_comparison.conclusions(
+        training, per_step, bitwise, candidate=CAND, margin=1.1, unavailable=unavailable
+    )
+    assert sentences[-2:] == ["Not timed here:", f"* FlashAttention-4: {why}"]
+
+
+def test_fa4_installed_is_raced_on_its_own_copies_and_checked_on_dq_like_the_others(monkeypatch, capsys):
+    from cudnn_guide.measure import fa4
+
+    calls = []
+    _fake_fa4(monkeypatch, calls=calls)
+    assert fa4.label() == FA4
+    leaves, d_o, ref_dq = _causal_inputs()
+    forwards = {CAND: lambda q, k, v: _causal(q, k, v, 4**-0.5)}
+    contenders, unavailable = custom_op_comparison.admit_steps(forwards, leaves, d_o, ref_dq)
+    assert custom_op_comparison.admit_fa4(contenders, unavailable, forwards, FA4, leaves, d_o, ref_dq) is None
+    assert list(contenders) == [CAND, FA4] and unavailable == {}  # raced in the same rounds, last
+    assert calls == [{"shape": (1, 8, 2, 4), "softmax_scale": 0.5, "causal": True}]  # B×S×H×D, causal, D**-0.5
+    assert f"check {FA4}: dQ:" in capsys.readouterr().out  # checked against the same fp32 reference
+    mine = leaves[0].grad.clone()
+    contenders[FA4]()  # the contender is the step itself, on its own copies: the shared leaves are untouched
+    assert len(calls) == 2 and torch.equal(leaves[0].grad, mine)
+    bits = custom_op_comparison.same_forward_bits(forwards, [CAND, FA4], leaves, CAND)
+    assert list(bits) == [CAND, FA4] and bits[CAND]
+    torch.testing.assert_close(forwards[FA4](*leaves), forwards[CAND](*leaves))  # B×H×S×D out, like the others
+
+
+def test_fa4_that_refuses_the_case_shows_its_error_and_one_that_is_wrong_stops_the_page(monkeypatch, capsys):
+    leaves, d_o, ref_dq = _causal_inputs()
+    _fake_fa4(monkeypatch, refuses="head_dim 4 is not supported on this GPU")
+    contenders, unavailable, forwards = {}, {}, {}
+    why = custom_op_comparison.admit_fa4(contenders, unavailable, forwards, FA4, leaves, d_o, ref_dq)
+    assert why == "RuntimeError: head_dim 4 is not supported on this GPU"
+    assert unavailable == {FA4: why} and contenders == {} and forwards == {}
+    assert f"{FA4}: unavailable here ({why})" in " ".join(capsys.readouterr().out.split())
+    _fake_fa4(monkeypatch, wrong=True)
+    with pytest.raises(CheckFailedError):
+        custom_op_comparison.admit_fa4({}, {}, {}, FA4, leaves, d_o, ref_dq)
+
+
+def test_fa4_fastest_is_named_as_the_best_alternative_the_headlines_are_taken_over():
+    """When FlashAttention-4 is the fastest contender, the conclusions say that the headline speed-up is the op's
+    over FlashAttention-4, on each clock where it is the fastest."""
+    wall = _comparison(
+        {CAND: 1.0, SHIPPED: 1.0, FA4: 0.9},
+        {SHIPPED: _v(1.0, "tie"), FA4: _v(0.9, "slower")},
+        0.03,
+        flops=None,
+    )
+    gpu = _comparison(
+        {CAND: 1.0, SHIPPED: 0.95, FA4: 0.7},
+        {SHIPPED: _v(0.95, "tie"), FA4: _v(0.7, "slower", 0.68, 0.72)},
+        0.02,
+        wall=wall,
+    )
+    assert gpu.best_baseline == FA4 and wall.best_baseline == FA4
+    per_step = custom_op_comparison.step_times(gpu, margin=1.1)
+    sentences = custom_op_comparison.conclusions(
+        gpu, per_step, {CAND: True, SHIPPED: True, FA4: False}, candidate=CAND, margin=1.1
+    )
+    assert sentences[2] == (
+        "The best alternative, the fastest contender other than the op and the one the headline speed-ups are "
+        f"taken over, is {FA4} on both clocks; the op against it: slower (0.70×, 0.68–0.72) by GPU time, "
+        "slower (0.90×, 0.85–0.95) by the loop's wall clock."
+    )
+    assert f"1.43× slower than {FA4}" in sentences[0]
+    assert [r[f"{CAND} against"] for r in custom_op_comparison.verdict_rows(gpu, CAND)] == [SHIPPED, FA4]
+    # the clocks may disagree on which is fastest: each is named with its own
+    wall.round_medians_ms[SHIPPED] = [0.8] * 7
+    assert custom_op_comparison._best_alternative(gpu) == (
+        "The best alternative, the fastest contender other than the op and the one the headline speed-ups are "
+        f"taken over, is {FA4} by GPU time (the op against it: slower (0.70×, 0.68–0.72)) and {SHIPPED} by the "
+        "loop's wall clock (the op against it: tie (1.00×, 0.95–1.05))."
+    )
