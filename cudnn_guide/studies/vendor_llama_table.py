@@ -25,6 +25,7 @@ tables, the figure and the sentences do not.
 from __future__ import annotations
 
 import inspect
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -731,8 +732,25 @@ def checked_contenders(
     return contenders, row | cost
 
 
-def checked_formats(row: Mapping[str, Any]) -> dict[str, str]:
+def _seconds(s: float) -> str:
+    """A time in seconds to 2 significant digits and at least 1 decimal, never in e-notation: a positive time
+    never prints as ``0.0`` (``0.043``, ``0.12``, ``5.6``, ``12.3``).
+
+    Example
+    -------
+    >>> _seconds(0.0434), _seconds(5.63)
+    ('0.043', '5.6')
+    """
+    if not s > 0:  # zero, or not a number
+        return f"{s:.1f}"
+    return f"{s:.{max(1, 1 - math.floor(math.log10(s)))}f}"
+
+
+def checked_formats(row: Mapping[str, Any]) -> dict[str, Any]:
     """How the checks' table prints its columns: errors and the tolerance as ``1.6e-02``, the reference's cost.
+
+    The reference's time is printed to 2 significant digits (at least 1 decimal), so that the shortest,
+    a few hundredths of a second at 2k tokens, does not print as ``0.0``.
 
     Parameters
     ----------
@@ -741,16 +759,18 @@ def checked_formats(row: Mapping[str, Any]) -> dict[str, str]:
 
     Returns
     -------
-    dict[str, str]
-        Column → format, for :func:`~cudnn_guide.report.html_table`.
+    dict[str, Any]
+        Column → format (a format string, or a function for the reference's time), for
+        :func:`~cudnn_guide.report.html_table`.
 
     Example
     -------
-    >>> checked_formats({"S": 2048, "tolerance": 0.016, "x: worst rel. error": 0.003})["tolerance"]
-    '{:.1e}'
+    >>> formats = checked_formats({"S": 2048, "tolerance": 0.016, "x: worst rel. error": 0.003})
+    >>> formats["tolerance"], formats["fp32 reference (s)"](0.043)
+    ('{:.1e}', '0.043')
     """
-    formats = {c: "{:.1e}" for c in row if "error" in c or c == "tolerance"}
-    formats |= {"fp32 reference (s)": "{:.1f}", "fp32 reference peak (GiB)": "{:.2f}"}
+    formats: dict[str, Any] = {c: "{:.1e}" for c in row if "error" in c or c == "tolerance"}
+    formats |= {"fp32 reference (s)": _seconds, "fp32 reference peak (GiB)": "{:.2f}"}
     return formats
 
 
@@ -833,7 +853,7 @@ def beside_vendor(
         rows.append(
             {
                 "S": s,
-                "mask": "causal" if causal else "none",
+                "mask": "causal" if causal else "no mask",
                 "pass": phase,
                 f"cuDNN ms ({OURS})": f"{ours_cudnn['value']:.3f} [{ours_cudnn['low']:.3f}, {ours_cudnn['high']:.3f}]",
                 "cuDNN ms (NVIDIA)": f"{v_cudnn:.3f}",
@@ -852,6 +872,33 @@ def beside_vendor(
     return pd.DataFrame(rows or [{"FlashAttention-4": fa4_detail}])
 
 
+def _cudnn_ran() -> str | None:
+    """The cuDNN this process runs, as ``9.19.0``: the frontend's libcudnn (what the page's environment
+    records), else PyTorch's; ``None`` where neither can be read (no libcudnn, as on a CPU-only host).
+
+    Example
+    -------
+    >>> _cudnn_ran()  # "9.19.0" on the page's H200
+    """
+
+    def words(v: int) -> str:
+        return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+
+    try:
+        from cudnn_guide.libcudnn import require_cudnn
+
+        return words(require_cudnn())
+    except Exception:  # no frontend, or it cannot reach libcudnn
+        pass
+    try:
+        import torch
+
+        v = torch.backends.cudnn.version()
+    except Exception:
+        return None
+    return words(v) if v else None
+
+
 def plot_throughput(
     axes: Any,
     results: Mapping[tuple[int, bool, str], Any],
@@ -861,16 +908,18 @@ def plot_throughput(
     *,
     fa4_label: str,
     vendor_cudnn: str = VENDOR_CUDNN,
+    cudnn_version: str | None = None,
 ) -> None:
     """Throughput per shape on a 2×2 grid of axes: ours with error bars, NVIDIA's dotted, each named.
 
     Panels: causal forward, causal backward, no-mask forward, no-mask backward; length on a log₂
     axis. cuDNN is blue (``C0``), FlashAttention-4 orange (``C1``): ours solid with the interval over
     rounds, NVIDIA's (its time turned into TFLOP/s by ``flops``) dotted with crosses. The legend, in
-    the first panel, names each line by its contender: ours by its label (FlashAttention-4 with its
-    version), NVIDIA's by the vendor's cuDNN version and FlashAttention-4 (whose build the vendor's
-    CSV does not name), in the order cuDNN ours, cuDNN NVIDIA's, FlashAttention-4 ours, NVIDIA's. Without
-    results the panels stay empty, without a legend.
+    the first panel, names each line by its contender and version, as NVIDIA's are named: our cuDNN
+    by the version this run used (``cuDNN 9.19.0 graph (heuristics A), ours``) and FlashAttention-4
+    by its label (which carries its version); NVIDIA's by the vendor's cuDNN version and
+    FlashAttention-4 (whose build the vendor's CSV does not name), in the order cuDNN ours, cuDNN
+    NVIDIA's, FlashAttention-4 ours, NVIDIA's. Without results the panels stay empty, without a legend.
 
     Parameters
     ----------
@@ -888,19 +937,24 @@ def plot_throughput(
         FlashAttention-4's label in the comparisons.
     vendor_cudnn
         The vendor's cuDNN version.
+    cudnn_version
+        The cuDNN this page ran; by default read at run time (the frontend's libcudnn, else PyTorch's),
+        and said to be unread where neither can be read.
 
     Example
     -------
     >>> fig, axes = plt.subplots(2, 2, figsize=(9, 7.5), layout="constrained", sharex=True)
     >>> plot_throughput(axes, results, vendor, SEQS, layer.flops, fa4_label=FA4)
     """
+    ran = cudnn_version or (_cudnn_ran() if results else None)
+    ours_cudnn = CUDNN.replace("cuDNN", f"cuDNN {ran}", 1) if ran else f"{CUDNN} (version not read)"
     lines = (
-        (CUDNN, f"cuDNN {vendor_cudnn}", "C0", 0),
-        (fa4_label, "FlashAttention-4 (build not named)", "C1", 1),
+        (CUDNN, ours_cudnn, f"cuDNN {vendor_cudnn}", "C0", 0),
+        (fa4_label, fa4_label, "FlashAttention-4 (build not named)", "C1", 1),
     )
     legend = []  # the first panel's lines, each contender's two together
     for ax, (causal, phase) in zip(axes.flat, [(True, "fwd"), (True, "bwd"), (False, "fwd"), (False, "bwd")]):
-        for who, theirs, colour, col in lines if results else ():
+        for who, named, theirs, colour, col in lines if results else ():
             est = [results[(s, causal, phase)].estimate(who, "TFLOP/s") for s in seqs]
             ours = ax.errorbar(
                 seqs,
@@ -909,7 +963,7 @@ def plot_throughput(
                 color=colour,
                 marker="o",
                 capsize=3,
-                label=f"{who}, ours",
+                label=f"{named}, ours",
             )
             (nvidia,) = ax.plot(
                 seqs,
@@ -948,47 +1002,67 @@ def _largest_gap(gaps: Mapping[tuple[int, bool, str], float]) -> str:
     return f"by at most {100 * abs(gaps[key]):.0f}% (ours {way}, at {shape(key)})"
 
 
-def vendor_pattern(
-    name: str, ours: Mapping[tuple[int, bool, str], float], theirs: Mapping[tuple[int, bool, str], float]
-) -> str:
-    """Where our ``name`` was faster than NVIDIA's, what those shapes share, and where the two print the same.
+def _span(time: float | Mapping[str, float]) -> tuple[float, float, float]:
+    """A time, its low and its high, as the tables print them (3 decimals, ms); a bare time is its own interval."""
+    if isinstance(time, Mapping):
+        return _printed(time["value"]), _printed(time["low"]), _printed(time["high"])
+    return _printed(time), _printed(time), _printed(time)
 
-    Times are compared as the tables print them, to 3 decimals in ms: two that print the same are
-    neither faster nor slower, and are named as the same to 3 decimals. A pattern is looked for in the
-    faster shapes' mask and pass together, then the pass alone, then the mask alone.
+
+def vendor_pattern(
+    name: str,
+    ours: Mapping[tuple[int, bool, str], float | Mapping[str, float]],
+    theirs: Mapping[tuple[int, bool, str], float],
+) -> str:
+    """Where our ``name`` was faster than NVIDIA's, what those shapes share, and where neither was faster.
+
+    Times are compared as the tables print them, to 3 decimals in ms. Where our time comes with its
+    interval over rounds (an estimate, :meth:`~cudnn_guide.measure.compare.Comparison.estimate`), a shape
+    whose NVIDIA time lies within our interval (its ends included) is neither faster nor slower, and is
+    named as within our interval; a bare time is its own interval, and one that prints the same as
+    NVIDIA's is named as the same to 3 decimals. Ours is faster than NVIDIA's only where NVIDIA's time is
+    above our interval. A pattern is looked for in the faster shapes' mask and pass together, then the
+    pass alone, then the mask alone.
 
     Parameters
     ----------
     name
         What is compared, e.g. ``"cuDNN 9.19.0"`` or ``"FlashAttention-4"``.
     ours
-        ``(S, causal, phase)`` → our time (ms).
+        ``(S, causal, phase)`` → our time (ms): an estimate (``value``, ``low``, ``high``) or a bare time.
     theirs
         ``(S, causal, phase)`` → NVIDIA's time (ms), for the same keys.
 
     Returns
     -------
     str
-        One or two sentences.
+        One to three sentences.
 
     Example
     -------
-    >>> ours = {(2048, True, "bwd"): 0.7708, (2048, True, "fwd"): 0.270}
-    >>> vendor_pattern("FlashAttention-4", ours, {(2048, True, "bwd"): 0.771, (2048, True, "fwd"): 0.264})
-    "Our FlashAttention-4 was slower than NVIDIA's at 1 of 2 shapes. It printed the same as NVIDIA's, ..."
+    >>> ours = {(4096, True, "bwd"): {"value": 2.461, "low": 2.458, "high": 2.480}, (4096, True, "fwd"): 0.900}
+    >>> vendor_pattern("FlashAttention-4", ours, {(4096, True, "bwd"): 2.466, (4096, True, "fwd"): 0.888})
+    "Our FlashAttention-4 was slower than NVIDIA's at 1 of 2 shapes. NVIDIA's time lay within our interval ..."
     """
     keys = sorted(ours)
-    faster = [key for key in keys if _printed(ours[key]) < _printed(theirs[key])]
-    same = [key for key in keys if _printed(ours[key]) == _printed(theirs[key])]
+    tie = [key for key in keys if _span(ours[key])[1] <= _printed(theirs[key]) <= _span(ours[key])[2]]
+    faster = [key for key in keys if key not in tie and _span(ours[key])[0] < _printed(theirs[key])]
+    within = [key for key in tie if isinstance(ours[key], Mapping)]
+    same = [key for key in tie if key not in within]
     tied = (
+        f" NVIDIA's time lay within our interval over rounds (both as printed, to 3 decimals in ms) at "
+        f"{_shapes(within)}: ours was neither faster nor slower there."
+        if within
+        else ""
+    ) + (
         f" It printed the same as NVIDIA's, to 3 decimals in ms, at {_shapes(same)}: neither was faster there."
         if same
         else ""
     )
-    if not faster and not same:
+    if not faster and not tie:
         return f"Our {name} was slower than NVIDIA's at all {len(keys)} shapes."
     if not faster:
-        return f"Our {name} was slower than NVIDIA's at {len(keys) - len(same)} of {len(keys)} shapes." + tied
+        return f"Our {name} was slower than NVIDIA's at {len(keys) - len(tie)} of {len(keys)} shapes." + tied
     if len(faster) == len(keys):
         return f"Our {name} was faster than NVIDIA's at all {len(keys)} shapes."
     by_pair = (lambda key: key[1:], lambda v: f"{_MASKS[v[0]]} {_PASSES[v[1]]}")
@@ -1095,7 +1169,7 @@ def _check_sentence(checked: Sequence[Mapping[str, Any]], timed: int) -> str:
         f"{head}: the largest relative error was "
         f"{largest_error:.1e} (tolerance {checked[0]['tolerance']:.1e}), and the reference "
         f"needed at most {max(r['fp32 reference peak (GiB)'] for r in checked):.1f} GiB "
-        f"and {max(r['fp32 reference (s)'] for r in checked):.1f} s for one length and mask."
+        f"and {_seconds(max(r['fp32 reference (s)'] for r in checked))} s for one length and mask."
     )
 
 
@@ -1120,6 +1194,31 @@ def _clock_sentence(results: Mapping[tuple[int, bool, str], Any]) -> str:
     )
 
 
+def _timing_sentence(results: Mapping[tuple[int, bool, str], Any]) -> str:
+    """What each table's time is: ours from the measurements' mode, NVIDIA's summed kernel time (CUPTI).
+
+    Ours, per call with CUDA events (mode ``cold-L2 events − launch cost``), spans the call from its
+    first kernel's start to its last one's end, so it counts the gaps between a call's kernels too;
+    less the launch cost where the harness subtracted it (at all shapes, some, or none).
+    """
+    modes = [m.mode for c in results.values() for m in c.measurements.values()]
+    theirs = "NVIDIA's is the sum of its kernels' times from the profiler (CUPTI)."
+    if not all("events" in mode for mode in modes):
+        return f"The two tables time differently: ours is timed as {', '.join(sorted(set(modes)))}; {theirs}"
+    less = sum("− launch cost" in mode for mode in modes)
+    cost = (
+        " less the measured launch cost"
+        if less == len(modes)
+        else " (the launch cost not subtracted)"
+        if not less
+        else f" less the measured launch cost in {less} of {len(modes)} measurements"
+    )
+    return (
+        f"The two tables time differently: ours is the CUDA-event time of each call{cost}, so it also "
+        f"counts the gaps between a call's kernels; {theirs}"
+    )
+
+
 def conclusions(
     results: Mapping[tuple[int, bool, str], Any],
     vendor: Mapping[tuple[int, bool, str], tuple[float, float]],
@@ -1138,7 +1237,9 @@ def conclusions(
     them: the verdicts counted; where the point estimate is below 1, and why each tie with a
     one-sided interval is a tie (from its own band); what FlashAttention-4's timed forward writes;
     where our verdict points as NVIDIA's; how far our times lie from NVIDIA's, and at which shapes
-    ours were faster (times compared as printed, 3 decimals); then the clocks and the checks.
+    ours were faster (times compared as printed, 3 decimals; where NVIDIA's lies within our interval
+    over rounds, neither was, :func:`vendor_pattern`); what each table's time is; then the clocks and
+    the checks.
 
     Parameters
     ----------
@@ -1181,8 +1282,10 @@ def conclusions(
     verdicts = [results[key].versus[fa4_label]["verdict"] for key in keys]
     same = [_same_direction(results[key].versus[fa4_label], *vendor[key]) for key in keys]
     disagree = [key for key, ok in zip(keys, same) if not ok]
-    ours_fa4 = {key: results[key].estimate(fa4_label, "ms")["value"] for key in keys}
-    ours_cudnn = {key: results[key].estimate(CUDNN, "ms")["value"] for key in keys}
+    est_fa4 = {key: results[key].estimate(fa4_label, "ms") for key in keys}
+    est_cudnn = {key: results[key].estimate(CUDNN, "ms") for key in keys}
+    ours_fa4 = {key: e["value"] for key, e in est_fa4.items()}
+    ours_cudnn = {key: e["value"] for key, e in est_cudnn.items()}
     gaps = {key: ours_fa4[key] / vendor[key][1] - 1 for key in keys}
     cudnn_gaps = {key: ours_cudnn[key] / vendor[key][0] - 1 for key in keys}
     lse_sentence = (
@@ -1212,12 +1315,14 @@ def conclusions(
         f"Our cuDNN {cudnn_version} times differ from NVIDIA's cuDNN "
         f"{vendor_cudnn} times {_largest_gap(cudnn_gaps)}, and our FlashAttention-4 "
         f"times from theirs {_largest_gap(gaps)}. "
-        + vendor_pattern(f"cuDNN {cudnn_version}", ours_cudnn, {key: vendor[key][0] for key in keys})
+        + vendor_pattern(f"cuDNN {cudnn_version}", est_cudnn, {key: vendor[key][0] for key in keys})
         + " "
-        + vendor_pattern("FlashAttention-4", ours_fa4, {key: vendor[key][1] for key in keys})
-        + " Both tables time kernels only. Ours flush L2 before every call; the "
+        + vendor_pattern("FlashAttention-4", est_fa4, {key: vendor[key][1] for key in keys})
+        + " "
+        + _timing_sentence(results)
+        + " Ours flush L2 before every call; the "
         "vendor's CSV names neither its L2 policy nor its FlashAttention-4 build, so "
-        "the cuDNN version, the FA4 build, L2 and the two H200s' clocks are all "
+        "the timing, the cuDNN version, the FA4 build, L2 and the two H200s' clocks are all "
         "candidates for the gaps, and this page cannot separate them.",
         *tail,
     ]

@@ -160,7 +160,7 @@ torch.cuda.empty_cache()
 # backward. Before a length and mask is timed, ``checked_contenders`` checks cuDNN's
 # (filled with NaN first) and FlashAttention-4's O, dQ, dK and dV against the block
 # reference; a failure stops the page there. Each pair is timed in interleaved rounds
-# with CUDA events (GPU time, close to the vendor's CUPTI time), cold L2, and judged
+# with CUDA events (GPU time less the launch cost, not CUPTI's), cold L2, and judged
 # against its own rounds' tie band (>= ±1%). At 32k tokens (about 50-320 ms a call)
 # each round times 3 calls per contender instead of 5; from 16k tokens on, the host
 # cost is sampled from 2 calls (``timing``). cuDNN's forward writes its softmax

@@ -287,12 +287,29 @@ def test_the_page_frees_a_masks_timed_launchers_before_it_checks_the_next():
 def test_the_checks_table_prints_errors_and_the_tolerance_in_e_notation():
     row = {"S": 1, "mask": "causal", "checked": "O", "tolerance": 0.016, f"{CUDNN}: worst rel. error": 0.003}
     row |= {"fp32 reference (s)": 1.0, "fp32 reference peak (GiB)": 2.0}
-    assert study.checked_formats(row) == {
-        "tolerance": "{:.1e}",
-        f"{CUDNN}: worst rel. error": "{:.1e}",
-        "fp32 reference (s)": "{:.1f}",
-        "fp32 reference peak (GiB)": "{:.2f}",
-    }
+    formats = study.checked_formats(row)
+    assert list(formats) == [
+        "tolerance",
+        f"{CUDNN}: worst rel. error",
+        "fp32 reference (s)",
+        "fp32 reference peak (GiB)",
+    ]
+    assert formats["tolerance"] == formats[f"{CUDNN}: worst rel. error"] == "{:.1e}"
+    assert formats["fp32 reference peak (GiB)"] == "{:.2f}"
+
+
+def test_no_reference_time_prints_as_zero_in_the_checks_table():
+    """The recorded table showed 0.0 s at S=2048: the reference's time is printed to 2 significant digits."""
+    import pandas as pd
+
+    from cudnn_guide.report import html_table
+
+    rows = [r | {"fp32 reference (s)": t} for r, t in zip(checked_rows()[:4], [0.0434, 0.047, 0.123, 5.63])]
+    html = html_table(pd.DataFrame(rows), study.checked_formats(rows[0])).to_html()
+    cells = re.findall(r'col6" >([^<]*)</td>', html)
+    assert cells == ["0.043", "0.047", "0.12", "5.6"]
+    fmt = study.checked_formats(rows[0])["fp32 reference (s)"]
+    assert [fmt(t) for t in (0.004, 0.0996, 12.34)] == ["0.0040", "0.100", "12.3"]
 
 
 # -- the vendor's numbers, the table and the figure --------------------------------------------------
@@ -306,10 +323,11 @@ def test_the_vendors_table_has_every_length_mask_and_pass_once():
     assert vendor[(32768, False, "bwd")] == (323.816, 284.486)
 
 
-def comparison(cudnn_ms, fa4_ms, verdict, low=None, high=None, band=0.01, clocks=None):
-    """One shape's comparison: 5 rounds of these times, and cuDNN's speed-up as given."""
-    medians = {CUDNN: [cudnn_ms] * 5, FA4: [fa4_ms] * 5}
-    measured = {n: Measurement(f"{n} @ x", m, "cold", flops=1e12, clocks=clocks or {}) for n, m in medians.items()}
+def comparison(cudnn_ms, fa4_ms, verdict, low=None, high=None, band=0.01, clocks=None, mode="cold", fa4_rounds=None):
+    """One shape's comparison: 5 rounds of these times (FA4's ``fa4_rounds`` if given), and cuDNN's speed-up
+    as given."""
+    medians = {CUDNN: [cudnn_ms] * 5, FA4: fa4_rounds or [fa4_ms] * 5}
+    measured = {n: Measurement(f"{n} @ x", m, mode, flops=1e12, clocks=clocks or {}) for n, m in medians.items()}
     value = fa4_ms / cudnn_ms
     versus = {FA4: {"value": value, "low": low or value - 0.01, "high": high or value + 0.01, "verdict": verdict}}
     return Comparison(CUDNN, 5, measured, medians, versus, band)
@@ -352,6 +370,12 @@ def test_ours_beside_the_vendors_marks_where_the_directions_differ():
     assert table["same direction"].sum() == 19
 
 
+def test_the_table_names_the_mask_as_the_rest_of_the_page_does():
+    table = study.beside_vendor(vendor_results(), study.vendor_times(), fa4_label=FA4, fa4_detail="")
+    assert list(table["mask"][:4]) == ["no mask", "no mask", "causal", "causal"]
+    assert "none" not in set(table["mask"])
+
+
 def test_without_results_the_table_says_why_fa4_was_not_measured():
     table = study.beside_vendor({}, study.vendor_times(), fa4_label="FlashAttention-4", fa4_detail="not installed")
     assert table.to_dict("records") == [{"FlashAttention-4": "not installed"}]
@@ -360,10 +384,12 @@ def test_without_results_the_table_says_why_fa4_was_not_measured():
 def test_each_legend_entry_names_its_contender_with_fa4s_version():
     fig, axes = plt.subplots(2, 2, sharex=True)
     layer = study.LlamaLayer(batch=2, heads=64, kv_heads=8, head_dim=128)
-    study.plot_throughput(axes, vendor_results(), study.vendor_times(), SEQS, layer.flops, fa4_label=FA4)
+    study.plot_throughput(
+        axes, vendor_results(), study.vendor_times(), SEQS, layer.flops, fa4_label=FA4, cudnn_version="9.19.0"
+    )
     labels = [t.get_text() for t in axes[0, 0].get_legend().get_texts()]
     assert labels == [
-        f"{CUDNN}, ours",
+        "cuDNN 9.19.0 graph (heuristics A), ours",
         "cuDNN 9.27.0, NVIDIA's table",
         f"{FA4}, ours",
         "FlashAttention-4 (build not named), NVIDIA's table",
@@ -373,6 +399,38 @@ def test_each_legend_entry_names_its_contender_with_fa4s_version():
     nvidia = [line for line in axes[0, 0].get_lines() if line.get_linestyle() == ":"][0]  # cuDNN's
     assert nvidia.get_ydata()[0] == pytest.approx(layer.flops(2048, True, False) / 0.257 / 1e9)
     plt.close(fig)
+
+
+def legend_labels(**kwargs):
+    fig, axes = plt.subplots(2, 2, sharex=True)
+    study.plot_throughput(axes, vendor_results(), study.vendor_times(), SEQS, lambda *a: 1.0, fa4_label=FA4, **kwargs)
+    labels = [t.get_text() for t in axes[0, 0].get_legend().get_texts()]
+    plt.close(fig)
+    return labels
+
+
+def test_our_cudnn_is_named_by_the_version_read_at_run_time(monkeypatch):
+    monkeypatch.setattr(study, "_cudnn_ran", lambda: "9.19.0")
+    assert legend_labels()[0] == "cuDNN 9.19.0 graph (heuristics A), ours"
+    assert legend_labels(cudnn_version="9.20.1")[0] == "cuDNN 9.20.1 graph (heuristics A), ours"  # given wins
+    monkeypatch.setattr(study, "_cudnn_ran", lambda: None)
+    assert legend_labels()[0] == f"{CUDNN} (version not read), ours"
+
+
+def test_the_cudnn_version_is_read_from_the_frontend_else_from_pytorch(monkeypatch):
+    import cudnn_guide.libcudnn as libcudnn
+
+    monkeypatch.setattr(libcudnn, "require_cudnn", lambda: 91900)
+    assert study._cudnn_ran() == "9.19.0"
+
+    def unreachable():
+        raise RuntimeError("Unable to find symbol cudnnGetVersion")
+
+    monkeypatch.setattr(libcudnn, "require_cudnn", unreachable)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90501)
+    assert study._cudnn_ran() == "9.5.1"
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: None)
+    assert study._cudnn_ran() is None
 
 
 def test_without_results_the_panels_stay_empty_and_without_a_legend():
@@ -490,12 +548,62 @@ def test_the_pattern_sentences_without_ties_in_print():
     )
 
 
+def test_a_vendor_time_within_our_interval_is_neither_faster_nor_slower():
+    """The recorded FA4 S=4096 causal bwd: ours 2.461 [2.458, 2.480] ms, NVIDIA's 2.466 ms."""
+    vendor = study.vendor_times()
+    theirs = {key: v[1] for key, v in vendor.items()}
+    ours = {key: {"value": t * 1.05, "low": t * 1.04, "high": t * 1.06} for key, t in theirs.items()}
+    ours[(4096, True, "bwd")] = {"value": 2.461, "low": 2.458, "high": 2.480}
+    ours[(8192, True, "bwd")] = {"value": 8.70, "low": 8.69, "high": 8.72}  # all of it below NVIDIA's 8.743
+    assert study.vendor_pattern("FlashAttention-4", ours, theirs) == (
+        "Our FlashAttention-4 was faster than NVIDIA's only on causal backward shapes, at S=8192 (not at "
+        "S=2048, 4096, 16384, 32768): 1 of 20 shapes, and at none of the others. NVIDIA's time lay within our "
+        "interval over rounds (both as printed, to 3 decimals in ms) at S=4096, causal, bwd: ours was neither "
+        "faster nor slower there."
+    )
+    ours[(8192, True, "bwd")] = {"value": 8.70, "low": 8.69, "high": 8.743}  # its end is within
+    assert study.vendor_pattern("FlashAttention-4", ours, theirs) == (
+        "Our FlashAttention-4 was slower than NVIDIA's at 18 of 20 shapes. NVIDIA's time lay within our interval "
+        "over rounds (both as printed, to 3 decimals in ms) at S=4096, causal, bwd and S=8192, causal, bwd: ours "
+        "was neither faster nor slower there."
+    )
+
+
+def test_the_conclusions_compare_with_nvidia_through_our_intervals():
+    results = vendor_results()
+    # FA4's rounds: median 2.461 below NVIDIA's 2.466, its interval over rounds reaching past it
+    rounds = [2.455, 2.458, 2.461, 2.470, 2.480]
+    results[(4096, True, "bwd")] = comparison(2.79, 2.461, "slower", fa4_rounds=rounds)
+    fa4_part = conclusions(results)[4].split("Our FlashAttention-4 was")[1]
+    assert fa4_part.startswith(" slower than NVIDIA's at 19 of 20 shapes. NVIDIA's time lay within our interval")
+    assert "at S=4096, causal, bwd: ours was neither faster nor slower there." in fa4_part
+    assert "faster than NVIDIA's" not in fa4_part
+
+
 def test_the_recorded_fa4_pattern_no_longer_counts_0771_as_faster_than_0771():
     results = vendor_results()
     results[(2048, True, "bwd")] = comparison(0.863, 0.7708, "slower")
     fa4_part = conclusions(results)[4].split("Our FlashAttention-4 was")[1]
-    assert "S=2048, causal, bwd" in fa4_part and "printed the same as NVIDIA's" in fa4_part
+    assert "S=2048, causal, bwd" in fa4_part and "within our interval" in fa4_part
     assert "faster than NVIDIA's at all" not in fa4_part and "slower than NVIDIA's at 19 of 20 shapes" in fa4_part
+
+
+def test_each_tables_time_is_said_as_what_it_is_not_as_kernels_only():
+    mode = "cold-L2 events − launch cost"
+    results = {key: comparison(v[0], v[1], "slower", mode=mode) for key, v in study.vendor_times().items()}
+    said = conclusions(results)[4]
+    assert "kernels only" not in said
+    assert (
+        " The two tables time differently: ours is the CUDA-event time of each call less the measured launch "
+        "cost, so it also counts the gaps between a call's kernels; NVIDIA's is the sum of its kernels' times "
+        "from the profiler (CUPTI). Ours flush L2 before every call;"
+    ) in said
+    assert "so the timing, the cuDNN version, the FA4 build" in said
+    results[(2048, True, "fwd")] = comparison(1.0, 0.9, "slower", mode="cold-L2 events")
+    assert "less the measured launch cost in 38 of 40 measurements" in conclusions(results)[4]
+    results = {key: comparison(v[0], v[1], "slower", mode="cold-L2 events") for key, v in study.vendor_times().items()}
+    assert "ours is the CUDA-event time of each call (the launch cost not subtracted), so" in conclusions(results)[4]
+    assert "ours is timed as cold; NVIDIA's is the sum" in conclusions(vendor_results())[4]
 
 
 def test_the_forward_of_fa4_is_named_without_a_possessive_after_its_version():
