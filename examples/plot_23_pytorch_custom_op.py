@@ -8,8 +8,8 @@ graph can capture. This page writes that operator for causal attention: cuDNN's
 ``sdpa`` and ``sdpa_backward`` graphs wrapped with ``torch.library.custom_op``, checked
 against PyTorch, then traced by ``torch.compile`` and captured in a CUDA graph. A
 training step of it timed against what frontend 1.32 ships for the same job
-(``torch.ops.cudnn.sdpa_fwd``) and PyTorch's own SDPA, on the GPU and by the wall clock
-of a training loop, is on
+(``torch.ops.cudnn.sdpa_fwd``), PyTorch's own SDPA and FlashAttention-4, on the GPU and
+by the wall clock of a training loop, is on
 :ref:`a page of its own <sphx_glr_auto_examples_plot_34_custom_op_vs_shipped.py>`.
 
 What you will learn:
