@@ -376,6 +376,13 @@ def fastest(c: Any) -> tuple[str, list[str]]:
     return lead, []
 
 
+def _timed(c: Any, name: str) -> str:
+    """``name`` with its median time, inside its own parentheses when it has some (``"X (FlashAttention-2;
+    10.1 µs)"``, ``"the cuDNN graph (10.0 µs)"``), so a name holding a comma still reads as one item."""
+    said, us = short(name), f"{median_us(c, name):.1f} µs"
+    return f"{said[:-1]}; {us})" if said.endswith(")") else f"{said} ({us})"
+
+
 def short(name: str) -> str:
     """The name without its package version (``"FlashAttention-4 (flash-attn-4 …)"``); the graph as "the cuDNN graph".
 
@@ -507,7 +514,7 @@ def conclusions(
         "for 32, 8 and 1 K/V heads (the prefill table's medians).",
         f"By the comparisons' speed-ups in this run, the fastest implementation of the "
         f"{len(leads)} layouts was: {'; '.join(won)}. Against the fastest other implementation "
-        f"of each layout ({SELF}, cuDNN's own kernel, not counted), the cuDNN graph is, in "
+        f"of each layout ({SELF}: cuDNN's own kernel, not counted), the cuDNN graph is, in "
         f"this run, faster in {judged.count('faster')}, ties in {judged.count('tie')} and is "
         f"slower in {judged.count('slower')} of {len(judged)} layouts.",
     ]
@@ -539,9 +546,9 @@ def conclusions(
         (best, tied), other = leads[(phase, heads)], rival[(phase, heads)]
         line = f"* {phase}, {_heads(heads)}, in this run: fastest was "
         if tied:
-            line += "a tie of " + listed(f"{short(n)} ({median_us(c, n):.1f} µs)" for n in (best, *tied))
+            line += "a tie of " + listed(_timed(c, n) for n in (best, *tied))
         else:
-            line += f"{short(best)} ({median_us(c, best):.1f} µs)"
+            line += _timed(c, best)
         if other:
             line += f"; against the fastest other, the cuDNN graph is {c.describe(other)}"
         if SELF in c.versus:

@@ -741,7 +741,7 @@ def _seconds(s: float) -> str:
     >>> _seconds(0.0434), _seconds(5.63)
     ('0.043', '5.6')
     """
-    if not s > 0:  # zero, or not a number
+    if not (s > 0 and math.isfinite(s)):  # zero, infinite, or not a number
         return f"{s:.1f}"
     return f"{s:.{max(1, 1 - math.floor(math.log10(s)))}f}"
 

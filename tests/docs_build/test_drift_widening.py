@@ -549,3 +549,38 @@ def test_history_keeps_each_measurements_mode():
         "measurements": [{"label": "k", "median_ms": 1.0, "q1_ms": 1.0, "q3_ms": 1.0, "n": 3, "mode": "host"}],
     }
     assert history.entry_from_record(rec)["measurements"]["k"]["mode"] == "host"
+
+
+def test_a_label_new_to_the_drift_file_is_classed_by_the_running_records_mode():
+    # plot_08's "raw graph.execute" names no host word; its mode says it times the host
+    bands = {
+        "examples": {"plot_a": {"p95": 0.6, "labels": {}, "classes": {}, "p95_by_class": {"gpu": 0.02, "host": 0.5}}}
+    }
+    h = {
+        "name": "host cost",
+        "value": 20.0,
+        "unit": "µs",
+        "low": 19.0,
+        "high": 21.0,
+        "measurement": "raw graph.execute",
+    }
+    by_name = drift_bands.widen_headlines([dict(h)], bands, "plot_a")[0]
+    by_mode = drift_bands.widen_headlines([dict(h)], bands, "plot_a", {"raw graph.execute": "host"})[0]
+    assert by_name["drift"] == 0.02 and by_mode["drift"] == 0.5
+
+
+def test_every_label_whose_mode_was_kept_is_classed_even_without_a_recent_change():
+    modes = {"kernel": "cold-L2 events", "raw graph.execute": "host"}
+    lines = [
+        _moded("plot_a", "1", {"kernel": 1.0}, {"kernel": modes["kernel"]}),
+        _moded("plot_a", "2", {"kernel": 1.01, "raw graph.execute": 0.02}, modes),
+    ]
+    page = drift_bands.drift(lines)["examples"]["plot_a"]
+    assert page["classes"] == {"kernel": "gpu", "raw graph.execute": "host"}
+
+
+def test_for_headline_takes_the_floor_of_its_units_family():
+    page = {"headline_p95": 0.5, "headlines": {}, "headline_p95_by_class": {"time": 0.01, "%": 0.5}}
+    bands = {"examples": {"plot_a": page}}
+    assert drift_bands.for_headline(bands, "plot_a", "winner median", "µs") == 0.01
+    assert drift_bands.for_headline(bands, "plot_a", "winner median") == 0.5

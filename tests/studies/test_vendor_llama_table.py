@@ -704,3 +704,7 @@ def test_the_graphs_and_the_contenders_pass_their_checks_on_the_gpu(causal):
     for launch in (*contenders["fwd"].values(), *contenders["bwd"].values()):
         launch()
     torch.cuda.synchronize()
+
+
+def test_a_reference_time_that_is_not_finite_prints_as_it_is():
+    assert [study._seconds(x) for x in (float("inf"), float("nan"), 0.0)] == ["inf", "nan", "0.0"]

@@ -12,6 +12,7 @@ itself, how often such a band would have held.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -212,10 +213,16 @@ def _ratio_changes(steps: list[dict[str, float]]) -> list[float]:
     return out
 
 
-def _pair_class(a: str, b: str, classes: dict[str, str]) -> str:
-    """A ratio's timing class: ``"gpu"`` when both its measurements time the GPU alone, else ``"host"``."""
-    both = {classes.get(a) or timing_class(a), classes.get(b) or timing_class(b)}
+def _pair_class(a: str, b: str, classes: Mapping[str, str], modes: Mapping[str, str] | None = None) -> str:
+    """A ratio's timing class: ``"gpu"`` when both its measurements time the GPU alone, else ``"host"``
+    (each label's class from the drift file, else from its mode in ``modes``, else from its name)."""
+    both = {_class_of(a, classes, modes), _class_of(b, classes, modes)}
     return "gpu" if both == {"gpu"} else "host"
+
+
+def _class_of(label: str, classes: Mapping[str, str], modes: Mapping[str, str] | None = None) -> str:
+    """``label``'s timing class: the drift file's, else its mode's (the running record's), else its name's."""
+    return classes.get(label) or timing_class(label, (modes or {}).get(label))
 
 
 def _ratio_changes_by_class(steps: list[dict[str, float]], classes: dict[str, str]) -> list[tuple[str, float]]:
@@ -502,12 +509,13 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
     }
     pairs = _comparable_pairs(entries)[-DRIFT_PAIRS:]
     signed = [_pair_changes(prev, cur) for prev, cur in pairs]
-    classes: dict[str, str] = {}
+    # every label whose mode a recording kept is classed by it, changed lately or not
+    classes: dict[str, str] = {label: timing_class(label, mode) for label, mode in modes.items()}
     for step in signed:
         for label, change in step.items():
             changes_.append(abs(change))
             labels[label] = max(labels.get(label, 0.0), abs(change))
-            classes[label] = timing_class(label, modes.get(label))
+            classes.setdefault(label, timing_class(label))
             by_class.append((classes[label], abs(change)))
     for prev, cur in pairs:
         old = {h["name"]: h.get("value") for h in prev.get("headlines", [])}
@@ -635,14 +643,20 @@ def for_label(bands: dict[str, Any], page: str, label: str) -> float:
     return _label_drift(bands, page, label)[0]
 
 
-def _label_drift(bands: dict[str, Any], page: str, label: str) -> tuple[float, str]:
+def _label_drift(
+    bands: dict[str, Any], page: str, label: str, modes: Mapping[str, str] | None = None
+) -> tuple[float, str]:
     """:func:`for_label`, with its basis: floored by the page's p95 over measurements of its timing class."""
     classes = (_page(bands, page) or {}).get("classes") or {}
-    return _lookup_basis(bands, page, label, "labels", "p95", "global_p95", classes.get(label) or timing_class(label))
+    return _lookup_basis(bands, page, label, "labels", "p95", "global_p95", _class_of(label, classes, modes))
 
 
-def for_headline(bands: dict[str, Any], page: str, name: str) -> float:
+def for_headline(bands: dict[str, Any], page: str, name: str, unit: str | None = None) -> float:
     """The re-recording noise of the headline ``name`` of ``page`` (as :func:`for_label`, over headlines).
+
+    Its own largest past change, at least its page's 95th percentile over headlines of its unit's
+    family (:func:`headline_class`; over every headline without ``unit``, or with a drift file that
+    does not keep the families).
 
     Parameters
     ----------
@@ -652,6 +666,8 @@ def for_headline(bands: dict[str, Any], page: str, name: str) -> float:
         The example's stem.
     name
         The headline's name, as recorded.
+    unit
+        Its unit, which picks the page's floor (:func:`widen_headlines` passes it).
 
     Returns
     -------
@@ -663,7 +679,8 @@ def for_headline(bands: dict[str, Any], page: str, name: str) -> float:
     >>> for_headline({}, "plot_00_ceilings", "copy bandwidth ceiling")
     0.0
     """
-    return _lookup(bands, page, name, "headlines", "headline_p95", "global_headline_p95")
+    cls = headline_class({"unit": unit}) if unit else None
+    return _lookup_basis(bands, page, name, "headlines", "headline_p95", "global_headline_p95", cls)[0]
 
 
 def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
@@ -706,7 +723,9 @@ def for_ratio(bands: dict[str, Any], page: str, a: str, b: str) -> float:
     return _ratio_drift(bands, page, a, b)[0]
 
 
-def _ratio_drift(bands: dict[str, Any], page: str, a: str, b: str) -> tuple[float, str]:
+def _ratio_drift(
+    bands: dict[str, Any], page: str, a: str, b: str, modes: Mapping[str, str] | None = None
+) -> tuple[float, str]:
     """:func:`for_ratio`, with where it came from (:func:`drift_basis`)."""
     import math
 
@@ -715,7 +734,7 @@ def _ratio_drift(bands: dict[str, Any], page: str, a: str, b: str) -> tuple[floa
     entry = _page(bands, page)
     if entry is not None:
         seen = [abs(s[a] - s[b]) for s in entry.get("changes") or [] if a in s and b in s]
-        cls = _pair_class(a, b, entry.get("classes") or {})
+        cls = _pair_class(a, b, entry.get("classes") or {}, modes)
         if len(seen) >= RATIO_MIN_PAIRS:
             floor = entry.get("ratio_floor", entry.get("ratio_p90"))
             if "ratio_floor_by_class" in entry:  # floored by the page's ratios of the same timing class
@@ -752,18 +771,22 @@ def drift_basis(bands: dict[str, Any], page: str, headline: dict[str, Any]) -> s
     return _drift_of(bands, page, headline)[1]
 
 
-def _drift_of(bands: dict[str, Any], page: str, h: dict[str, Any]) -> tuple[float, str]:
+def _drift_of(
+    bands: dict[str, Any], page: str, h: dict[str, Any], modes: Mapping[str, str] | None = None
+) -> tuple[float, str]:
     """The drift :func:`widen_headlines` widens ``h`` by, and :func:`drift_basis`'s answer for it."""
     if h.get("kind") == "comparison" and "candidate_measurement" in h:
-        return _ratio_drift(bands, page, h["baseline_measurement"], h["candidate_measurement"])
+        return _ratio_drift(bands, page, h["baseline_measurement"], h["candidate_measurement"], modes)
     if "measurement" in h and h.get("unit") != "%":
-        return _label_drift(bands, page, h["measurement"])
+        return _label_drift(bands, page, h["measurement"], modes)
     # a share ("% of copy bandwidth") is a ratio of two timings that move together between leases
     # (clocks, power): it is widened by how far the share itself moved, not its measurement's time
     return _lookup_basis(bands, page, h["name"], "headlines", "headline_p95", "global_headline_p95", headline_class(h))
 
 
-def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page: str) -> list[dict[str, Any]]:
+def widen_headlines(
+    headlines: list[dict[str, Any]], bands: dict[str, Any], page: str, modes: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Widen each headline's in-run interval by its re-recording drift, keeping the in-run one beside it.
 
     A headline with a positive interval in a unit of :data:`DRIFT_UNITS` gets ``low``/``high``
@@ -783,6 +806,9 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
         :func:`load_drift`'s result (``{}``: widened by 0, still labelled).
     page
         The example's stem.
+    modes
+        The running record's measurement label → mode: a label the drift file has not classed
+        (new to the page, or renamed) takes its timing class from it (:func:`timing_class`).
 
     Returns
     -------
@@ -806,7 +832,7 @@ def widen_headlines(headlines: list[dict[str, Any]], bands: dict[str, Any], page
             continue
         if "run_low" in h or low is None or high is None or h.get("unit") not in DRIFT_UNITS or not float(low) > 0:
             continue
-        r, basis = _drift_of(bands, page, h)
+        r, basis = _drift_of(bands, page, h, modes)
         if h.get("interval") and h["interval"] != WIDENED:  # what the page's own interval was (min–max, ...)
             h["run_interval"] = h["interval"]
         h.update(run_low=float(low), run_high=float(high), drift=r, drift_basis=basis, interval=WIDENED)
