@@ -1,7 +1,8 @@
 """Comparison tables (HTML in the gallery, text in a terminal), ratios, and links between pages.
 
 A :class:`ComparisonTable` pivots measurements into one row per implementation and one column per
-problem size, with the best entry of each column marked, in one unit. :func:`comparison_rows` and
+problem size, with the best entry of each column marked (or of each group of rows in it: each mode), in one
+unit. :func:`comparison_rows` and
 :func:`loop_rows` lay out several comparisons (one per mask, size, …) as rows for :func:`html_table`:
 time, rate and speed-up, or GPU time against a back-to-back loop's wall clock.
 """
@@ -108,10 +109,19 @@ class ComparisonTable:
         The ``params`` keys to pivot on.
     metric:
         A key of :data:`METRICS`.
+    title:
+        The caption.
+    group:
+        Row → its group's key (``lambda impl: impl.split()[-1]``): each column's best is then marked
+        within each group of rows, so that rows that do different work (training and inference) are
+        not ranked against each other. Default: one group, every row.
+    group_name:
+        What a group is, for the caption (``"mode"``: "best per column within each mode").
 
     Example
     -------
     >>> ComparisonTable(ms, row="impl", column="seq_len", metric="tflops")
+    >>> ComparisonTable(ms, column="stage", group=lambda impl: impl.split()[-1], group_name="mode")
     """
 
     def __init__(
@@ -122,10 +132,13 @@ class ComparisonTable:
         column: str = "size",
         metric: str = "median_ms",
         title: str = "",
+        group: Callable[[Any], Any] | None = None,
+        group_name: str = "group",
     ) -> None:
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose from {sorted(METRICS)}")
         self.metric, self.title = metric, title
+        self.group, self.group_name = group, group_name
         self.unit, self.higher_is_better, getter = METRICS[metric]
         self.rows: list[Any] = []
         self.columns: list[Any] = []
@@ -144,11 +157,23 @@ class ComparisonTable:
         m = self.cells.get((r, c))
         return None if m is None else self._get(m)
 
-    def best_row(self, c: Any) -> Any:
-        vals = [(self.value(r, c), r) for r in self.rows if self.value(r, c) is not None]
+    def best_row(self, c: Any, among: Iterable[Any] | None = None) -> Any:
+        """The row with the best value in column ``c``, of ``among`` (default every row); None if none has one."""
+        vals = [(self.value(r, c), r) for r in (self.rows if among is None else among) if self.value(r, c) is not None]
         if not vals:
             return None
         return (max if self.higher_is_better else min)(vals, key=lambda t: t[0])[1]
+
+    def is_best(self, r: Any, c: Any) -> bool:
+        """Whether row ``r`` is marked in column ``c``: the best of its group there (of every row, ungrouped)."""
+        if self.group is None:
+            return self.best_row(c) == r
+        key = self.group(r)
+        return self.best_row(c, [q for q in self.rows if self.group(q) == key]) == r
+
+    def _best_text(self) -> str:
+        """``best per column``, and ``within each <group_name>`` when the rows are grouped."""
+        return "best per column" + ("" if self.group is None else f" within each {self.group_name}")
 
     def _cell_text(self, r: Any, c: Any) -> str:
         m = self.cells.get((r, c))
@@ -165,14 +190,14 @@ class ComparisonTable:
             cells = []
             for c in self.columns:
                 text = self._cell_text(r, c)
-                cells.append(text + (" *" if self.best_row(c) == r else ""))
+                cells.append(text + (" *" if self.is_best(r, c) else ""))
             body.append([str(r)] + cells)
         widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
         lines = [self.title] if self.title else []
         lines.append(
-            f"{self.unit}; * best per column; ± half the IQR"
+            f"{self.unit}; * {self._best_text()}; ± half the IQR"
             if self.metric.startswith("median")
-            else f"{self.unit}; * best per column"
+            else f"{self.unit}; * {self._best_text()}"
         )
         lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
         lines.append("  ".join("-" * w for w in widths))
@@ -187,9 +212,9 @@ class ComparisonTable:
             tds = []
             for c in self.columns:
                 text = esc(self._cell_text(r, c))
-                tds.append(f"<td><b>{text}</b></td>" if self.best_row(c) == r else f"<td>{text}</td>")
+                tds.append(f"<td><b>{text}</b></td>" if self.is_best(r, c) else f"<td>{text}</td>")
             rows.append(f"<tr><th>{esc(str(r))}</th>{''.join(tds)}</tr>")
-        caption = esc(self.title + (" — " if self.title else "") + self.unit + "; best per column in bold")
+        caption = esc(self.title + (" — " if self.title else "") + self.unit + f"; {self._best_text()} in bold")
         return (
             f'<table class="cg-compare"><caption>{caption}</caption>'
             f"<thead><tr><th>{esc(self.row_name)} \\ {esc(self.column_name)}</th>{head}</tr></thead>"
@@ -197,9 +222,16 @@ class ComparisonTable:
         )
 
 
-def sweep_table(result: Any, metric: str = "median_ms", title: str = "") -> ComparisonTable:
+def sweep_table(
+    result: Any,
+    metric: str = "median_ms",
+    title: str = "",
+    *,
+    group: Callable[[Any], Any] | None = None,
+    group_name: str = "group",
+) -> ComparisonTable:
     """A :class:`~cudnn_guide.measure.sweep.SweepResult` as a :class:`ComparisonTable`: one row per
-    implementation, one column per size, in ``metric``.
+    implementation, one column per size, in ``metric``, each column's best marked (within each group).
 
     Parameters
     ----------
@@ -209,6 +241,11 @@ def sweep_table(result: Any, metric: str = "median_ms", title: str = "") -> Comp
         ``median_ms``, ``median_us``, ``tflops`` or ``gbps``.
     title
         The table's caption.
+    group
+        Implementation → its group's key: each column's best is marked within each group (two
+        sweeps merged, training and inference, each ranked on its own). Default: one group.
+    group_name
+        What a group is, for the caption (``"mode"``).
 
     Returns
     -------
@@ -219,7 +256,15 @@ def sweep_table(result: Any, metric: str = "median_ms", title: str = "") -> Comp
     -------
     >>> sweep_table(sweep.sweep([1024, 2048], impls, x="seq_len", l2="cold"), "tflops", title="TFLOP/s")
     """
-    return ComparisonTable(result.measurements, row="impl", column=result.x, metric=metric, title=title)
+    return ComparisonTable(
+        result.measurements,
+        row="impl",
+        column=result.x,
+        metric=metric,
+        title=title,
+        group=group,
+        group_name=group_name,
+    )
 
 
 class Html(str):

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import matplotlib
 
 from cudnn_guide.measure import measurement
@@ -27,6 +29,40 @@ def test_table_pivots_marks_best_and_shows_missing():
     assert text.count("*") >= 2
     html = t._repr_html_()
     assert html.count("<b>") == 2 and "<caption>" in html
+
+
+def test_grouped_tables_mark_the_best_of_each_group_in_each_column():
+    # training is slower than inference throughout: ungrouped, only inference cells would be marked
+    ms = [
+        _m("cuDNN training", 1, 2.0),
+        _m("eager training", 1, 3.0),
+        _m("cuDNN inference", 1, 1.5),
+        _m("eager inference", 1, 1.0),
+        _m("cuDNN training", 2, 4.0),
+        _m("eager training", 2, 5.0),
+        _m("cuDNN inference", 2, 2.5),
+        _m("eager inference", 2, 3.0),
+    ]
+    sweep = SimpleNamespace(x="size", measurements=ms)
+    t = report.sweep_table(sweep, "median_ms", group=lambda impl: impl.split()[-1], group_name="mode")
+    marked = {(r, c) for r in t.rows for c in t.columns if t.is_best(r, c)}
+    assert marked == {
+        ("cuDNN training", 1),
+        ("eager inference", 1),
+        ("cuDNN training", 2),
+        ("cuDNN inference", 2),
+    }
+    html = t._repr_html_()
+    assert html.count("<b>") == 4 and "best per column within each mode in bold" in html
+    assert "<th>cuDNN training</th><td><b>2 " in html
+    text = str(t)
+    assert "* best per column within each mode" in text
+    assert sum(line.count(" *") for line in text.splitlines()[-4:]) == 4  # one mark per mode and column
+    # ungrouped, the column's single best is marked, as before
+    plain = report.sweep_table(sweep, "median_ms")
+    ungrouped = [(r, c) for r in plain.rows for c in plain.columns if plain.is_best(r, c)]
+    assert ungrouped == [("cuDNN inference", 2), ("eager inference", 1)]
+    assert "best per column in bold" in plain._repr_html_()
 
 
 def test_rate_tables_prefer_higher():
