@@ -410,6 +410,43 @@ def test_the_figure_draws_real_sweeps():
     plt.close(fig)
 
 
+def test_each_legend_sits_below_its_panel_clear_of_every_point_and_label():
+    # the recorded H200 run's shape: inside the axes, the attention legend hid the FP8 point at S=4096
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sizes = [2048, 4096, 8192, 16384]
+    mm_runs = {
+        "cuDNN FP8 graph": [1080, 1372, 1473, 1402],
+        "torch._scaled_mm FP8 (cuBLASLt)": [1090, 1370, 1423, 1360],
+        "torch.matmul bf16 (cuBLAS)": [705, 796, 776, 726],
+    }
+    att_runs = {
+        "cuDNN FP8 graph": [665, 840, 920, 930],
+        "cuDNN bf16 graph": [522, 582, 614, 636],
+        "PyTorch SDPA, flash backend (FlashAttention-2), bf16": [285, 306, 311, 317],
+        "FlashAttention-4 (flash-attn-4 4.0.0b36), bf16": [545, 641, 686, 723],
+    }
+    mm = sweep_of("n", {(k, n): t for k, ts in mm_runs.items() for n, t in zip(sizes, ts)})
+    att = sweep_of("seq_len", {(k, s): t for k, ts in att_runs.items() for s, t in zip(sizes, ts)})
+    fig = fp8_sweeps.plot_fp8_sweeps(mm, att, ceiling=772.0)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert not legend.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+        labels = [ax.xaxis.label, *ax.get_xticklabels()]
+        assert not any(legend.overlaps(t.get_window_extent(renderer)) for t in labels if t.get_text())
+        assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1)
+        points = np.concatenate([line.get_transform().transform(line.get_xydata()) for line in ax.get_lines()])
+        assert not any(legend.contains(x, y) for x, y in points), ax.get_title()
+    assert len(fig.axes[1].get_legend().get_texts()) == 4
+    plt.close(fig)
+
+
 def test_the_probe_line_says_where_the_sweeps_bf16_exceeds_it(monkeypatch):
     import matplotlib
 
