@@ -22,7 +22,7 @@ from cudnn_guide import collector
 from cudnn_guide.errors import CapabilityError, NoGPUError
 from cudnn_guide.libcudnn import find_libcudnn, loaded_libcudnn, require_cudnn
 
-__all__ = ["require_sm", "EnvironmentRecord", "collect"]
+__all__ = ["require_sm", "EnvironmentRecord", "collect", "version_string"]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -229,7 +229,24 @@ def _driver_version() -> str:
     return "unknown"
 
 
-def _version_string(v: int) -> str:
+def version_string(v: int) -> str:
+    """A cuDNN version number as cuDNN names it: ``91900`` → ``"9.19.0"``.
+
+    Parameters
+    ----------
+    v
+        The number ``cudnn.backend_version()`` or ``torch.backends.cudnn.version()`` returns.
+
+    Returns
+    -------
+    str
+        Major, minor and patch, dotted.
+
+    Example
+    -------
+    >>> version_string(91900)
+    '9.19.0'
+    """
     return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
 
 
@@ -271,7 +288,7 @@ def collect() -> EnvironmentRecord:
         driver=_driver_version(),
         cuda=str(torch.version.cuda),
         torch=torch.__version__,
-        cudnn_backend=_version_string(backend),
+        cudnn_backend=version_string(backend),
         cudnn_frontend=cudnn.__version__,
         libcudnn=loaded_libcudnn() or find_libcudnn().found or "unknown",
         python=platform.python_version(),

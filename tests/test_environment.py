@@ -96,5 +96,5 @@ def test_commit_comes_from_env_on_a_builder_without_git(monkeypatch):
 
 
 def test_version_string():
-    assert environment._version_string(91900) == "9.19.0"
-    assert environment._version_string(90100) == "9.1.0"
+    assert environment.version_string(91900) == "9.19.0"
+    assert environment.version_string(90100) == "9.1.0"

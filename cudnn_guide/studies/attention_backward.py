@@ -152,8 +152,6 @@ def sdpa_backends() -> dict[str, Any]:
     >>> list(sdpa_backends())[0]
     'PyTorch SDPA, flash backend (FlashAttention-2)'
     """
-    from cudnn_guide.measure import baselines
-
     return {BACKEND_NAMES.get(n, n): be for n, be in baselines.sdpa_backends().items()}
 
 
@@ -186,8 +184,6 @@ def torch_training_step(
     >>> step, grads = torch_training_step(SDPBackend.FLASH_ATTENTION, problem, ins)
     >>> step(); dq, dk, dv = grads()
     """
-    from cudnn_guide.measure import baselines
-
     leaves = [data[n].detach().requires_grad_(True) for n in "qkv"]
     attend = baselines.forced_sdpa(backend, is_causal=problem.causal, scale=problem.scale)
     step = baselines.training_step(attend, leaves, data["d_o"])

@@ -66,8 +66,6 @@ def backends() -> dict[str, Any]:
     >>> list(backends())[0]
     'PyTorch SDPA, flash backend (FlashAttention-2)'
     """
-    from cudnn_guide.measure import baselines
-
     return {BACKEND_NAMES.get(n, n): be for n, be in baselines.sdpa_backends().items()}
 
 
@@ -97,8 +95,6 @@ def torch_sdpa(backend: Any, problem: Any, q: Any, k: Any, v: Any) -> Callable[[
     >>> fn = torch_sdpa(SDPBackend.FLASH_ATTENTION, problem, q, k, v)
     >>> out = fn()
     """
-    from cudnn_guide.measure import baselines
-
     attend = baselines.forced_sdpa(backend, is_causal=problem.causal, scale=problem.scale)
     return lambda: attend(q, k, v)
 

@@ -188,7 +188,7 @@ def race(
 
     from cudnn_guide import check
     from cudnn_guide.graphs import attention, attention_inputs
-    from cudnn_guide.measure import baselines, compare, fa4
+    from cudnn_guide.measure import compare, fa4
 
     backends = {baselines.SDPA_BACKEND_NAMES.get(n, n): be for n, be in baselines.sdpa_backends().items()}
     results, kv_bytes = {}, {}

@@ -880,14 +880,12 @@ def _cudnn_ran() -> str | None:
     -------
     >>> _cudnn_ran()  # "9.19.0" on the page's H200
     """
-
-    def words(v: int) -> str:
-        return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+    from cudnn_guide.environment import version_string
 
     try:
         from cudnn_guide.libcudnn import require_cudnn
 
-        return words(require_cudnn())
+        return version_string(require_cudnn())
     except Exception:  # no frontend, or it cannot reach libcudnn
         pass
     try:
@@ -896,7 +894,7 @@ def _cudnn_ran() -> str | None:
         v = torch.backends.cudnn.version()
     except Exception:
         return None
-    return words(v) if v else None
+    return version_string(v) if v else None
 
 
 def plot_throughput(

@@ -533,8 +533,8 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
                 heads[h["name"]] = max(heads.get(h["name"], 0.0), change)
     part: dict[str, Any] = {"pairs": len(signed), "summary": None}
     if changes_ or head_changes or heads_abs:
-        ratios = _ratio_changes(signed)
         ratio_classes = _ratio_changes_by_class(signed, classes)
+        ratios = [change for _, change in ratio_classes]  # the same pairs as _ratio_changes(signed)
         # sorted once here: the site-wide quantiles then sort runs already in order (timsort merges them)
         part.update(changes=sorted(changes_), head_changes=sorted(head_changes), ratio_changes=sorted(ratios))
         part["summary"] = {
@@ -591,16 +591,12 @@ def _page(bands: dict[str, Any], page: str) -> dict[str, Any] | None:
     return (bands.get("examples") or {}).get(page)
 
 
-def _lookup(bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str) -> float:
-    """``key``'s largest past change in the page's ``table``, at least the page's ``page_p95``
-    (the site's ``site_p95`` for a page without history; 0 without a drift file)."""
-    return _lookup_basis(bands, page, key, table, page_p95, site_p95)[0]
-
-
 def _lookup_basis(
     bands: dict[str, Any], page: str, key: str, table: str, page_p95: str, site_p95: str, cls: str | None = None
 ) -> tuple[float, str]:
-    """:func:`_lookup`, with where it came from (:func:`drift_basis`).
+    """``key``'s largest past change in the page's ``table``, at least the page's ``page_p95`` (the site's
+    ``site_p95`` for a page without history; 0 without a drift file), with where it came from
+    (:func:`drift_basis`).
 
     With ``cls`` and a drift file that keeps the page's quantile per class (``<page_p95>_by_class``),
     the floor is the quantile over that class alone (the page's over all, where the class has none)."""
