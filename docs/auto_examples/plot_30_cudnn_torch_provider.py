@@ -26,8 +26,9 @@ What you will learn:
 * what the provider replaces and what it leaves to PyTorch, how to install and remove
   it, and how to count the calls it served (``cudnn.torch.calls``);
 * a training step of the block (forward, backward, AdamW) on the provider, checked
-  against an fp32 reference and timed against the block with the guide's own op and
-  with PyTorch's flash backend, on GPU time and on a wall-clock loop.
+  against an fp32 reference and timed against the block with the guide's own op, with
+  PyTorch's flash backend (FlashAttention-2) and with FlashAttention-4, on GPU time and
+  on a wall-clock loop.
 """
 
 # %%
@@ -117,12 +118,18 @@ for name, got, want in zip(["O", "dQ", "dK", "dV"], [o, dq, dk, dv], [ref, *leav
 # training step (``block.training_step``) is forward, backward of ``dy`` and a fused
 # AdamW update (learning rate 1e-5, so the weights barely move across the timed steps).
 # The block with the guide's op (``torch_ops.attention``, the lesson's two graphs behind
-# ``torch.library.custom_op``) is checked here; the others in the next cell.
+# ``torch.library.custom_op``) is checked here, and so is the block with
+# FlashAttention-4's ``flash_attn_func`` (flash-attn-4, which takes B×S×H×D:
+# ``block.variant(..., bshd=True)``); the others in the next cell. Where
+# FlashAttention-4 is not installed, the page prints so with the install command; where
+# it refuses the block, its error; either way the race goes on without it
+# (``fa4_contender``, in ``cudnn_guide/studies/provider_block.py``).
 from torch.nn.attention import SDPBackend
 
 from cudnn_guide import CheckFailedError, check
 from cudnn_guide.graphs import block
 from cudnn_guide.measure import compare
+from cudnn_guide.studies.provider_block import fa4_contender, fa4_sentences
 
 DIM, HIDDEN = H * D, 5632
 torch.manual_seed(0)
@@ -145,6 +152,10 @@ def training_step(model):
 eager_cudnn = block.variant(template, block.cudnn_attention)
 check_block(eager_cudnn, "block with the cuDNN op")
 EAGER = "cuDNN op, eager"
+# FA4 is fa4.label(), with its version; fa4_steps is {FA4: its step}, or {} with why
+FA4, fa4_steps, fa4_why = fa4_contender(
+    template, check_block, training_step, scale=D**-0.5
+)
 tokens = B * S
 step_flops = block.step_flops(B, S, H, D, HIDDEN)  # 3× the linears, 3.5× attention
 
@@ -154,12 +165,12 @@ step_flops = block.step_flops(B, S, H, D, HIDDEN)  # 3× the linears, 3.5× atte
 # ``cudnn.torch.install_sdpa_overrides()`` replaces the CUDA kernels of
 # ``aten::_scaled_dot_product_cudnn_attention`` and its backward, and returns a handle
 # whose ``remove()`` undoes it. The model code does not change: it selects PyTorch's
-# cuDNN backend. It is timed against this guide's op in the same (eager) block, and
-# PyTorch's flash backend (FlashAttention-2), on GPU time (all three in the same
-# interleaved rounds) and on the wall clock of one step then
-# ``torch.cuda.synchronize()`` (``baselines.synchronized``), as a loop that reads its
-# loss every step runs it (``compare.compare_host``, the same interleaved rounds and
-# verdicts).
+# cuDNN backend. It is timed against this guide's op in the same (eager) block,
+# PyTorch's flash backend (FlashAttention-2) and FlashAttention-4 where it ran above, on
+# GPU time (all of them in the same interleaved rounds) and on the wall clock of one
+# step then ``torch.cuda.synchronize()`` (``baselines.synchronized``), as a loop that
+# reads its loss every step runs it (``compare.compare_host``, the same interleaved
+# rounds and verdicts).
 import warnings
 
 import cudnn.torch
@@ -190,6 +201,7 @@ try:
         PROVIDER: training_step(provider_block),
         EAGER: training_step(eager_cudnn),
         FLASH: training_step(flash_block),
+        **fa4_steps,  # FlashAttention-4's block, where it passed its check
     }
     gpu = dict(l2="cold", rounds=5, min_reps=3, flops=step_flops)
     provider_cmp = compare.compare(
@@ -239,9 +251,10 @@ plt.show()
 # %%
 # Conclusions
 # -----------
-# The provider's block against the block with this guide's op and PyTorch's flash
-# backend, on GPU time and on the wall clock, each clock with its own tie band: one
-# speed-up can clear one band and not the other. Computed when the page is recorded.
+# The provider's block against the block with this guide's op, PyTorch's flash backend
+# and FlashAttention-4, on GPU time and on the wall clock, each clock with its own tie
+# band: one speed-up can clear one band and not the other. Computed when the page is
+# recorded.
 from cudnn_guide.report.prose import Prose, loop_note
 
 if provider_cmp and provider_wall:
@@ -252,6 +265,7 @@ if provider_cmp and provider_wall:
         f"{provider_wall.describe(EAGER)} on the wall clock; against PyTorch's flash "
         f"backend it is {provider_cmp.describe(FLASH)} on GPU time, and "
         f"{provider_wall.describe(FLASH)} on the wall clock.",
+        *fa4_sentences(provider_cmp, provider_wall, FA4, fa4_why),
         "Host time per step against GPU time:",
         *(
             loop_note(provider_cmp, name, provider_wall)

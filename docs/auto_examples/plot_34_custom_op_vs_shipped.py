@@ -5,8 +5,9 @@ Your own cuDNN attention op against torch.ops.cudnn.sdpa_fwd and PyTorch SDPA
 You write causal attention as a differentiable PyTorch operator, cuDNN's ``sdpa`` and
 ``sdpa_backward`` graphs behind ``torch.library.custom_op``, check one training step of
 it against PyTorch, then time that step against what frontend 1.32 ships for the same
-job (``torch.ops.cudnn.sdpa_fwd``) and PyTorch's SDPA with its cuDNN and flash
-backends: on the GPU, and by the wall clock of a training loop.
+job (``torch.ops.cudnn.sdpa_fwd``), PyTorch's SDPA with its cuDNN and flash backends,
+and FlashAttention-4 (``flash-attn-4``): on the GPU, and by the wall clock of a
+training loop.
 
 The op is the one the
 :ref:`custom op page <sphx_glr_auto_examples_plot_23_pytorch_custom_op.py>` builds and
@@ -18,9 +19,9 @@ What you will learn:
 * how little a differentiable cuDNN attention op takes: a forward graph that writes the
   softmax statistics, a backward graph that reads them, each built once per layout and
   registered with ``custom_op``, ``register_fake`` and ``register_autograd``;
-* what a training step of it costs the GPU against ``torch.ops.cudnn.sdpa_fwd`` and
-  PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends, and whether bit equality
-  shows which of them run the same cuDNN kernels;
+* what a training step of it costs the GPU against ``torch.ops.cudnn.sdpa_fwd``,
+  PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends and FlashAttention-4, and
+  whether bit equality shows which of them run the same cuDNN kernels;
 * what each costs the host to launch, and which of the two a loop of steps waits on.
 """
 
@@ -149,7 +150,12 @@ for x, y in zip([out, *(t.grad for t in leaves)], [ref, *(r.grad for r in ref_le
 # * ``torch.ops.cudnn.sdpa_fwd`` from ``cudnn.sdpa.fwd.torch_op`` (differentiable, with
 #   ``return_lse=True``);
 # * PyTorch's SDPA with the cuDNN backend, and with the flash backend, which on torch
-#   2.11 is FlashAttention-2 (each backend forced).
+#   2.11 is FlashAttention-2 (each backend forced);
+# * FlashAttention-4 (``flash-attn-4``, CuTe DSL kernels, ``fa4.training_step``) on its
+#   own B×S×H×D copies of the inputs, made once outside the timed calls
+#   (``custom_op_comparison.admit_fa4``). Where it refuses this case its error is
+#   shown; where it is not installed the verdict table says so, with the install
+#   command.
 #
 # First their GPU time, in interleaved rounds with the L2 flushed before each call;
 # ``wall_clock=True`` also races the same steps in back-to-back loops, timed by the wall
@@ -157,7 +163,7 @@ for x, y in zip([out, *(t.grad for t in leaves)], [ref, *(r.grad for r in ref_le
 import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
 from torch.nn.attention import SDPBackend
 
-from cudnn_guide.measure import baselines, compare
+from cudnn_guide.measure import baselines, compare, fa4
 from cudnn_guide.studies import custom_op_comparison
 
 leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -175,6 +181,10 @@ forwards = {
 }
 contenders, unavailable = custom_op_comparison.admit_steps(
     forwards, leaves, d_o, ref_leaves[0].grad
+)
+FA4 = fa4.label()  # "FlashAttention-4 (flash-attn-4 <version>)" where it is installed
+custom_op_comparison.admit_fa4(
+    contenders, unavailable, forwards, FA4, leaves, d_o, ref_leaves[0].grad
 )
 flops = 3.5 * 4 * b * h * s * s * d / 2  # forward + backward (2.5× forward), causal
 training = compare.compare(
@@ -194,7 +204,8 @@ training = compare.compare(
 # outputs point to the same forward kernel; the backward, most of a step's FLOPs, is
 # not compared: cuDNN's default backward accumulates dQ with atomics, so even the op
 # differs from itself there, and this check cannot tell its kernels apart. The op run
-# a second time shows that its forward repeats bit for bit.
+# a second time shows that its forward repeats bit for bit. FlashAttention-2 and -4
+# (this on its B×S×H×D copies) run kernels of their own: no equality is expected there.
 names = list(contenders)
 bitwise = custom_op_comparison.same_forward_bits(forwards, names, leaves, CAND)
 for n, same_bits in bitwise.items():
@@ -230,8 +241,10 @@ html_table(
 
 # %%
 # The verdicts, per baseline: the op's speed-up (in-run 95% interval) by GPU time, and
-# by the wall clock of a loop, each judged against its own comparison's tie band.
-html_table(pd.DataFrame(custom_op_comparison.verdict_rows(training, CAND)))
+# by the wall clock of a loop, each judged against its own comparison's tie band; then
+# each contender that was not timed, and why.
+verdicts = custom_op_comparison.verdict_rows(training, CAND, unavailable=unavailable)
+html_table(pd.DataFrame(verdicts))
 
 # %%
 import matplotlib.pyplot as plt
@@ -258,7 +271,7 @@ plt.show()
 from cudnn_guide.report.prose import Prose
 
 sentences = custom_op_comparison.conclusions(
-    training, per_step, bitwise, candidate=CAND, margin=MARGIN
+    training, per_step, bitwise, candidate=CAND, margin=MARGIN, unavailable=unavailable
 )
 # sphinx_gallery_start_ignore
 from cudnn_guide.report.records import comparison, keep

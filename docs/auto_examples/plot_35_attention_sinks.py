@@ -198,23 +198,11 @@ sink_cmp = compare.compare(
 import pandas as pd
 
 from cudnn_guide.report import html_table
+from cudnn_guide.report.tables import contender_rows
 
 US = "µs, median of round medians"
-rows = []
-for n in sink_cmp.measurements:
-    s = sink_cmp.versus.get(n)
-    rows.append(
-        {
-            "implementation": n,
-            US: sink_cmp.estimate(n)["value"],
-            "TFLOP/s": sink_cmp.estimate(n, "TFLOP/s")["value"],
-            "cuDNN's speed-up": s and s["value"],
-            "in-run 95% interval": s and f"{s['low']:.2f}–{s['high']:.2f}",
-            "verdict": s and s["verdict"],
-        }
-    )
 html_table(
-    pd.DataFrame(rows),
+    pd.DataFrame(contender_rows(sink_cmp, US)),
     {US: "{:.0f}", "TFLOP/s": "{:.0f}", "cuDNN's speed-up": "{:.2f}×"},
 )
 
