@@ -244,3 +244,4 @@ def test_the_site_answer_says_how_many_ties_are_with_cudnn_itself_through_pytorc
     answer = site_answer(rows)
     assert "2 of the ties are with cuDNN itself, called through PyTorch" in answer, answer
     assert "ties are with cuDNN itself" not in site_answer(rows[2:])
+    assert "1 of the ties is with cuDNN itself, called through PyTorch" in site_answer(rows[1:]), site_answer(rows[1:])
