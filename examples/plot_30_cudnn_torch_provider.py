@@ -252,9 +252,9 @@ plt.show()
 # Conclusions
 # -----------
 # The provider's block against the block with this guide's op, PyTorch's flash backend
-# and FlashAttention-4, on GPU time and on the wall clock, each clock with its own tie
-# band: one speed-up can clear one band and not the other. Computed when the page is
-# recorded.
+# and FlashAttention-4 (where it ran; else why not), then FlashAttention-4's against
+# each other block, on GPU time and on the wall clock, each clock with its own tie band:
+# one speed-up can clear one band and not the other. Computed when the page is recorded.
 from cudnn_guide.report.prose import Prose, loop_note
 
 if provider_cmp and provider_wall:

@@ -154,8 +154,8 @@ for x, y in zip([out, *(t.grad for t in leaves)], [ref, *(r.grad for r in ref_le
 # * FlashAttention-4 (``flash-attn-4``, CuTe DSL kernels, ``fa4.training_step``) on its
 #   own B×S×H×D copies of the inputs, made once outside the timed calls
 #   (``custom_op_comparison.admit_fa4``). Where it refuses this case its error is
-#   shown; where it is not installed the verdict table says so, with the install
-#   command.
+#   shown; where it is not installed, that is printed with the install command, and
+#   the verdict table and the conclusions list it as not timed.
 #
 # First their GPU time, in interleaved rounds with the L2 flushed before each call;
 # ``wall_clock=True`` also races the same steps in back-to-back loops, timed by the wall
@@ -217,8 +217,8 @@ for n, same_bits in bitwise.items():
 # the first round's host calls, one at a time on an idle GPU) can exceed what a step
 # costs the host inside a loop. ``training.wall`` raced the same steps in back-to-back
 # loops (``compare.compare_loops``), each timed by the wall clock from a synchronized
-# start to a synchronized end, in interleaved rounds. Where a step takes longer in the
-# loop than on the GPU, the loop waits on the host and the GPU idles between steps.
+# start to a synchronized end, in interleaved rounds. Where a step takes over ``MARGIN``
+# (1.1) times its GPU time in the loop, the loop waits on the host: the GPU idles.
 # Each time is the median over rounds of a contender's per-round medians
 # (``Comparison.estimate``), not the pooled median the record's measurements show; the
 # round medians are kept in the record's ``extra``.

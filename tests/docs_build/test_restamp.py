@@ -105,3 +105,21 @@ def test_a_retitled_cell_is_carried_into_the_notebook_heading_and_other_cells_ke
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
     assert len(before.splitlines()) == len(after.splitlines()) and len(changed) == 1, changed
     assert _state(example, gallery) == "fresh"
+
+
+def test_an_edited_bullet_continuation_line_is_found_in_the_page(tmp_path):
+    """``#   more text`` continues a bullet: the page indents it, so its text alone is matched."""
+    page = "plot_02_conv_bias_relu"
+    examples, gallery = tmp_path / "examples", tmp_path / "auto_examples"
+    examples.mkdir()
+    gallery.mkdir()
+    shutil.copy(ROOT / "examples" / f"{page}.py", examples)
+    for suffix in (".py", ".py.md5", ".rst", ".ipynb", ".zip"):
+        shutil.copy(ROOT / "docs" / "auto_examples" / f"{page}{suffix}", gallery)
+    example = examples / f"{page}.py"
+    old = next(line for line in example.read_text().splitlines() if line.startswith("#   ") and len(line) > 30)
+    new = old + " (edited)"
+    example.write_text(example.read_text().replace(old, new, 1))
+    assert restamp.restamp_text_edit(example, gallery) == [(old, new)]
+    rst = (gallery / f"{page}.rst").read_text()
+    assert new[4:] in rst and f"{old[4:]}\n" not in rst

@@ -77,8 +77,9 @@ def restamp_text_edit(example: Path, gallery_dir: Path) -> list[tuple[str, str]]
     changes = [(a, b) for a, b in zip(old_lines, new_lines) if a != b]
 
     def text(line: str) -> str:
+        # a bullet's continuation ("#   more text") is indented in the page: compare its text alone
         stripped = line.strip()
-        return stripped[2:] if stripped.startswith("# ") else stripped
+        return stripped[2:].strip() if stripped.startswith("# ") else stripped
 
     stem = example.stem
     rst_path, nb_path = gallery_dir / f"{stem}.rst", gallery_dir / f"{stem}.ipynb"
