@@ -190,8 +190,8 @@ ComparisonTable(base, metric="median_us", title="matmul + scale + bias + GELU + 
 # then they race in back-to-back loops timed by the wall clock (host time included).
 # ``wall_clock=True`` runs that race at every K: by default the harness runs it only
 # where some contender's host time per call reaches
-# :data:`~cudnn_guide.measure.compare.HOST_BOUND` of its GPU time, so a large K, where
-# none does, would get no loop verdict. The sweep's ``torch.compile`` uses the default
+# :data:`~cudnn_guide.measure.compare.HOST_BOUND` of its GPU time, so a K where none
+# does would get no loop verdict. The sweep's ``torch.compile`` uses the default
 # mode, compiled for each K (``dynamic=False``): max-autotune at eight shapes would cost
 # minutes of autotuning; the base size above has both.
 from cudnn_guide.measure import sweep

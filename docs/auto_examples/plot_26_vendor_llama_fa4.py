@@ -119,9 +119,9 @@ checks = vendor_llama_table.check_outputs(CUDNN, outputs, ref_o, ref_grads)
 # GPU has. The timing loop therefore checks against a reference computed in blocks
 # (``block_reference``): the query rows ``i0:i1`` of the 8 query heads that share one
 # K/V head, complete rows of scores, so that softmax, output and dQ rows are exact and
-# dK and dV add up over blocks; at most two fp32 blocks of up to 1 GiB each are alive.
-# In fp32 with TF32 off, it must match PyTorch's dense fp32 autograd at S=4096 to fp32
-# accuracy (the tolerance for fp32 outputs).
+# dK and dV add up over blocks; at most two fp32 blocks of scores, up to 1 GiB each,
+# are alive, beside the fp32 outputs. In fp32 with TF32 off, it must match PyTorch's
+# dense fp32 autograd at S=4096 to fp32 accuracy (the tolerance for fp32 outputs).
 checks = vendor_llama_table.check_block_reference(t, ref_o, ref_grads, causal=True)
 
 # %%
