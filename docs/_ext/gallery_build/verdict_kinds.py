@@ -361,7 +361,8 @@ def site_answer(rows: list[Mapping[str, Any]]) -> str:
         itself = [r for r in impl if r["verdict"] == "tie" and cudnn_through_pytorch(r.get("baseline") or "")]
         if itself:
             first += (
-                f" {len(itself)} of the ties {'is' if len(itself) == 1 else 'are'} with cuDNN itself, called through PyTorch "
+                f" {len(itself)} of the ties {'is' if len(itself) == 1 else 'are'} with cuDNN itself, "
+                "called through PyTorch "
                 "(its SDPA cuDNN backend or its cuDNN convolutions)."
             )
     apart = [
