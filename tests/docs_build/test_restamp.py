@@ -13,15 +13,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = "plot_21_call_overhead"
 
 
-@pytest.fixture
-def copy(tmp_path):
+def _copy_page(tmp_path, page):
+    """The page's example and its recorded files, copied: (example, gallery)."""
     examples, gallery = tmp_path / "examples", tmp_path / "auto_examples"
     examples.mkdir()
     gallery.mkdir()
-    shutil.copy(ROOT / "examples" / f"{PAGE}.py", examples)
+    shutil.copy(ROOT / "examples" / f"{page}.py", examples)
     for suffix in (".py", ".py.md5", ".rst", ".ipynb", ".zip"):
-        shutil.copy(ROOT / "docs" / "auto_examples" / f"{PAGE}{suffix}", gallery)
-    return examples / f"{PAGE}.py", gallery
+        shutil.copy(ROOT / "docs" / "auto_examples" / f"{page}{suffix}", gallery)
+    return examples / f"{page}.py", gallery
+
+
+@pytest.fixture
+def copy(tmp_path):
+    return _copy_page(tmp_path, PAGE)
 
 
 def _comment_line(text):
@@ -110,13 +115,7 @@ def test_a_retitled_cell_is_carried_into_the_notebook_heading_and_other_cells_ke
 def test_an_edited_bullet_continuation_line_is_found_in_the_page(tmp_path):
     """``#   more text`` continues a bullet: the page indents it, so its text alone is matched."""
     page = "plot_02_conv_bias_relu"
-    examples, gallery = tmp_path / "examples", tmp_path / "auto_examples"
-    examples.mkdir()
-    gallery.mkdir()
-    shutil.copy(ROOT / "examples" / f"{page}.py", examples)
-    for suffix in (".py", ".py.md5", ".rst", ".ipynb", ".zip"):
-        shutil.copy(ROOT / "docs" / "auto_examples" / f"{page}{suffix}", gallery)
-    example = examples / f"{page}.py"
+    example, gallery = _copy_page(tmp_path, page)
     old = next(line for line in example.read_text().splitlines() if line.startswith("#   ") and len(line) > 30)
     new = old + " (edited)"
     example.write_text(example.read_text().replace(old, new, 1))
