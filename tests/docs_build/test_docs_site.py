@@ -155,3 +155,23 @@ def test_a_search_for_a_frontend_call_finds_the_frontend_index_and_its_pages(sit
     assert re.search(r'href="api/graphs\.html#cudnn_guide\.graphs\.attention\.sdpa_backward_graph"', row)
     index = (site / "searchindex.js").read_text()
     assert "sdpa_backward" in index and "frontend_api" in index
+
+
+def test_the_results_page_calls_a_widened_headline_widened_with_its_in_run_interval(site):
+    """Its label needed a run_interval most records lack, so widened intervals read "(in-run)"."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    widened = [
+        h
+        for p in sorted((root / "docs" / "auto_examples").glob("*.record.json"))
+        for h in json.loads(p.read_text())["headlines"]
+        if float(h.get("drift") or 0) > 0 and "run_low" in h and "low" in h
+    ]
+    assert widened, "the committed recording has widened headlines"
+    text = (site / "results.html").read_text()
+    h = widened[0]
+    assert f"[{h['low']:.4g}–{h['high']:.4g}] (widened; in-run {h['run_low']:.4g}–{h['run_high']:.4g}" in text, h[
+        "name"
+    ]
