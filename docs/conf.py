@@ -23,7 +23,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS / "_ext"))  # the docs build's own machinery (gallery_build), outside the library
 
-from gallery_build import cell_times, hooks, page_checks, recording, staleness, verdict_kinds
+from gallery_build import cell_times, gpu_turns, hooks, page_checks, recording, staleness, verdict_kinds
 from gallery_build.manifest import (
     describe_recording,
     markdown_literal,
@@ -64,7 +64,13 @@ else:
 
     os.environ["CUDNN_GUIDE_RECORD_DIR"] = str(GALLERY)
     cell_times.time_cells(GALLERY)  # seconds per cell, beside each page: where the build time goes
-    _ENV = environment.collect()
+    _TURN = gpu_turns.current()  # lanes sharing a GPU: each code cell holds the GPU's turn
+    if _TURN is not None:
+        gpu_turns.take_turns_per_cell(_TURN)
+        with _TURN.held():
+            _ENV = environment.collect()
+    else:
+        _ENV = environment.collect()
     RECORDED_ON = (
         f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "
         f"frontend {_ENV.cudnn_frontend}, torch {_ENV.torch}) on {_ENV.date_utc}, commit {_ENV.commit}"

@@ -185,6 +185,7 @@ class Progress:
         self.scaled_from: str | None = None
         self._cost: dict[str, float] = {}
         self._lock = threading.Lock()
+        self.unit = "GPU"  # "lane" when several pages share a GPU (recording's --lanes)
 
     @property
     def pages(self) -> list[str]:
@@ -208,7 +209,7 @@ class Progress:
         with self._lock:
             self.started[page] = self.clock()
             return (
-                f"{PREFIX}recording {page} in a fresh interpreter on GPU {gpu} "
+                f"{PREFIX}recording {page} in a fresh interpreter on {self.unit} {gpu} "
                 f"({len(self.started)} of {len(self.pages)}; {self._previous_note(page)})"
             )
 
@@ -219,7 +220,7 @@ class Progress:
             if self.scaled_from is None and self.previous.get(page) and seconds > 0:
                 self.scale, self.scaled_from = seconds / self.previous[page], page
             return (
-                f"{PREFIX}recorded {page} in {seconds:.1f} s on GPU {gpu} ({self._previous_note(page)}); "
+                f"{PREFIX}recorded {page} in {seconds:.1f} s on {self.unit} {gpu} ({self._previous_note(page)}); "
                 + self._left()
             )
 
@@ -229,7 +230,7 @@ class Progress:
             self.failed.append(page)
             spent = self.clock() - self.started.get(page, self.clock())
             kept = "its committed files unchanged"
-            return f"{PREFIX}failed {page} after {spent:.1f} s on GPU {gpu}, {kept}; " + self._left()
+            return f"{PREFIX}failed {page} after {spent:.1f} s on {self.unit} {gpu}, {kept}; " + self._left()
 
     def remaining(self) -> float:
         """Seconds until the last planned page should finish, from now."""

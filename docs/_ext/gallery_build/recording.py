@@ -18,6 +18,7 @@ from typing import Any
 
 from cudnn_guide import datafiles
 
+from . import gpu_turns
 from .manifest import read_manifest, write_manifest
 from .progress import Progress, UnknownPageError, changed_verdicts, page_verdicts, resolve_pages, summary_line
 from .restamp import restamp_text_edit
@@ -26,7 +27,17 @@ from .skip_pages import unmet_requirements, write_skip_page
 from .staging import cold_caches, promote_page, shared_bytecode, stage_docs
 from .staleness import MODE_ENV
 
-__all__ = ["ONLY_ENV", "GALLERY_NAME", "REPRODUCIBILITY", "RECORDING_PRELOAD", "recording_preload", "record_examples"]
+__all__ = [
+    "ONLY_ENV",
+    "GALLERY_NAME",
+    "REPRODUCIBILITY",
+    "RECORDING_PRELOAD",
+    "MAX_LANES",
+    "LanesError",
+    "lanes_option",
+    "recording_preload",
+    "record_examples",
+]
 
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
 PROFILE_ENV = "CUDNN_GUIDE_PROFILE_DIR"
@@ -88,6 +99,16 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
     os.environ.update({MODE_ENV: "record", ONLY_ENV: example})
     cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
     args = ["-b", "dummy", "-q", docs_dir, out_dir]
+    turn = gpu_turns.install()  # lanes sharing a GPU (``--lanes``): conf.py makes each cell hold the turn
+    if turn is not None:
+        gpu_turns.pin_to_lane_cpus()
+        code = build_main(args)
+        print(
+            f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
+            f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes",
+            flush=True,
+        )
+        return code
     if not os.environ.get(PROFILE_ENV):
         return build_main(args)
     import cProfile
@@ -108,6 +129,7 @@ def record_examples(
     shard: Path | None = None,
     gpus: int | None = None,
     keep_going: bool = False,
+    lanes: int = 1,
 ) -> dict[str, float]:
     """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
@@ -144,11 +166,16 @@ def record_examples(
     keep_going
         Record every page even after one fails (the failures are raised together at the end),
         instead of stopping at the first.
+    lanes
+        Pages recorded at once on each GPU, taking turns on it (:mod:`gallery_build.gpu_turns`):
+        one page's code cell runs on the GPU at a time, while the others compile, import or
+        run Sphinx. Each lane has its own share of the CPU cores. 1: one page at a time.
 
     Returns
     -------
     dict[str, float]
-        Seconds per example (0 for a skipped one), its process's start and exit included.
+        Seconds per example (0 for a skipped one), its process's start and exit included (with
+        lanes, the time it waited for its turns too).
 
     Raises
     ------
@@ -181,7 +208,9 @@ def record_examples(
             shutil.copytree(gallery_dir, work_docs / GALLERY_NAME)
             failure = None
             try:
-                seconds = record_examples(work_docs, examples_dir, work_docs / GALLERY_NAME, names=names, gpus=gpus)
+                seconds = record_examples(
+                    work_docs, examples_dir, work_docs / GALLERY_NAME, names=names, gpus=gpus, lanes=lanes
+                )
             except RuntimeError as exc:
                 failure, seconds = exc, _recorded_in(work_docs / GALLERY_NAME)
             if seconds:
@@ -225,7 +254,16 @@ def record_examples(
                 runnable.append(src)
         if runnable:
             pool_seconds, failure = _record_on_gpus(
-                runnable, docs_dir, examples_dir, gallery_dir, Path(stage_dir), seconds, gpus, keep_going, progress
+                runnable,
+                docs_dir,
+                examples_dir,
+                gallery_dir,
+                Path(stage_dir),
+                seconds,
+                gpus,
+                keep_going,
+                progress,
+                lanes,
             )
     from . import drift_bands, history
 
@@ -278,8 +316,9 @@ def _record_on_gpus(
     gpus: int | None,
     keep_going: bool = False,
     progress: Progress | None = None,
+    lanes_per_gpu: int = 1,
 ) -> tuple[float | None, str | None]:
-    """Record ``runnable`` pages, one page per GPU at a time; fill ``seconds``; return (pool start, failure).
+    """Record ``runnable``, ``lanes_per_gpu`` pages per GPU at a time; fill ``seconds``; return (pool start, failure).
 
     ``progress`` prints a line as each page starts and ends, with the time left (:class:`Progress`).
     Ctrl-C (or SIGTERM) keeps the pages promoted so far, promotes no other, and the failure names
@@ -289,10 +328,14 @@ def _record_on_gpus(
 
     from cudnn_guide.studies import fresh_process
 
-    workers = gpus or _visible_gpus()
+    gpu_count = gpus or _visible_gpus()
+    per_gpu = max(1, lanes_per_gpu)
     previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
-    alone, lanes = plan_lanes([s.name for s in runnable], previous, workers)
+    alone, lanes = plan_lanes([s.name for s in runnable], previous, gpu_count * per_gpu)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     progress = progress or Progress(previous)
+    if len(lanes) > gpu_count:
+        progress.unit = "lane"
     by_name = {s.name: s for s in runnable}
     bytecode = shared_bytecode(stage_dir / "bytecode")
     if bytecode:
@@ -302,16 +345,28 @@ def _record_on_gpus(
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
     all_ready = threading.Barrier(max(1, len(lanes)))  # no page starts while another GPU's interpreters still import
     print(
-        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} GPU(s), longest first"
-        + (f"; alone first on GPU 0: {', '.join(alone)}" if alone else "")
+        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} {progress.unit}(s)"
+        + (f" of {gpu_count} GPU(s), taking turns on each" if progress.unit == "lane" else "")
+        + ", longest first"
+        + (f"; alone first on {progress.unit} 0: {', '.join(alone)}" if alone else "")
         + ": "
-        + "; ".join(f"GPU {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
+        + "; ".join(f"{progress.unit} {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
         flush=True,
     )
     print(progress.plan(alone, lanes), flush=True)
 
+    def lane_env(index: int) -> dict[str, str]:
+        """Lane ``index`` runs on GPU ``index % gpu_count``; lanes sharing a GPU take turns on it."""
+        gpu = index % gpu_count
+        env = dict(bytecode) | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu_count > 1 and len(lanes) > 1 else {})
+        if per_gpu > 1 and len(lanes) > gpu_count:
+            share = gpu_turns.lane_cpus(index, len(lanes), cpus)
+            env[gpu_turns.TURN_ENV] = str(stage_dir / f"gpu-{gpu}.turn")
+            env[gpu_turns.CPUS_ENV] = ",".join(str(c) for c in share)
+        return env
+
     def lane_worker(gpu: int, lane: list[str]) -> None:
-        env = bytecode | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if len(lanes) > 1 else {})
+        env = lane_env(gpu)
         t0 = time.perf_counter()
         with interpreter_pool(len(lane), env) as pool:
             try:
@@ -398,6 +453,55 @@ def _recorded_in(gallery_dir: Path) -> dict[str, float]:
     return dict(manifest.get("last_run_seconds", {}))
 
 
+MAX_LANES = 8
+"""The most pages one GPU records at once (``--lanes``)."""
+
+
+class LanesError(ValueError):
+    """``--lanes`` without a whole number from 1 to :data:`MAX_LANES`."""
+
+
+def lanes_option(args: list[str]) -> tuple[int, list[str]]:
+    """Take ``--lanes N`` (or ``--lanes=N``) out of a command line: (lanes, the other arguments).
+
+    Parameters
+    ----------
+    args
+        The arguments after the command.
+
+    Returns
+    -------
+    tuple[int, list[str]]
+        Pages each GPU records at once (1 when not given), and the rest of ``args``.
+
+    Raises
+    ------
+    LanesError
+        The value is missing or not a whole number from 1 to :data:`MAX_LANES`.
+
+    Example
+    -------
+    >>> lanes_option(["--lanes", "3", "plot_05"])
+    (3, ['plot_05'])
+    """
+    lanes, rest, i = 1, [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--lanes" or arg.startswith("--lanes="):
+            value = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if "=" in arg else 2
+            if not value.isdigit() or not 1 <= int(value) <= MAX_LANES:
+                raise LanesError(
+                    f"--lanes takes how many pages each GPU records at once, a whole number from 1 to "
+                    f"{MAX_LANES}; got {value or 'nothing'!r}"
+                )
+            lanes = int(value)
+            continue
+        rest.append(arg)
+        i += 1
+    return lanes, rest
+
+
 def stop_on_sigterm() -> None:
     """Make a time limit's SIGTERM end a recording like Ctrl-C, so the pages it finished are kept.
 
@@ -424,16 +528,18 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         return
     if not argv or argv[0] != "record":
         raise SystemExit(
-            "usage: python -m gallery_build.recording record [--keep-going] [page ...]  (plot_05_x.py, 05 or 5)\n"
+            "usage: python -m gallery_build.recording record [--keep-going] [--lanes N] [page ...]"
+            "  (plot_05_x.py, 05 or 5)\n"
             "       python -m gallery_build.recording restamp plot_xx.py ...  (text-only edits)"
         )
     keep_going = "--keep-going" in argv
     root = REPO_ROOT
     try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts
+        lanes, rest = lanes_option(argv[1:])
         names = resolve_pages(
-            [a for a in argv[1:] if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
+            [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
         )
-    except UnknownPageError as exc:
+    except (UnknownPageError, LanesError) as exc:
         raise SystemExit(f"cudnn-guide: {exc}") from None
     from .build_lock import BuildLockError, acquire
 
@@ -443,7 +549,12 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         raise SystemExit(f"cudnn-guide: {exc}") from None
     with lock:
         record_examples(
-            root / "docs", root / "examples", root / "docs" / "auto_examples", names=names, keep_going=keep_going
+            root / "docs",
+            root / "examples",
+            root / "docs" / "auto_examples",
+            names=names,
+            keep_going=keep_going,
+            lanes=lanes,
         )  # it ends with the summary line
 
 

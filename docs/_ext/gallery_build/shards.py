@@ -846,6 +846,10 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         return
     if argv[:1] == ["record"] and len(argv) >= 2:
         shard, rest = Path(argv[1]), argv[2:]
+        try:
+            lanes, rest = recording.lanes_option(rest)
+        except recording.LanesError as exc:
+            raise SystemExit(f"cudnn-guide: {exc}") from None
         keep_going = "--keep-going" in rest
         names = [a for a in rest if a != "--keep-going"]
         seconds = recording.record_examples(
@@ -855,6 +859,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
             names=names or None,
             shard=shard,
             keep_going=keep_going,
+            lanes=lanes,
         )
         print(
             f"cudnn-guide: shard {shard}: {len(seconds)} page(s); merge it with "
@@ -862,7 +867,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         )
         return
     raise SystemExit(
-        "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [plot_xx.py ...]\n"
+        "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [--lanes N] [plot_xx.py ...]\n"
         f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
         "       python -m gallery_build.shards rewiden [--all] DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
     )

@@ -1,0 +1,371 @@
+"""Pages that share one GPU take turns on it: one page's code cell runs on the GPU at a time.
+
+The recorder can run several pages at once on one GPU (``--lanes N``), each in its own process.
+Two pages timing at once moved a fifth of the measurements (the measurement studies' "Two lanes
+on one GPU"), so lanes take **turns**: a process holds the GPU's turn (an exclusive ``flock`` on
+a file that every lane of that GPU opens) for the whole of each code cell it runs, and so for
+every timed call, check and fresh-process study in it. It sets the turn aside only for work that
+needs the CPU and not the GPU, so that another lane's cell runs meanwhile:
+
+- ``torch.compile``'s compiling (Dynamo's compile-start and compile-end callbacks), except the
+  GPU benchmarks of Inductor's autotuning, which take the turn back while they run;
+- the CuTe DSL's kernel compiles (``cutlass.cute.compile``: FlashAttention-4, flex attention);
+- importing ``flash_attn`` and ``cutlass`` (about 11 s of Python);
+- Sphinx's own work before, between and after the cells.
+
+Each lane is pinned to its own CPU cores (:data:`CPUS_ENV`), so another lane's compile workers
+never share a core with the cell that holds the turn. Without :data:`TURN_ENV` (one lane, or a
+reader's own build) nothing here does anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["TURN_ENV", "CPUS_ENV", "ASIDE_IMPORTS", "Turn", "lane_cpus", "pin_to_lane_cpus", "install", "current"]
+
+TURN_ENV = "CUDNN_GUIDE_GPU_TURN"
+"""The lock file the lanes of one GPU share (set by the recorder for each lane's pages)."""
+CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
+"""The CPU cores of this lane, e.g. ``0-4``."""
+ASIDE_IMPORTS = ("flash_attn", "cutlass")
+"""Packages whose import runs with the turn set aside: pure Python, seconds each, no GPU work."""
+
+
+class Turn:
+    """This process's turn on a GPU shared with other lanes: an exclusive ``flock`` on ``path``.
+
+    :meth:`held` takes the turn for a block (a code cell) unless it is already held;
+    :meth:`aside` gives it up for a block of CPU-only work and takes it back after. Both nest.
+    ``waited`` counts the seconds spent waiting for the turn, ``aside_seconds`` those given up.
+
+    Parameters
+    ----------
+    path
+        The lock file, shared by every lane of one GPU.
+
+    Example
+    -------
+    >>> turn = Turn(str(tmp_path / "gpu-0.turn"))
+    >>> with turn.held():
+    ...     with turn.aside():  # a compile: another lane may run a cell meanwhile
+    ...         pass
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._pid = os.getpid()
+        self.holding = False
+        self.waited = 0.0
+        self.aside_seconds = 0.0
+        self.turns = 0
+
+    def _open(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd, self._pid = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), os.getpid()
+        return self._fd
+
+    def _take(self) -> None:
+        import fcntl
+
+        t0 = time.perf_counter()
+        fcntl.flock(self._open(), fcntl.LOCK_EX)
+        self.waited += time.perf_counter() - t0
+        self.holding, self.turns = True, self.turns + 1
+
+    def _give(self) -> None:
+        import fcntl
+
+        if self._fd is not None and self._pid == os.getpid():
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self.holding = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the turn for the block (taking it if not held, waiting for it if another lane has it)."""
+        if self.holding or self._pid != os.getpid():
+            yield
+            return
+        self._take()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):  # a failed cell's CUDA error is its own to report
+                _drain()
+            self._give()
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Give the turn up for a block of CPU-only work, and take it back after (no-op if not held)."""
+        if not self.holding or self._pid != os.getpid() or not _drain():
+            yield
+            return
+        self._give()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.aside_seconds += time.perf_counter() - t0
+            self._take()
+
+    def forget_in_child(self) -> None:
+        """In a forked child: the parent's turn is not this process's (it never gives it up)."""
+        self._fd, self.holding = None, False
+
+
+def _drain() -> bool:
+    """Wait for this process's queued GPU work, so that none runs into another lane's turn.
+
+    Returns ``False`` (keep the turn) while a CUDA graph is being captured: synchronizing then
+    would break the capture.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return True
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    torch.cuda.synchronize()
+    return True
+
+
+_CURRENT: Turn | None = None
+
+
+def current() -> Turn | None:
+    """This process's :class:`Turn`, once :func:`install` made one (``None``: no lanes)."""
+    return _CURRENT
+
+
+def lane_cpus(lane: int, lanes: int, cpus: list[int]) -> list[int]:
+    """The CPU cores of ``lane`` of ``lanes``: contiguous, near-equal slices of ``cpus``.
+
+    Parameters
+    ----------
+    lane
+        The lane's index, from 0.
+    lanes
+        How many lanes share the cores.
+    cpus
+        The cores to share (``sorted(os.sched_getaffinity(0))``).
+
+    Returns
+    -------
+    list[int]
+        The lane's cores (all of them when there are fewer cores than lanes).
+
+    Example
+    -------
+    >>> lane_cpus(1, 3, list(range(16)))
+    [5, 6, 7, 8, 9]
+    """
+    if lanes <= 1 or len(cpus) < lanes:
+        return list(cpus)
+    start, stop = len(cpus) * lane // lanes, len(cpus) * (lane + 1) // lanes
+    return list(cpus[start:stop])
+
+
+def pin_to_lane_cpus() -> list[int] | None:
+    """Pin this process (and so its compile workers and children) to :data:`CPUS_ENV`'s cores.
+
+    Returns
+    -------
+    list[int] | None
+        The cores, or ``None`` when the variable is unset.
+
+    Example
+    -------
+    >>> pin_to_lane_cpus()  # in a page's process, before the example runs
+    """
+    spec = os.environ.get(CPUS_ENV, "")
+    if not spec:
+        return None
+    cpus: list[int] = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a hook once a watched module is imported, and imports :data:`ASIDE_IMPORTS` aside."""
+
+    def __init__(self, turn: Turn, hooks: dict[str, Callable[[Any], None]]) -> None:
+        self.turn, self.hooks, self._busy = turn, hooks, set()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name in self._busy or (name not in self.hooks and name not in ASIDE_IMPORTS):
+            return None
+        self._busy.add(name)
+        try:
+            from importlib.util import find_spec
+
+            spec = find_spec(name)
+        finally:
+            self._busy.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, hook, turn = spec.loader, self.hooks.get(name), self.turn
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            with turn.aside() if name in ASIDE_IMPORTS else contextlib.nullcontext():
+                run(module)
+            if hook is not None:
+                hook(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+class _AsideCall:
+    """``fn`` run with the turn set aside; ``[...]`` and attributes pass through (``cute.compile[...]``)."""
+
+    def __init__(self, fn: Any, turn: Turn) -> None:
+        self._fn, self._turn = fn, turn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._turn.aside():
+            return self._fn(*args, **kwargs)
+
+    def __getitem__(self, key: Any) -> Any:
+        return _AsideCall(self._fn[key], self._turn)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+
+def _cute_aside(turn: Turn) -> Callable[[Any], None]:
+    def hook(cute: Any) -> None:
+        compile_ = getattr(cute, "compile", None)
+        if compile_ is not None and not isinstance(compile_, _AsideCall):
+            cute.compile = _AsideCall(compile_, turn)
+
+    return hook
+
+
+def _dynamo_aside(turn: Turn) -> Callable[[Any], None]:
+    """Dynamo's compile-start/end callbacks set the turn aside while ``torch.compile`` compiles."""
+    stack: list[Any] = []
+
+    def hook(_module: Any) -> None:
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:  # an older torch: compiles keep the turn (slower, never wrong)
+            return
+
+        def start(*_: Any) -> None:
+            context = turn.aside()
+            context.__enter__()
+            stack.append(context)
+
+        def end(*_: Any) -> None:
+            if stack:
+                stack.pop().__exit__(None, None, None)
+
+        callback_handler.register_start_callback(start)
+        callback_handler.register_end_callback(end)
+
+    return hook
+
+
+def _benchmarks_hold(turn: Turn) -> Callable[[Any], None]:
+    """Inductor's autotuning benchmarks run on the GPU: they take the turn back while they run."""
+
+    def hook(benchmarking: Any) -> None:
+        for cls_name in ("Benchmarker", "TritonBenchmarker", "InductorBenchmarker"):
+            cls = getattr(benchmarking, cls_name, None)
+            for method in ("benchmark_gpu",):
+                fn = cls and cls.__dict__.get(method)
+                if fn is None or getattr(fn, "_cudnn_guide_turn", False):
+                    continue
+                setattr(cls, method, _holding(fn, turn))
+
+    return hook
+
+
+def _holding(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
+    import functools
+
+    @functools.wraps(fn)
+    def held(*args: Any, **kwargs: Any) -> Any:
+        with turn.held():
+            return fn(*args, **kwargs)
+
+    held._cudnn_guide_turn = True  # type: ignore[attr-defined]
+    return held
+
+
+def install(path: str | None = None) -> Turn | None:
+    """In a page's process: make its :class:`Turn` and hook the CPU-only phases that set it aside.
+
+    Takes :data:`TURN_ENV` when ``path`` is not given; without either, does nothing. Hooks run as
+    their module is imported (at once when it already is): Dynamo's compile callbacks
+    (``torch._dynamo``), Inductor's benchmarks (``torch._inductor.runtime.benchmarking``) and
+    ``cutlass.cute.compile``; :data:`ASIDE_IMPORTS` are imported aside.
+
+    Parameters
+    ----------
+    path
+        The GPU's lock file.
+
+    Returns
+    -------
+    Turn | None
+        The process's turn, or ``None`` when no lock file is named.
+
+    Example
+    -------
+    >>> install()  # no CUDNN_GUIDE_GPU_TURN: a page recorded alone takes no turns
+    """
+    global _CURRENT
+    path = path or os.environ.get(TURN_ENV)
+    if not path:
+        return None
+    if _CURRENT is not None and _CURRENT.path == path:
+        return _CURRENT
+    turn = _CURRENT = Turn(path)
+    os.register_at_fork(after_in_child=turn.forget_in_child)
+    hooks = {
+        "torch._dynamo": _dynamo_aside(turn),
+        "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),
+        "cutlass.cute": _cute_aside(turn),
+    }
+    for name, hook in hooks.items():
+        if name in sys.modules:
+            hook(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport(turn, hooks))
+    return turn
+
+
+def take_turns_per_cell(turn: Turn) -> None:
+    """Each code cell sphinx-gallery executes holds ``turn`` (wraps ``execute_code_block``).
+
+    Parameters
+    ----------
+    turn
+        The process's turn (:func:`install`).
+
+    Example
+    -------
+    >>> take_turns_per_cell(install())  # in conf.py, record mode with lanes only
+    """
+    from sphinx_gallery import gen_rst
+
+    inner = gen_rst.execute_code_block
+    if getattr(inner, "_cudnn_guide_turns", False):
+        return
+
+    def in_turn(*args: Any, **kwargs: Any) -> Any:
+        with turn.held():
+            return inner(*args, **kwargs)
+
+    in_turn._cudnn_guide_turns = True  # type: ignore[attr-defined]
+    gen_rst.execute_code_block = in_turn
