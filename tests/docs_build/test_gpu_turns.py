@@ -83,6 +83,15 @@ def test_aside_and_held_do_nothing_without_the_turn(tmp_path):
     assert not turn.holding and turn.turns == 2 and turn.aside_seconds >= 0
 
 
+def test_held_seconds_count_the_turn_held_and_not_the_work_set_aside(tmp_path):
+    turn = gpu_turns.Turn(str(tmp_path / "t"))
+    with turn.held():
+        time.sleep(0.2)
+        with turn.aside():
+            time.sleep(0.3)
+    assert 0.2 <= turn.held_seconds < 0.45 and turn.aside_seconds >= 0.3
+
+
 def test_install_without_a_lock_file_changes_nothing(monkeypatch):
     monkeypatch.delenv(gpu_turns.TURN_ENV, raising=False)
     before = list(sys.meta_path)
@@ -163,18 +172,30 @@ def test_a_page_process_pins_itself_to_its_lanes_cores(monkeypatch):
         (["plot_05"], 1, ["plot_05"]),
     ],
 )
-def test_the_lanes_option_is_taken_out_of_the_command_line(args, lanes, rest):
+def test_the_lanes_option_is_taken_out_of_the_command_line(args, lanes, rest, monkeypatch):
+    monkeypatch.delenv(recording.LANES_ENV, raising=False)
     assert recording.lanes_option(args) == (lanes, rest)
 
 
+def test_the_lanes_variable_sets_the_default_and_the_command_line_wins(monkeypatch):
+    monkeypatch.setenv(recording.LANES_ENV, "3")
+    assert recording.lanes_option(["plot_05"]) == (3, ["plot_05"])
+    assert recording.lanes_option(["--lanes", "2", "plot_05"]) == (2, ["plot_05"])
+    monkeypatch.setenv(recording.LANES_ENV, "many")
+    with pytest.raises(recording.LanesError, match=r"CUDNN_GUIDE_LANES\) takes .* got 'many'"):
+        recording.lanes_option([])
+
+
 @pytest.mark.parametrize("args", [["--lanes"], ["--lanes", "0"], ["--lanes", "two"], ["--lanes=9"]])
-def test_a_bad_lanes_value_is_refused_with_the_range(args):
+def test_a_bad_lanes_value_is_refused_with_the_range(args, monkeypatch):
+    monkeypatch.delenv(recording.LANES_ENV, raising=False)
     with pytest.raises(recording.LanesError, match=r"a whole number from 1 to 8; got"):
         recording.lanes_option(args)
 
 
-def test_the_recorder_cli_refuses_a_bad_lanes_value_before_anything_starts(capsys):
-    with pytest.raises(SystemExit, match=r"cudnn-guide: --lanes takes how many pages"):
+def test_the_recorder_cli_refuses_a_bad_lanes_value_before_anything_starts(monkeypatch):
+    monkeypatch.delenv(recording.LANES_ENV, raising=False)
+    with pytest.raises(SystemExit, match=r"cudnn-guide: --lanes \(or CUDNN_GUIDE_LANES\) takes how many pages"):
         recording._main(["record", "--lanes", "0", "plot_05"])
 
 

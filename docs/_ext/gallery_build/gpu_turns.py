@@ -43,7 +43,8 @@ class Turn:
 
     :meth:`held` takes the turn for a block (a code cell) unless it is already held;
     :meth:`aside` gives it up for a block of CPU-only work and takes it back after. Both nest.
-    ``waited`` counts the seconds spent waiting for the turn, ``aside_seconds`` those given up.
+    ``waited`` counts the seconds spent waiting for the turn, ``held_seconds`` those holding it,
+    ``aside_seconds`` those given up inside a held block.
 
     Parameters
     ----------
@@ -65,7 +66,9 @@ class Turn:
         self.holding = False
         self.waited = 0.0
         self.aside_seconds = 0.0
+        self.held_seconds = 0.0
         self.turns = 0
+        self._since = 0.0
 
     def _open(self) -> int:
         if self._fd is None or self._pid != os.getpid():
@@ -77,7 +80,8 @@ class Turn:
 
         t0 = time.perf_counter()
         fcntl.flock(self._open(), fcntl.LOCK_EX)
-        self.waited += time.perf_counter() - t0
+        self._since = time.perf_counter()
+        self.waited += self._since - t0
         self.holding, self.turns = True, self.turns + 1
 
     def _give(self) -> None:
@@ -85,6 +89,8 @@ class Turn:
 
         if self._fd is not None and self._pid == os.getpid():
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self.holding:
+            self.held_seconds += time.perf_counter() - self._since
         self.holding = False
 
     @contextlib.contextmanager

@@ -33,6 +33,7 @@ __all__ = [
     "REPRODUCIBILITY",
     "RECORDING_PRELOAD",
     "MAX_LANES",
+    "LANES_ENV",
     "LanesError",
     "lanes_option",
     "recording_preload",
@@ -105,7 +106,8 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
         code = build_main(args)
         print(
             f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
-            f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes",
+            f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes, "
+            f"{turn.held_seconds:.1f} s holding the GPU",
             flush=True,
         )
         return code
@@ -455,6 +457,8 @@ def _recorded_in(gallery_dir: Path) -> dict[str, float]:
 
 MAX_LANES = 8
 """The most pages one GPU records at once (``--lanes``)."""
+LANES_ENV = "CUDNN_GUIDE_LANES"
+"""Pages each GPU records at once when ``--lanes`` is not given (``CUDNN_GUIDE_LANES=3 nox -s docs``)."""
 
 
 class LanesError(ValueError):
@@ -472,12 +476,12 @@ def lanes_option(args: list[str]) -> tuple[int, list[str]]:
     Returns
     -------
     tuple[int, list[str]]
-        Pages each GPU records at once (1 when not given), and the rest of ``args``.
+        Pages each GPU records at once (:data:`LANES_ENV`, else 1, when not given), and the rest of ``args``.
 
     Raises
     ------
     LanesError
-        The value is missing or not a whole number from 1 to :data:`MAX_LANES`.
+        The value (given, or in :data:`LANES_ENV`) is missing or not a whole number from 1 to :data:`MAX_LANES`.
 
     Example
     -------
@@ -485,6 +489,8 @@ def lanes_option(args: list[str]) -> tuple[int, list[str]]:
     (3, ['plot_05'])
     """
     lanes, rest, i = 1, [], 0
+    if os.environ.get(LANES_ENV):
+        args = ["--lanes", os.environ[LANES_ENV], *args]  # a later --lanes on the command line wins
     while i < len(args):
         arg = args[i]
         if arg == "--lanes" or arg.startswith("--lanes="):
@@ -492,8 +498,8 @@ def lanes_option(args: list[str]) -> tuple[int, list[str]]:
             i += 1 if "=" in arg else 2
             if not value.isdigit() or not 1 <= int(value) <= MAX_LANES:
                 raise LanesError(
-                    f"--lanes takes how many pages each GPU records at once, a whole number from 1 to "
-                    f"{MAX_LANES}; got {value or 'nothing'!r}"
+                    f"--lanes (or {LANES_ENV}) takes how many pages each GPU records at once, a whole number "
+                    f"from 1 to {MAX_LANES}; got {value or 'nothing'!r}"
                 )
             lanes = int(value)
             continue
