@@ -243,3 +243,26 @@ def test_one_lane_records_as_before_without_turns(tmp_path, root, monkeypatch):
     monkeypatch.setattr(recording, "interpreter_pool", pool)
     recording.record_examples(docs, examples, gallery, gpus=1)
     assert len(envs) == 1 and gpu_turns.TURN_ENV not in envs[0] and gpu_turns.CPUS_ENV not in envs[0]
+
+
+def test_lanes_sharing_a_gpu_estimate_the_time_left_from_the_gpus_rate_not_a_pages_own_seconds():
+    from gallery_build.progress import Progress
+
+    now = [0.0]
+    p = Progress({"a.py": 10.0, "b.py": 30.0, "c.py": 20.0}, clock=lambda: now[0])
+    p.plan([], [["a.py", "c.py"], ["b.py"]])
+    p.share(1)
+    first = p.plan([], [["a.py", "c.py"], ["b.py"]])
+    assert "about 60 s from the last recording's per-page times, one page at a time on each GPU" in first
+    p.start("a.py", 0), p.start("b.py", 1)
+    now[0] = 15.0  # a (10 s when recorded alone) took 15 s beside b: the GPU does 10 page-seconds per 15 s
+    line = p.finish("a.py", 0, 15.0)
+    assert "on lane 0" in line
+    assert line.endswith(
+        "1 of 3 finished, about 75 s left (estimate from the pages finished so far: "
+        "their last-recording seconds per second taken, 0.67 on GPU 0)"
+    ), line
+    p.start("c.py", 0)
+    now[0] = 45.0
+    assert "about 0 s left" not in p.finish("b.py", 1, 45.0)  # c still runs: (10 + 30) / 45 s, 20 s of it left
+    assert round(p.remaining()) == round(20 / (40 / 45))

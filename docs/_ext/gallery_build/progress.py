@@ -183,6 +183,7 @@ class Progress:
         self.failed: list[str] = []
         self.scale = 1.0
         self.scaled_from: str | None = None
+        self.gpu_of_lane: list[int] | None = None  # lanes sharing GPUs (share): lane → its GPU
         self._cost: dict[str, float] = {}
         self._lock = threading.Lock()
         self.unit = "GPU"  # "lane" when several pages share a GPU (recording's --lanes)
@@ -199,10 +200,30 @@ class Progress:
             self._cost = page_costs(self.pages, self.previous)
             unknown = [p for p in self.pages if not self.previous.get(p)]
             note = f"; {len(unknown)} without one counted as the longest" if unknown else ""
+            if self.gpu_of_lane is not None:
+                note += ", one page at a time on each GPU, until the lanes' own rate is known"
             return (
                 f"{PREFIX}progress: {len(self.pages)} page(s) to record, about {self._remaining():.0f} s "
                 f"from the last recording's per-page times{note}"
             )
+
+    def share(self, gpus: int) -> None:
+        """The plan's lanes share ``gpus`` GPUs (lane ``i`` on GPU ``i % gpus``), taking turns on each.
+
+        Pages that share a GPU wait for each other, so a page's own seconds say little about the
+        time left. The estimate becomes each GPU's rate instead: the last recording's seconds of the
+        pages it has finished, over the time since it started (before any has finished, one page
+        at a time, as in the last recording); the unfinished pages' last-recording seconds at that
+        rate are its time left.
+
+        Parameters
+        ----------
+        gpus
+            How many GPUs the lanes share.
+        """
+        with self._lock:
+            self.unit = "lane"
+            self.gpu_of_lane = [i % max(1, gpus) for i in range(len(self.lanes))]
 
     def start(self, page: str, gpu: int) -> str:
         """A page starts on ``gpu``; returns its line."""
@@ -217,7 +238,7 @@ class Progress:
         """A page was recorded in ``seconds`` (and kept); returns its line with the time left."""
         with self._lock:
             self.finished[page] = seconds
-            if self.scaled_from is None and self.previous.get(page) and seconds > 0:
+            if self.gpu_of_lane is None and self.scaled_from is None and self.previous.get(page) and seconds > 0:
                 self.scale, self.scaled_from = seconds / self.previous[page], page
             return (
                 f"{PREFIX}recorded {page} in {seconds:.1f} s on {self.unit} {gpu} ({self._previous_note(page)}); "
@@ -260,6 +281,15 @@ class Progress:
         text = f"{done} of {len(self.pages)} finished"
         if done >= len(self.pages):
             return text
+        if self.gpu_of_lane is not None:
+            left, rates = self._shared_remaining()
+            how = (
+                "estimate from the pages finished so far: their last-recording seconds per second taken, "
+                + ", ".join(f"{rate:.2f} on GPU {gpu}" for gpu, rate in sorted(rates.items()))
+                if rates
+                else "estimate from the last recording's times, one page at a time"
+            )
+            return f"{text}, about {left:.0f} s left ({how})"
         how = (
             f"estimate ×{self.scale:.2f} from {Path(self.scaled_from).stem} on this GPU"
             if self.scaled_from
@@ -267,7 +297,25 @@ class Progress:
         )
         return f"{text}, about {self._remaining():.0f} s left ({how})"
 
+    def _shared_remaining(self) -> tuple[float, dict[int, float]]:
+        """Lanes sharing GPUs: (seconds left, each GPU's measured rate where one has finished a page)."""
+        assert self.gpu_of_lane is not None
+        now, ended = self.clock(), set(self.finished) | set(self.failed)
+        left: dict[int, float] = {}
+        rates: dict[int, float] = {}
+        for gpu in sorted(set(self.gpu_of_lane)):
+            pages = [p for lane, g in zip(self.lanes, self.gpu_of_lane) if g == gpu for p in lane]
+            starts = [self.started[p] for p in pages if p in self.started]
+            done = sum(self._cost.get(p, 0.0) for p in pages if p in self.finished)
+            rate = done / (now - min(starts)) if done > 0 and starts and now > min(starts) else 1.0
+            if done > 0:
+                rates[gpu] = rate
+            left[gpu] = sum(self._cost.get(p, 0.0) for p in pages if p not in ended) / rate
+        return max(left.values(), default=0.0), rates
+
     def _remaining(self) -> float:
+        if self.gpu_of_lane is not None:
+            return self._shared_remaining()[0]
         now = self.clock()
         ended = set(self.finished) | set(self.failed)
 

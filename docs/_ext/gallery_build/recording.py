@@ -336,8 +336,6 @@ def _record_on_gpus(
     alone, lanes = plan_lanes([s.name for s in runnable], previous, gpu_count * per_gpu)
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     progress = progress or Progress(previous)
-    if len(lanes) > gpu_count:
-        progress.unit = "lane"
     by_name = {s.name: s for s in runnable}
     bytecode = shared_bytecode(stage_dir / "bytecode")
     if bytecode:
@@ -346,16 +344,21 @@ def _record_on_gpus(
     stopped = threading.Event()  # Ctrl-C: no page starts or is promoted after it
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
     all_ready = threading.Barrier(max(1, len(lanes)))  # no page starts while another GPU's interpreters still import
+    unit = "lane" if len(lanes) > gpu_count else "GPU"
     print(
-        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} {progress.unit}(s)"
-        + (f" of {gpu_count} GPU(s), taking turns on each" if progress.unit == "lane" else "")
+        f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} {unit}(s)"
+        + (f" of {gpu_count} GPU(s), taking turns on each" if unit == "lane" else "")
         + ", longest first"
-        + (f"; alone first on {progress.unit} 0: {', '.join(alone)}" if alone else "")
+        + (f"; alone first on {unit} 0: {', '.join(alone)}" if alone else "")
         + ": "
-        + "; ".join(f"{progress.unit} {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
+        + "; ".join(f"{unit} {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
         flush=True,
     )
-    print(progress.plan(alone, lanes), flush=True)
+    plan_line = progress.plan(alone, lanes)
+    if len(lanes) > gpu_count:
+        progress.share(gpu_count)  # lanes take turns on a GPU: the estimate follows each GPU's rate
+        plan_line = progress.plan(alone, lanes)
+    print(plan_line, flush=True)
 
     def lane_env(index: int) -> dict[str, str]:
         """Lane ``index`` runs on GPU ``index % gpu_count``; lanes sharing a GPU take turns on it."""
