@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
-# add_environment, spending, seconds_spent and compile_seconds serve the package's own modules
+# add_environment, spending, spending_now, seconds_spent and compile_seconds serve the package's own modules
+# (and the docs build)
 
 _TARGET: Any = None
 _PAUSED = 0
@@ -197,6 +198,25 @@ def spending(what: str) -> Iterator[None]:
         _SPENDING.pop()
         compiling = compile_seconds() - c0  # torch.compile's first calls inside: compiling, not timing
         _SPENT[what] = _SPENT.get(what, 0.0) + time.perf_counter() - t0 - compiling
+
+
+def spending_now() -> str | None:
+    """The kind of work :func:`spending` is counting now (the outermost block), or ``None``.
+
+    The docs build asks it before it lets a page set the GPU aside: a wait to get the GPU back
+    would be counted in the block's wall time.
+
+    Returns
+    -------
+    str | None
+        ``"timing"``, ``"fresh processes"`` ... or ``None`` outside every block.
+
+    Example
+    -------
+    >>> spending_now() is None
+    True
+    """
+    return _SPENDING[0] if _SPENDING else None
 
 
 def seconds_spent() -> dict[str, float]:

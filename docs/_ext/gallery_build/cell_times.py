@@ -49,8 +49,14 @@ def time_cells(gallery_dir: Path) -> None:
         return
     cells: dict[str, list[dict[str, Any]]] = {}
 
+    from . import gpu_turns
+
+    def waited() -> float:  # lanes: a cell's wait to take the GPU's turn back is not its own time
+        turn = gpu_turns.current()
+        return turn.waited if turn is not None else 0.0
+
     def timed(compiler: Any, block: Any, example_globals: Any, script_vars: dict[str, Any], *args: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), waited()
         try:
             return inner(compiler, block, example_globals, script_vars, *args)
         finally:
@@ -60,7 +66,7 @@ def time_cells(gallery_dir: Path) -> None:
                     {
                         "line": block.lineno,
                         "code": _first_code_line(block.content),
-                        "seconds": round(time.perf_counter() - t0, 3),
+                        "seconds": round(time.perf_counter() - t0 - (waited() - w0), 3),
                     }
                 )
                 datafiles.write_json(

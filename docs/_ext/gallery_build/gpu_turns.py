@@ -9,12 +9,16 @@ needs the CPU and not the GPU, so that another lane's cell runs meanwhile:
 
 - ``torch.compile``'s compiling (Dynamo's compile-start and compile-end callbacks), except the
   GPU benchmarks of Inductor's autotuning, which take the turn back while they run;
-- the CuTe DSL's kernel compiles (``cutlass.cute.compile``: FlashAttention-4, flex attention);
-- importing ``flash_attn`` and ``cutlass`` (about 11 s of Python);
+- FlashAttention-4's CuTe DSL kernel compiles (``cutlass.cute.compile`` called from ``flash_attn``);
+- importing ``flash_attn`` (the CuTe DSL with it: seconds of Python);
 - Sphinx's own work before, between and after the cells.
 
-Each lane is pinned to its own CPU cores (:data:`CPUS_ENV`), so another lane's compile workers
-never share a core with the cell that holds the turn. Without :data:`TURN_ENV` (one lane, or a
+Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.spending_now`) or
+around cuDNN's own plan builds, which pages time on the wall clock: the wait to take the turn back
+would be counted. A compile's example inputs still run on the GPU while its turn is aside. Each
+lane is pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and
+what it starts), so another lane's compile workers do not share the cores of the cell that holds
+the turn. Without :data:`TURN_ENV` (one lane, or a
 reader's own build) nothing here does anything.
 """
 
@@ -28,14 +32,29 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["TURN_ENV", "CPUS_ENV", "ASIDE_IMPORTS", "Turn", "lane_cpus", "pin_to_lane_cpus", "install", "current"]
+__all__ = [
+    "TURN_ENV",
+    "CPUS_ENV",
+    "ASIDE_IMPORTS",
+    "ASIDE_CALLERS",
+    "COMPILE_TRIGGERS",
+    "Turn",
+    "lane_cpus",
+    "pin_to_lane_cpus",
+    "install",
+    "current",
+    "take_turns_per_cell",
+]
 
 TURN_ENV = "CUDNN_GUIDE_GPU_TURN"
 """The lock file the lanes of one GPU share (set by the recorder for each lane's pages)."""
 CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
 """The CPU cores of this lane, e.g. ``0-4``."""
-ASIDE_IMPORTS = ("flash_attn", "cutlass")
-"""Packages whose import runs with the turn set aside: pure Python, seconds each, no GPU work."""
+ASIDE_IMPORTS = ("flash_attn",)
+"""Packages whose import runs with the turn set aside: Python, seconds, no GPU work (not ``cutlass``:
+cuDNN's own engines import it inside ``build_plans``, which pages time)."""
+ASIDE_CALLERS = ("flash_attn",)
+"""Packages whose ``cute.compile`` calls set the turn aside (not ``cudnn``: see :func:`_cute_aside`)."""
 
 
 class Turn:
@@ -67,6 +86,7 @@ class Turn:
         self.waited = 0.0
         self.aside_seconds = 0.0
         self.held_seconds = 0.0
+        self.compile_waits = 0.0
         self.turns = 0
         self._since = 0.0
 
@@ -108,9 +128,15 @@ class Turn:
             self._give()
 
     @contextlib.contextmanager
-    def aside(self) -> Iterator[None]:
-        """Give the turn up for a block of CPU-only work, and take it back after (no-op if not held)."""
-        if not self.holding or self._pid != os.getpid() or not _drain():
+    def aside(self, compiling: bool = False) -> Iterator[None]:
+        """Give the turn up for a block of CPU-only work, and take it back after.
+
+        A no-op when the turn is not held, while a CUDA graph is captured, and inside a measured
+        block (:func:`cudnn_guide.collector.spending_now`), whose wall time would count the wait
+        to get the turn back. ``compiling``: the block is Dynamo's compile, whose own clock counts
+        that wait (:attr:`compile_waits` keeps it apart).
+        """
+        if not self.holding or self._pid != os.getpid() or _measuring(compiling) or not _drain():
             yield
             return
         self._give()
@@ -118,12 +144,28 @@ class Turn:
         try:
             yield
         finally:
-            self.aside_seconds += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self.aside_seconds += t1 - t0
             self._take()
+            if compiling:
+                self.compile_waits += self._since - t1
 
     def forget_in_child(self) -> None:
-        """In a forked child: the parent's turn is not this process's (it never gives it up)."""
+        """In a forked child: the parent's turn is not this process's; close the inherited file, so
+        that a child outliving its parent never keeps the GPU's lock."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
         self._fd, self.holding = None, False
+
+
+def _measuring(compiling: bool) -> bool:
+    """Inside a measured block, where a wait for the turn would be counted (Dynamo's compile excepted:
+    its clock is subtracted from the block's)."""
+    if compiling:
+        return False
+    collector = sys.modules.get("cudnn_guide.collector")
+    return collector is not None and collector.spending_now() is not None
 
 
 def _drain() -> bool:
@@ -196,7 +238,9 @@ def pin_to_lane_cpus() -> list[int] | None:
     for part in spec.split(","):
         low, _, high = part.partition("-")
         cpus.extend(range(int(low), int(high or low) + 1))
-    os.sched_setaffinity(0, cpus)
+    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
+        with contextlib.suppress(ProcessLookupError):  # every thread: setaffinity(0) pins the caller alone
+            os.sched_setaffinity(int(task), cpus)
     return cpus
 
 
@@ -238,7 +282,8 @@ class _AsideCall:
         self._fn, self._turn = fn, turn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self._turn.aside():
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        with self._turn.aside() if caller.split(".")[0] in ASIDE_CALLERS else contextlib.nullcontext():
             return self._fn(*args, **kwargs)
 
     def __getitem__(self, key: Any) -> Any:
@@ -249,6 +294,9 @@ class _AsideCall:
 
 
 def _cute_aside(turn: Turn) -> Callable[[Any], None]:
+    """FlashAttention-4's kernel compiles set the turn aside. cuDNN's own CuTe engines compile inside
+    ``build_plans``, which pages time on the wall clock: those keep the turn."""
+
     def hook(cute: Any) -> None:
         compile_ = getattr(cute, "compile", None)
         if compile_ is not None and not isinstance(compile_, _AsideCall):
@@ -267,19 +315,36 @@ def _dynamo_aside(turn: Turn) -> Callable[[Any], None]:
         except ImportError:  # an older torch: compiles keep the turn (slower, never wrong)
             return
 
-        def start(*_: Any) -> None:
-            context = turn.aside()
+        def start(args: Any = None) -> None:
+            trigger = getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")
+            # tracing and compiling only: Triton's run-time autotuning and CUDA-graph recording use the GPU
+            context = turn.aside(compiling=True) if trigger in COMPILE_TRIGGERS else contextlib.nullcontext()
             context.__enter__()
             stack.append(context)
 
-        def end(*_: Any) -> None:
+        def end(args: Any = None) -> None:
             if stack:
                 stack.pop().__exit__(None, None, None)
 
-        callback_handler.register_start_callback(start)
-        callback_handler.register_end_callback(end)
+        def register() -> None:
+            if start not in callback_handler.start_callbacks:
+                callback_handler.register_start_callback(start)
+                callback_handler.register_end_callback(end)
+
+        clear = callback_handler.clear
+
+        def clear_then_register() -> None:  # torch._dynamo.reset() clears every callback: ours come back
+            clear()
+            register()
+
+        callback_handler.clear = clear_then_register
+        register()
 
     return hook
+
+
+COMPILE_TRIGGERS = ("DYNAMO", "LAZY_BACKWARD")
+"""Dynamo's callback triggers during which a compile sets the turn aside."""
 
 
 def _benchmarks_hold(turn: Turn) -> Callable[[Any], None]:
@@ -352,7 +417,8 @@ def install(path: str | None = None) -> Turn | None:
 
 
 def take_turns_per_cell(turn: Turn) -> None:
-    """Each code cell sphinx-gallery executes holds ``turn`` (wraps ``execute_code_block``).
+    """Each code cell sphinx-gallery executes holds ``turn`` (wraps ``execute_code_block``); the page's
+    running time leaves out its waits for the turn (wraps ``execute_script``).
 
     Parameters
     ----------
@@ -375,3 +441,12 @@ def take_turns_per_cell(turn: Turn) -> None:
 
     in_turn._cudnn_guide_turns = True  # type: ignore[attr-defined]
     gen_rst.execute_code_block = in_turn
+    run_script = gen_rst.execute_script
+
+    def without_waits(*args: Any, **kwargs: Any) -> Any:
+        """The page's running time, without its waits for the turn (sphinx-gallery times all its cells)."""
+        before = turn.waited
+        blocks, seconds = run_script(*args, **kwargs)
+        return blocks, seconds - (turn.waited - before)
+
+    gen_rst.execute_script = without_waits

@@ -93,8 +93,10 @@ def recording_preload() -> list[str]:
     return [*RECORDING_PRELOAD, *sphinx_own]
 
 
-def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
-    """In the page's fresh process: the one-example Sphinx build that executes ``example``."""
+def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple[int, float]:
+    """In the page's fresh process: the one-example Sphinx build that executes ``example``.
+
+    Returns Sphinx's exit code; with lanes, ``(exit code, seconds waited for the GPU's turn)``."""
     from sphinx.cmd.build import build_main
 
     os.environ.update({MODE_ENV: "record", ONLY_ENV: example})
@@ -110,7 +112,7 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int:
             f"{turn.held_seconds:.1f} s holding the GPU",
             flush=True,
         )
-        return code
+        return code, turn.waited  # the recorder keeps the page's seconds without its waits
     if not os.environ.get(PROFILE_ENV):
         return build_main(args)
     import cProfile
@@ -406,8 +408,9 @@ def _record_on_gpus(
                     if keep_going:
                         continue
                     return
-                if done.value != 0:
-                    failures.append(f"recording {src.name} failed (sphinx exit {done.value}); see the output above")
+                code, waited = done.value if isinstance(done.value, tuple) else (done.value, 0.0)
+                if code != 0:
+                    failures.append(f"recording {src.name} failed (sphinx exit {code}); see the output above")
                     print(progress.fail(src.name, gpu), flush=True)
                     if keep_going:
                         continue
@@ -416,7 +419,7 @@ def _record_on_gpus(
                     if stopped.is_set():  # finished after Ctrl-C: the run has stopped, nothing more is kept
                         return
                     promote_page(staged, gallery_dir, src.name)
-                    seconds[src.name] = done.seconds
+                    seconds[src.name] = done.seconds - waited  # lanes: its own time, as one page at a time
                 print(progress.finish(src.name, gpu, done.seconds), flush=True)
             starts.append(pool.start_seconds if pool.start_seconds is not None else time.perf_counter() - t0)
 
