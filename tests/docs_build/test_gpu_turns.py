@@ -331,6 +331,19 @@ def test_the_recorder_cli_refuses_a_bad_lanes_value_before_anything_starts(monke
         recording._main(["record", "--lanes", "0", "plot_05"])
 
 
+def _record_envs(gallery: Path, monkeypatch, fake_pool) -> list[dict[str, str]]:
+    """Replace the recorder's interpreters with ``fake_pool``; returns the environments each lane got."""
+    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
+    envs: list[dict[str, str]] = []
+
+    def pool(size, env):
+        envs.append(env)
+        return fake_pool(previous)
+
+    monkeypatch.setattr(recording, "interpreter_pool", pool)
+    return envs
+
+
 def test_lanes_on_one_gpu_share_its_turn_and_get_their_own_cores(tmp_path, root, monkeypatch, capsys):
     """Three lanes on one GPU: each lane's interpreters get the GPU's lock file and disjoint cores."""
     from test_progress import PAGE_A, PAGE_B, FakePool, _project
@@ -340,14 +353,7 @@ def test_lanes_on_one_gpu_share_its_turn_and_get_their_own_cores(tmp_path, root,
     import shutil
 
     shutil.copy(root / "examples" / third, examples / third)
-    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
-    envs = []
-
-    def pool(size, env):
-        envs.append(env)
-        return FakePool(previous)
-
-    monkeypatch.setattr(recording, "interpreter_pool", pool)
+    envs = _record_envs(gallery, monkeypatch, FakePool)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
     seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=3)
     assert set(seconds) == {PAGE_A, PAGE_B, third}
@@ -365,14 +371,7 @@ def test_one_lane_records_as_before_without_turns(tmp_path, root, monkeypatch):
     from test_progress import FakePool, _project
 
     docs, examples, gallery = _project(tmp_path, root, monkeypatch)
-    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
-    envs = []
-
-    def pool(size, env):
-        envs.append(env)
-        return FakePool(previous)
-
-    monkeypatch.setattr(recording, "interpreter_pool", pool)
+    envs = _record_envs(gallery, monkeypatch, FakePool)
     recording.record_examples(docs, examples, gallery, gpus=1)
     assert len(envs) == 1 and gpu_turns.TURN_ENV not in envs[0] and gpu_turns.CPUS_ENV not in envs[0]
 
