@@ -18,8 +18,7 @@ around cuDNN's own plan builds, which pages time on the wall clock: the wait to 
 would be counted. A compile's example inputs still run on the GPU while its turn is aside. Each
 lane is pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and
 what it starts), so another lane's compile workers do not share the cores of the cell that holds
-the turn. Without :data:`TURN_ENV` (one lane, or a
-reader's own build) nothing here does anything.
+the turn. Without :data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
 """
 
 from __future__ import annotations
