@@ -12,6 +12,7 @@ Two modes (see :mod:`gallery_build.recording`):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -67,9 +68,7 @@ else:
     _TURN = gpu_turns.current()  # lanes sharing a GPU: each code cell holds the GPU's turn
     if _TURN is not None:
         gpu_turns.take_turns_per_cell(_TURN)
-        with _TURN.held():
-            _ENV = environment.collect()
-    else:
+    with _TURN.held() if _TURN is not None else contextlib.nullcontext():
         _ENV = environment.collect()
     RECORDED_ON = (
         f"{_ENV.gpu} (driver {_ENV.driver}, CUDA {_ENV.cuda}, cuDNN {_ENV.cudnn_backend}, "

@@ -381,8 +381,7 @@ def test_lanes_sharing_a_gpu_estimate_the_time_left_from_the_gpus_rate_not_a_pag
 
     now = [0.0]
     p = Progress({"a.py": 10.0, "b.py": 30.0, "c.py": 20.0}, clock=lambda: now[0])
-    p.plan([], [["a.py", "c.py"], ["b.py"]])
-    p.share(1)
+    p.share(1, 2)
     first = p.plan([], [["a.py", "c.py"], ["b.py"]])
     assert "about 60 s from the last recording's per-page times, one page at a time on each GPU" in first
     p.start("a.py", 0), p.start("b.py", 1)

@@ -207,7 +207,7 @@ class Progress:
                 f"from the last recording's per-page times{note}"
             )
 
-    def share(self, gpus: int) -> None:
+    def share(self, gpus: int, lanes: int) -> None:
         """The plan's lanes share ``gpus`` GPUs (lane ``i`` on GPU ``i % gpus``), taking turns on each.
 
         Pages that share a GPU wait for each other, so a page's own seconds say little about the
@@ -220,10 +220,12 @@ class Progress:
         ----------
         gpus
             How many GPUs the lanes share.
+        lanes
+            How many lanes the plan (:meth:`plan`, before or after) has.
         """
         with self._lock:
             self.unit = "lane"
-            self.gpu_of_lane = [i % max(1, gpus) for i in range(len(self.lanes))]
+            self.gpu_of_lane = [i % max(1, gpus) for i in range(lanes)]
 
     def start(self, page: str, gpu: int) -> str:
         """A page starts on ``gpu``; returns its line."""

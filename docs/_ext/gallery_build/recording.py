@@ -105,23 +105,24 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
     turn = gpu_turns.install()  # lanes sharing a GPU (``--lanes``): conf.py makes each cell hold the turn
     if turn is not None:
         gpu_turns.pin_to_lane_cpus()
-        code = build_main(args)
-        print(
-            f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
-            f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes, "
-            f"{turn.held_seconds:.1f} s holding the GPU",
-            flush=True,
-        )
-        return code, turn.waited  # the recorder keeps the page's seconds without its waits
     if not os.environ.get(PROFILE_ENV):
-        return build_main(args)
-    import cProfile
+        code = build_main(args)
+    else:
+        import cProfile
 
-    profile = cProfile.Profile()
-    code = profile.runcall(build_main, args)
-    Path(os.environ[PROFILE_ENV]).mkdir(parents=True, exist_ok=True)
-    profile.dump_stats(Path(os.environ[PROFILE_ENV]) / f"{Path(example).stem}.pstats")
-    return code
+        profile = cProfile.Profile()
+        code = profile.runcall(build_main, args)
+        Path(os.environ[PROFILE_ENV]).mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(Path(os.environ[PROFILE_ENV]) / f"{Path(example).stem}.pstats")
+    if turn is None:
+        return code
+    print(
+        f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
+        f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes, "
+        f"{turn.held_seconds:.1f} s holding the GPU",
+        flush=True,
+    )
+    return code, turn.waited  # the recorder keeps the page's seconds without its waits
 
 
 def record_examples(
@@ -179,7 +180,7 @@ def record_examples(
     -------
     dict[str, float]
         Seconds per example (0 for a skipped one), its process's start and exit included (with
-        lanes, the time it waited for its turns too).
+        lanes, without the time it waited for its turns).
 
     Raises
     ------
@@ -346,7 +347,10 @@ def _record_on_gpus(
     stopped = threading.Event()  # Ctrl-C: no page starts or is promoted after it
     alone_done = threading.Event()  # the other GPUs start once GPU 0 has recorded the pages that run alone
     all_ready = threading.Barrier(max(1, len(lanes)))  # no page starts while another GPU's interpreters still import
-    unit = "lane" if len(lanes) > gpu_count else "GPU"
+    shared = len(lanes) > gpu_count  # lanes take turns on a GPU
+    unit = "lane" if shared else "GPU"
+    if shared:
+        progress.share(gpu_count, len(lanes))  # the estimate follows each GPU's rate
     print(
         f"cudnn-guide: {len(runnable)} page(s) on {len(lanes)} {unit}(s)"
         + (f" of {gpu_count} GPU(s), taking turns on each" if unit == "lane" else "")
@@ -356,17 +360,13 @@ def _record_on_gpus(
         + "; ".join(f"{unit} {i}: {', '.join(lane)}" for i, lane in enumerate(lanes)),
         flush=True,
     )
-    plan_line = progress.plan(alone, lanes)
-    if len(lanes) > gpu_count:
-        progress.share(gpu_count)  # lanes take turns on a GPU: the estimate follows each GPU's rate
-        plan_line = progress.plan(alone, lanes)
-    print(plan_line, flush=True)
+    print(progress.plan(alone, lanes), flush=True)
 
     def lane_env(index: int) -> dict[str, str]:
         """Lane ``index`` runs on GPU ``index % gpu_count``; lanes sharing a GPU take turns on it."""
         gpu = index % gpu_count
         env = dict(bytecode) | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu_count > 1 and len(lanes) > 1 else {})
-        if per_gpu > 1 and len(lanes) > gpu_count:
+        if shared:
             share = gpu_turns.lane_cpus(index, len(lanes), cpus)
             env[gpu_turns.TURN_ENV] = str(stage_dir / f"gpu-{gpu}.turn")
             env[gpu_turns.CPUS_ENV] = ",".join(str(c) for c in share)
