@@ -65,6 +65,15 @@ def _nvml_handle(index: int) -> Any:
     return pynvml.nvmlDeviceGetHandleByIndex(index)
 
 
+@functools.cache
+def _max_sm_mhz(index: int) -> int:
+    """The SM clock's maximum: a property of the GPU, read once per process (each NVML read costs time
+    inside every benchmark's clock samples)."""
+    import pynvml
+
+    return int(pynvml.nvmlDeviceGetMaxClockInfo(_nvml_handle(index), pynvml.NVML_CLOCK_SM))
+
+
 def _nvml_index() -> int:
     import torch
 
@@ -76,7 +85,8 @@ def _nvml_index() -> int:
 def _sample_nvml() -> ClockSample:
     import pynvml
 
-    h = _nvml_handle(_nvml_index())
+    index = _nvml_index()
+    h = _nvml_handle(index)
     reasons = (
         getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -86,7 +96,7 @@ def _sample_nvml() -> ClockSample:
         violation[name] = int(pynvml.nvmlDeviceGetViolationStatus(h, policy).violationTime)
     return ClockSample(
         int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-        int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        _max_sm_mhz(index),
         int(reasons(h)),
         violation,
         "nvml",

@@ -414,3 +414,152 @@ def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch):
     seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
     assert set(seconds) == {PAGE_A, PAGE_B}
     assert all(abs(seconds[p] - (round(1.5 * previous[p], 1) - 4.0)) < 1e-9 for p in (PAGE_A, PAGE_B))
+
+
+def _fake_pygraph(turn: gpu_turns.Turn):
+    """A stand-in ``cudnn._pygraph``: each step answers whether the turn was held while it ran."""
+    module = type(sys)("_pygraph")
+
+    class pygraph:
+        def validate(self):
+            return turn.holding
+
+        def create_execution_plans(self, modes=None):
+            return turn.holding
+
+        def check_support(self):
+            return turn.holding
+
+        def build_plans(self, *args):
+            return turn.holding
+
+    module.pygraph = pygraph
+    return module
+
+
+def test_cudnns_plan_builds_set_the_turn_aside_unless_the_page_reads_the_clock_or_a_block_is_measured(tmp_path):
+    from cudnn_guide import collector
+
+    turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"))
+    module = _fake_pygraph(turn)
+    gpu_turns._builds_aside(turn)(module)
+    gpu_turns._builds_aside(turn)(module)  # hooked twice: wrapped once
+    g = module.pygraph()
+    with turn.held():
+        assert (g.create_execution_plans(), g.check_support(), g.build_plans()) == (False, False, False)
+        assert g.validate() is True and turn.holding  # not a build step; and the turn is back after each
+        with collector.spending("timing"):  # a measured block (an autotuner's builds): kept
+            assert g.build_plans() is True
+        turn.builds_aside = False  # a page that reads the clock itself: kept
+        assert g.build_plans() is True
+    assert not module.pygraph.build_plans.__wrapped__.__name__.startswith("aside")
+
+
+def test_the_real_frontend_still_has_the_build_steps_that_are_set_aside():
+    pygraph = pytest.importorskip("cudnn._pygraph").pygraph
+    assert [step for step in gpu_turns.BUILD_STEPS if step not in pygraph.__dict__] == []
+
+
+def test_a_wait_to_take_the_turn_back_is_noted_for_the_collector_unless_dynamo_counts_it(tmp_path):
+    from cudnn_guide import collector
+
+    lock = tmp_path / "gpu-0.turn"
+    turn = gpu_turns.Turn(str(lock))
+    for compiling, noted in ((False, True), (True, False)):
+        before = collector.waited_seconds()
+        with turn.held():
+            with turn.aside(compiling=compiling):
+                other = _holder(lock, 0.6)  # another lane takes the turn while it is aside
+                deadline = time.time() + 30
+                while not _locked(lock) and time.time() < deadline:
+                    time.sleep(0.02)
+            _times(other)
+        waited = collector.waited_seconds() - before
+        assert (waited >= 0.3) is noted and (waited < 0.3) is not noted, (compiling, waited)
+
+
+def test_the_collector_leaves_noted_waits_out_of_the_seconds_it_counts():
+    from cudnn_guide import collector
+
+    collector.start(object())
+    try:
+        with collector.spending("fresh processes"):
+            time.sleep(0.3)
+            collector.note_waited(0.2)
+            collector.note_waited(-5.0)  # ignored
+        spent = collector.seconds_spent()["fresh processes"]
+    finally:
+        collector.stop()
+    assert 0.09 <= spent < 0.2, spent
+
+
+def test_fresh_process_interpreters_import_with_the_turn_aside_and_the_call_runs_in_it(tmp_path, monkeypatch):
+    from cudnn_guide import collector
+    from cudnn_guide.studies import fresh_process
+
+    lock = tmp_path / "gpu-0.turn"
+    turn = gpu_turns.Turn(str(lock))
+    monkeypatch.setattr(fresh_process.InterpreterPool, "wait_ready", fresh_process.InterpreterPool.wait_ready)
+    gpu_turns._imports_aside(turn)(fresh_process)
+    seen = []
+    one_ready = fresh_process._Interpreter.wait_ready
+
+    def probing(interp, timeout):
+        seen.append(_locked(lock))  # from a new descriptor: does any lane hold the turn now?
+        return one_ready(interp, timeout)
+
+    monkeypatch.setattr(fresh_process._Interpreter, "wait_ready", probing)
+    with turn.held():
+        with fresh_process.InterpreterPool(2, preload=("json",)) as pool:
+            with collector.spending("fresh processes"):  # as InterpreterPool.run waits: inside its block
+                pool.wait_ready()
+            assert seen == [False, False] and turn.holding and pool.ready and pool.start_seconds > 0
+            aside = turn.aside_seconds
+            assert pool.run(os.getpid).pid != os.getpid()  # ready already: the call keeps the turn
+            assert turn.aside_seconds == aside and turn.holding
+
+
+def test_a_page_that_reads_the_clock_keeps_its_builds_in_its_turn(tmp_path, monkeypatch):
+    gen_rst = pytest.importorskip("sphinx_gallery.gen_rst")
+    turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"))
+    seen = []
+    monkeypatch.setattr(gen_rst, "execute_script", lambda blocks, script_vars, *a: seen.append(turn.builds_aside))
+    monkeypatch.setattr(gen_rst, "execute_code_block", lambda *a, **k: None)
+    monkeypatch.setattr(gen_rst, "execute_script", _returning(gen_rst.execute_script))
+    gpu_turns.take_turns_per_cell(turn)
+    for name, source in (("timed.py", "t0 = time.perf_counter()\n"), ("plain.py", "g.build_plans()\n")):
+        (tmp_path / name).write_text(source)
+        gen_rst.execute_script([], {"src_file": str(tmp_path / name)}, {}, {})
+    gen_rst.execute_script([], {"src_file": str(tmp_path / "missing.py")}, {}, {})  # unreadable: keeps them
+    assert seen == [False, True, False]
+    assert gpu_turns.reads_clock("start = time.monotonic()") and not gpu_turns.reads_clock("import time")
+
+
+def _returning(fn):
+    def run(*args):
+        fn(*args)
+        return [], 0.0
+
+    return run
+
+
+def test_cudnn_is_imported_aside_unless_the_page_reads_the_clock(tmp_path, monkeypatch):
+    """A stand-in for ``cudnn`` (the real one is imported already in this process) under its rule."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fake_cudnn_a.py").write_text("import gallery_build.gpu_turns as g\nHELD = g.current().holding\n")
+    (site / "fake_cudnn_b.py").write_text("import gallery_build.gpu_turns as g\nHELD = g.current().holding\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(gpu_turns, "BUILD_IMPORTS", ("fake_cudnn_a", "fake_cudnn_b"))
+    monkeypatch.setattr(gpu_turns, "_CURRENT", None)
+    finders = list(sys.meta_path)
+    try:
+        turn = gpu_turns.install(str(tmp_path / "gpu-0.turn"))
+        with turn.held():
+            assert importlib.import_module("fake_cudnn_a").HELD is False and turn.holding
+            turn.builds_aside = False
+            assert importlib.import_module("fake_cudnn_b").HELD is True
+    finally:
+        sys.meta_path[:] = finders
+        for name in ("fake_cudnn_a", "fake_cudnn_b"):
+            sys.modules.pop(name, None)
