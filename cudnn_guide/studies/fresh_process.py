@@ -208,11 +208,6 @@ class InterpreterPool:
         self.close()
 
     @property
-    def ready(self) -> bool:
-        """Whether every interpreter not used yet has finished its imports (:meth:`wait_ready` returns at once)."""
-        return all(interp.import_seconds is not None for interp in self._idle)
-
-    @property
     def left(self) -> int:
         """Interpreters not used yet."""
         return len(self._idle)

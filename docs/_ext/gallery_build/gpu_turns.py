@@ -11,19 +11,15 @@ needs the CPU and not the GPU, so that another lane's cell runs meanwhile:
   GPU benchmarks of Inductor's autotuning, which take the turn back while they run;
 - FlashAttention-4's CuTe DSL kernel compiles (``cutlass.cute.compile`` called from ``flash_attn``);
 - importing ``flash_attn`` (the CuTe DSL with it: seconds of Python);
-- importing ``cudnn`` and cuDNN's plan building (``pygraph.create_execution_plans``,
-  ``check_support``, ``build_plans``: heuristics and run-time kernel compiles on the CPU), except on
-  a page whose own code reads the clock (:data:`CLOCK_READS`: it may time a build, and the wait to
-  take the turn back would be counted);
-- the imports of a fresh-process study's interpreters
-  (:meth:`cudnn_guide.studies.fresh_process.InterpreterPool.wait_ready`: they start with CUDA untouched);
 - Sphinx's own work before, between and after the cells.
 
-Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.spending_now`): the wait
-to take the turn back would be counted in a measured time. Outside one, each wait is reported to
-:func:`cudnn_guide.collector.note_waited`, so that a helper that times a build's steps on the wall
-clock (``cudnn_guide.graphs.builder.build``) leaves it out. A compile's example inputs still run
-on the GPU while its turn is aside. Each
+Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.spending_now`) or
+around cuDNN's own plan builds, which pages time on the wall clock: the wait to take the turn back
+would be counted. (Setting the builds, the ``cudnn`` import and a fresh-process study's imports aside
+was tried, at a7ca1c8: the recording was no faster and its host-bound measurements moved more; the
+measurement studies' "More work beside the turn" has the numbers.) Each wait to take the turn
+back after CPU-only work is reported to :func:`cudnn_guide.collector.note_waited`, which leaves it
+out of the seconds a record counts. A compile's example inputs still run on the GPU while its turn is aside. Each
 lane is pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and
 what it starts), so another lane's compile workers do not share the cores of the cell that holds
 the turn. Without :data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
@@ -34,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import importlib.abc
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -46,16 +41,12 @@ __all__ = [
     "ASIDE_IMPORTS",
     "ASIDE_CALLERS",
     "COMPILE_TRIGGERS",
-    "BUILD_IMPORTS",
-    "BUILD_STEPS",
-    "CLOCK_READS",
     "Turn",
     "lane_cpus",
     "pin_to_lane_cpus",
     "install",
     "current",
     "take_turns_per_cell",
-    "reads_clock",
 ]
 
 TURN_ENV = "CUDNN_GUIDE_GPU_TURN"
@@ -66,14 +57,7 @@ ASIDE_IMPORTS = ("flash_attn",)
 """Packages whose import runs with the turn set aside: Python, seconds, no GPU work (not ``cutlass``:
 cuDNN's own engines import it inside ``build_plans``, which pages time)."""
 ASIDE_CALLERS = ("flash_attn",)
-"""Packages whose ``cute.compile`` calls set the turn aside (cuDNN's own compile inside its plan builds,
-which :data:`BUILD_STEPS` set aside or keep as a whole)."""
-BUILD_IMPORTS = ("cudnn",)
-"""Packages imported with the turn set aside under the rule of :data:`BUILD_STEPS` (CPU work: loading libcudnn)."""
-BUILD_STEPS = ("create_execution_plans", "check_support", "build_plans")
-"""The ``cudnn.pygraph`` methods that run with the turn set aside (CPU work: heuristics, kernel compiles)."""
-CLOCK_READS = re.compile(r"\bperf_counter\b|\btime\.time\(|\bmonotonic\b|\bprocess_time\b")
-"""A page whose source matches reads the clock itself: its builds keep the turn."""
+"""Packages whose ``cute.compile`` calls set the turn aside (not ``cudnn``: see :func:`_cute_aside`)."""
 
 
 class Turn:
@@ -107,8 +91,6 @@ class Turn:
         self.held_seconds = 0.0
         self.compile_waits = 0.0
         self.turns = 0
-        self.builds_aside = True
-        """Whether cuDNN's plan builds set the turn aside (``False`` on a page that reads the clock)."""
         self._since = 0.0
 
     def _open(self) -> int:
@@ -149,19 +131,15 @@ class Turn:
             self._give()
 
     @contextlib.contextmanager
-    def aside(self, compiling: bool = False, before_measuring: bool = False) -> Iterator[None]:
+    def aside(self, compiling: bool = False) -> Iterator[None]:
         """Give the turn up for a block of CPU-only work, and take it back after.
 
         A no-op when the turn is not held, while a CUDA graph is captured, and inside a measured
         block (:func:`cudnn_guide.collector.spending_now`), whose wall time would count the wait
         to get the turn back. ``compiling``: the block is Dynamo's compile, whose own clock counts
-        that wait (:attr:`compile_waits` keeps it apart). ``before_measuring``: the block is inside
-        a measured block but before anything in it is timed (a fresh-process study's interpreters
-        importing), so it may be set aside; the block's seconds leave the wait out. Every other wait is
-        reported to :func:`cudnn_guide.collector.note_waited`.
+        that wait (:attr:`compile_waits` keeps it apart).
         """
-        measured = False if before_measuring else _measuring(compiling)
-        if not self.holding or self._pid != os.getpid() or measured or not _drain():
+        if not self.holding or self._pid != os.getpid() or _measuring(compiling) or not _drain():
             yield
             return
         self._give()
@@ -278,14 +256,13 @@ def pin_to_lane_cpus() -> list[int] | None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a hook once a watched module is imported, and imports :data:`ASIDE_IMPORTS` (and
-    :data:`BUILD_IMPORTS`, on a page that does not read the clock) aside."""
+    """Runs a hook once a watched module is imported, and imports :data:`ASIDE_IMPORTS` aside."""
 
     def __init__(self, turn: Turn, hooks: dict[str, Callable[[Any], None]]) -> None:
         self.turn, self.hooks, self._busy = turn, hooks, set()
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name in self._busy or (name not in self.hooks and name not in ASIDE_IMPORTS + BUILD_IMPORTS):
+        if name in self._busy or (name not in self.hooks and name not in ASIDE_IMPORTS):
             return None
         self._busy.add(name)
         try:
@@ -300,8 +277,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         run = loader.exec_module
 
         def exec_module(module: Any) -> None:
-            aside = name in ASIDE_IMPORTS or (name in BUILD_IMPORTS and turn.builds_aside)
-            with turn.aside() if aside else contextlib.nullcontext():
+            with turn.aside() if name in ASIDE_IMPORTS else contextlib.nullcontext():
                 run(module)
             if hook is not None:
                 hook(module)
@@ -378,74 +354,6 @@ def _dynamo_aside(turn: Turn) -> Callable[[Any], None]:
     return hook
 
 
-def _builds_aside(turn: Turn) -> Callable[[Any], None]:
-    """cuDNN's plan-building steps (:data:`BUILD_STEPS`) set the turn aside, unless the page reads the clock."""
-
-    def hook(module: Any) -> None:
-        cls = getattr(module, "pygraph", None)
-        for step in BUILD_STEPS:
-            fn = cls and cls.__dict__.get(step)
-            if fn is None or getattr(fn, "_cudnn_guide_turn", False):
-                continue
-            setattr(cls, step, _setting_aside(fn, turn))
-
-    return hook
-
-
-def _setting_aside(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
-    import functools
-
-    @functools.wraps(fn)
-    def aside(*args: Any, **kwargs: Any) -> Any:
-        with turn.aside() if turn.builds_aside else contextlib.nullcontext():
-            return fn(*args, **kwargs)
-
-    aside._cudnn_guide_turn = True  # type: ignore[attr-defined]
-    return aside
-
-
-def _imports_aside(turn: Turn) -> Callable[[Any], None]:
-    """A fresh-process study's interpreters import with the turn set aside (before anything is timed)."""
-
-    def hook(module: Any) -> None:
-        cls = getattr(module, "InterpreterPool", None)
-        wait_ready = cls and cls.__dict__.get("wait_ready")
-        if wait_ready is None or getattr(wait_ready, "_cudnn_guide_turn", False):
-            return
-        import functools
-
-        @functools.wraps(wait_ready)
-        def waiting_aside(pool: Any) -> None:
-            with contextlib.nullcontext() if pool.ready else turn.aside(before_measuring=True):
-                wait_ready(pool)
-
-        waiting_aside._cudnn_guide_turn = True  # type: ignore[attr-defined]
-        cls.wait_ready = waiting_aside
-
-    return hook
-
-
-def reads_clock(source: str) -> bool:
-    """Whether a page's source reads the clock itself (:data:`CLOCK_READS`), so that its builds keep the turn.
-
-    Parameters
-    ----------
-    source
-        The page's Python source.
-
-    Returns
-    -------
-    bool
-        ``True`` when it mentions ``perf_counter``, ``time.time(``, ``monotonic`` or ``process_time``.
-
-    Example
-    -------
-    >>> reads_clock("t0 = time.perf_counter()")
-    True
-    """
-    return CLOCK_READS.search(source) is not None
-
-
 COMPILE_TRIGGERS = ("DYNAMO", "LAZY_BACKWARD")
 """Dynamo's callback triggers during which a compile sets the turn aside."""
 
@@ -511,8 +419,6 @@ def install(path: str | None = None) -> Turn | None:
         "torch._dynamo": _dynamo_aside(turn),
         "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),
         "cutlass.cute": _cute_aside(turn),
-        "cudnn._pygraph": _builds_aside(turn),
-        "cudnn_guide.studies.fresh_process": _imports_aside(turn),
     }
     for name, hook in hooks.items():
         if name in sys.modules:
@@ -550,18 +456,8 @@ def take_turns_per_cell(turn: Turn) -> None:
 
     def without_waits(*args: Any, **kwargs: Any) -> Any:
         """The page's running time, without its waits for the turn (sphinx-gallery times all its cells)."""
-        turn.builds_aside = not _page_reads_clock(args[1] if len(args) > 1 else kwargs.get("script_vars"))
         before = turn.waited
         blocks, seconds = run_script(*args, **kwargs)
         return blocks, seconds - (turn.waited - before)
 
     gen_rst.execute_script = without_waits
-
-
-def _page_reads_clock(script_vars: Any) -> bool:
-    """Whether the page sphinx-gallery is about to run reads the clock (unreadable: assume it does)."""
-    try:
-        with open(script_vars["src_file"], encoding="utf-8") as f:
-            return reads_clock(f.read())
-    except (KeyError, TypeError, OSError):
-        return True
