@@ -145,3 +145,14 @@ def test_interpreters_told_not_to_write_bytecode_share_it_in_the_recordings_fold
         assert len(written) == 1 and not (tmp_path / "src" / "__pycache__").exists()  # nothing beside the sources
         stamps.append(written[0].stat().st_mtime_ns)
     assert stamps[0] == stamps[1]  # read, not rewritten
+
+
+@pytest.mark.parametrize("argv", [["record", "--help"], ["-h"], ["record", "5", "--help"]])
+def test_recording_help_prints_the_usage_and_records_nothing(argv, capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("the recorder started")
+
+    monkeypatch.setattr(recording, "record_examples", never)
+    monkeypatch.setattr(recording, "stop_on_sigterm", lambda: None)
+    recording._main(argv)
+    assert capsys.readouterr().out.startswith("usage: python -m gallery_build.recording record")

@@ -308,3 +308,20 @@ def test_a_page_split_or_renamed_away_leaves_the_manifest(tmp_path, root):
     merged = read_manifest(docs / "auto_examples")
     assert gone not in merged["pages"] and gone not in merged["example_seconds"]
     assert PAGES[1] in merged["pages"], "pages not merged keep their entries"
+
+
+@pytest.mark.parametrize("argv", [["record", "--help"], ["merge", "-h"], ["--help"]])
+def test_help_prints_the_usage_and_starts_nothing(argv, capsys, monkeypatch):
+    monkeypatch.setattr(shards.recording, "record_examples", _never_called)
+    shards._main(argv)
+    assert capsys.readouterr().out.startswith("usage: python -m gallery_build.shards record SHARD_DIR")
+
+
+def test_an_option_where_the_shard_dir_goes_is_refused_before_anything_starts(monkeypatch):
+    monkeypatch.setattr(shards.recording, "record_examples", _never_called)
+    with pytest.raises(SystemExit, match=r"needs SHARD_DIR first, got '--lanes'[\s\S]*usage:"):
+        shards._main(["record", "--lanes", "3", "plot_05"])
+
+
+def _never_called(*args, **kwargs):
+    raise AssertionError("the recorder started")

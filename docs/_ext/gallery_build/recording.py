@@ -538,12 +538,16 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
             for before, after in restamp_text_edit(REPO_ROOT / "examples" / name, REPO_ROOT / "docs" / "auto_examples"):
                 print(f"{name}: {before.strip()!r} -> {after.strip()!r}")
         return
+    usage = (
+        "usage: python -m gallery_build.recording record [--keep-going] [--lanes N] [page ...]"
+        "  (plot_05_x.py, 05 or 5)\n"
+        "       python -m gallery_build.recording restamp plot_xx.py ...  (text-only edits)"
+    )
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage)
+        return
     if not argv or argv[0] != "record":
-        raise SystemExit(
-            "usage: python -m gallery_build.recording record [--keep-going] [--lanes N] [page ...]"
-            "  (plot_05_x.py, 05 or 5)\n"
-            "       python -m gallery_build.recording restamp plot_xx.py ...  (text-only edits)"
-        )
+        raise SystemExit(usage)
     keep_going = "--keep-going" in argv
     root = REPO_ROOT
     try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts

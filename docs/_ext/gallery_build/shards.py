@@ -814,6 +814,11 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(_USAGE)
+        return
+    if argv[:1] == ["record"] and len(argv) >= 2 and argv[1].startswith("-"):  # an option where SHARD_DIR goes
+        raise SystemExit(f"cudnn-guide: shards record needs SHARD_DIR first, got {argv[1]!r}\n{_USAGE}")
     root = recording.REPO_ROOT
     recording.stop_on_sigterm()  # `timeout` ends a shard's recording like Ctrl-C: finished pages are kept
     if argv[:1] == ["merge"]:
@@ -866,11 +871,14 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
             f"`python -m gallery_build.shards merge {shard} ...`"
         )
         return
-    raise SystemExit(
-        "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [--lanes N] [plot_xx.py ...]\n"
-        f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
-        "       python -m gallery_build.shards rewiden [--all] DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
-    )
+    raise SystemExit(_USAGE)
+
+
+_USAGE = (
+    "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [--lanes N] [plot_xx.py ...]\n"
+    f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
+    "       python -m gallery_build.shards rewiden [--all] DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
+)
 
 
 if __name__ == "__main__":  # pragma: no cover
