@@ -15,14 +15,15 @@ needs the CPU and not the GPU, so that another lane's cell runs meanwhile:
 
 Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.spending_now`) or
 around cuDNN's own plan builds, which pages time on the wall clock: the wait to take the turn back
-would be counted. (Setting the builds, the ``cudnn`` import and a fresh-process study's imports aside
-was tried, at a7ca1c8: the recording was no faster and its host-bound measurements moved more; the
-measurement studies' "More work beside the turn" has the numbers.) Each wait to take the turn
-back after CPU-only work is reported to :func:`cudnn_guide.collector.note_waited`, which leaves it
-out of the seconds a record counts. A compile's example inputs still run on the GPU while its turn is aside. Each
-lane is pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and
-what it starts), so another lane's compile workers do not share the cores of the cell that holds
-the turn. Without :data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
+would be counted. (Setting the builds, the ``cudnn`` import and a fresh-process study's imports
+aside was tried at a7ca1c8: the recording was no faster, and its host-bound measurements moved
+more; the measurement studies' "More work beside the turn, and five rounds" has the numbers.)
+Each wait to take the turn back after CPU-only work is reported to
+:func:`cudnn_guide.collector.note_waited`, which leaves it out of the seconds a record counts. A
+compile's example inputs still run on the GPU while its turn is aside. Each lane is pinned to its
+own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it starts), so
+another lane's compile workers do not share the cores of the cell that holds the turn. Without
+:data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
 """
 
 from __future__ import annotations
