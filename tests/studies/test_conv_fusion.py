@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from cudnn_guide.errors import CheckFailedError
 from cudnn_guide.graphs import conv
+from cudnn_guide.measure import compare
 from cudnn_guide.measure.ceilings import Ceilings
 from cudnn_guide.measure.compare import Comparison
 from cudnn_guide.measure.measurement import Measurement
@@ -169,7 +170,8 @@ def test_verdict_lines_give_each_speed_up_then_the_rounds_and_the_stopping_rule(
         f"{COMPILED}: 1.50× (1.45–1.55), faster",
         f"{FUSED_BINDING}: 0.90× (0.89–0.91), slower",
         "tie band ±1.2%; 9 rounds ran, of a cap of 15:",
-        "from 7 rounds on, compare stops once every interval lies wholly outside or inside the tie band",
+        f"from {compare.ADAPTIVE_MIN_ROUNDS} rounds on, compare stops once every interval lies wholly outside or "
+        "inside the tie band",
         "and is no wider than ±5% of its value",
     ]
 
