@@ -11,11 +11,6 @@ summary.
 The collector also keeps where the example's time went: :func:`spending` counts the wall time of
 the measuring helpers (timing loops, fresh processes), and the build writes it with the record,
 so a slow page can be told apart from a slow measurement.
-
-When the docs build records several pages at once on one GPU, a page's process may wait for its
-turn on the GPU (``gallery_build.gpu_turns``). The build reports each wait with :func:`note_waited`;
-:func:`spending` leaves the waits out of the seconds it counts, and a helper that times a step on
-the wall clock subtracts the :func:`waited_seconds` that fell inside it.
 """
 
 from __future__ import annotations
@@ -27,14 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
-# add_environment, spending, spending_now, seconds_spent, compile_seconds, note_waited and waited_seconds
-# serve the package's own modules (and the docs build)
+# add_environment, spending, spending_now, seconds_spent and compile_seconds serve the package's own modules
+# (and the docs build)
 
 _TARGET: Any = None
 _PAUSED = 0
 _SPENT: dict[str, float] = {}
 _SPENDING: list[str] = []
-_WAITED = 0.0
 
 
 def start(target: Any) -> None:
@@ -171,8 +165,7 @@ def spending(what: str) -> Iterator[None]:
 
     Only the outermost of nested blocks counts, so a comparison's rounds are not counted again
     by the benchmarks inside them; time ``torch.compile`` spends compiling inside is left out
-    (:func:`compile_seconds` counts it), and so are waits for the GPU's turn (:func:`note_waited`).
-    Works as a decorator too.
+    (:func:`compile_seconds` counts it). Works as a decorator too.
 
     Parameters
     ----------
@@ -198,13 +191,13 @@ def spending(what: str) -> Iterator[None]:
         yield
         return
     _SPENDING.append(what)
-    t0, c0, w0 = time.perf_counter(), compile_seconds(), _WAITED
+    t0, c0 = time.perf_counter(), compile_seconds()
     try:
         yield
     finally:
         _SPENDING.pop()
         compiling = compile_seconds() - c0  # torch.compile's first calls inside: compiling, not timing
-        _SPENT[what] = _SPENT.get(what, 0.0) + time.perf_counter() - t0 - compiling - (_WAITED - w0)
+        _SPENT[what] = _SPENT.get(what, 0.0) + time.perf_counter() - t0 - compiling
 
 
 def spending_now() -> str | None:
@@ -261,43 +254,3 @@ def compile_seconds() -> float:
     utils = sys.modules.get("torch._dynamo.utils")
     metrics = getattr(utils, "compilation_time_metrics", None) or {}
     return float(sum(sum(metrics.get(key, ())) for key in ("_compile.compile_inner", "backward._backward_impl")))
-
-
-def note_waited(seconds: float) -> None:
-    """Count ``seconds`` this process spent waiting for its turn on a GPU shared with other processes.
-
-    The docs build calls it (``gallery_build.gpu_turns``) each time a page's process waited for
-    the GPU; nothing else does. Negative or zero waits are ignored.
-
-    Parameters
-    ----------
-    seconds
-        The wait.
-
-    Example
-    -------
-    >>> before = waited_seconds(); note_waited(0.5); waited_seconds() - before
-    0.5
-    """
-    global _WAITED
-    if seconds > 0:
-        _WAITED += seconds
-
-
-def waited_seconds() -> float:
-    """Seconds this process has waited for its turn on a shared GPU (:func:`note_waited`), since it started.
-
-    A helper that times a step on the wall clock, and lets the docs build set the GPU aside inside it,
-    subtracts the waits that fell inside the step (the difference of two readings).
-
-    Returns
-    -------
-    float
-        Seconds, 0 when no turns are taken.
-
-    Example
-    -------
-    >>> waited_seconds() >= 0
-    True
-    """
-    return _WAITED

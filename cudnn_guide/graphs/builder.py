@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cudnn_guide import collector
 from cudnn_guide.errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
 
 __all__ = ["BuildReport", "BuiltGraph", "adopt", "build", "handle_for_current_device", "bind_to_current_stream"]
@@ -358,15 +357,14 @@ def build(
     ]
     seconds: dict[str, float] = {}
     for step, call in calls:
-        t0, w0 = time.perf_counter(), collector.waited_seconds()
+        t0 = time.perf_counter()
         try:
             call()
         except cudnn.cudnnGraphNotSupportedError as exc:
             raise GraphNotSupportedError(step, name, str(exc)) from exc
         except Exception as exc:
             raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
-        # a wait for the GPU's turn after a step (pages recorded in lanes) is not the step's time
-        seconds[step] = time.perf_counter() - t0 - (collector.waited_seconds() - w0)
+        seconds[step] = time.perf_counter() - t0
     torch.cuda.synchronize()
     return _wrap(graph, name, handle, seconds, io)
 

@@ -20,12 +20,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cudnn_guide import collector
-
 __all__ = ["PRELOAD", "run_fresh_sequence", "plot_build_times"]
 
 
-@collector.spending("timing")  # its wall times are results: the GPU's turn is kept inside
 def build_sequence(
     batches: Sequence[int],
     *,

@@ -414,36 +414,3 @@ def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch):
     seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
     assert set(seconds) == {PAGE_A, PAGE_B}
     assert all(abs(seconds[p] - (round(1.5 * previous[p], 1) - 4.0)) < 1e-9 for p in (PAGE_A, PAGE_B))
-
-
-def test_a_wait_to_take_the_turn_back_is_noted_for_the_collector_unless_dynamo_counts_it(tmp_path):
-    from cudnn_guide import collector
-
-    lock = tmp_path / "gpu-0.turn"
-    turn = gpu_turns.Turn(str(lock))
-    for compiling, noted in ((False, True), (True, False)):
-        before = collector.waited_seconds()
-        with turn.held():
-            with turn.aside(compiling=compiling):
-                other = _holder(lock, 0.6)  # another lane takes the turn while it is aside
-                deadline = time.time() + 30
-                while not _locked(lock) and time.time() < deadline:
-                    time.sleep(0.02)
-            _times(other)
-        waited = collector.waited_seconds() - before
-        assert (waited >= 0.3) is noted and (waited < 0.3) is not noted, (compiling, waited)
-
-
-def test_the_collector_leaves_noted_waits_out_of_the_seconds_it_counts():
-    from cudnn_guide import collector
-
-    collector.start(object())
-    try:
-        with collector.spending("fresh processes"):
-            time.sleep(0.3)
-            collector.note_waited(0.2)
-            collector.note_waited(-5.0)  # ignored
-        spent = collector.seconds_spent()["fresh processes"]
-    finally:
-        collector.stop()
-    assert 0.09 <= spent < 0.2, spent

@@ -147,12 +147,13 @@ def test_interpreters_told_not_to_write_bytecode_share_it_in_the_recordings_fold
     assert stamps[0] == stamps[1]  # read, not rewritten
 
 
-@pytest.mark.parametrize("argv", [["record", "--help"], ["-h"], ["record", "5", "--help"]])
+@pytest.mark.parametrize("argv", [["record", "--help"], ["-h"], ["record", "5", "--help"], ["restamp", "--help"]])
 def test_recording_help_prints_the_usage_and_records_nothing(argv, capsys, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("the recorder started")
 
     monkeypatch.setattr(recording, "record_examples", never)
+    monkeypatch.setattr(recording, "restamp_text_edit", never)
     monkeypatch.setattr(recording, "stop_on_sigterm", lambda: None)
     recording._main(argv)
     assert capsys.readouterr().out.startswith("usage: python -m gallery_build.recording record")

@@ -67,3 +67,41 @@ def test_clock_info_survives_a_record_round_trip():
     read = {"read_with": "nvml", "power_capped_fraction": 0.5}
     m = measurement.Measurement("x", [1.0, 1.1], "cold-L2 events", clocks=read)
     assert measurement.Measurement.from_dict(m.to_dict()).clocks == read
+
+
+def test_an_nvml_sample_reads_the_max_clock_once_per_gpu_and_the_live_readings_every_time(monkeypatch):
+    import sys
+    import types
+
+    calls = {"max": 0, "now": 0, "violation": 0}
+
+    def max_clock(handle, _clock):
+        calls["max"] += 1
+        return 1980 if handle == "gpu0" else 1755
+
+    def clock(handle, _clock):
+        calls["now"] += 1
+        return 1900
+
+    def violation(handle, _policy):
+        calls["violation"] += 1
+        return types.SimpleNamespace(violationTime=7)
+
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        NVML_PERF_POLICY_POWER=0,
+        NVML_PERF_POLICY_THERMAL=1,
+        nvmlDeviceGetMaxClockInfo=max_clock,
+        nvmlDeviceGetClockInfo=clock,
+        nvmlDeviceGetViolationStatus=violation,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda handle: 0,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(clocks, "_nvml_handle", lambda index: f"gpu{index}")
+    clocks._max_sm_mhz.cache_clear()
+    index = iter([0, 0, 0, 1])
+    monkeypatch.setattr(clocks, "_nvml_index", lambda: next(index))
+    samples = [clocks._sample_nvml() for _ in range(4)]
+    clocks._max_sm_mhz.cache_clear()
+    assert [s.max_sm_mhz for s in samples] == [1980, 1980, 1980, 1755]  # each GPU its own maximum
+    assert calls == {"max": 2, "now": 4, "violation": 8}  # the maximum once per GPU; the rest every sample

@@ -17,9 +17,7 @@ Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.spend
 around cuDNN's own plan builds, which pages time on the wall clock: the wait to take the turn back
 would be counted. (Setting the builds, the ``cudnn`` import and a fresh-process study's imports
 aside was tried at a7ca1c8: the recording was no faster, and its host-bound measurements moved
-more; the measurement studies' "More work beside the turn, and five rounds" has the numbers.)
-Each wait to take the turn back after CPU-only work is reported to
-:func:`cudnn_guide.collector.note_waited`, which leaves it out of the seconds a record counts. A
+more; the measurement studies' "More work beside the turn, and five rounds" has the numbers.) A
 compile's example inputs still run on the GPU while its turn is aside. Each lane is pinned to its
 own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it starts), so
 another lane's compile workers do not share the cores of the cell that holds the turn. Without
@@ -153,8 +151,6 @@ class Turn:
             self._take()
             if compiling:
                 self.compile_waits += self._since - t1
-            else:  # Dynamo's compile clock already holds a compile's wait: never subtract it twice
-                _note_waited(self._since - t1)
 
     def forget_in_child(self) -> None:
         """In a forked child: the parent's turn is not this process's; close the inherited file, so
@@ -172,12 +168,6 @@ def _measuring(compiling: bool) -> bool:
         return False
     collector = sys.modules.get("cudnn_guide.collector")
     return collector is not None and collector.spending_now() is not None
-
-
-def _note_waited(seconds: float) -> None:
-    collector = sys.modules.get("cudnn_guide.collector")
-    if collector is not None:
-        collector.note_waited(seconds)
 
 
 def _drain() -> bool:

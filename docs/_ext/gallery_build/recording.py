@@ -533,11 +533,6 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
 
     stop_on_sigterm()
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "restamp":  # a text-only edit: carried into the recorded pages, no GPU
-        for name in argv[1:]:
-            for before, after in restamp_text_edit(REPO_ROOT / "examples" / name, REPO_ROOT / "docs" / "auto_examples"):
-                print(f"{name}: {before.strip()!r} -> {after.strip()!r}")
-        return
     usage = (
         "usage: python -m gallery_build.recording record [--keep-going] [--lanes N] [page ...]"
         "  (plot_05_x.py, 05 or 5)\n"
@@ -545,6 +540,11 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     )
     if any(a in ("-h", "--help") for a in argv):
         print(usage)
+        return
+    if argv and argv[0] == "restamp":  # a text-only edit: carried into the recorded pages, no GPU
+        for name in argv[1:]:
+            for before, after in restamp_text_edit(REPO_ROOT / "examples" / name, REPO_ROOT / "docs" / "auto_examples"):
+                print(f"{name}: {before.strip()!r} -> {after.strip()!r}")
         return
     if not argv or argv[0] != "record":
         raise SystemExit(usage)
