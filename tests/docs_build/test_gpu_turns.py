@@ -398,7 +398,7 @@ def test_lanes_sharing_a_gpu_estimate_the_time_left_from_the_gpus_rate_not_a_pag
     assert round(p.remaining()) == round(20 / (40 / 45))
 
 
-def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch):
+def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch, capsys):
     from test_progress import PAGE_A, PAGE_B, FakePool, _project
 
     docs, examples, gallery = _project(tmp_path, root, monkeypatch)
@@ -414,3 +414,6 @@ def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch):
     seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
     assert set(seconds) == {PAGE_A, PAGE_B}
     assert all(abs(seconds[p] - (round(1.5 * previous[p], 1) - 4.0)) < 1e-9 for p in (PAGE_A, PAGE_B))
+    out = capsys.readouterr().out
+    for p in (PAGE_A, PAGE_B):  # the progress line says the same seconds as the manifest, on its lane
+        assert f"recorded {p} in {seconds[p]:.1f} s on lane " in out, out

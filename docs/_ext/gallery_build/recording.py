@@ -372,24 +372,24 @@ def _record_on_gpus(
             env[gpu_turns.CPUS_ENV] = ",".join(str(c) for c in share)
         return env
 
-    def lane_worker(gpu: int, lane: list[str]) -> None:
-        env = lane_env(gpu)
+    def lane_worker(slot: int, lane: list[str]) -> None:
+        env = lane_env(slot)
         t0 = time.perf_counter()
         with interpreter_pool(len(lane), env) as pool:
             try:
                 pool.wait_ready()
                 all_ready.wait()
             except threading.BrokenBarrierError:
-                failures.append(f"GPU {gpu}: another GPU's interpreters did not start; nothing recorded here")
+                failures.append(f"{unit} {slot}: another {unit}'s interpreters did not start; nothing recorded here")
                 return
             except fresh_process.FreshProcessError as exc:
                 all_ready.abort()
-                failures.append(f"GPU {gpu}: its interpreters did not start:\n{exc.detail}")
+                failures.append(f"{unit} {slot}: its interpreters did not start:\n{exc.detail}")
                 return
             for index, name in enumerate(lane):
-                if gpu == 0 and index == len(alone):
+                if slot == 0 and index == len(alone):
                     alone_done.set()
-                elif gpu != 0 and index == 0:
+                elif slot != 0 and index == 0:
                     alone_done.wait()
                 if (failures and not keep_going) or stopped.is_set():
                     return
@@ -397,21 +397,21 @@ def _record_on_gpus(
                 with lock:  # a stage is copied while no other page is being promoted
                     staged = stage_docs(docs_dir, examples_dir, gallery_dir, stage_dir / src.stem)
                 (staged / f"{src.name}.md5").unlink(missing_ok=True)
-                print(progress.start(src.name, gpu), flush=True)
+                print(progress.start(src.name, slot), flush=True)
                 try:
                     done = pool.run(
-                        _build_one_example, str(staged.parent), str(stage_dir / f"out-{gpu}"), src.name, timeout=None
+                        _build_one_example, str(staged.parent), str(stage_dir / f"out-{slot}"), src.name, timeout=None
                     )
                 except fresh_process.FreshProcessError as exc:
                     failures.append(f"recording {src.name} failed:\n{exc.detail}")
-                    print(progress.fail(src.name, gpu), flush=True)
+                    print(progress.fail(src.name, slot), flush=True)
                     if keep_going:
                         continue
                     return
                 code, waited = done.value if isinstance(done.value, tuple) else (done.value, 0.0)
                 if code != 0:
                     failures.append(f"recording {src.name} failed (sphinx exit {code}); see the output above")
-                    print(progress.fail(src.name, gpu), flush=True)
+                    print(progress.fail(src.name, slot), flush=True)
                     if keep_going:
                         continue
                     return
@@ -419,15 +419,15 @@ def _record_on_gpus(
                     if stopped.is_set():  # finished after Ctrl-C: the run has stopped, nothing more is kept
                         return
                     promote_page(staged, gallery_dir, src.name)
-                    seconds[src.name] = done.seconds - waited  # lanes: its own time, as one page at a time
-                print(progress.finish(src.name, gpu, done.seconds), flush=True)
+                    seconds[src.name] = own = done.seconds - waited  # lanes: its own time, as one page at a time
+                print(progress.finish(src.name, slot, own), flush=True)
             starts.append(pool.start_seconds if pool.start_seconds is not None else time.perf_counter() - t0)
 
-    def lane(gpu: int, pages: list[str]) -> None:
+    def lane(slot: int, pages: list[str]) -> None:
         try:
-            lane_worker(gpu, pages)
+            lane_worker(slot, pages)
         finally:
-            if gpu == 0:
+            if slot == 0:
                 alone_done.set()  # never leave the other GPUs waiting on a lane that stopped
 
     threads = [threading.Thread(target=lane, args=(i, pages), daemon=True) for i, pages in enumerate(lanes)]
