@@ -93,3 +93,38 @@ def test_restamping_a_built_page_equals_writing_it_with_the_new_commits(root, tm
     assert (out / "sub" / "page.html").read_text() == _footer(root, tmp_path, site, recorded)
     assert "<script" not in (out / "sub" / "page.html").read_text()
     assert hooks.restamp_footers(out, {"site_commit": site, "recording_commit": recorded}) == []
+
+
+def test_an_api_page_stops_depending_on_thumbnails_and_keeps_its_other_dependencies(tmp_path):
+    gallery = tmp_path / "docs" / "auto_examples"
+    thumb = gallery / "images" / "thumb" / "sphx_glr_plot_12_conv_backward_thumb.png"
+    figure = gallery / "images" / "sphx_glr_plot_12_conv_backward_001.png"
+    other = tmp_path / "docs" / "_static" / "logo.png"
+    deps = {"api/measure": {thumb, figure, other}, "auto_examples/index": {thumb}}
+    env = SimpleNamespace(dependencies={k: set(v) for k, v in deps.items()})
+    assert hooks.drop_thumbnail_dependencies(env, "api/measure", gallery) == 1
+    assert env.dependencies["api/measure"] == {figure, other}  # only the gallery's thumbnails go
+    # the gallery's index shows every thumbnail: it is read again, and copies the new image, when one changes
+    assert hooks.drop_thumbnail_dependencies(env, "auto_examples/index", gallery) == 0
+    assert env.dependencies["auto_examples/index"] == {thumb}
+
+
+def test_the_api_pages_are_read_again_when_the_pages_using_an_object_change(tmp_path):
+    callbacks, docs = _connected(tmp_path)
+    env = _env(docs, {"index": "text"})
+    (docs / "api").mkdir()
+    env.found_docs |= {"api/core", "api/measure"}
+    outdated = callbacks["env-get-outdated"][0]
+    backrefs = docs / hooks.BACKREFERENCES_ALL
+    backrefs.parent.mkdir(parents=True)
+    backrefs.write_text('{"cudnn_guide.check.check": [["plot_12_conv_backward.py"]]}', encoding="utf-8")
+    assert outdated(None, env, set(), set(), set()) == ["api/core", "api/measure"]
+    assert outdated(None, env, set(), set(), set()) == []  # the same pages and titles: a thumbnail alone
+    backrefs.write_text('{"cudnn_guide.check.check": [["plot_13_paged_decode.py"]]}', encoding="utf-8")
+    assert outdated(None, env, set(), set(), set()) == ["api/core", "api/measure"]
+
+
+def test_the_backreferences_the_build_watches_are_those_conf_py_writes(root):
+    text = (root / "docs" / "conf.py").read_text(encoding="utf-8")
+    folder = re.search(r'"backreferences_dir": "([^"]+)"', text).group(1)
+    assert Path(folder) == hooks.BACKREFERENCES_ALL.parent

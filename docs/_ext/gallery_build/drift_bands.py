@@ -12,6 +12,7 @@ itself, how often such a band would have held.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -174,13 +175,29 @@ def recordings(data_dir: Path) -> list[dict[str, Any]]:
 
 
 def _p95(values: list[float]) -> float:
-    values = sorted(values)
+    return _p95_sorted(sorted(values))
+
+
+def _p95_sorted(values: list[float]) -> float:
+    """:func:`_p95` of values already in ascending order."""
     return values[min(len(values) - 1, int(0.95 * len(values)))] if values else 0.0
 
 
 def _quantile_of(values: list[float], q: float) -> float:
-    values = sorted(values)
+    return _quantile_sorted(sorted(values), q)
+
+
+def _quantile_sorted(values: list[float], q: float) -> float:
+    """:func:`_quantile_of` of values already in ascending order."""
     return values[int(q * (len(values) - 1))] if values else 0.0
+
+
+def _sorted_by_class(values: list[tuple[str, float]]) -> dict[str, list[float]]:
+    """The values of each class, each class's in ascending order, from ``(class, value)`` pairs."""
+    groups: dict[str, list[float]] = {}
+    for cls, v in values:
+        groups.setdefault(cls, []).append(v)
+    return {cls: sorted(vs) for cls, vs in groups.items()}
 
 
 def _signed_changes(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
@@ -230,7 +247,12 @@ def _ratio_changes_by_class(steps: list[dict[str, float]], classes: dict[str, st
     out = []
     for step in steps:
         items = sorted(step.items())
-        out += [(_pair_class(a, b, classes), abs(x - y)) for i, (a, x) in enumerate(items) for b, y in items[i + 1 :]]
+        # each label's class once (not once per pair): a pair is "gpu" when both are, as _pair_class says
+        gpu = [_class_of(a, classes) == "gpu" for a, _ in items]
+        values = [x for _, x in items]
+        for i, x in enumerate(values):
+            g = gpu[i]
+            out += [("gpu" if g and gpu[j] else "host", abs(x - values[j])) for j in range(i + 1, len(values))]
     return out
 
 
@@ -370,14 +392,16 @@ def headline_backtest(
     # are the same ones (the same entries, in the same order) reuses its changes (_example_drift)
     per_example: dict[tuple[int, ...], dict[str, Any]] = {}
 
+    stamps = [str(e.get("recorded_utc", "")) for e in recs]
+    in_order = all(a <= b for a, b in zip(stamps, stamps[1:]))  # as recordings() returns them
+
     def bands(stamp: str, upto: bool) -> dict[str, Any]:
         """:func:`drift` of the recordings made up to ``stamp`` (``upto``), or before it."""
         if (stamp, upto) not in cache:
-            made = [
-                e
-                for e in recs
-                if (str(e.get("recorded_utc", "")) <= stamp if upto else str(e.get("recorded_utc", "")) < stamp)
-            ]
+            if in_order:  # a prefix of the recordings, found by bisection
+                made = recs[: (bisect.bisect_right if upto else bisect.bisect_left)(stamps, stamp)]
+            else:
+                made = [e for e, s in zip(recs, stamps) if (s <= stamp if upto else s < stamp)]
             cache[stamp, upto] = _drift(made, per_example if memo else None)
         return cache[stamp, upto]
 
@@ -534,24 +558,27 @@ def _example_drift(entries: list[dict[str, Any]]) -> dict[str, Any]:
     part: dict[str, Any] = {"pairs": len(signed), "summary": None}
     if changes_ or head_changes or heads_abs:
         ratio_classes = _ratio_changes_by_class(signed, classes)
-        ratios = [change for _, change in ratio_classes]  # the same pairs as _ratio_changes(signed)
-        # sorted once here: the site-wide quantiles then sort runs already in order (timsort merges them)
-        part.update(changes=sorted(changes_), head_changes=sorted(head_changes), ratio_changes=sorted(ratios))
+        # each list sorted once here (the quantiles below read them in order; the site-wide ones
+        # then sort runs already in order, which timsort merges)
+        changes_, head_changes = sorted(changes_), sorted(head_changes)
+        ratios = sorted(change for _, change in ratio_classes)  # the same pairs as _ratio_changes(signed)
+        ratio_groups = _sorted_by_class(ratio_classes)
+        part.update(changes=changes_, head_changes=head_changes, ratio_changes=ratios)
         part["summary"] = {
-            "p95": _p95(changes_),
+            "p95": _p95_sorted(changes_),
             "labels": labels,
-            "headline_p95": _p95(head_changes),
+            "headline_p95": _p95_sorted(head_changes),
             "headlines": heads,
             "headlines_abs": heads_abs,
             "changes": signed,
-            "ratio_p90": _quantile_of(ratios, RATIO_QUANTILE),
-            "ratio_floor": _quantile_of(ratios, RATIO_FLOOR_QUANTILE),
+            "ratio_p90": _quantile_sorted(ratios, RATIO_QUANTILE),
+            "ratio_floor": _quantile_sorted(ratios, RATIO_FLOOR_QUANTILE),
             # the floors again, per timing class (a GPU time is not floored by a host loop's drift)
             "classes": classes,
             "p95_by_class": _by_class(by_class, _p95),
             "headline_p95_by_class": _by_class(head_by_class, _p95),
-            "ratio_p90_by_class": _by_class(ratio_classes, lambda v: _quantile_of(v, RATIO_QUANTILE)),
-            "ratio_floor_by_class": _by_class(ratio_classes, lambda v: _quantile_of(v, RATIO_FLOOR_QUANTILE)),
+            "ratio_p90_by_class": {c: _quantile_sorted(v, RATIO_QUANTILE) for c, v in ratio_groups.items()},
+            "ratio_floor_by_class": {c: _quantile_sorted(v, RATIO_FLOOR_QUANTILE) for c, v in ratio_groups.items()},
         }
     return part
 

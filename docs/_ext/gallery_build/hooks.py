@@ -410,6 +410,63 @@ def site_commit(root: Path) -> str:
     return out.stdout.strip() or "unknown"
 
 
+API_PREFIX = "api/"
+"""The API reference's documents: each object's docstring ends with its "Examples using this" gallery."""
+BACKREFERENCES_ALL = Path("api", "generated", "backreferences", "backreferences_all.json")
+"""Under ``docs``: sphinx-gallery's record of the pages that use each object (``conf.py``'s ``backreferences_dir``)."""
+
+
+def drop_thumbnail_dependencies(env: Any, docname: str, gallery: Path) -> int:
+    """Stop an API page depending on the gallery's thumbnail images; returns how many it depended on.
+
+    An API page shows, under each object, the thumbnails of the pages that use it. A thumbnail is
+    redrawn from its page's first figure whenever that page records, and Sphinx reads every page
+    showing an image again when the image file changes: a one-page recording read the nine API
+    pages again (their autodoc, about 3 s each, and the first page written, alone) though nothing
+    on them changed but the picture, which reaches them by its unchanged URL all the same (the
+    gallery's index shows every thumbnail, depends on it, and is read and written again, which
+    copies the new image into ``_images``). What the API pages do show of the pages using an
+    object, which pages and their titles, is in sphinx-gallery's backreferences: the build reads
+    the API pages again when those change (``env-get-outdated``).
+
+    Parameters
+    ----------
+    env
+        Sphinx's build environment.
+    docname
+        The document just read.
+    gallery
+        The recorded gallery (``docs/auto_examples``).
+
+    Returns
+    -------
+    int
+        Thumbnail dependencies dropped (0 for a document outside the API reference).
+
+    Example
+    -------
+    >>> drop_thumbnail_dependencies(app.env, "api/measure", Path("docs/auto_examples"))
+    9
+    """
+    if not docname.startswith(API_PREFIX):
+        return 0
+    deps = env.dependencies.get(docname) or set()
+    thumbs = (Path(gallery) / "images" / "thumb").resolve()
+    dropped = {d for d in deps if Path(d).name.startswith("sphx_glr_") and Path(d).parent.resolve() == thumbs}
+    deps -= dropped
+    return len(dropped)
+
+
+def _file_digest(path: Path) -> str | None:
+    """The md5 of a file's bytes, or ``None`` when there is none."""
+    import hashlib
+
+    try:
+        return hashlib.md5(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _data_sources_digest(root: Path, data_dir: Path) -> str:
     """A digest over what the data pages read beyond :func:`~gallery_build.page_checks.data_digest`.
 
@@ -601,6 +658,12 @@ def connect(
         if getattr(env, "cudnn_guide_data_digest", None) != digest:
             env.cudnn_guide_data_digest = digest
             outdated += [d for d in DATA_PAGES if d in env.found_docs]
+        # the API pages' "Examples using this" galleries: read again when the pages using each object, or
+        # their titles, change (sphinx-gallery's backreferences), not when a page's thumbnail is redrawn
+        examples_used = _file_digest(gallery.parent / BACKREFERENCES_ALL)
+        if getattr(env, "cudnn_guide_backreferences_digest", None) != examples_used:
+            env.cudnn_guide_backreferences_digest = examples_used
+            outdated += sorted(d for d in env.found_docs if d.startswith(API_PREFIX) and d not in outdated)
         if substitutions:  # the pages showing a recorded substitution whose value changed (the home page)
             before = getattr(env, "cudnn_guide_substitutions", None) or {}
             differ = {k for k, v in substitutions.items() if before.get(k) != v}
@@ -669,7 +732,12 @@ def connect(
             )
             print(f"cudnn-guide: recording manifest written to {path}; commit docs/auto_examples.")
 
+    def on_doctree_read_thumbnails(app: Any, doctree: Any) -> None:
+        # after Sphinx's image collector (priority 500) noted each image the page shows as a dependency
+        drop_thumbnail_dependencies(app.env, app.env.docname, gallery)
+
     app.connect("source-read", on_source_read)
+    app.connect("doctree-read", on_doctree_read_thumbnails, priority=900)
     # priority > 500: after sphinx-gallery generated (record) or kept (render) the pages
     app.connect("builder-inited", on_builder_inited_late, priority=900)
     app.connect("env-get-outdated", on_get_outdated)
