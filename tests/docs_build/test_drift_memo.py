@@ -52,3 +52,33 @@ def test_a_memoised_part_is_not_shared_with_the_result():
     first = drift_bands._drift([entry, later], memo)
     first["examples"]["plot_x"]["p95"] = 99.0  # a caller changing its result leaves the memo alone
     assert drift_bands._drift([entry, later], memo) == drift_bands.drift([entry, later])
+
+
+def test_the_recordings_up_to_a_time_are_those_a_filter_keeps(committed):
+    _, recs = committed
+    stamps = [str(e.get("recorded_utc", "")) for e in recs]
+    every = sorted(set(stamps))
+    for stamp in [*every[::25], every[-1], "0000", "9999"]:
+        for upto in (True, False):
+            kept = [
+                e
+                for e in recs
+                if (str(e.get("recorded_utc", "")) <= stamp if upto else str(e.get("recorded_utc", "")) < stamp)
+            ]
+            assert drift_bands._made_until(recs, stamps, stamp, upto) == kept  # bisection: they are in order
+            shuffled = recs[::-1]
+            back = [str(e.get("recorded_utc", "")) for e in shuffled]
+            assert drift_bands._made_until(shuffled, back, stamp, upto) == kept[::-1]  # out of order: each tested
+
+
+def test_ratio_changes_by_class_classes_every_pair_as_pair_class_does():
+    step = {"a gpu": 0.01, "b wall-clock loop": -0.02, "c gpu": 0.03, "d": 0.0}
+    classes = {"a gpu": "gpu", "b wall-clock loop": "host", "c gpu": "gpu"}
+    items = sorted(step.items())
+    expected = [
+        (drift_bands._pair_class(a, b, classes), abs(x - y))
+        for i, (a, x) in enumerate(items)
+        for b, y in items[i + 1 :]
+    ]
+    assert drift_bands._ratio_changes_by_class([step], classes) == expected
+    assert ("gpu", abs(0.01 - 0.03)) in expected and any(c == "host" for c, _ in expected)

@@ -344,6 +344,20 @@ def _in_run(headline: dict[str, Any]) -> dict[str, Any]:
     return h
 
 
+def _made_until(
+    recs: list[dict[str, Any]], stamps: list[str], stamp: str, upto: bool, in_order: bool | None = None
+) -> list[dict[str, Any]]:
+    """The recordings made up to ``stamp`` (``upto``) or before it, in their order; ``stamps`` are their times.
+
+    Recordings in time order (``in_order``; as :func:`recordings` returns them) are a prefix, found by
+    bisection; otherwise each is tested."""
+    if in_order is None:
+        in_order = all(a <= b for a, b in zip(stamps, stamps[1:]))
+    if in_order:
+        return recs[: (bisect.bisect_right if upto else bisect.bisect_left)(stamps, stamp)]
+    return [e for e, s in zip(recs, stamps) if (s <= stamp if upto else s < stamp)]
+
+
 def headline_backtest(
     history: list[dict[str, Any]], recs: list[dict[str, Any]], latest_only: bool = False, *, memo: bool = True
 ) -> dict[str, Any]:
@@ -393,16 +407,12 @@ def headline_backtest(
     per_example: dict[tuple[int, ...], dict[str, Any]] = {}
 
     stamps = [str(e.get("recorded_utc", "")) for e in recs]
-    in_order = all(a <= b for a, b in zip(stamps, stamps[1:]))  # as recordings() returns them
+    in_order = all(a <= b for a, b in zip(stamps, stamps[1:]))
 
     def bands(stamp: str, upto: bool) -> dict[str, Any]:
         """:func:`drift` of the recordings made up to ``stamp`` (``upto``), or before it."""
         if (stamp, upto) not in cache:
-            if in_order:  # a prefix of the recordings, found by bisection
-                made = recs[: (bisect.bisect_right if upto else bisect.bisect_left)(stamps, stamp)]
-            else:
-                made = [e for e, s in zip(recs, stamps) if (s <= stamp if upto else s < stamp)]
-            cache[stamp, upto] = _drift(made, per_example if memo else None)
+            cache[stamp, upto] = _drift(_made_until(recs, stamps, stamp, upto, in_order), per_example if memo else None)
         return cache[stamp, upto]
 
     for page, entries in by_example(history).items():
