@@ -10,7 +10,10 @@ summary.
 
 The collector also keeps where the example's time went: :func:`spending` counts the wall time of
 the measuring helpers (timing loops, fresh processes), and the build writes it with the record,
-so a slow page can be told apart from a slow measurement.
+so a slow page can be told apart from a slow measurement. :func:`measuring` marks every block whose
+wall time a page reports (a plan build, a first call), :func:`spending` blocks included; the docs
+build holds the GPU alone around each (:func:`hold_while_measuring`), while pages recorded side by
+side share it for the rest.
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
-# add_environment, spending, spending_now, seconds_spent and compile_seconds serve the package's own modules
-# (and the docs build)
+# add_environment, spending, spending_now, measuring, measuring_now, hold_while_measuring, seconds_spent and
+# compile_seconds serve the package's own modules (and the docs build)
 
 _TARGET: Any = None
 _PAUSED = 0
 _SPENT: dict[str, float] = {}
 _SPENDING: list[str] = []
+_MEASURING: list[bool] = []
+_HOLDERS: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
 
 
 def start(target: Any) -> None:
@@ -190,14 +195,15 @@ def spending(what: str) -> Iterator[None]:
     if _SPENDING:
         yield
         return
-    _SPENDING.append(what)
-    t0, c0 = time.perf_counter(), compile_seconds()
-    try:
-        yield
-    finally:
-        _SPENDING.pop()
-        compiling = compile_seconds() - c0  # torch.compile's first calls inside: compiling, not timing
-        _SPENT[what] = _SPENT.get(what, 0.0) + time.perf_counter() - t0 - compiling
+    with measuring():  # held before the clock starts: a wait for the GPU is not counted
+        _SPENDING.append(what)
+        t0, c0 = time.perf_counter(), compile_seconds()
+        try:
+            yield
+        finally:
+            _SPENDING.pop()
+            compiling = compile_seconds() - c0  # torch.compile's first calls inside: compiling, not timing
+            _SPENT[what] = _SPENT.get(what, 0.0) + time.perf_counter() - t0 - compiling
 
 
 def spending_now() -> str | None:
@@ -217,6 +223,75 @@ def spending_now() -> str | None:
     True
     """
     return _SPENDING[0] if _SPENDING else None
+
+
+@contextlib.contextmanager
+def measuring() -> Iterator[None]:
+    """Mark a block whose wall time is reported (a plan build, a first call, a timing loop).
+
+    Nothing is counted; the outermost block enters every context :func:`hold_while_measuring`
+    registered (the docs build: this process holds the GPU alone) before its code runs, so a
+    wait they make is outside the block's own clock. :func:`spending` blocks are measuring blocks.
+    Works as a decorator too.
+
+    Returns
+    -------
+    Iterator[None]
+        A context manager.
+
+    Example
+    -------
+    >>> with measuring():
+    ...     measuring_now()
+    True
+    >>> measuring_now()
+    False
+    """
+    if _MEASURING:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        for holder in list(_HOLDERS):
+            stack.enter_context(holder())
+        _MEASURING.append(True)
+        try:
+            yield
+        finally:
+            _MEASURING.pop()
+
+
+def measuring_now() -> bool:
+    """Whether a :func:`measuring` block (a :func:`spending` block included) is running.
+
+    Returns
+    -------
+    bool
+        ``True`` inside one.
+
+    Example
+    -------
+    >>> measuring_now()
+    False
+    """
+    return bool(_MEASURING)
+
+
+def hold_while_measuring(holder: Callable[[], contextlib.AbstractContextManager[Any]] | None) -> None:
+    """Enter ``holder()`` around every outermost :func:`measuring` block (``None``: none any more).
+
+    The docs build registers its GPU turn here, so that a page's measured blocks run while no
+    other page recorded beside it uses the GPU. One holder at a time: a new one replaces the last.
+
+    Parameters
+    ----------
+    holder
+        A factory of context managers, or ``None``.
+
+    Example
+    -------
+    >>> hold_while_measuring(contextlib.nullcontext); hold_while_measuring(None)
+    """
+    _HOLDERS[:] = [] if holder is None else [holder]
 
 
 def seconds_spent() -> dict[str, float]:

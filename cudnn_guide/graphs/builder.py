@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.errors import GraphBuildError, GraphExecutionError, GraphNotSupportedError, InputError
 
 __all__ = ["BuildReport", "BuiltGraph", "adopt", "build", "handle_for_current_device", "bind_to_current_stream"]
@@ -356,15 +357,16 @@ def build(
         ("build_plans", (lambda: graph.build_plans(policy)) if policy is not None else graph.build_plans),
     ]
     seconds: dict[str, float] = {}
-    for step, call in calls:
-        t0 = time.perf_counter()
-        try:
-            call()
-        except cudnn.cudnnGraphNotSupportedError as exc:
-            raise GraphNotSupportedError(step, name, str(exc)) from exc
-        except Exception as exc:
-            raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
-        seconds[step] = time.perf_counter() - t0
+    with collector.measuring():  # each step's seconds are reported
+        for step, call in calls:
+            t0 = time.perf_counter()
+            try:
+                call()
+            except cudnn.cudnnGraphNotSupportedError as exc:
+                raise GraphNotSupportedError(step, name, str(exc)) from exc
+            except Exception as exc:
+                raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
+            seconds[step] = time.perf_counter() - t0
     torch.cuda.synchronize()
     return _wrap(graph, name, handle, seconds, io)
 

@@ -359,6 +359,7 @@ def _first_call(fn: Callable[[], Any], label: str, options: BenchOptions) -> Non
     torch.cuda.synchronize()
 
 
+@collector.measuring()
 def _warm_up(fn: Callable[[], Any], flush: Any, label: str, warmup_ms: float) -> tuple[list[float], float]:
     """Warm up for ``warmup_ms`` of wall time *including the GPU* (at least two calls).
 
@@ -457,6 +458,7 @@ def _time_until_precise(
         batch = min(len(samples), reps - len(samples))
 
 
+@collector.measuring()
 def _host_times(fn: Callable[[], Any], flush: Any, label: str, n: int) -> list[float]:
     """Host time to enqueue one call, each on an idle GPU queue.
 

@@ -416,6 +416,7 @@ def rejudged(cmp: Comparison, candidate: str, baselines: list[str]) -> Compariso
     return dataclasses.replace(cmp, candidate=candidate, versus=versus)
 
 
+@collector.measuring()
 def _time_loop(fn: Callable[[], Any], calls: int) -> float:
     """Milliseconds per call of ``calls`` back-to-back calls, from a synchronized start to a synchronized end."""
     import time

@@ -90,6 +90,7 @@ def capture(fn: Callable[[], Any], *, calls: int = 1, label: str = "fn") -> Capt
     return CapturedGraph(fn, calls=calls, label=label)
 
 
+@collector.measuring()
 def _wall_clock_per_call(run: Callable[[], Any], calls: int, reps: int) -> list[float]:
     """Milliseconds per call of ``run`` (which makes ``calls`` calls), wall clock from its start to
     the end of a synchronize, ``reps`` times; the GPU is drained before the first."""

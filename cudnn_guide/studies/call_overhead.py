@@ -24,6 +24,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cudnn_guide import collector
+
 __all__ = [
     "PATH_VERDICT",
     "added_rows",
@@ -247,6 +249,7 @@ def spread_text(x: Mapping[str, Any]) -> str:
     )
 
 
+@collector.measuring()
 def _populate_and_update(
     cudart: Any,
     native: dict[str, Any],

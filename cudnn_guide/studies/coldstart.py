@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cudnn_guide import collector
+
 __all__ = [
     "FLEX_PRELOAD",
     "GRAPHS",
@@ -354,6 +356,7 @@ def plot_first_results(runs: dict[tuple[str, str], list[dict[str, Any]]], *, ax:
     return ax
 
 
+@collector.measuring()
 def flex_attention_first_call(batch: int, heads: int, seq: int, head_dim: int) -> dict[str, float]:
     """In this (fresh) process, time ``cudnn.flex_attention``'s causal plan, first call and second call.
 

@@ -20,9 +20,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from cudnn_guide import collector
+
 __all__ = ["PRELOAD", "run_fresh_sequence", "plot_build_times"]
 
 
+@collector.measuring()
 def build_sequence(
     batches: Sequence[int],
     *,

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.check import LINE_WIDTH
 
 __all__ = [
@@ -806,6 +807,7 @@ def _note_names(notes: Iterable[Any]) -> str:
     return ", ".join(str(n).split(".")[-1] for n in notes) or "none"
 
 
+@collector.measuring()
 def timed_build(g: Any, modes: Sequence[str]) -> dict[str, Any]:
     """Build ``g`` in its five steps with the heuristic ``modes``; the plans listed, their notes, the time taken.
 

@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cudnn_guide import collector
+
 __all__ = [
     "CHILD",
     "PARTS",
@@ -98,6 +100,7 @@ _PART_NAMES = {
 """Each timed part in words: the table's headings (with ``" (s)"``) and the figure's legend."""
 
 
+@collector.spending("fresh processes")
 def fresh_process(backend: str, timeout: float = 300) -> dict[str, Any]:
     """Run :data:`CHILD` for ``backend`` in a new Python process with empty CUDA, CuTe and temp caches.
 

@@ -22,6 +22,7 @@ from them, and what they do and do not establish).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -196,8 +197,14 @@ class InterpreterPool:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
         self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
         self.exit_fast = exit_fast
+        self._alone = contextlib.ExitStack()  # its interpreters import while no other page measures
+        self._alone.enter_context(collector.measuring())
         self._t0 = time.perf_counter()
-        self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
+        try:
+            self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
+        except BaseException:
+            self._alone.close()
+            raise
         self.start_seconds: float | None = None
         """Wall time from creating the pool until all its interpreters were ready."""
 
@@ -221,6 +228,7 @@ class InterpreterPool:
             except subprocess.TimeoutExpired:
                 interp.kill()
         self._idle = []
+        self._alone.close()
 
     def wait_ready(self) -> None:
         """Wait until every interpreter has finished its imports (the first :meth:`run` waits too).

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.studies import coldstart, fresh_process
 
 __all__ = [
@@ -64,6 +65,7 @@ _Runs = Mapping[tuple[str, str], Sequence[Mapping[str, Any]]]
 _Ratio = tuple[float, float, float]
 
 
+@collector.measuring()
 def warm_process_times(
     rebuild: Callable[[], Any], reload: Callable[[], Any], reps: int = 5
 ) -> tuple[list[float], list[float]]:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from cudnn_guide import collector
+
 __all__ = [
     "CUDNN",
     "OUTPUTS",
@@ -596,6 +598,7 @@ def timing(s: int) -> dict[str, int]:
     return {"rounds": 5, "min_reps": 3, "host_reps": 2}
 
 
+@collector.measuring()
 def reference_at(t: Mapping[str, Any], causal: bool) -> tuple[dict[str, Any], dict[str, float]]:
     """:func:`block_reference` for these tensors, with its wall time and its peak memory.
 

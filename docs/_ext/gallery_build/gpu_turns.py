@@ -1,27 +1,36 @@
-"""Pages that share one GPU take turns on it: one page's code cell runs on the GPU at a time.
+"""Pages that share one GPU take turns on it: one page measures on the GPU at a time.
 
 The recorder can run several pages at once on one GPU (``--lanes N``), each in its own process.
 Two pages timing at once moved a fifth of the measurements (the measurement studies' "Two lanes
-on one GPU"), so lanes take **turns**: a process holds the GPU's turn (an exclusive ``flock`` on
-a file that every lane of that GPU opens) for the whole of each code cell it runs, and so for
-every timed call, check and fresh-process study in it. It sets the turn aside only for work that
-needs the CPU and not the GPU, so that another lane's cell runs meanwhile:
+on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU opens:
+
+- each code cell holds the turn **shared**: the cells of other lanes run beside it (their checks,
+  references, tables and figures);
+- each **measured block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every
+  timing loop, fresh-process study, plan build and first call whose wall time a page reports, so
+  that no other lane's work runs while a page measures; a lane waiting to measure goes before
+  lanes that ask for a shared turn after it);
+- with :data:`SCOPE_ENV` ``=cell``, every cell holds it alone, as the recordings up to c281cd1 did
+  (they held it 666 s of 729 s, of which timing and fresh processes were 357 s).
+
+A lane sets the turn aside for work that needs the CPU and not the GPU, so that another lane
+measures meanwhile:
 
 - ``torch.compile``'s compiling (Dynamo's compile-start and compile-end callbacks), except the
-  GPU benchmarks of Inductor's autotuning, which take the turn back while they run;
+  GPU benchmarks of Inductor's autotuning, which hold the turn alone while they run;
 - FlashAttention-4's CuTe DSL kernel compiles (``cutlass.cute.compile`` called from ``flash_attn``);
 - importing ``flash_attn`` (the CuTe DSL with it: seconds of Python);
 - Sphinx's own work before, between and after the cells.
 
-Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.spending_now`) or
-around cuDNN's own plan builds, which pages time on the wall clock: the wait to take the turn back
-would be counted. (Setting the builds, the ``cudnn`` import and a fresh-process study's imports
-aside was tried at a7ca1c8: the recording was no faster, and its host-bound measurements moved
-more; the measurement studies' "More work beside the turn, and five rounds" has the numbers.) A
-compile's example inputs still run on the GPU while its turn is aside. Each lane is pinned to its
-own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it starts), so
-another lane's compile workers do not share the cores of the cell that holds the turn. Without
-:data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
+Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.measuring_now`): the
+wait to take the turn back would be counted. (Setting the builds, the ``cudnn`` import and a
+fresh-process study's imports aside was tried at a7ca1c8: the recording was no faster, and its
+host-bound measurements moved more; the measurement studies' "More work beside the turn, and five
+rounds" has the numbers. Here a build holds the turn alone instead.) A compile's example inputs
+still run on the GPU while its turn is aside. Each lane is pinned to its own CPU cores
+(:data:`CPUS_ENV`, every thread of the page's process and what it starts), so another lane's
+compile workers do not share the cores of the lane that measures. Without :data:`TURN_ENV` (one
+lane, or a reader's own build) nothing here does anything.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from typing import Any
 
 __all__ = [
     "TURN_ENV",
+    "SCOPE_ENV",
     "CPUS_ENV",
     "ASIDE_IMPORTS",
     "ASIDE_CALLERS",
@@ -50,6 +60,9 @@ __all__ = [
 
 TURN_ENV = "CUDNN_GUIDE_GPU_TURN"
 """The lock file the lanes of one GPU share (set by the recorder for each lane's pages)."""
+SCOPE_ENV = "CUDNN_GUIDE_TURN_SCOPE"
+"""``measured`` (the default): cells hold the turn shared and measured blocks alone; ``cell``: every
+cell holds it alone, as the recordings up to c281cd1 did."""
 CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
 """The CPU cores of this lane, e.g. ``0-4``."""
 ASIDE_IMPORTS = ("flash_attn",)
@@ -60,68 +73,111 @@ ASIDE_CALLERS = ("flash_attn",)
 
 
 class Turn:
-    """This process's turn on a GPU shared with other lanes: an exclusive ``flock`` on ``path``.
+    """This process's turn on a GPU shared with other lanes: a ``flock`` on ``path``.
+
+    With ``shared_cells`` (the recorder's default, :data:`SCOPE_ENV`), a code cell holds the turn
+    *shared*: the cells of other lanes may run meanwhile. Every measured block
+    (:func:`cudnn_guide.collector.measuring`: a timing loop, a fresh-process study, a plan build,
+    a first call) holds it *exclusively*, so that nothing of another lane runs on the GPU, or on
+    the CPU under the turn, while a page measures. A lane that asks for it exclusively is let in
+    before any lane that asks for it shared after it (a second lock, ``path + ".gate"``, queues
+    them), so measuring does not starve behind a stream of shared cells. Without
+    ``shared_cells`` every cell holds it exclusively (:data:`SCOPE_ENV` ``=cell``: the recordings
+    up to c281cd1).
 
     :meth:`held` takes the turn for a block (a code cell) unless it is already held;
-    :meth:`aside` gives it up for a block of CPU-only work and takes it back after. Both nest.
-    ``waited`` counts the seconds spent waiting for the turn, ``held_seconds`` those holding it,
+    :meth:`exclusive` holds it alone for a block; :meth:`aside` gives it up for a block of
+    CPU-only work and takes it back after. All nest. ``waited`` counts the seconds spent waiting
+    for the turn, ``held_seconds`` those holding it (``exclusive_seconds`` of them alone),
     ``aside_seconds`` those given up inside a held block.
 
     Parameters
     ----------
     path
         The lock file, shared by every lane of one GPU.
+    shared_cells
+        Cells hold the turn shared, measured blocks exclusively.
 
     Example
     -------
-    >>> turn = Turn(str(tmp_path / "gpu-0.turn"))
-    >>> with turn.held():
-    ...     with turn.aside():  # a compile: another lane may run a cell meanwhile
+    >>> turn = Turn(str(tmp_path / "gpu-0.turn"), shared_cells=True)
+    >>> with turn.held():  # a code cell: other lanes' cells may run
+    ...     with turn.exclusive():  # a measured block: alone on the GPU
+    ...         pass
+    ...     with turn.aside():  # a compile: another lane may measure meanwhile
     ...         pass
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, shared_cells: bool = False) -> None:
         self.path = path
+        self.shared_cells = shared_cells
         self._fd: int | None = None
+        self._gate_fd: int | None = None
         self._pid = os.getpid()
-        self.holding = False
+        self.mode: str | None = None
         self.waited = 0.0
         self.aside_seconds = 0.0
         self.held_seconds = 0.0
+        self.exclusive_seconds = 0.0
         self.compile_waits = 0.0
         self.turns = 0
         self._since = 0.0
 
-    def _open(self) -> int:
-        if self._fd is None or self._pid != os.getpid():
-            self._fd, self._pid = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), os.getpid()
+    @property
+    def holding(self) -> bool:
+        """Whether this process holds the turn now, shared or alone."""
+        return self.mode is not None
+
+    def _open(self, gate: bool = False) -> int:
+        if self._pid != os.getpid():
+            self._fd = self._gate_fd = None
+            self._pid = os.getpid()
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        if gate:
+            if self._gate_fd is None:
+                self._gate_fd = os.open(self.path + ".gate", flags, 0o600)
+            return self._gate_fd
+        if self._fd is None:
+            self._fd = os.open(self.path, flags, 0o600)
         return self._fd
 
-    def _take(self) -> None:
+    def _take(self, mode: str) -> None:
         import fcntl
 
         t0 = time.perf_counter()
-        fcntl.flock(self._open(), fcntl.LOCK_EX)
+        if self.shared_cells:  # the gate queues lanes in order, so a shared cell never jumps a measurement
+            gate = self._open(gate=True)
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._open(), fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(self._open(), fcntl.LOCK_EX)
         self._since = time.perf_counter()
         self.waited += self._since - t0
-        self.holding, self.turns = True, self.turns + 1
+        self.mode, self.turns = mode, self.turns + 1
 
     def _give(self) -> None:
         import fcntl
 
         if self._fd is not None and self._pid == os.getpid():
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        if self.holding:
-            self.held_seconds += time.perf_counter() - self._since
-        self.holding = False
+        if self.mode is not None:
+            seconds = time.perf_counter() - self._since
+            self.held_seconds += seconds
+            if self.mode == "exclusive":
+                self.exclusive_seconds += seconds
+        self.mode = None
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Hold the turn for the block (taking it if not held, waiting for it if another lane has it)."""
-        if self.holding or self._pid != os.getpid():
+        """Hold the turn for the block (taking it if not held, waiting for it if another lane has it):
+        shared with other lanes' cells under ``shared_cells``, else alone."""
+        if self.mode is not None or self._pid != os.getpid():
             yield
             return
-        self._take()
+        self._take("shared" if self.shared_cells else "exclusive")
         try:
             yield
         finally:
@@ -130,17 +186,41 @@ class Turn:
             self._give()
 
     @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the turn alone for the block: a shared turn is given up (this process's GPU work
+        drained first), the turn taken alone, and after the block taken back shared."""
+        if self.mode == "exclusive" or self._pid != os.getpid():
+            yield
+            return
+        before = self.mode
+        if before is not None:
+            with contextlib.suppress(Exception):
+                _drain()
+            self._give()
+        self._take("exclusive")
+        try:
+            yield
+        finally:
+            if self.mode == "exclusive":  # not when the cell around it ended first (a block left open)
+                with contextlib.suppress(Exception):
+                    _drain()
+                self._give()
+                if before is not None:
+                    self._take(before)
+
+    @contextlib.contextmanager
     def aside(self, compiling: bool = False) -> Iterator[None]:
-        """Give the turn up for a block of CPU-only work, and take it back after.
+        """Give the turn up for a block of CPU-only work, and take it back after (as it was held).
 
         A no-op when the turn is not held, while a CUDA graph is captured, and inside a measured
-        block (:func:`cudnn_guide.collector.spending_now`), whose wall time would count the wait
+        block (:func:`cudnn_guide.collector.measuring_now`), whose wall time would count the wait
         to get the turn back. ``compiling``: the block is Dynamo's compile, whose own clock counts
         that wait (:attr:`compile_waits` keeps it apart).
         """
-        if not self.holding or self._pid != os.getpid() or _measuring(compiling) or not _drain():
+        if self.mode is None or self._pid != os.getpid() or _measuring(compiling) or not _drain():
             yield
             return
+        mode = self.mode
         self._give()
         t0 = time.perf_counter()
         try:
@@ -148,17 +228,19 @@ class Turn:
         finally:
             t1 = time.perf_counter()
             self.aside_seconds += t1 - t0
-            self._take()
+            self._take(mode)
             if compiling:
                 self.compile_waits += self._since - t1
 
     def forget_in_child(self) -> None:
-        """In a forked child: the parent's turn is not this process's; close the inherited file, so
+        """In a forked child: the parent's turn is not this process's; close the inherited files, so
         that a child outliving its parent never keeps the GPU's lock."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-        self._fd, self.holding = None, False
+        for fd in (self._fd, self._gate_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._gate_fd = None
+        self.mode = None
 
 
 def _measuring(compiling: bool) -> bool:
@@ -167,7 +249,10 @@ def _measuring(compiling: bool) -> bool:
     if compiling:
         return False
     collector = sys.modules.get("cudnn_guide.collector")
-    return collector is not None and collector.spending_now() is not None
+    if collector is None:
+        return False
+    now = getattr(collector, "measuring_now", None)
+    return bool(now()) if now is not None else collector.spending_now() is not None
 
 
 def _drain() -> bool:
@@ -369,7 +454,7 @@ def _holding(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def held(*args: Any, **kwargs: Any) -> Any:
-        with turn.held():
+        with turn.exclusive():
             return fn(*args, **kwargs)
 
     held._cudnn_guide_turn = True  # type: ignore[attr-defined]
@@ -404,8 +489,15 @@ def install(path: str | None = None) -> Turn | None:
         return None
     if _CURRENT is not None and _CURRENT.path == path:
         return _CURRENT
-    turn = _CURRENT = Turn(path)
+    scope = os.environ.get(SCOPE_ENV, "measured")
+    if scope not in ("measured", "cell"):
+        raise ValueError(f"{SCOPE_ENV}={scope!r}: expected 'measured' (the default) or 'cell'")
+    turn = _CURRENT = Turn(path, shared_cells=scope == "measured")
     os.register_at_fork(after_in_child=turn.forget_in_child)
+    if turn.shared_cells:
+        from cudnn_guide import collector
+
+        collector.hold_while_measuring(turn.exclusive)
     hooks = {
         "torch._dynamo": _dynamo_aside(turn),
         "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),

@@ -1,0 +1,251 @@
+"""Lanes share the GPU's turn for their cells and hold it alone to measure (``CUDNN_GUIDE_TURN_SCOPE``).
+
+Real processes on a real ``flock``: shared cells run side by side, a measured block waits for
+them and nothing of another lane runs while it measures, and a lane waiting to measure goes
+before a shared cell asked for after it. The library marks what it measures
+(``collector.measuring``), and every wall clock it reads lies in such a block.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from gallery_build import gpu_turns
+
+import cudnn_guide
+from cudnn_guide import collector
+from cudnn_guide.studies import fresh_process
+
+EXT = Path(__file__).resolve().parents[2] / "docs" / "_ext"
+
+LANE = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {ext!r})
+    from gallery_build import gpu_turns
+    turn = gpu_turns.Turn({lock!r}, shared_cells=True)
+    time.sleep({start})
+    with turn.held():
+        print("took", time.time(), flush=True)
+        time.sleep({hold})
+        if {alone}:
+            print("asked", time.time(), flush=True)
+            with turn.exclusive():
+                print("alone", time.time(), flush=True)
+                time.sleep({alone})
+                print("shared", time.time(), flush=True)
+        print("gave", time.time(), flush=True)
+    """
+)
+
+
+def _lane(lock: Path, start: float, hold: float, alone: float = 0.0) -> subprocess.Popen:
+    code = LANE.format(ext=str(EXT), lock=str(lock), start=start, hold=hold, alone=alone)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def _times(proc: subprocess.Popen) -> dict[str, float]:
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    return {line.split()[0]: float(line.split()[1]) for line in out.splitlines()}
+
+
+def _probe(lock: Path, shared: bool) -> bool:
+    """Whether a new descriptor could take ``lock`` now (shared or alone), never blocking."""
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_two_lanes_cells_run_side_by_side(tmp_path):
+    lock = tmp_path / "gpu-0.turn"
+    a, b = _lane(lock, 0.0, 1.5), _lane(lock, 0.5, 0.2)
+    ta, tb = _times(a), _times(b)
+    assert tb["took"] < ta["gave"] - 0.3, (ta, tb)  # the second cell did not wait for the first
+
+
+def test_a_measured_block_waits_for_the_other_lanes_cell_and_runs_alone(tmp_path):
+    lock = tmp_path / "gpu-0.turn"
+    a = _lane(lock, 0.0, 1.5)  # a long shared cell
+    b = _lane(lock, 0.5, 0.1, alone=0.5)  # asks to measure while it runs
+    ta, tb = _times(a), _times(b)
+    assert tb["took"] < ta["gave"], (ta, tb)
+    assert tb["asked"] < ta["gave"] - 0.3, (ta, tb)  # it asked while the first lane's cell ran ...
+    assert tb["alone"] >= ta["gave"] - 0.05, (ta, tb)  # ... and measured only once that cell ended
+
+
+def test_a_lane_waiting_to_measure_goes_before_a_cell_asked_for_after_it(tmp_path):
+    lock = tmp_path / "gpu-0.turn"
+    a = _lane(lock, 0.0, 2.0)  # holds a shared cell for 2 s
+    b = _lane(lock, 0.6, 0.0, alone=0.8)  # asks to measure at about 0.6 s
+    c = _lane(lock, 1.4, 0.1)  # asks for a shared cell at about 1.4 s, while b waits
+    ta, tb, tc = _times(a), _times(b), _times(c)
+    assert tb["asked"] < ta["gave"] - 0.3, (ta, tb)  # b asked while a's cell ran
+    assert tb["alone"] >= ta["gave"] - 0.05, (ta, tb)
+    assert tc["took"] >= tb["shared"] - 0.05, (tb, tc)  # c waited behind b's measurement
+
+
+def test_measuring_holds_the_turn_alone_and_gives_the_cell_back_shared(tmp_path):
+    lock = tmp_path / "t"
+    turn = gpu_turns.Turn(str(lock), shared_cells=True)
+    collector.hold_while_measuring(turn.exclusive)
+    try:
+        with turn.held():
+            assert turn.mode == "shared" and _probe(lock, shared=True) and not _probe(lock, shared=False)
+            with collector.measuring():
+                assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+                with turn.aside():  # inside a measured block nothing is set aside
+                    assert turn.mode == "exclusive"
+                with collector.spending("timing"):  # nested: still alone, one turn
+                    assert turn.mode == "exclusive"
+            assert turn.mode == "shared"
+            with collector.spending("timing"):
+                assert turn.mode == "exclusive"
+        assert turn.mode is None and _probe(lock, shared=False)
+        assert turn.turns == 5 and 0 < turn.exclusive_seconds <= turn.held_seconds
+    finally:
+        collector.hold_while_measuring(None)
+
+
+def test_a_measured_block_left_open_past_its_cell_does_not_take_the_turn_again(tmp_path):
+    lock = tmp_path / "t"
+    turn = gpu_turns.Turn(str(lock), shared_cells=True)
+    block = turn.exclusive()
+    with turn.held():
+        block.__enter__()
+    block.__exit__(None, None, None)  # the cell ended first
+    assert turn.mode is None and _probe(lock, shared=False)
+
+
+def test_cell_scope_holds_every_cell_alone(tmp_path):
+    lock = tmp_path / "t"
+    turn = gpu_turns.Turn(str(lock))
+    with turn.held():
+        assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+        with turn.exclusive():
+            assert turn.mode == "exclusive"
+    assert turn.exclusive_seconds == turn.held_seconds > 0
+
+
+INSTALLED = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {ext!r})
+    from gallery_build import gpu_turns
+    from cudnn_guide import collector
+    turn = gpu_turns.install({lock!r})
+    with turn.held():
+        cell = turn.mode
+        with collector.measuring():
+            measured = turn.mode
+    print(cell, measured)
+    """
+)
+
+
+@pytest.mark.parametrize(("scope", "said"), [(None, "shared exclusive"), ("cell", "exclusive exclusive")])
+def test_install_makes_the_library_measure_alone_unless_the_scope_is_cells(tmp_path, scope, said):
+    env = {k: v for k, v in os.environ.items() if k != gpu_turns.SCOPE_ENV}
+    if scope:
+        env[gpu_turns.SCOPE_ENV] = scope
+    code = INSTALLED.format(ext=str(EXT), lock=str(tmp_path / "t"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == said.split()
+
+
+def test_an_unknown_scope_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpu_turns.SCOPE_ENV, "pages")
+    with pytest.raises(ValueError, match="CUDNN_GUIDE_TURN_SCOPE='pages'"):
+        gpu_turns.install(str(tmp_path / "t"))
+
+
+def test_an_interpreter_pool_is_a_measured_block_for_its_whole_life():
+    entered: list[str] = []
+
+    class Holder:
+        def __enter__(self) -> None:
+            entered.append("in")
+
+        def __exit__(self, *exc: object) -> None:
+            entered.append("out")
+
+    collector.hold_while_measuring(Holder)
+    try:
+        with fresh_process.InterpreterPool(1, preload=()) as pool:
+            assert collector.measuring_now() and entered == ["in"]  # its interpreters start alone
+            assert pool.run(os.getpid).value != os.getpid()
+        assert not collector.measuring_now() and entered == ["in", "out"]
+    finally:
+        collector.hold_while_measuring(None)
+
+
+MARKS = ("measuring", "spending")
+CLOCKS_ELSEWHERE = {
+    ("collector.py", "spending"): "the clock of the measured block itself",
+    ("studies/coldstart.py", "measure"): "runs in a fresh interpreter, which holds no turn",
+    ("studies/fresh_process.py", "__init__"): "an InterpreterPool's life is a measured block",
+    ("studies/fresh_process.py", "wait_ready"): "an InterpreterPool's life is a measured block",
+}
+
+
+def _unmarked_clocks(path: Path, rel: str) -> list[tuple[str, str, int]]:
+    def marked(node: ast.expr) -> bool:
+        node = node.func if isinstance(node, ast.Call) else node
+        return isinstance(node, ast.Attribute) and node.attr in MARKS
+
+    found: list[tuple[str, str, int]] = []
+
+    def walk(node: ast.AST, name: str, inside: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            here, within = name, inside
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                here, within = child.name, inside or any(marked(d) for d in child.decorator_list)
+            elif isinstance(child, ast.With) and any(marked(item.context_expr) for item in child.items):
+                within = True
+            elif (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Attribute)
+                and child.func.attr == "perf_counter"
+                and not inside
+            ):
+                found.append((rel, name, child.lineno))
+            walk(child, here, within)
+
+    walk(ast.parse(path.read_text()), "", False)
+    return found
+
+
+def test_every_wall_clock_the_library_reads_is_in_a_measured_block():
+    root = Path(cudnn_guide.__file__).parent
+    unmarked = [
+        found
+        for path in sorted(root.rglob("*.py"))
+        for found in _unmarked_clocks(path, path.relative_to(root).as_posix())
+        if found[:2] not in CLOCKS_ELSEWHERE
+    ]
+    assert not unmarked, f"wall clocks outside collector.measuring (another lane may run meanwhile): {unmarked}"
+
+
+def test_the_scan_finds_an_unmarked_clock(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import time\n"
+        "def timed():\n    return time.perf_counter()\n"
+        "@collector.measuring()\ndef fine():\n    return time.perf_counter()\n"
+        "def also_fine():\n    with collector.measuring():\n        return time.perf_counter()\n"
+    )
+    assert _unmarked_clocks(sample, "sample.py") == [("sample.py", "timed", 3)]
