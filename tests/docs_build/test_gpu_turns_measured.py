@@ -1,4 +1,4 @@
-"""Lanes share the GPU's turn for their cells and hold it alone to measure (``CUDNN_GUIDE_TURN_SCOPE``).
+"""With ``CUDNN_GUIDE_TURN_SCOPE=measured``, lanes share the GPU's turn for their cells and hold it alone to measure.
 
 Real processes on a real ``flock``: shared cells run side by side, a measured block waits for
 them and nothing of another lane runs while it measures, and a lane waiting to measure goes
@@ -156,8 +156,11 @@ INSTALLED = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("scope", "said"), [(None, "shared exclusive"), ("cell", "exclusive exclusive")])
-def test_install_makes_the_library_measure_alone_unless_the_scope_is_cells(tmp_path, scope, said):
+@pytest.mark.parametrize(
+    ("scope", "said"),
+    [(None, "exclusive exclusive"), ("cell", "exclusive exclusive"), ("measured", "shared exclusive")],
+)
+def test_install_holds_cells_alone_unless_the_scope_is_measured(tmp_path, scope, said):
     env = {k: v for k, v in os.environ.items() if k != gpu_turns.SCOPE_ENV}
     if scope:
         env[gpu_turns.SCOPE_ENV] = scope
@@ -169,8 +172,22 @@ def test_install_makes_the_library_measure_alone_unless_the_scope_is_cells(tmp_p
 
 def test_an_unknown_scope_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_turns.SCOPE_ENV, "pages")
-    with pytest.raises(ValueError, match="CUDNN_GUIDE_TURN_SCOPE='pages'"):
+    with pytest.raises(ValueError, match="CUDNN_GUIDE_TURN_SCOPE='pages': expected one of cell, measured"):
         gpu_turns.install(str(tmp_path / "t"))
+
+
+@pytest.mark.parametrize("module", ["gallery_build.recording", "gallery_build.shards"])
+def test_the_recorder_refuses_an_unknown_scope_before_any_page_starts(tmp_path, module):
+    env = {
+        **os.environ,
+        gpu_turns.SCOPE_ENV: "pages",
+        "PYTHONPATH": os.pathsep.join([str(EXT), os.environ.get("PYTHONPATH", "")]),
+    }
+    args = ["record", "plot_01"] if module.endswith("recording") else ["record", str(tmp_path / "shard"), "plot_01"]
+    done = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "CUDNN_GUIDE_TURN_SCOPE='pages'" in done.stderr and "cell, measured" in done.stderr
+    assert not (tmp_path / "shard").exists()
 
 
 def test_an_interpreter_pool_is_a_measured_block_for_its_whole_life():

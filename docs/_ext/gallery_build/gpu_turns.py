@@ -4,14 +4,15 @@ The recorder can run several pages at once on one GPU (``--lanes N``), each in i
 Two pages timing at once moved a fifth of the measurements (the measurement studies' "Two lanes
 on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU opens:
 
-- each code cell holds the turn **shared**: the cells of other lanes run beside it (their checks,
-  references, tables and figures);
-- each **measured block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every
-  timing loop, fresh-process study, plan build and first call whose wall time a page reports, so
-  that no other lane's work runs while a page measures; a lane waiting to measure goes before
-  lanes that ask for a shared turn after it);
-- with :data:`SCOPE_ENV` ``=cell``, every cell holds it alone, as the recordings up to c281cd1 did
-  (they held it 666 s of 729 s, of which timing and fresh processes were 357 s).
+- by default (:data:`SCOPE_ENV` unset or ``cell``) each code cell holds the turn **alone**, and so
+  every timed call, check and fresh-process study in it: the site's recordings were made so;
+- with :data:`SCOPE_ENV` ``=measured``, each code cell holds it **shared**, so that the cells of
+  other lanes run beside it (their checks, references, tables and figures), and each **measured
+  block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every timing loop,
+  fresh-process study, interpreter pool, plan build and first call whose wall time a page
+  reports); a lane waiting to measure goes before lanes that ask for a shared turn after it. Its
+  first whole-site recording (254ec0e) took 674 s against 729 s, held the turn alone 441 s, and
+  missed the headline bar; the measurement studies' "Cells that share the turn" has the numbers.
 
 A lane sets the turn aside for work that needs the CPU and not the GPU, so that another lane
 measures meanwhile:
@@ -46,6 +47,8 @@ from typing import Any
 __all__ = [
     "TURN_ENV",
     "SCOPE_ENV",
+    "SCOPES",
+    "turn_scope",
     "CPUS_ENV",
     "ASIDE_IMPORTS",
     "ASIDE_CALLERS",
@@ -61,8 +64,11 @@ __all__ = [
 TURN_ENV = "CUDNN_GUIDE_GPU_TURN"
 """The lock file the lanes of one GPU share (set by the recorder for each lane's pages)."""
 SCOPE_ENV = "CUDNN_GUIDE_TURN_SCOPE"
-"""``measured`` (the default): cells hold the turn shared and measured blocks alone; ``cell``: every
-cell holds it alone, as the recordings up to c281cd1 did."""
+"""``cell`` (the default): every cell holds the turn alone, as the site's recordings were made;
+``measured``: cells hold it shared and measured blocks alone (measurement studies, "Cells that share
+the turn"; its first whole-site recording was faster and missed the headline bar)."""
+SCOPES = ("cell", "measured")
+"""The values :data:`SCOPE_ENV` takes."""
 CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
 """The CPU cores of this lane, e.g. ``0-4``."""
 ASIDE_IMPORTS = ("flash_attn",)
@@ -75,15 +81,14 @@ ASIDE_CALLERS = ("flash_attn",)
 class Turn:
     """This process's turn on a GPU shared with other lanes: a ``flock`` on ``path``.
 
-    With ``shared_cells`` (the recorder's default, :data:`SCOPE_ENV`), a code cell holds the turn
+    With ``shared_cells`` (:data:`SCOPE_ENV` ``=measured``), a code cell holds the turn
     *shared*: the cells of other lanes may run meanwhile. Every measured block
     (:func:`cudnn_guide.collector.measuring`: a timing loop, a fresh-process study, a plan build,
     a first call) holds it *exclusively*, so that nothing of another lane runs on the GPU, or on
     the CPU under the turn, while a page measures. A lane that asks for it exclusively is let in
     before any lane that asks for it shared after it (a second lock, ``path + ".gate"``, queues
     them), so measuring does not starve behind a stream of shared cells. Without
-    ``shared_cells`` every cell holds it exclusively (:data:`SCOPE_ENV` ``=cell``: the recordings
-    up to c281cd1).
+    ``shared_cells`` (the default) every cell holds it exclusively.
 
     :meth:`held` takes the turn for a block (a code cell) unless it is already held;
     :meth:`exclusive` holds it alone for a block; :meth:`aside` gives it up for a block of
@@ -461,6 +466,31 @@ def _holding(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
     return held
 
 
+def turn_scope() -> str:
+    """How lanes hold the GPU's turn: :data:`SCOPE_ENV`, ``cell`` when unset.
+
+    Returns
+    -------
+    str
+        One of :data:`SCOPES`.
+
+    Raises
+    ------
+    ValueError
+        Another value, naming the variable and the values it takes (the recorder checks it before
+        any page starts).
+
+    Example
+    -------
+    >>> turn_scope()
+    'cell'
+    """
+    scope = os.environ.get(SCOPE_ENV, "") or "cell"
+    if scope not in SCOPES:
+        raise ValueError(f"{SCOPE_ENV}={scope!r}: expected one of {', '.join(SCOPES)} (unset: cell)")
+    return scope
+
+
 def install(path: str | None = None) -> Turn | None:
     """In a page's process: make its :class:`Turn` and hook the CPU-only phases that set it aside.
 
@@ -489,10 +519,7 @@ def install(path: str | None = None) -> Turn | None:
         return None
     if _CURRENT is not None and _CURRENT.path == path:
         return _CURRENT
-    scope = os.environ.get(SCOPE_ENV, "measured")
-    if scope not in ("measured", "cell"):
-        raise ValueError(f"{SCOPE_ENV}={scope!r}: expected 'measured' (the default) or 'cell'")
-    turn = _CURRENT = Turn(path, shared_cells=scope == "measured")
+    turn = _CURRENT = Turn(path, shared_cells=turn_scope() == "measured")
     os.register_at_fork(after_in_child=turn.forget_in_child)
     if turn.shared_cells:
         from cudnn_guide import collector

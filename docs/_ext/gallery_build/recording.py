@@ -555,7 +555,8 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         names = resolve_pages(
             [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
         )
-    except (UnknownPageError, LanesError) as exc:
+        gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
+    except (UnknownPageError, LanesError, ValueError) as exc:
         raise SystemExit(f"cudnn-guide: {exc}") from None
     from .build_lock import BuildLockError, acquire
 

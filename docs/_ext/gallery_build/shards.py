@@ -43,7 +43,7 @@ from cudnn_guide import datafiles
 from cudnn_guide.errors import CorruptDataError, GuideError
 from cudnn_guide.report.records import RECORD_SUFFIX
 
-from . import drift_bands, history, recording, schema, staging
+from . import drift_bands, gpu_turns, history, recording, schema, staging
 from .cell_times import CELLS_SUFFIX
 from .manifest import MANIFEST, package_md5, read_manifest
 from .page_checks import HEALTH_EXCEPTIONS
@@ -853,7 +853,8 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         shard, rest = Path(argv[1]), argv[2:]
         try:
             lanes, rest = recording.lanes_option(rest)
-        except recording.LanesError as exc:
+            gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
+        except (recording.LanesError, ValueError) as exc:
             raise SystemExit(f"cudnn-guide: {exc}") from None
         keep_going = "--keep-going" in rest
         names = [a for a in rest if a != "--keep-going"]

@@ -1,0 +1,98 @@
+"""tools/turn_scope_study.py reads the recorder's logs and records as written; the committed study is consistent."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import turn_scope_study  # noqa: E402
+
+TURNS = (
+    "cudnn-guide: plot_01_environment.py: 66 turns on the GPU, 7.0 s waiting for one, "
+    "0.0 s of CPU-only work beside other lanes, 5.3 s holding the GPU"
+)
+LOG = (
+    TURNS
+    + """ (3.9 s of it alone)
+cudnn-guide: recorded plot_01_environment.py in 8.6 s on lane 2 (last recording 7.1 s); 1 of 2 finished
+cudnn-guide: skipped plot_15_blackwell_block_scaling.py: this GPU lacks SM 10.0 or newer (MXFP8)
+cudnn-guide: the interpreters were ready 5.0 s after they were started
+cudnn-guide: summary: 1 of 2 page(s) recorded in 326 s (pages 493 s; the last recording took 477 s for them)
+"""
+)
+
+
+def test_a_log_gives_each_pages_turns_seconds_and_the_calls_time():
+    read = turn_scope_study.read_log(LOG.splitlines())
+    assert read["recorder_seconds"] == 326 and read["interpreters_ready_seconds"] == 5.0
+    assert read["pages"]["plot_01_environment.py"] == {
+        "turns": 66,
+        "waited": 7.0,
+        "aside": 0.0,
+        "held": 5.3,
+        "alone": 3.9,
+        "seconds": 8.6,
+        "lane": 2,
+    }
+    assert read["pages"]["plot_15_blackwell_block_scaling.py"]["skipped"].startswith("this GPU lacks SM 10.0")
+
+
+def test_a_log_of_the_cell_wide_turn_without_alone_seconds_is_not_misread():
+    assert turn_scope_study.read_log([TURNS])["pages"] == {}
+
+
+def _record(headlines, measurements):
+    return {"headlines": headlines, "measurements": [{"name": m, "label": m} for m in measurements]}
+
+
+def test_a_headline_is_compared_only_where_the_new_run_had_its_contenders():
+    old = _record(
+        [
+            {
+                "name": "speed-up",
+                "value": 1.2,
+                "low": 1.1,
+                "high": 1.3,
+                "candidate_measurement": "cuDNN",
+                "baseline_measurement": "FlashAttention-4",
+            },
+            {"name": "peak", "value": 600.0, "low": 580.0, "high": 620.0, "measurement": "cuDNN"},
+            {"name": "no interval", "value": 3.0},
+        ],
+        ["cuDNN", "FlashAttention-4"],
+    )
+    new = _record([{"name": "speed-up", "value": 1.9}, {"name": "peak", "value": 640.0}], ["cuDNN", "PyTorch"])
+    kept = turn_scope_study.comparable_headlines(old, new)
+    assert [(h["name"], v) for h, v in kept] == [("peak", 640.0)]
+
+
+def test_spent_reads_a_records_seconds():
+    assert turn_scope_study.spent({"seconds": {"timing": 3.04, "fresh processes": 1.26, "compile": 0.5}}) == {
+        "timing": 3.0,
+        "fresh_processes": 1.3,
+        "compile": 0.5,
+    }
+    assert turn_scope_study.spent({}) == {"timing": 0.0, "fresh_processes": 0.0, "compile": 0.0}
+
+
+def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
+    study = json.loads((ROOT / "docs" / "data" / "turn_scope_study.json").read_text())
+    bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
+    site = study["site"]
+    run = next(r for r in bench["runs"] if r["commit"] == site["commit"] and r["pages"] == "plot_01–plot_35")
+    pages = {n: v for n, v in site["pages"].items() if "skipped" not in v}
+    assert run["page_count"] == len(pages) == sum(c["pages_recorded"] for c in site["calls"].values())
+    assert run["record"] == sum(c["recorder_seconds"] for c in site["calls"].values())
+    assert abs(run["total"] - (run["record"] + site["merge_seconds"] + site["site_seconds"])) < 0.05
+    assert abs(run["turns"]["alone_seconds"] - sum(v["alone"] for v in pages.values())) < 0.05
+    assert all(v["alone"] <= v["held"] + 1e-9 for v in pages.values())
+    rep = site["reproducibility"]
+    assert len(site["outside"]) == rep["headlines_with_interval"] - rep["headlines_inside"]
+    ab = study["ab"]
+    for scope, n in ab["outside"].items():
+        assert n == sum(1 for r in ab["headlines"] if not r["low"] <= r[scope] <= r["high"])
+    assert ab["runs"]["cell"]["held"] == ab["runs"]["cell"]["alone"]  # the cell-wide turn holds every cell alone
