@@ -10,10 +10,11 @@ summary.
 
 The collector also keeps where the example's time went: :func:`spending` counts the wall time of
 the measuring helpers (timing loops, fresh processes), and the build writes it with the record,
-so a slow page can be told apart from a slow measurement. :func:`measuring` marks every block whose
-wall time a page reports (a plan build, a first call), :func:`spending` blocks included; the docs
-build holds the GPU alone around each (:func:`hold_while_measuring`), while pages recorded side by
-side share it for the rest.
+so a slow page can be told apart from a slow measurement. :func:`measuring` marks the library's blocks whose
+wall time a page reports (a plan build, a first call), :func:`spending` blocks included; with
+``CUDNN_GUIDE_TURN_SCOPE=measured`` the docs build holds the GPU alone around each
+(:func:`hold_while_measuring`) while pages recorded side by side share it for the rest (a page
+that reads a clock in its own code holds it alone throughout).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ _TARGET: Any = None
 _PAUSED = 0
 _SPENT: dict[str, float] = {}
 _SPENDING: list[str] = []
-_MEASURING: list[bool] = []
+_MEASURING: list[contextlib.ExitStack] = []  # the holders entered for the open measuring blocks, once
+_DEPTH = [0]  # measuring blocks open, nested or not
 _HOLDERS: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
 
 
@@ -229,10 +231,11 @@ def spending_now() -> str | None:
 def measuring() -> Iterator[None]:
     """Mark a block whose wall time is reported (a plan build, a first call, a timing loop).
 
-    Nothing is counted; the outermost block enters every context :func:`hold_while_measuring`
+    Nothing is counted; the first block to open enters every context :func:`hold_while_measuring`
     registered (the docs build: this process holds the GPU alone) before its code runs, so a
-    wait they make is outside the block's own clock. :func:`spending` blocks are measuring blocks.
-    Works as a decorator too.
+    wait they make is outside the block's own clock, and the last to close leaves them, in
+    whatever order the blocks close. :func:`spending` blocks are measuring blocks. Works as a
+    decorator too.
 
     Returns
     -------
@@ -247,17 +250,22 @@ def measuring() -> Iterator[None]:
     >>> measuring_now()
     False
     """
-    if _MEASURING:
-        yield
-        return
-    with contextlib.ExitStack() as stack:
-        for holder in list(_HOLDERS):
-            stack.enter_context(holder())
-        _MEASURING.append(True)
+    if _DEPTH[0] == 0:
+        stack = contextlib.ExitStack()
         try:
-            yield
-        finally:
-            _MEASURING.pop()
+            for holder in list(_HOLDERS):
+                stack.enter_context(holder())
+        except BaseException:
+            stack.close()
+            raise
+        _MEASURING.append(stack)
+    _DEPTH[0] += 1
+    try:
+        yield
+    finally:  # blocks may close in any order (an interpreter pool's life): the holders go with the last
+        _DEPTH[0] -= 1
+        if _DEPTH[0] == 0 and _MEASURING:
+            _MEASURING.pop().close()
 
 
 def measuring_now() -> bool:
@@ -273,7 +281,7 @@ def measuring_now() -> bool:
     >>> measuring_now()
     False
     """
-    return bool(_MEASURING)
+    return _DEPTH[0] > 0
 
 
 def hold_while_measuring(holder: Callable[[], contextlib.AbstractContextManager[Any]] | None) -> None:

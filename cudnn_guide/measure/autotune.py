@@ -203,6 +203,7 @@ def _time_plan(
     return PlanTiming(index, name, m)
 
 
+@collector.measuring()
 def _screen(
     built: BuiltGraph,
     pack: Mapping[Any, Any],

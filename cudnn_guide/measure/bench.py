@@ -480,6 +480,7 @@ def _host_times(fn: Callable[[], Any], flush: Any, label: str, n: int) -> list[f
     return out
 
 
+@collector.measuring()
 def _time_graph_replays(
     fn: Callable[[], Any], label: str, options: BenchOptions, est: float
 ) -> tuple[list[float], str, int]:

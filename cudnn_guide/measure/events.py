@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
 from cudnn_guide.measure.measurement import format_ms
 
@@ -159,6 +160,7 @@ def kernel_samples(event_samples_ms: Sequence[float], cost_ms: float) -> tuple[l
 _LAUNCH_COST: dict[int, dict[str, float]] = {}
 
 
+@collector.measuring()
 def launch_cost(refresh: bool = False) -> dict[str, float]:
     """This process's launch cost on the current GPU (:func:`measure_launch_overhead`), measured once.
 
@@ -213,6 +215,7 @@ def spin_for(host_ms: float) -> float:
     return min(1.5 * host_ms + 0.02, 20.0)
 
 
+@collector.measuring()
 def spin(ms: float) -> None:
     """Keep the GPU busy for about ``ms`` milliseconds (a calibrated ``torch.cuda._sleep``).
 
@@ -241,6 +244,7 @@ def spin(ms: float) -> None:
     torch.cuda._sleep(int(ms * rate))
 
 
+@collector.measuring()
 def time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms: float) -> list[float]:
     import torch
 
@@ -260,6 +264,7 @@ def time_each(fn: Callable[[], Any], flush: Any, reps: int, label: str, spin_ms:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+@collector.measuring()
 def measure_launch_overhead(cycles: tuple[int, int] = (2_000, 100_000), reps: int = 300) -> dict[str, float]:
     """What a timed call's events add to its GPU work on this GPU: the per-launch cost.
 

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ LANE = textwrap.dedent(
     sys.path.insert(0, {ext!r})
     from gallery_build import gpu_turns
     turn = gpu_turns.Turn({lock!r}, shared_cells=True)
-    time.sleep({start})
+    time.sleep(max(0.0, {t0} + {start} - time.time()))  # one clock for every lane
     with turn.held():
         print("took", time.time(), flush=True)
         time.sleep({hold})
@@ -45,8 +46,14 @@ LANE = textwrap.dedent(
 )
 
 
+T0 = {"at": 0.0}
+
+
 def _lane(lock: Path, start: float, hold: float, alone: float = 0.0) -> subprocess.Popen:
-    code = LANE.format(ext=str(EXT), lock=str(lock), start=start, hold=hold, alone=alone)
+    """A lane that asks for a cell ``start`` seconds after the test's common start (set by the first lane)."""
+    if start == 0.0:
+        T0["at"] = time.time() + 1.5  # room for every interpreter to start on a busy machine
+    code = LANE.format(ext=str(EXT), lock=str(lock), t0=T0["at"], start=start, hold=hold, alone=alone)
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
@@ -183,7 +190,8 @@ def test_the_recorder_refuses_an_unknown_scope_before_any_page_starts(tmp_path, 
         gpu_turns.SCOPE_ENV: "pages",
         "PYTHONPATH": os.pathsep.join([str(EXT), os.environ.get("PYTHONPATH", "")]),
     }
-    args = ["record", "plot_01"] if module.endswith("recording") else ["record", str(tmp_path / "shard"), "plot_01"]
+    page = "plot_99_none"  # were the scope not checked first, the unknown page would be the complaint
+    args = ["record", page] if module.endswith("recording") else ["record", str(tmp_path / "shard"), page]
     done = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "CUDNN_GUIDE_TURN_SCOPE='pages'" in done.stderr and "cell, measured" in done.stderr
@@ -214,6 +222,9 @@ MARKS = ("measuring", "spending")
 CLOCKS_ELSEWHERE = {
     ("collector.py", "spending"): "the clock of the measured block itself",
     ("studies/coldstart.py", "measure"): "runs in a fresh interpreter, which holds no turn",
+    ("studies/interpreter.py", "_read_exact"): "a deadline, not a measurement",
+    ("studies/interpreter.py", "receive"): "a deadline, not a measurement",
+    ("studies/interpreter.py", "worker_main"): "runs in a fresh interpreter, which holds no turn",
     ("studies/fresh_process.py", "__init__"): "an InterpreterPool's life is a measured block",
     ("studies/fresh_process.py", "wait_ready"): "an InterpreterPool's life is a measured block",
 }
@@ -233,12 +244,7 @@ def _unmarked_clocks(path: Path, rel: str) -> list[tuple[str, str, int]]:
                 here, within = child.name, inside or any(marked(d) for d in child.decorator_list)
             elif isinstance(child, ast.With) and any(marked(item.context_expr) for item in child.items):
                 within = True
-            elif (
-                isinstance(child, ast.Call)
-                and isinstance(child.func, ast.Attribute)
-                and child.func.attr == "perf_counter"
-                and not inside
-            ):
+            elif isinstance(child, ast.Call) and gpu_turns.is_clock_call(child.func) and not inside:
                 found.append((rel, name, child.lineno))
             walk(child, here, within)
 
@@ -266,3 +272,95 @@ def test_the_scan_finds_an_unmarked_clock(tmp_path):
         "def also_fine():\n    with collector.measuring():\n        return time.perf_counter()\n"
     )
     assert _unmarked_clocks(sample, "sample.py") == [("sample.py", "timed", 3)]
+
+
+def test_a_measured_block_open_when_a_cell_starts_makes_the_cell_hold_the_turn_alone(tmp_path):
+    lock = tmp_path / "t"
+    turn = gpu_turns.Turn(str(lock), shared_cells=True)
+    collector.hold_while_measuring(turn.exclusive)
+    try:
+        block = collector.measuring()
+        with turn.held():  # cell 1 opens a block (an interpreter pool) and ends before it closes
+            block.__enter__()
+        with turn.held():  # cell 2: the block is still open, so the cell is alone
+            assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+            with collector.spending("timing"):
+                assert turn.mode == "exclusive"
+            block.__exit__(None, None, None)
+        assert turn.mode is None and _probe(lock, shared=False) and not collector.measuring_now()
+    finally:
+        collector.hold_while_measuring(None)
+
+
+def test_blocks_that_close_out_of_order_keep_the_turn_until_the_last_closes(tmp_path):
+    lock = tmp_path / "t"
+    turn = gpu_turns.Turn(str(lock), shared_cells=True)
+    collector.hold_while_measuring(turn.exclusive)
+    try:
+        with turn.held():
+            first, second = collector.measuring(), collector.measuring()
+            first.__enter__()
+            second.__enter__()
+            first.__exit__(None, None, None)  # pool A closes while pool B lives
+            assert collector.measuring_now() and turn.mode == "exclusive" and not _probe(lock, shared=True)
+            second.__exit__(None, None, None)
+            assert not collector.measuring_now() and turn.mode == "shared"
+    finally:
+        collector.hold_while_measuring(None)
+
+
+def test_the_cell_wide_turn_sets_work_aside_inside_a_build_as_before(tmp_path):
+    """Cell scope keeps the rule it had: only a spending block (timing, fresh processes) keeps the turn."""
+    turn = gpu_turns.Turn(str(tmp_path / "t"))
+    with turn.held():
+        with collector.measuring():  # a plan build: FlashAttention-4's import may still go aside
+            with turn.aside():
+                assert turn.mode is None
+            with collector.spending("timing"), turn.aside():
+                assert turn.mode == "exclusive"
+
+
+def test_pages_that_read_a_clock_in_their_own_code_are_found():
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    reading = {p.name[:7] for p in examples.glob("plot_*.py") if gpu_turns.reads_a_clock(p.read_text())}
+    assert {"plot_03", "plot_07", "plot_28"} <= reading  # plan builds and first calls timed in the page
+    assert "plot_05" not in reading  # its timing is all the library's
+    assert gpu_turns.reads_a_clock("end.elapsed_time(start)") and gpu_turns.reads_a_clock("x = time.time()")
+    assert not gpu_turns.reads_a_clock("# time.perf_counter() in a comment\nx = 1")
+    assert gpu_turns.reads_a_clock("def broken(:")  # what cannot be read is treated as timing
+
+
+PAGE_CLOCK = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {ext!r})
+    from gallery_build import gpu_turns
+    turn = gpu_turns.install({lock!r}, page_reads_a_clock=True)
+    with turn.held():
+        print(turn.mode)
+    """
+)
+
+
+def test_a_page_that_reads_a_clock_keeps_the_cell_wide_turn_under_the_measured_scope(tmp_path):
+    env = {**os.environ, gpu_turns.SCOPE_ENV: "measured"}
+    code = PAGE_CLOCK.format(ext=str(EXT), lock=str(tmp_path / "t"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["exclusive"]
+
+
+def test_the_recorder_records_the_measured_scope_into_a_shard_only(tmp_path):
+    env = {
+        **os.environ,
+        gpu_turns.SCOPE_ENV: "measured",
+        "PYTHONPATH": os.pathsep.join([str(EXT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "gallery_build.recording", "record", "--lanes", "3", "plot_99_none"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "records into a shard only" in done.stderr

@@ -325,3 +325,26 @@ def test_an_option_where_the_shard_dir_goes_is_refused_before_anything_starts(mo
 
 def _never_called(*args, **kwargs):
     raise AssertionError("the recorder started")
+
+
+def _scoped(path, scope):
+    manifest = json.loads((path / "shard.json").read_text())
+    manifest["turn_scope"] = scope
+    (path / "shard.json").write_text(json.dumps(manifest))
+    return path
+
+
+def test_a_shard_recorded_with_cells_sharing_the_turn_is_refused_unless_allowed(tmp_path, root):
+    a = _scoped(_shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1]), "measured")
+    _refused(tmp_path, root, [a], rf"shard {a}: recorded with CUDNN_GUIDE_TURN_SCOPE=measured .* Nothing was merged")
+    docs = _docs(tmp_path, root, "studied")
+    shown = shards.merge([a], docs, _examples(tmp_path, root), allow_measured_scope=True)
+    assert shown == {PAGES[0]: "NVIDIA H200"}
+
+
+def test_a_shard_names_how_its_lanes_held_the_turn(tmp_path, root):
+    a = _scoped(_shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1]), "cell")
+    assert shards.read_shard(a).turn_scope == "cell"
+    b = _scoped(_shard(tmp_path, root, "b", "NVIDIA H200", PAGES[1:2]), "pages")
+    with pytest.raises(ShardError, match="turn_scope is not one of cell, measured"):
+        shards.read_shard(b)

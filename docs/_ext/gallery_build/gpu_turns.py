@@ -10,7 +10,9 @@ on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU
   other lanes run beside it (their checks, references, tables and figures), and each **measured
   block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every timing loop,
   fresh-process study, interpreter pool, plan build and first call whose wall time a page
-  reports); a lane waiting to measure goes before lanes that ask for a shared turn after it. Its
+  reports); a lane waiting to measure goes before lanes that ask for a shared turn after it. A
+  page whose own code reads a clock (:func:`reads_a_clock`: the library cannot mark what it
+  times) keeps the cell-wide turn. Its
   first whole-site recording (254ec0e) took 674 s against 729 s, held the turn alone 441 s, and
   missed the headline bar; the measurement studies' "Cells that share the turn" has the numbers.
 
@@ -49,6 +51,9 @@ __all__ = [
     "SCOPE_ENV",
     "SCOPES",
     "turn_scope",
+    "CLOCK_CALLS",
+    "is_clock_call",
+    "reads_a_clock",
     "CPUS_ENV",
     "ASIDE_IMPORTS",
     "ASIDE_CALLERS",
@@ -182,7 +187,8 @@ class Turn:
         if self.mode is not None or self._pid != os.getpid():
             yield
             return
-        self._take("shared" if self.shared_cells else "exclusive")
+        alone = not self.shared_cells or _measuring_now()  # a measured block left open by an earlier cell
+        self._take("exclusive" if alone else "shared")
         try:
             yield
         finally:
@@ -222,7 +228,7 @@ class Turn:
         to get the turn back. ``compiling``: the block is Dynamo's compile, whose own clock counts
         that wait (:attr:`compile_waits` keeps it apart).
         """
-        if self.mode is None or self._pid != os.getpid() or _measuring(compiling) or not _drain():
+        if self.mode is None or self._pid != os.getpid() or self._measuring(compiling) or not _drain():
             yield
             return
         mode = self.mode
@@ -237,6 +243,19 @@ class Turn:
             if compiling:
                 self.compile_waits += self._since - t1
 
+    def _measuring(self, compiling: bool) -> bool:
+        """Inside a block whose wall time would count a wait for the turn (Dynamo's compile excepted: its
+        clock is subtracted from the block's). With the cell-wide turn, a ``spending`` block (timing,
+        fresh processes), as before measured blocks were marked; with cells sharing it, any measured block."""
+        if compiling:
+            return False
+        collector = sys.modules.get("cudnn_guide.collector")
+        if collector is None:
+            return False
+        if self.shared_cells:
+            return _measuring_now()
+        return collector.spending_now() is not None
+
     def forget_in_child(self) -> None:
         """In a forked child: the parent's turn is not this process's; close the inherited files, so
         that a child outliving its parent never keeps the GPU's lock."""
@@ -248,16 +267,70 @@ class Turn:
         self.mode = None
 
 
-def _measuring(compiling: bool) -> bool:
-    """Inside a measured block, where a wait for the turn would be counted (Dynamo's compile excepted:
-    its clock is subtracted from the block's)."""
-    if compiling:
-        return False
+def _measuring_now() -> bool:
+    """Whether a measured block (:func:`cudnn_guide.collector.measuring`) is open in this process."""
     collector = sys.modules.get("cudnn_guide.collector")
-    if collector is None:
-        return False
     now = getattr(collector, "measuring_now", None)
-    return bool(now()) if now is not None else collector.spending_now() is not None
+    return bool(now()) if now is not None else False
+
+
+CLOCK_CALLS = ("perf_counter", "perf_counter_ns", "monotonic", "elapsed_time")
+"""Calls that read a clock (and ``time.time()``): a page whose own code makes one holds the turn alone."""
+
+
+def is_clock_call(func: Any) -> bool:
+    """Whether a call's function (an ``ast`` node) reads a clock: :data:`CLOCK_CALLS` or ``time.time``.
+
+    Parameters
+    ----------
+    func
+        ``ast.Call.func``.
+
+    Returns
+    -------
+    bool
+        ``True`` for ``time.perf_counter``, ``end.elapsed_time`` and the like.
+
+    Example
+    -------
+    >>> import ast
+    >>> is_clock_call(ast.parse("time.perf_counter()").body[0].value.func)
+    True
+    """
+    import ast
+
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in CLOCK_CALLS:
+        return True
+    return func.attr == "time" and isinstance(func.value, ast.Name) and func.value.id == "time"
+
+
+def reads_a_clock(source: str) -> bool:
+    """Whether a page's code reads a clock itself (it times something on the wall clock or with events).
+
+    Parameters
+    ----------
+    source
+        The page's Python source.
+
+    Returns
+    -------
+    bool
+        ``True`` when any call in it is a clock (:func:`is_clock_call`); a page that does not parse counts as one.
+
+    Example
+    -------
+    >>> reads_a_clock("t0 = time.perf_counter()"), reads_a_clock("print('hi')")
+    (True, False)
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True
+    return any(isinstance(node, ast.Call) and is_clock_call(node.func) for node in ast.walk(tree))
 
 
 def _drain() -> bool:
@@ -491,7 +564,7 @@ def turn_scope() -> str:
     return scope
 
 
-def install(path: str | None = None) -> Turn | None:
+def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn | None:
     """In a page's process: make its :class:`Turn` and hook the CPU-only phases that set it aside.
 
     Takes :data:`TURN_ENV` when ``path`` is not given; without either, does nothing. Hooks run as
@@ -503,6 +576,9 @@ def install(path: str | None = None) -> Turn | None:
     ----------
     path
         The GPU's lock file.
+    page_reads_a_clock
+        The page times something with its own code (:func:`reads_a_clock`): its cells hold the turn
+        alone whatever the scope, since the library cannot mark what the page's code measures.
 
     Returns
     -------
@@ -519,7 +595,7 @@ def install(path: str | None = None) -> Turn | None:
         return None
     if _CURRENT is not None and _CURRENT.path == path:
         return _CURRENT
-    turn = _CURRENT = Turn(path, shared_cells=turn_scope() == "measured")
+    turn = _CURRENT = Turn(path, shared_cells=turn_scope() == "measured" and not page_reads_a_clock)
     os.register_at_fork(after_in_child=turn.forget_in_child)
     if turn.shared_cells:
         from cudnn_guide import collector

@@ -102,7 +102,10 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
     os.environ.update({MODE_ENV: "record", ONLY_ENV: example})
     cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
     args = ["-b", "dummy", "-q", docs_dir, out_dir]
-    turn = gpu_turns.install()  # lanes sharing a GPU (``--lanes``): conf.py makes each cell hold the turn
+    source = Path(docs_dir).parent / "examples" / example  # the stage's link to the examples
+    reads = not source.exists() or gpu_turns.reads_a_clock(source.read_text(encoding="utf-8"))
+    # lanes sharing a GPU (``--lanes``): conf.py makes each cell hold the turn
+    turn = gpu_turns.install(page_reads_a_clock=reads)
     if turn is not None:
         gpu_turns.pin_to_lane_cpus()
     if not os.environ.get(PROFILE_ENV):
@@ -227,6 +230,7 @@ def record_examples(
                     list(seconds),
                     seconds,
                     environment.collect().to_dict(),
+                    turn_scope=gpu_turns.turn_scope() if lanes > 1 else None,
                 )
             if failure:
                 raise failure
@@ -551,11 +555,17 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     keep_going = "--keep-going" in argv
     root = REPO_ROOT
     try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts
+        gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
         lanes, rest = lanes_option(argv[1:])
+        if lanes > 1 and gpu_turns.turn_scope() == "measured":  # not into the site's gallery: a shard, to study
+            raise SystemExit(
+                f"cudnn-guide: {gpu_turns.SCOPE_ENV}=measured records into a shard only (its recordings have "
+                "not met the reproducibility bars): `python -m gallery_build.shards record SHARD_DIR --lanes N "
+                "...`, then `shards merge --allow-measured-scope` to study it; or unset it to record the site's pages."
+            )
         names = resolve_pages(
             [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
         )
-        gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
     except (UnknownPageError, LanesError, ValueError) as exc:
         raise SystemExit(f"cudnn-guide: {exc}") from None
     from .build_lock import BuildLockError, acquire

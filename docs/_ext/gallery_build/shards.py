@@ -64,6 +64,8 @@ __all__ = [
 
 SHARD_MANIFEST = "shard.json"
 ALLOW_OTHER_ENVIRONMENT = "--allow-other-environment"
+ALLOW_MEASURED_SCOPE = "--allow-measured-scope"
+"""Merge shards recorded with ``CUDNN_GUIDE_TURN_SCOPE=measured``, whose recordings have not met the bars yet."""
 """The ``merge`` flag that accepts shards recorded with other software than the gallery's."""
 BY_GPU = "by_gpu"
 """In ``docs/data``: each GPU model's records, for pages recorded on more than one."""
@@ -120,8 +122,11 @@ class Shard:
         package_md5: str | None = None,
         files: dict[str, bytes] | None = None,
         history_lines: list[dict[str, Any]] | None = None,
+        turn_scope: str | None = None,
     ) -> None:
         self.path, self.environment, self.pages = path, environment, pages
+        self.turn_scope = turn_scope
+        """How its lanes held the GPU's turn (``cell``, ``measured``), ``None`` for one lane or older shards."""
         self.package_md5 = package_md5
         """The md5 of the ``cudnn_guide`` that recorded it (``None`` in shards older than this field)."""
         self.files = files or {}
@@ -274,6 +279,7 @@ def write_shard(
     names: list[str],
     seconds: dict[str, float],
     environment: dict[str, Any],
+    turn_scope: str | None = None,
 ) -> Path:
     """Copy the pages ``names`` of a recorded gallery, their history lines and a manifest into a shard.
 
@@ -293,6 +299,8 @@ def write_shard(
         Seconds per recorded example.
     environment
         The recording machine's environment.
+    turn_scope
+        How its lanes held the GPU's turn (:func:`gallery_build.gpu_turns.turn_scope`), ``None`` for one lane.
 
     Returns
     -------
@@ -326,7 +334,7 @@ def write_shard(
         shard_dir / "history.jsonl",
         "".join(json.dumps(latest[k], separators=(",", ":")) + "\n" for k in sorted(latest)),
     )
-    manifest = {"environment": environment, "package_md5": package_md5(), "pages": pages}
+    manifest = {"environment": environment, "package_md5": package_md5(), "pages": pages, "turn_scope": turn_scope}
     return datafiles.write_json(shard_dir / SHARD_MANIFEST, manifest, indent=1)
 
 
@@ -382,7 +390,13 @@ def read_shard(path: Path) -> Shard:
     _check_shape(path, manifest_path, data["environment"], schema.check_environment)
     if not isinstance(data.get("package_md5"), (str, type(None))):
         raise _refuse(path, f"{manifest_path}: package_md5 is not a string", "re-record the shard")
-    shard = Shard(path, data["environment"], data["pages"], data.get("package_md5"), files, lines)
+    if data.get("turn_scope") not in (None, *gpu_turns.SCOPES):
+        raise _refuse(
+            path, f"{manifest_path}: turn_scope is not one of {', '.join(gpu_turns.SCOPES)}", "re-record the shard"
+        )
+    shard = Shard(
+        path, data["environment"], data["pages"], data.get("package_md5"), files, lines, data.get("turn_scope")
+    )
     for name in sorted(shard.pages):
         _check_page(shard, name)
     stray = [rel for rel in sorted(files) if _owner(rel, [Path(n).stem for n in shard.pages]) is None]
@@ -490,7 +504,12 @@ def _entry_key(entry: dict) -> tuple[str, str, str, str]:
 
 
 def merge(
-    shard_paths: list[Path], docs_dir: Path, examples_dir: Path, *, allow_other_environment: bool = False
+    shard_paths: list[Path],
+    docs_dir: Path,
+    examples_dir: Path,
+    *,
+    allow_other_environment: bool = False,
+    allow_measured_scope: bool = False,
 ) -> dict[str, str]:
     """Merge shards into ``docs_dir/auto_examples`` and its history; returns page → the GPU it shows.
 
@@ -513,6 +532,9 @@ def merge(
         Merge shards recorded with other software (:data:`~gallery_build.history.SOFTWARE_KEYS`)
         or another ``cudnn_guide`` than the gallery's. Each page then names its own software in
         ``recording.json``; the gallery's environment changes only with a full recording.
+    allow_measured_scope
+        Merge shards recorded with ``CUDNN_GUIDE_TURN_SCOPE=measured`` (to study them: their
+        recordings have not met the reproducibility bars).
 
     Returns
     -------
@@ -525,7 +547,8 @@ def merge(
         No shards; a corrupt, incomplete or linked shard (:func:`read_shard`); a page that is
         not an example here or was recorded from another version of it; two shards claiming one
         page on one GPU model; a shard recorded with other software or package than the gallery
-        (without ``allow_other_environment``). Nothing is written then.
+        (without ``allow_other_environment``), or with cells sharing the GPU's turn (without
+        ``allow_measured_scope``). Nothing is written then.
 
     Example
     -------
@@ -535,6 +558,14 @@ def merge(
     if not shard_paths:
         raise ShardError("merge: no shards given (pass the folders written by `record`)")
     shards = sorted((read_shard(p) for p in shard_paths), key=lambda s: (s.gpu, sorted(s.pages), str(s.path)))
+    for shard in shards:
+        if shard.turn_scope == "measured" and not allow_measured_scope:
+            raise ShardError(
+                f"shard {shard.path}: recorded with {gpu_turns.SCOPE_ENV}=measured (cells sharing the GPU's turn), "
+                "whose recordings have not met the reproducibility bars (measurement studies, 'Cells that share "
+                f"the turn'). Fix: record it again with the default scope, or merge with {ALLOW_MEASURED_SCOPE} "
+                "to study it. Nothing was merged."
+            )
     examples = {p.name: p for p in sorted(Path(examples_dir).glob("plot_*.py")) if p.is_file() and not p.is_symlink()}
     claims: dict[str, list[Shard]] = {}
     for shard in shards:
@@ -823,9 +854,12 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     recording.stop_on_sigterm()  # `timeout` ends a shard's recording like Ctrl-C: finished pages are kept
     if argv[:1] == ["merge"]:
         allow = ALLOW_OTHER_ENVIRONMENT in argv
-        paths = [Path(p) for p in argv[1:] if p != ALLOW_OTHER_ENVIRONMENT]
+        measured = ALLOW_MEASURED_SCOPE in argv
+        paths = [Path(p) for p in argv[1:] if p not in (ALLOW_OTHER_ENVIRONMENT, ALLOW_MEASURED_SCOPE)]
         try:
-            shown = merge(paths, root / "docs", root / "examples", allow_other_environment=allow)
+            shown = merge(
+                paths, root / "docs", root / "examples", allow_other_environment=allow, allow_measured_scope=measured
+            )
         except ShardError as exc:
             print(f"cudnn-guide: shards merge refused: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
@@ -852,8 +886,8 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     if argv[:1] == ["record"] and len(argv) >= 2:
         shard, rest = Path(argv[1]), argv[2:]
         try:
-            lanes, rest = recording.lanes_option(rest)
             gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
+            lanes, rest = recording.lanes_option(rest)
         except (recording.LanesError, ValueError) as exc:
             raise SystemExit(f"cudnn-guide: {exc}") from None
         keep_going = "--keep-going" in rest
@@ -877,7 +911,8 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
 
 _USAGE = (
     "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [--lanes N] [plot_xx.py ...]\n"
-    f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
+    f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] [{ALLOW_MEASURED_SCOPE}] "
+    "SHARD_DIR [SHARD_DIR ...]\n"
     "       python -m gallery_build.shards rewiden [--all] DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
 )
 
