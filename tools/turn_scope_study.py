@@ -15,7 +15,7 @@ turn" renders:
 
 Run from the repository root::
 
-    PYTHONPATH=docs/_ext:. python tools/turn_scope_study.py docs/data/turn_scope_study.json \\
+    PYTHONPATH=docs/_ext:. python tools/turn_scope_study.py docs/data/turn_scope_study.json --baseline d69147b \\
         --site A=/tmp/shards/shard_A:log_A.txt --site B=/tmp/shards/shard_B:log_B.txt \\
         --merge-seconds 2.2 --site-seconds 38.8 \\
         --ab cell=/tmp/ab/shard_cell:log_cell.txt --ab measured=/tmp/ab/shard_measured:log_measured.txt
@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -297,13 +299,23 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     parser.add_argument("--merge-seconds", type=float, required=True)
     parser.add_argument("--site-seconds", type=float, required=True)
     parser.add_argument("--about", default="")
+    parser.add_argument(
+        "--baseline", required=True, help="the git revision whose gallery and history the recordings are compared with"
+    )
     args = parser.parse_args(argv)
-    committed, hist = Path("docs/auto_examples"), Path("docs/data/history.jsonl")
-    data: dict[str, Any] = {"about": args.about}
-    site = site_study(_pairs(args.site), committed, hist)
-    data |= {"site": site | {"merge_seconds": args.merge_seconds, "site_seconds": args.site_seconds}}
-    if args.ab:
-        data["ab"] = ab_study(_pairs(args.ab), committed)
+    with tempfile.TemporaryDirectory() as tmp:  # the baseline's gallery and history, as committed then
+        archive = subprocess.run(
+            ["git", "archive", args.baseline, "docs/auto_examples", "docs/data/history.jsonl"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        committed, hist = Path(tmp) / "docs" / "auto_examples", Path(tmp) / "docs" / "data" / "history.jsonl"
+        data: dict[str, Any] = {"about": args.about, "baseline": args.baseline}
+        site = site_study(_pairs(args.site), committed, hist)
+        data |= {"site": site | {"merge_seconds": args.merge_seconds, "site_seconds": args.site_seconds}}
+        if args.ab:
+            data["ab"] = ab_study(_pairs(args.ab), committed)
     args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 
