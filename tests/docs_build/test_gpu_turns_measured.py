@@ -105,26 +105,31 @@ def test_a_lane_waiting_to_measure_goes_before_a_cell_asked_for_after_it(tmp_pat
     assert tc["took"] >= tb["shared"] - 0.05, (tb, tc)  # c waited behind b's measurement
 
 
-def test_measuring_holds_the_turn_alone_and_gives_the_cell_back_shared(tmp_path):
+@pytest.fixture
+def shared_turn(tmp_path):
+    """A turn whose cells are shared, registered as the collector's holder (and unregistered after)."""
     lock = tmp_path / "t"
     turn = gpu_turns.Turn(str(lock), shared_cells=True)
     collector.hold_while_measuring(turn.exclusive)
-    try:
-        with turn.held():
-            assert turn.mode == "shared" and _probe(lock, shared=True) and not _probe(lock, shared=False)
-            with collector.measuring():
-                assert turn.mode == "exclusive" and not _probe(lock, shared=True)
-                with turn.aside():  # inside a measured block nothing is set aside
-                    assert turn.mode == "exclusive"
-                with collector.spending("timing"):  # nested: still alone, one turn
-                    assert turn.mode == "exclusive"
-            assert turn.mode == "shared"
-            with collector.spending("timing"):
+    yield turn, lock
+    collector.hold_while_measuring(None)
+
+
+def test_measuring_holds_the_turn_alone_and_gives_the_cell_back_shared(shared_turn):
+    turn, lock = shared_turn
+    with turn.held():
+        assert turn.mode == "shared" and _probe(lock, shared=True) and not _probe(lock, shared=False)
+        with collector.measuring():
+            assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+            with turn.aside():  # inside a measured block nothing is set aside
                 assert turn.mode == "exclusive"
-        assert turn.mode is None and _probe(lock, shared=False)
-        assert turn.turns == 5 and 0 < turn.exclusive_seconds <= turn.held_seconds
-    finally:
-        collector.hold_while_measuring(None)
+            with collector.spending("timing"):  # nested: still alone, one turn
+                assert turn.mode == "exclusive"
+        assert turn.mode == "shared"
+        with collector.spending("timing"):
+            assert turn.mode == "exclusive"
+    assert turn.mode is None and _probe(lock, shared=False)
+    assert turn.turns == 5 and 0 < turn.exclusive_seconds <= turn.held_seconds
 
 
 def test_a_measured_block_left_open_past_its_cell_does_not_take_the_turn_again(tmp_path):
@@ -274,39 +279,29 @@ def test_the_scan_finds_an_unmarked_clock(tmp_path):
     assert _unmarked_clocks(sample, "sample.py") == [("sample.py", "timed", 3)]
 
 
-def test_a_measured_block_open_when_a_cell_starts_makes_the_cell_hold_the_turn_alone(tmp_path):
-    lock = tmp_path / "t"
-    turn = gpu_turns.Turn(str(lock), shared_cells=True)
-    collector.hold_while_measuring(turn.exclusive)
-    try:
-        block = collector.measuring()
-        with turn.held():  # cell 1 opens a block (an interpreter pool) and ends before it closes
-            block.__enter__()
-        with turn.held():  # cell 2: the block is still open, so the cell is alone
-            assert turn.mode == "exclusive" and not _probe(lock, shared=True)
-            with collector.spending("timing"):
-                assert turn.mode == "exclusive"
-            block.__exit__(None, None, None)
-        assert turn.mode is None and _probe(lock, shared=False) and not collector.measuring_now()
-    finally:
-        collector.hold_while_measuring(None)
+def test_a_measured_block_open_when_a_cell_starts_makes_the_cell_hold_the_turn_alone(shared_turn):
+    turn, lock = shared_turn
+    block = collector.measuring()
+    with turn.held():  # cell 1 opens a block (an interpreter pool) and ends before it closes
+        block.__enter__()
+    with turn.held():  # cell 2: the block is still open, so the cell is alone
+        assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+        with collector.spending("timing"):
+            assert turn.mode == "exclusive"
+        block.__exit__(None, None, None)
+    assert turn.mode is None and _probe(lock, shared=False) and not collector.measuring_now()
 
 
-def test_blocks_that_close_out_of_order_keep_the_turn_until_the_last_closes(tmp_path):
-    lock = tmp_path / "t"
-    turn = gpu_turns.Turn(str(lock), shared_cells=True)
-    collector.hold_while_measuring(turn.exclusive)
-    try:
-        with turn.held():
-            first, second = collector.measuring(), collector.measuring()
-            first.__enter__()
-            second.__enter__()
-            first.__exit__(None, None, None)  # pool A closes while pool B lives
-            assert collector.measuring_now() and turn.mode == "exclusive" and not _probe(lock, shared=True)
-            second.__exit__(None, None, None)
-            assert not collector.measuring_now() and turn.mode == "shared"
-    finally:
-        collector.hold_while_measuring(None)
+def test_blocks_that_close_out_of_order_keep_the_turn_until_the_last_closes(shared_turn):
+    turn, lock = shared_turn
+    with turn.held():
+        first, second = collector.measuring(), collector.measuring()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)  # pool A closes while pool B lives
+        assert collector.measuring_now() and turn.mode == "exclusive" and not _probe(lock, shared=True)
+        second.__exit__(None, None, None)
+        assert not collector.measuring_now() and turn.mode == "shared"
 
 
 def test_the_cell_wide_turn_sets_work_aside_inside_a_build_as_before(tmp_path):
