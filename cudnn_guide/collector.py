@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,6 +36,7 @@ _SPENT: dict[str, float] = {}
 _SPENDING: list[str] = []
 _MEASURING: list[contextlib.ExitStack] = []  # the holders entered for the open measuring blocks, once
 _DEPTH = [0]  # measuring blocks open, nested or not
+_DEPTH_LOCK = threading.Lock()  # the recorder's lane threads open interpreter pools at once
 _HOLDERS: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
 
 
@@ -250,22 +252,25 @@ def measuring() -> Iterator[None]:
     >>> measuring_now()
     False
     """
-    if _DEPTH[0] == 0:
-        stack = contextlib.ExitStack()
-        try:
-            for holder in list(_HOLDERS):
-                stack.enter_context(holder())
-        except BaseException:
-            stack.close()
-            raise
-        _MEASURING.append(stack)
-    _DEPTH[0] += 1
+    with _DEPTH_LOCK:
+        if _DEPTH[0] == 0:
+            stack = contextlib.ExitStack()
+            try:
+                for holder in list(_HOLDERS):
+                    stack.enter_context(holder())
+            except BaseException:
+                stack.close()
+                raise
+            _MEASURING.append(stack)
+        _DEPTH[0] += 1
     try:
         yield
     finally:  # blocks may close in any order (an interpreter pool's life): the holders go with the last
-        _DEPTH[0] -= 1
-        if _DEPTH[0] == 0 and _MEASURING:
-            _MEASURING.pop().close()
+        with _DEPTH_LOCK:
+            _DEPTH[0] -= 1
+            last = _MEASURING.pop() if _DEPTH[0] == 0 and _MEASURING else None
+        if last is not None:
+            last.close()
 
 
 def measuring_now() -> bool:

@@ -233,7 +233,8 @@ def ab_study(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[str
     Returns
     -------
     dict[str, Any]
-        ``runs`` (scope → recorder seconds, held and alone seconds), ``headlines`` (rows),
+        ``runs`` (scope → when its first page was recorded, recorder seconds, held and alone seconds),
+        ``headlines`` (rows),
         ``outside`` and ``moved`` (scope → count against the committed recording),
         ``moved_between`` (the second scope against the first).
 
@@ -267,6 +268,7 @@ def ab_study(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[str
         "pages": pages,
         "runs": {
             s: {
+                "first_recorded_utc": min(r.get("created_utc", "") for r in recorded[s].values()),
                 "recorder_seconds": logs[s]["recorder_seconds"],
                 "held": round(sum(p.get("held", 0.0) for p in logs[s]["pages"].values()), 1),
                 "alone": round(sum(p.get("alone", 0.0) for p in logs[s]["pages"].values()), 1),

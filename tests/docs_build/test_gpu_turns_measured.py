@@ -30,7 +30,7 @@ LANE = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {ext!r})
     from gallery_build import gpu_turns
-    turn = gpu_turns.Turn({lock!r}, shared_cells=True)
+    turn = gpu_turns.Turn({lock!r}, shared_cells={shared}, gated=True)
     time.sleep(max(0.0, {t0} + {start} - time.time()))  # one clock for every lane
     with turn.held():
         print("took", time.time(), flush=True)
@@ -49,11 +49,11 @@ LANE = textwrap.dedent(
 T0 = {"at": 0.0}
 
 
-def _lane(lock: Path, start: float, hold: float, alone: float = 0.0) -> subprocess.Popen:
+def _lane(lock: Path, start: float, hold: float, alone: float = 0.0, shared: bool = True) -> subprocess.Popen:
     """A lane that asks for a cell ``start`` seconds after the test's common start (set by the first lane)."""
     if start == 0.0:
         T0["at"] = time.time() + 1.5  # room for every interpreter to start on a busy machine
-    code = LANE.format(ext=str(EXT), lock=str(lock), t0=T0["at"], start=start, hold=hold, alone=alone)
+    code = LANE.format(ext=str(EXT), lock=str(lock), t0=T0["at"], start=start, hold=hold, alone=alone, shared=shared)
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
@@ -359,3 +359,55 @@ def test_the_recorder_records_the_measured_scope_into_a_shard_only(tmp_path):
         timeout=120,
     )
     assert done.returncode != 0 and "records into a shard only" in done.stderr
+
+
+def test_a_page_that_reads_a_clock_queues_at_the_gate_so_shared_cells_do_not_starve_it(tmp_path):
+    lock = tmp_path / "gpu-0.turn"
+    a = _lane(lock, 0.0, 2.0)  # a shared cell for 2 s
+    b = _lane(lock, 0.6, 0.5, shared=False)  # a clock-reading page: its cell is alone, asked at about 0.6 s
+    c = _lane(lock, 1.4, 0.1)  # a shared cell asked at about 1.4 s, while b waits
+    ta, tb, tc = _times(a), _times(b), _times(c)
+    assert tb["took"] >= ta["gave"] - 0.05, (ta, tb)
+    assert tc["took"] >= tb["gave"] - 0.05, (tb, tc)  # c did not join a's shared turn ahead of b
+
+
+def test_a_block_left_open_by_an_earlier_cell_hands_the_next_cell_its_turn_when_it_closes(shared_turn):
+    turn, lock = shared_turn
+    block = collector.measuring()
+    with turn.held():
+        block.__enter__()
+    block_turn_after_cell = turn.mode
+    with turn.held():  # opened while the block is open: alone
+        assert turn.mode == "exclusive"
+        block.__exit__(None, None, None)  # the block closes inside this cell: the cell goes on, shared
+        assert turn.mode == "shared" and _probe(lock, shared=True) and not _probe(lock, shared=False)
+    assert block_turn_after_cell is None and turn.mode is None
+
+
+def test_a_measured_block_opened_inside_an_aside_keeps_the_turn_alone_after_the_aside(shared_turn):
+    turn, lock = shared_turn
+    block = collector.measuring()
+    with turn.held():
+        with turn.aside():
+            block.__enter__()  # e.g. a pool opened during a compile set aside
+            assert turn.mode == "exclusive"
+        assert turn.mode == "exclusive" and not _probe(lock, shared=True)  # not taken back shared
+        block.__exit__(None, None, None)
+        assert turn.mode == "shared"
+    assert turn.mode is None
+
+
+def test_inductors_benchmarks_inside_a_compile_set_aside_give_the_turn_back_after(tmp_path):
+    """The cell-wide turn as before: a benchmark inside an aside takes the turn and leaves it with the aside."""
+    turn = gpu_turns.Turn(str(tmp_path / "t"))
+    with turn.held():
+        with turn.aside():
+            with turn.exclusive():
+                assert turn.mode == "exclusive"
+            assert turn.mode is None
+        assert turn.mode == "exclusive"
+
+
+def test_a_clock_imported_by_name_is_a_clock():
+    assert gpu_turns.reads_a_clock("from time import perf_counter\nt0 = perf_counter()")
+    assert gpu_turns.reads_a_clock("t = time.monotonic_ns()")

@@ -334,12 +334,15 @@ def _scoped(path, scope):
     return path
 
 
-def test_a_shard_recorded_with_cells_sharing_the_turn_is_refused_unless_allowed(tmp_path, root):
+def test_a_shard_recorded_with_cells_sharing_the_turn_is_refused(tmp_path, root):
     a = _scoped(_shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1]), "measured")
     _refused(tmp_path, root, [a], rf"shard {a}: recorded with CUDNN_GUIDE_TURN_SCOPE=measured .* Nothing was merged")
-    docs = _docs(tmp_path, root, "studied")
-    shown = shards.merge([a], docs, _examples(tmp_path, root), allow_measured_scope=True)
-    assert shown == {PAGES[0]: "NVIDIA H200"}
+    with pytest.raises(ShardError, match="Nothing was merged"):  # even beside a shard of the default scope
+        shards.merge(
+            [a, _shard(tmp_path, root, "b", "NVIDIA H200", PAGES[1:2])],
+            _docs(tmp_path, root, "t2"),
+            _examples(tmp_path, root),
+        )
 
 
 def test_a_shard_names_how_its_lanes_held_the_turn(tmp_path, root):

@@ -118,9 +118,13 @@ class Turn:
     ...         pass
     """
 
-    def __init__(self, path: str, shared_cells: bool = False) -> None:
+    def __init__(self, path: str, shared_cells: bool = False, gated: bool | None = None) -> None:
         self.path = path
         self.shared_cells = shared_cells
+        self.gated = shared_cells if gated is None else gated
+        """Take the turn through the gate (every lane of a GPU whose other lanes may share it must)."""
+        self._in_cell = False
+        self._aside_depth = 0
         self._fd: int | None = None
         self._gate_fd: int | None = None
         self._pid = os.getpid()
@@ -155,7 +159,7 @@ class Turn:
         import fcntl
 
         t0 = time.perf_counter()
-        if self.shared_cells:  # the gate queues lanes in order, so a shared cell never jumps a measurement
+        if self.gated:  # the gate queues lanes in order, so a shared cell never jumps a measurement
             gate = self._open(gate=True)
             fcntl.flock(gate, fcntl.LOCK_EX)
             try:
@@ -180,26 +184,34 @@ class Turn:
                 self.exclusive_seconds += seconds
         self.mode = None
 
+    def _cell_mode(self) -> str:
+        """How a cell holds the turn now: alone with the cell-wide turn or while a measured block is open
+        (one left open by an earlier cell), else shared."""
+        return "exclusive" if not self.shared_cells or _measuring_now() else "shared"
+
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Hold the turn for the block (taking it if not held, waiting for it if another lane has it):
-        shared with other lanes' cells under ``shared_cells``, else alone."""
-        if self.mode is not None or self._pid != os.getpid():
+        """Hold the turn for the block, a code cell (taking it if not held, waiting for it if another lane
+        has it): shared with other lanes' cells under ``shared_cells``, else alone. Given up when it ends."""
+        if self._in_cell or self._pid != os.getpid():
             yield
             return
-        alone = not self.shared_cells or _measuring_now()  # a measured block left open by an earlier cell
-        self._take("exclusive" if alone else "shared")
+        self._in_cell = True
         try:
+            if self.mode is None:
+                self._take(self._cell_mode())
             yield
         finally:
             with contextlib.suppress(Exception):  # a failed cell's CUDA error is its own to report
                 _drain()
             self._give()
+            self._in_cell = False
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the turn alone for the block: a shared turn is given up (this process's GPU work
-        drained first), the turn taken alone, and after the block taken back shared."""
+        drained first), the turn taken alone, and after the block the cell's turn taken back (none
+        inside an aside, which takes its own back)."""
         if self.mode == "exclusive" or self._pid != os.getpid():
             yield
             return
@@ -216,12 +228,15 @@ class Turn:
                 with contextlib.suppress(Exception):
                     _drain()
                 self._give()
-                if before is not None:
+                if self._in_cell and self._aside_depth == 0:
+                    self._take(self._cell_mode())
+                elif before is not None and not self._in_cell:
                     self._take(before)
 
     @contextlib.contextmanager
     def aside(self, compiling: bool = False) -> Iterator[None]:
-        """Give the turn up for a block of CPU-only work, and take it back after (as it was held).
+        """Give the turn up for a block of CPU-only work, and take it back after (as the cell holds it,
+        or alone if a measured block opened meanwhile is still open).
 
         A no-op when the turn is not held, while a CUDA graph is captured, and inside a measured
         block (:func:`cudnn_guide.collector.measuring_now`), whose wall time would count the wait
@@ -233,15 +248,18 @@ class Turn:
             return
         mode = self.mode
         self._give()
+        self._aside_depth += 1
         t0 = time.perf_counter()
         try:
             yield
         finally:
+            self._aside_depth -= 1
             t1 = time.perf_counter()
             self.aside_seconds += t1 - t0
-            self._take(mode)
-            if compiling:
-                self.compile_waits += self._since - t1
+            if self.mode is None:  # a measured block opened inside and still open holds it already
+                self._take("exclusive" if self.shared_cells and _measuring_now() else mode)
+                if compiling:
+                    self.compile_waits += self._since - t1
 
     def _measuring(self, compiling: bool) -> bool:
         """Inside a block whose wall time would count a wait for the turn (Dynamo's compile excepted: its
@@ -265,6 +283,7 @@ class Turn:
                     os.close(fd)
         self._fd = self._gate_fd = None
         self.mode = None
+        self._in_cell, self._aside_depth = False, 0
 
 
 def _measuring_now() -> bool:
@@ -274,7 +293,7 @@ def _measuring_now() -> bool:
     return bool(now()) if now is not None else False
 
 
-CLOCK_CALLS = ("perf_counter", "perf_counter_ns", "monotonic", "elapsed_time")
+CLOCK_CALLS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time_ns", "elapsed_time")
 """Calls that read a clock (and ``time.time()``): a page whose own code makes one holds the turn alone."""
 
 
@@ -299,6 +318,8 @@ def is_clock_call(func: Any) -> bool:
     """
     import ast
 
+    if isinstance(func, ast.Name):  # ``from time import perf_counter``
+        return func.id in CLOCK_CALLS
     if not isinstance(func, ast.Attribute):
         return False
     if func.attr in CLOCK_CALLS:
@@ -595,7 +616,8 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
         return None
     if _CURRENT is not None and _CURRENT.path == path:
         return _CURRENT
-    turn = _CURRENT = Turn(path, shared_cells=turn_scope() == "measured" and not page_reads_a_clock)
+    measured = turn_scope() == "measured"  # every lane goes through the gate, clock-reading pages too
+    turn = _CURRENT = Turn(path, shared_cells=measured and not page_reads_a_clock, gated=measured)
     os.register_at_fork(after_in_child=turn.forget_in_child)
     if turn.shared_cells:
         from cudnn_guide import collector

@@ -561,7 +561,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
             raise SystemExit(
                 f"cudnn-guide: {gpu_turns.SCOPE_ENV}=measured records into a shard only (its recordings have "
                 "not met the reproducibility bars): `python -m gallery_build.shards record SHARD_DIR --lanes N "
-                "...`, then `shards merge --allow-measured-scope` to study it; or unset it to record the site's pages."
+                "...`, read by tools/turn_scope_study.py (merge refuses it); or unset it to record the site's pages."
             )
         names = resolve_pages(
             [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]

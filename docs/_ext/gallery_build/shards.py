@@ -64,8 +64,6 @@ __all__ = [
 
 SHARD_MANIFEST = "shard.json"
 ALLOW_OTHER_ENVIRONMENT = "--allow-other-environment"
-ALLOW_MEASURED_SCOPE = "--allow-measured-scope"
-"""Merge shards recorded with ``CUDNN_GUIDE_TURN_SCOPE=measured``, whose recordings have not met the bars yet."""
 """The ``merge`` flag that accepts shards recorded with other software than the gallery's."""
 BY_GPU = "by_gpu"
 """In ``docs/data``: each GPU model's records, for pages recorded on more than one."""
@@ -509,7 +507,6 @@ def merge(
     examples_dir: Path,
     *,
     allow_other_environment: bool = False,
-    allow_measured_scope: bool = False,
 ) -> dict[str, str]:
     """Merge shards into ``docs_dir/auto_examples`` and its history; returns page → the GPU it shows.
 
@@ -532,9 +529,6 @@ def merge(
         Merge shards recorded with other software (:data:`~gallery_build.history.SOFTWARE_KEYS`)
         or another ``cudnn_guide`` than the gallery's. Each page then names its own software in
         ``recording.json``; the gallery's environment changes only with a full recording.
-    allow_measured_scope
-        Merge shards recorded with ``CUDNN_GUIDE_TURN_SCOPE=measured`` (to study them: their
-        recordings have not met the reproducibility bars).
 
     Returns
     -------
@@ -547,8 +541,9 @@ def merge(
         No shards; a corrupt, incomplete or linked shard (:func:`read_shard`); a page that is
         not an example here or was recorded from another version of it; two shards claiming one
         page on one GPU model; a shard recorded with other software or package than the gallery
-        (without ``allow_other_environment``), or with cells sharing the GPU's turn (without
-        ``allow_measured_scope``). Nothing is written then.
+        (without ``allow_other_environment``), or one recorded with cells sharing the GPU's turn
+        (``CUDNN_GUIDE_TURN_SCOPE=measured``, whose recordings have not met the bars: such a shard is
+        studied where it lies, ``tools/turn_scope_study.py``). Nothing is written then.
 
     Example
     -------
@@ -559,12 +554,12 @@ def merge(
         raise ShardError("merge: no shards given (pass the folders written by `record`)")
     shards = sorted((read_shard(p) for p in shard_paths), key=lambda s: (s.gpu, sorted(s.pages), str(s.path)))
     for shard in shards:
-        if shard.turn_scope == "measured" and not allow_measured_scope:
+        if shard.turn_scope == "measured":
             raise ShardError(
                 f"shard {shard.path}: recorded with {gpu_turns.SCOPE_ENV}=measured (cells sharing the GPU's turn), "
                 "whose recordings have not met the reproducibility bars (measurement studies, 'Cells that share "
-                f"the turn'). Fix: record it again with the default scope, or merge with {ALLOW_MEASURED_SCOPE} "
-                "to study it. Nothing was merged."
+                "the turn'). Fix: record it again with the default scope; to study it, read the shard where it "
+                "lies (tools/turn_scope_study.py). Nothing was merged."
             )
     examples = {p.name: p for p in sorted(Path(examples_dir).glob("plot_*.py")) if p.is_file() and not p.is_symlink()}
     claims: dict[str, list[Shard]] = {}
@@ -854,12 +849,9 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     recording.stop_on_sigterm()  # `timeout` ends a shard's recording like Ctrl-C: finished pages are kept
     if argv[:1] == ["merge"]:
         allow = ALLOW_OTHER_ENVIRONMENT in argv
-        measured = ALLOW_MEASURED_SCOPE in argv
-        paths = [Path(p) for p in argv[1:] if p not in (ALLOW_OTHER_ENVIRONMENT, ALLOW_MEASURED_SCOPE)]
+        paths = [Path(p) for p in argv[1:] if p != ALLOW_OTHER_ENVIRONMENT]
         try:
-            shown = merge(
-                paths, root / "docs", root / "examples", allow_other_environment=allow, allow_measured_scope=measured
-            )
+            shown = merge(paths, root / "docs", root / "examples", allow_other_environment=allow)
         except ShardError as exc:
             print(f"cudnn-guide: shards merge refused: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
@@ -911,8 +903,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
 
 _USAGE = (
     "usage: python -m gallery_build.shards record SHARD_DIR [--keep-going] [--lanes N] [plot_xx.py ...]\n"
-    f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] [{ALLOW_MEASURED_SCOPE}] "
-    "SHARD_DIR [SHARD_DIR ...]\n"
+    f"       python -m gallery_build.shards merge [{ALLOW_OTHER_ENVIRONMENT}] SHARD_DIR [SHARD_DIR ...]\n"
     "       python -m gallery_build.shards rewiden [--all] DRIFT_JSON SHARD_DIR [SHARD_DIR ...]"
 )
 
