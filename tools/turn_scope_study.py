@@ -34,6 +34,8 @@ from typing import Any
 
 from gallery_build import history
 
+from cudnn_guide import datafiles
+
 TURNS = re.compile(
     r"cudnn-guide: (?P<page>\S+\.py): (?P<turns>\d+) turns on the GPU, (?P<waited>[\d.]+) s waiting for one, "
     r"(?P<aside>[\d.]+) s of CPU-only work beside other lanes, (?P<held>[\d.]+) s holding the GPU "
@@ -84,7 +86,7 @@ def read_log(lines: Iterable[str]) -> dict[str, Any]:
 
 
 def _records(gallery: Path) -> dict[str, dict[str, Any]]:
-    return {p.name.split(".")[0]: json.loads(p.read_text()) for p in sorted(gallery.glob("*.record.json"))}
+    return {p.name.split(".")[0]: datafiles.read_json(p) for p in sorted(gallery.glob("*.record.json"))}
 
 
 def spent(record: Mapping[str, Any]) -> dict[str, float]:

@@ -216,6 +216,23 @@ def spin_for(host_ms: float) -> float:
 
 
 @collector.measuring()
+def _cycles_per_ms(dev: int) -> float:
+    """``torch.cuda._sleep`` cycles per millisecond on device ``dev``, timed once with events."""
+    import torch
+
+    rate = _CYCLES_PER_MS.get(dev)
+    if rate is None:
+        cycles = 2_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)  # first call loads the kernel
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        rate = _CYCLES_PER_MS[dev] = cycles / max(start.elapsed_time(end), 1e-3)
+    return rate
+
+
 def spin(ms: float) -> None:
     """Keep the GPU busy for about ``ms`` milliseconds (a calibrated ``torch.cuda._sleep``).
 
@@ -231,16 +248,7 @@ def spin(ms: float) -> None:
     import torch
 
     dev = torch.cuda.current_device()
-    rate = _CYCLES_PER_MS.get(dev)
-    if rate is None:
-        cycles = 2_000_000
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(cycles)  # first call loads the kernel
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        torch.cuda.synchronize()
-        rate = _CYCLES_PER_MS[dev] = cycles / max(start.elapsed_time(end), 1e-3)
+    rate = _CYCLES_PER_MS.get(dev) or _cycles_per_ms(dev)  # called per timed call: no block once calibrated
     torch.cuda._sleep(int(ms * rate))
 
 

@@ -215,8 +215,7 @@ class Turn:
         if self.mode == "exclusive" or self._pid != os.getpid():
             yield
             return
-        before = self.mode
-        if before is not None:
+        if self.mode is not None:
             with contextlib.suppress(Exception):
                 _drain()
             self._give()
@@ -230,8 +229,6 @@ class Turn:
                 self._give()
                 if self._in_cell and self._aside_depth == 0:
                     self._take(self._cell_mode())
-                elif before is not None and not self._in_cell:
-                    self._take(before)
 
     @contextlib.contextmanager
     def aside(self, compiling: bool = False) -> Iterator[None]:
