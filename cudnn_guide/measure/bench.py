@@ -73,7 +73,13 @@ from cudnn_guide.measure.measurement import (
     spread_warnings,
 )
 
-__all__ = ["BenchOptions", "Rewarm", "benchmark", "measure", "peak_memory_mib"]
+__all__ = ["BenchOptions", "LONG_CALL_MS", "Rewarm", "benchmark", "measure", "peak_memory_mib"]
+
+LONG_CALL_MS = 20.0
+"""A call this long (wall time with its flush, from the first warm-up) is re-primed with one call, not
+:attr:`Rewarm.calls`. The re-prime brings a contender's code and data back after other work ran; one call of
+20 ms or more runs the same kernels far longer than two calls of the short contenders do, and a second one
+spent GPU time only: 11 s of the vendor-table page's 71 s of timing went to re-primes (issue 34)."""
 
 
 @dataclasses.dataclass
@@ -82,10 +88,11 @@ class Rewarm:
 
     :func:`measure` fills it in on the first measurement that carries it (the first-call check and
     the timed warm-up of ``warmup_ms``, as without it); every later measurement that carries it
-    skips the check (the callable passed it), runs ``calls`` calls (flush before each, one
-    synchronize after) instead of the timed warm-up, and sizes its spin and its number of timed
-    calls from ``host_ms`` and ``est_ms``. :func:`~cudnn_guide.measure.compare.compare` gives each
-    contender its own, so that from its second round on a contender pays a few calls, not a warm-up.
+    skips the check (the callable passed it), runs ``calls`` calls (one for a call of at least
+    :data:`LONG_CALL_MS`; flush before each, one synchronize after) instead of the timed warm-up,
+    and sizes its spin and its number of timed calls from ``host_ms`` and ``est_ms``.
+    :func:`~cudnn_guide.measure.compare.compare` gives each contender its own, so that from its
+    second round on a contender pays a few calls, not a warm-up.
 
     Example
     -------
@@ -109,6 +116,12 @@ class Rewarm:
     def primed(self) -> bool:
         """Whether a full warm-up has filled it in."""
         return self.host_ms is not None and self.est_ms is not None
+
+    @property
+    def prime_calls(self) -> int:
+        """Calls of a later measurement's re-prime: :attr:`calls`, or one for a call of at least
+        :data:`LONG_CALL_MS` (its first call runs long past anything the other work left behind)."""
+        return 1 if self.est_ms is not None and self.est_ms >= LONG_CALL_MS else self.calls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +280,7 @@ def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measure
     subtract = options.subtract_launch_cost and not options.cuda_graph
     cost_ms = launch_cost()["overhead_us"] / 1e3 if subtract else 0.0
     if primed:
-        _re_prime(fn, flush, label, rewarm.calls)
+        _re_prime(fn, flush, label, rewarm.prime_calls)
         host_ms, est = rewarm.host_ms, rewarm.est_ms
     else:
         host, est = _warm_up(fn, flush, label, options.warmup_ms)

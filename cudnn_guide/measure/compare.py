@@ -21,13 +21,14 @@ between rounds, and each such call waits for the GPU).
 
 **Warm-up once per comparison.** A contender's first round checks it, warms it up for
 ``warmup_ms`` (GPU time included) and sizes its run, as :func:`~cudnn_guide.measure.bench.benchmark`
-does alone. From its second round on it is re-primed with :data:`REWARM_CALLS` calls (after the
-other contenders ran) instead: no first-call check, no timed warm-up, and its spin and number of
-timed calls are sized from that first warm-up (:class:`~cudnn_guide.measure.bench.Rewarm`, one per
-contender, the candidate's repeat included). The GPU was busy with the round's other contenders
-just before, so its clocks are already up. What each round times (spin, flush, events, calls) is
-unchanged. ``rewarm=False``, or :data:`REWARM` set to ``False``, gives every round the full
-warm-up again (the rule before issue 34), for an A/B of the two (``tools/warmup_probe.py``).
+does alone. From its second round on it is re-primed with :data:`REWARM_CALLS` calls (one for a call
+of at least :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`; after the other contenders ran)
+instead: no first-call check, no timed warm-up, and its spin and number of timed calls are sized
+from that first warm-up (:class:`~cudnn_guide.measure.bench.Rewarm`, one per contender, the
+candidate's repeat included). The GPU was busy with the round's other contenders just before, so
+its clocks are already up. What each round times (spin, flush, events, calls) is unchanged.
+``rewarm=False``, or :data:`REWARM` set to ``False``, gives every round the full warm-up again
+(the rule before issue 34), for an A/B of the two (``tools/warmup_probe.py``).
 
 **One launch-cost rule per comparison.** The harness subtracts the measured launch cost from
 each event time unless it is too large a share of the call. A comparison applies one rule to

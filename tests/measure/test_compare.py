@@ -9,7 +9,7 @@ import torch
 
 from cudnn_guide import report
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure import compare, measurement, verdicts
+from cudnn_guide.measure import bench, compare, measurement, verdicts
 from cudnn_guide.report.records import Record
 
 
@@ -484,14 +484,15 @@ def test_rewarm_off_gives_every_round_the_full_warm_up(monkeypatch):
     assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 9] + [1 + 7] * 4
 
 
-def test_a_long_call_is_re_primed_with_two_calls_not_a_warm_up(monkeypatch):
-    # 40 ms calls: the warm-up still needs two calls, in doubling batches three; min_reps 5 timed calls
+def test_a_long_call_is_re_primed_with_one_call_not_a_warm_up(monkeypatch):
+    # 40 ms calls: the warm-up still needs two calls, in doubling batches three; min_reps 5 timed calls;
+    # from the second round on one call re-primes each (bench.LONG_CALL_MS)
     gpu = _FakeClockGPU(monkeypatch, {"cudnn": 40.0, "fa4": 30.0})
     contenders = {n: gpu.contender(n) for n in ("cudnn", "fa4")}
     c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, host_reps=2, wall_clock=False)
-    assert _untimed_per_timing(gpu.log)["fa4"] == [1 + 3 + 2] + [2] * 4
+    assert _untimed_per_timing(gpu.log)["fa4"] == [1 + 3 + 2] + [1] * 4
     untimed = sum(phase == "untimed" for _, phase in gpu.log)
-    assert untimed == 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4  # was 3 * 5 * (1 + 3) + 2 * 2
+    assert untimed == 3 * (1 + 3) + 2 * 2 + 1 * 3 * 4  # was 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4 (two calls a re-prime)
     assert {reps for _, reps in gpu.reps} == {5} and c.versus["fa4"]["value"] == pytest.approx(0.75)
 
 
@@ -505,3 +506,17 @@ def test_a_rewarm_fills_in_once_and_is_reused():
     assert bench.BenchOptions(l2="hot", rewarm=r) == bench.BenchOptions(l2="hot")  # not part of the settings
     with pytest.raises(ValueError, match="at least 1"):
         bench.Rewarm(calls=0)
+
+
+def test_a_long_call_is_re_primed_once_a_round_and_a_short_one_twice(monkeypatch):
+    # 25 ms against 1 ms: from its second round on, the long call pays one call before its timed ones
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 25.0, "torch": 1.0})
+    contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
+    compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
+    untimed = _untimed_per_timing(gpu.log)
+    assert bench.LONG_CALL_MS <= 25.0
+    assert untimed["cudnn"][2:] == [1] * 8  # the candidate and its repeat, rounds 2-5
+    assert untimed["torch"][1:] == [compare.REWARM_CALLS] * 4
+    assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=bench.LONG_CALL_MS).prime_calls == 1
+    assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=bench.LONG_CALL_MS * 0.99).prime_calls == 2
+    assert bench.Rewarm(calls=3).prime_calls == 3  # not yet primed: its own count
