@@ -13,12 +13,18 @@ turn" renders:
   against the committed recording and between the two. A headline is left out where the A/B lease
   lacked a contender the committed recording had (FlashAttention-4 without the CuTe parks).
 
+With ``--site`` alone it describes any whole-site recording the same way (``docs/data/lean_timing_site.json``:
+4f40a0d's, with the cell-wide turn, for the measurement studies' "Less spent around each timing").
+
 Run from the repository root::
 
     PYTHONPATH=docs/_ext:. python tools/turn_scope_study.py docs/data/turn_scope_study.json --baseline d69147b \\
         --site A=/tmp/shards/shard_A:log_A.txt --site B=/tmp/shards/shard_B:log_B.txt \\
         --merge-seconds 2.2 --site-seconds 38.8 \\
         --ab cell=/tmp/ab/shard_cell:log_cell.txt --ab measured=/tmp/ab/shard_measured:log_measured.txt
+    PYTHONPATH=docs/_ext:. python tools/turn_scope_study.py docs/data/lean_timing_site.json --baseline 4a87b12 \\
+        --site A=/tmp/shards/shard_A:log_A.txt --site B=/tmp/shards/shard_B:log_B.txt \\
+        --merge-seconds 1.4 --site-seconds 31.6 --about "..."
 """
 
 from __future__ import annotations
