@@ -10,6 +10,9 @@ only a contender's first round does; the later ones re-prime it with
 - ``rewarm 2``: the default, 2 calls from the second round on;
 - ``rewarm 1``: 1 call (``REWARM_CALLS = 1``), to see whether one is enough.
 
+Since 4f40a0d a call of at least :data:`~cudnn_guide.measure.bench.LONG_CALL_MS` is re-primed with one
+call under either ``rewarm`` rule, so the two differ only for shorter calls (both pairs here are).
+
 The pairs: a plot_26 shape (the Llama 3.1 layer, ``B=2, H=64, Hkv=8, D=128``, 8192 tokens, causal
 forward: a few ms per call), cuDNN's SDPA graph against FlashAttention-4 where it imports and
 against PyTorch SDPA's flash backend otherwise, with plot_26's settings (cold L2,

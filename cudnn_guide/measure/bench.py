@@ -40,8 +40,9 @@ during the run becomes a warning on the measurement, and the reading is kept in 
 A callable measured again and again in one comparison (:func:`~cudnn_guide.measure.compare.compare`'s
 rounds) can carry a :class:`Rewarm` (``rewarm=``): its first measurement is made as above and keeps
 what its warm-up learned; each later one skips the first-call check, re-primes with
-:attr:`Rewarm.calls` calls instead of the timed warm-up, and sizes its spin and its number of timed
-calls from the first one's warm-up. The timed calls are made exactly as before.
+:attr:`Rewarm.calls` calls (one for a call of at least :data:`LONG_CALL_MS`) instead of the timed
+warm-up, and sizes its spin and its number of timed calls from the first one's warm-up. The timed
+calls are made exactly as before.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class Rewarm:
     """
 
     calls: int = 2
-    """Warm-up calls of a later measurement (at least one)."""
+    """Warm-up calls of a later measurement (at least one); a call of at least :data:`LONG_CALL_MS` gets one
+    whatever this says (:attr:`prime_calls`)."""
     host_ms: float | None = None
     """Median host time per call in the full warm-up: sizes the spin before each timed call."""
     est_ms: float | None = None

@@ -86,7 +86,8 @@ REWARM = True
 """:func:`compare`'s default: warm each contender up in full in its first round only, and re-prime it
 with :data:`REWARM_CALLS` calls in the later ones. ``False``: the full warm-up every round."""
 REWARM_CALLS = 2
-"""Calls that re-prime a contender from its second round on (:data:`REWARM`)."""
+"""Calls that re-prime a contender from its second round on (:data:`REWARM`); one for a call of at least
+:data:`~cudnn_guide.measure.bench.LONG_CALL_MS`, whatever this says."""
 
 
 @dataclass
@@ -268,7 +269,8 @@ def compare(
         such a loop (:func:`host_bound`).
     rewarm
         Warm each contender up in full in its first round only, and re-prime it with
-        :data:`REWARM_CALLS` calls (sized from that first warm-up) in the later ones; ``False``:
+        :data:`REWARM_CALLS` calls (one for a call of at least
+        :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`; sized from that first warm-up) in the later ones; ``False``:
         the full warm-up and first-call check every round. ``None`` (default): :data:`REWARM`.
         What each round times is the same either way.
     bench_kwargs
