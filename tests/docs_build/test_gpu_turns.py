@@ -377,7 +377,7 @@ def test_one_lane_records_as_before_without_turns(tmp_path, root, monkeypatch):
 
 
 def test_lanes_sharing_a_gpu_estimate_the_time_left_from_the_gpus_rate_not_a_pages_own_seconds():
-    from gallery_build.progress import Progress
+    from gallery_build.progress import RUNNING_CREDIT, Progress
 
     now = [0.0]
     p = Progress({"a.py": 10.0, "b.py": 30.0, "c.py": 20.0}, clock=lambda: now[0])
@@ -385,17 +385,42 @@ def test_lanes_sharing_a_gpu_estimate_the_time_left_from_the_gpus_rate_not_a_pag
     first = p.plan([], [["a.py", "c.py"], ["b.py"]])
     assert "about 60 s from the last recording's per-page times, one page at a time on each GPU" in first
     p.start("a.py", 0), p.start("b.py", 1)
-    now[0] = 15.0  # a (10 s when recorded alone) took 15 s beside b: the GPU does 10 page-seconds per 15 s
+    now[0] = 15.0  # a (10 s when recorded alone) took 15 s beside b: pages go at 10/15 of their own pace
     line = p.finish("a.py", 0, 15.0)
     assert "on lane 0" in line
+    # b has run 15 s at that pace (10 of its 30 s done): (10 + 10) / 15 s, and 20 + 20 s left of b and c
     assert line.endswith(
-        "1 of 3 finished, about 75 s left (estimate from the pages finished so far: "
-        "their last-recording seconds per second taken, 0.67 on GPU 0)"
+        "1 of 3 finished, about 30 s left (estimate from the pages finished and running so far: "
+        "last-recording seconds per second taken, 1.33 on GPU 0)"
     ), line
     p.start("c.py", 0)
     now[0] = 45.0
-    assert "about 0 s left" not in p.finish("b.py", 1, 45.0)  # c still runs: (10 + 30) / 45 s, 20 s of it left
-    assert round(p.remaining()) == round(20 / (40 / 45))
+    assert "about 0 s left" not in p.finish("b.py", 1, 45.0)  # c still runs
+    # a and b: 40 s done in 60 s of their wall; c has run 30 s at 2/3: 20 s, capped at RUNNING_CREDIT of its 20
+    credit = min(RUNNING_CREDIT * 20.0, 30.0 * 40 / 60)
+    assert p.remaining() == pytest.approx((20.0 - credit) / ((40.0 + credit) / 45.0))
+
+
+def test_a_long_page_still_running_no_longer_drives_the_shared_estimate_up():
+    # three lanes on one GPU: a 120 s page runs on lane 0 while short pages finish beside it. Counting finished
+    # pages only, the GPU's rate fell while the long page ran, and the time left rose far above what was left.
+    from gallery_build.progress import Progress
+
+    now = [0.0]
+    costs = {"long.py": 120.0, "s1.py": 20.0, "s2.py": 20.0, "s3.py": 20.0, "s4.py": 20.0}
+    p = Progress(costs, clock=lambda: now[0])
+    p.share(1, 3)
+    p.plan([], [["long.py"], ["s1.py", "s3.py"], ["s2.py", "s4.py"]])
+    for page, lane in (("long.py", 0), ("s1.py", 1), ("s2.py", 2)):
+        p.start(page, lane)
+    now[0] = 40.0  # every page goes at half its own pace beside two others
+    p.finish("s1.py", 1, 20.0), p.finish("s2.py", 2, 20.0)
+    p.start("s3.py", 1), p.start("s4.py", 2)
+    now[0] = 80.0
+    p.finish("s3.py", 1, 20.0), p.finish("s4.py", 2, 20.0)
+    # the long page has run 80 s at the finished pages' half pace: 40 of its 120 s done, 80 s left at the GPU's rate
+    assert p.remaining() < 120.0  # finished pages alone gave 120 / (80 / 80) = 120 s, the whole page again
+    assert p.remaining() == pytest.approx((120.0 - 40.0) / ((80.0 + 40.0) / 80.0))
 
 
 def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch, capsys):
