@@ -223,8 +223,9 @@ class Progress:
         each page still running, the time it has run at the finished pages' pace (last-recording
         seconds per second of their wall time), at most :data:`RUNNING_CREDIT` of its seconds.
         Counting finished pages alone put a GPU's rate low while long pages ran, and the estimate
-        high: replayed on 4f40a0d's two recorder calls, its error against the time that was really
-        left averaged 55% and 63% (once 969 s for 236 s), with the running pages counted 21% and 14%.
+        high: replayed on 4f40a0d's two recorder calls (``tools/eta_replay.py``,
+        ``docs/data/eta_replay.json``), its error against the time that was really left averaged 55%
+        and 63% (once 969 s for 236 s), with the running pages counted 21% and 14%.
 
         Parameters
         ----------
