@@ -6,7 +6,9 @@ timeline from a log (a page's wall time is its own seconds plus the seconds it w
 turn; a lane's pages run one after another; the other lanes start once lane 0 has recorded the pages
 that run alone), drives the real :class:`~gallery_build.progress.Progress` through it with a clock
 of its own, and at every page's end compares the estimate with the time the rebuilt timeline says
-was left. It does so twice: as the recorder estimates now, and counting finished pages only
+was left. A page's cost is the last-recording seconds its start line gives (the logs replayed here
+have one for every page); a log with a failed page, or from lanes on several GPUs, is refused. It
+does so twice: as the recorder estimates now, and counting finished pages only
 (:data:`~gallery_build.progress.RUNNING_CREDIT` set to 0, the rule before issue 34's change).
 
 Writes ``docs/data/eta_replay.json``; the logs are ``docs/data/recorder_logs/*.log`` (4f40a0d's two
@@ -34,6 +36,10 @@ STARTED = re.compile(
 )
 
 
+FAILED = re.compile(r"cudnn-guide: failed \S+\.py after")
+ONE_GPU = re.compile(r"lane\(s\) of 1 GPU\(s\)")
+
+
 def read_plan(lines: Sequence[str]) -> tuple[list[str], list[list[str]], dict[str, float]]:
     """A log's plan: (the pages that run alone first, each lane's pages, each page's last-recording seconds).
 
@@ -53,7 +59,12 @@ def read_plan(lines: Sequence[str]) -> tuple[list[str], list[list[str]], dict[st
     ...            "lane 0: a.py; lane 1: b.py"])
     ([], [['a.py'], ['b.py']], {})
     """
-    rest = next(m["rest"] for line in lines if (m := PLAN.search(line)))
+    plan = next((line for line in lines if PLAN.search(line)), None)
+    if plan is None:
+        raise SystemExit("eta_replay: no plan line (lanes sharing a GPU) in the log")
+    if not ONE_GPU.search(plan):
+        raise SystemExit("eta_replay: the log's lanes share more than one GPU; the replay rebuilds one GPU's lanes")
+    rest = PLAN.search(plan)["rest"]
     alone: list[str] = []
     if rest.startswith("; alone first on lane 0: "):
         listed, rest = rest[len("; alone first on lane 0: ") :].split(": ", 1)
@@ -81,7 +92,11 @@ def replay(lines: Sequence[str], running_credit: float) -> list[dict[str, float]
         ``at`` (seconds since the first page started), ``left`` (real) and ``estimate``.
     """
     alone, lanes, last = read_plan(lines)
+    if any(FAILED.search(line) for line in lines):
+        raise SystemExit("eta_replay: the log has a failed page, whose time the replay cannot place; give it another")
     pages = {n: p for n, p in read_log(lines)["pages"].items() if "seconds" in p}
+    if set(p for lane in lanes for p in lane) - set(pages) - set(last):
+        raise SystemExit("eta_replay: a planned page has neither a recorded time nor a start line in the log")
     wall = {n: p["seconds"] + p["waited"] for n, p in pages.items()}
     lanes = [[n for n in lane if n in pages] for lane in lanes]
     events: list[tuple[float, int, str, int]] = []  # (time, 1 start / 0 end, page, lane)

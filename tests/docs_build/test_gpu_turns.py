@@ -423,6 +423,21 @@ def test_a_long_page_still_running_no_longer_drives_the_shared_estimate_up():
     assert p.remaining() == pytest.approx((120.0 - 40.0) / ((80.0 + 40.0) / 80.0))
 
 
+def test_lanes_on_two_gpus_say_which_gpu_has_no_rate_yet():
+    from gallery_build.progress import Progress
+
+    now = [0.0]
+    p = Progress({"a.py": 10.0, "b.py": 30.0, "c.py": 20.0, "d.py": 40.0}, clock=lambda: now[0])
+    p.share(2, 4)  # lanes 0 and 2 on GPU 0, lanes 1 and 3 on GPU 1
+    p.plan([], [["a.py"], ["b.py"], ["c.py"], ["d.py"]])
+    for lane, page in enumerate(("a.py", "b.py", "c.py", "d.py")):
+        p.start(page, lane)
+    now[0] = 15.0
+    line = p.finish("a.py", 0, 15.0)
+    assert "on GPU 0" in line and "one page at a time, on GPU 1" in line, line
+    assert round(p.remaining()) == 70  # GPU 1, with no page finished: b and d at the last recording's times
+
+
 def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch, capsys):
     from test_progress import PAGE_A, PAGE_B, FakePool, _project
 

@@ -58,3 +58,17 @@ def test_the_committed_replay_is_what_the_committed_logs_give_and_running_pages_
     assert committed["running_credit"] == progress.RUNNING_CREDIT
     for log in committed["logs"].values():
         assert log["running"]["mean_relative_error"] < log["finished only"]["mean_relative_error"]
+
+
+def test_a_log_with_a_failed_page_or_several_gpus_is_refused():
+    import pytest
+
+    failed = [
+        *_log(),
+        "cudnn-guide: failed s2.py after 3.0 s on lane 1, its committed files unchanged; 2 of 3 finished",
+    ]
+    with pytest.raises(SystemExit, match="failed page"):
+        eta_replay.replay(failed, 0.9)
+    two_gpus = [_log()[0].replace("of 1 GPU(s)", "of 2 GPU(s)"), *_log()[1:]]
+    with pytest.raises(SystemExit, match="more than one GPU"):
+        eta_replay.replay(two_gpus, 0.9)

@@ -225,7 +225,8 @@ class Progress:
         Counting finished pages alone put a GPU's rate low while long pages ran, and the estimate
         high: replayed on 4f40a0d's two recorder calls (``tools/eta_replay.py``,
         ``docs/data/eta_replay.json``), its error against the time that was really left averaged 55%
-        and 63% (once 969 s for 236 s), with the running pages counted 21% and 14%.
+        and 63% (once about 970 s for 236 s), with the running pages counted 21% and 14%. The 90% is a
+        cap (a running page has not finished), not a value fitted to those logs.
 
         Parameters
         ----------
@@ -298,9 +299,16 @@ class Progress:
             return text
         if self.gpu_of_lane is not None:
             left, rates = self._shared_remaining()
+            waiting = sorted(set(self.gpu_of_lane) - set(rates))  # no page finished there yet
             how = (
                 "estimate from the pages finished and running so far: last-recording seconds per second taken, "
                 + ", ".join(f"{rate:.2f} on GPU {gpu}" for gpu, rate in sorted(rates.items()))
+                + (
+                    "; from the last recording's times, one page at a time, on GPU "
+                    + ", ".join(str(g) for g in waiting)
+                    if waiting
+                    else ""
+                )
                 if rates
                 else "estimate from the last recording's times, one page at a time"
             )
