@@ -79,8 +79,9 @@ __all__ = ["BenchOptions", "LONG_CALL_MS", "Rewarm", "benchmark", "measure", "pe
 LONG_CALL_MS = 20.0
 """A call this long (wall time with its flush, from the first warm-up) is re-primed with one call, not
 :attr:`Rewarm.calls`. The re-prime brings a contender's code and data back after other work ran; one call of
-20 ms or more runs the same kernels far longer than two calls of the short contenders do, and a second one
-spent GPU time only: 11 s of the vendor-table page's 71 s of timing went to re-primes (issue 34)."""
+20 ms or more runs the same kernels far longer than two calls of the short contenders do. Since 4f40a0d (issue
+34); that recording's headlines on the pages it reaches stayed inside their intervals (measurement studies,
+"Less spent around each timing")."""
 
 
 @dataclasses.dataclass
