@@ -11,10 +11,10 @@ summary.
 The collector also keeps where the example's time went: :func:`spending` counts the wall time of
 the measuring helpers (timing loops, fresh processes), and the build writes it with the record,
 so a slow page can be told apart from a slow measurement. :func:`measuring` marks the library's blocks whose
-wall time a page reports (a plan build, a first call), :func:`spending` blocks included; with
-``CUDNN_GUIDE_TURN_SCOPE=measured`` the docs build holds the GPU alone around each
-(:func:`hold_while_measuring`) while pages recorded side by side share it for the rest (a page
-that reads a clock in its own code holds it alone throughout).
+wall time a page reports (a plan build, a first call), :func:`spending` blocks included. When pages
+are recorded side by side (lanes, with the default ``CUDNN_GUIDE_TURN_SCOPE=measured``), the docs
+build holds the GPU alone around each (:func:`hold_while_measuring`) while the pages share it for
+the rest (a page that reads a clock in its own code holds it alone throughout).
 """
 
 from __future__ import annotations

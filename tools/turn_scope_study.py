@@ -14,7 +14,8 @@ turn" renders:
   lacked a contender the committed recording had (FlashAttention-4 without the CuTe parks).
 
 With ``--site`` alone it describes any whole-site recording the same way (``docs/data/lean_timing_site.json``:
-4f40a0d's, with the cell-wide turn, for the measurement studies' "Less spent around each timing").
+4f40a0d's, with the cell-wide turn, for the measurement studies' "Less spent around each timing";
+``docs/data/shared_turn_site.json``: d51459d's, with cells sharing the turn, for "The shared turn, again").
 
 Run from the repository root::
 

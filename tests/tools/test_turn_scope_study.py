@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -96,3 +98,30 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
     for scope, n in ab["outside"].items():
         assert n == sum(1 for r in ab["headlines"] if not r["low"] <= r[scope] <= r["high"])
     assert ab["runs"]["cell"]["held"] == ab["runs"]["cell"]["alone"]  # the cell-wide turn holds every cell alone
+
+
+@pytest.mark.parametrize("name", ["lean_timing_site.json", "shared_turn_site.json"])
+def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
+    site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
+    bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
+    run = next(r for r in bench["runs"] if r["commit"] == site["commit"] and r["pages"] == "plot_01–plot_35")
+    pages = {n: v for n, v in site["pages"].items() if "skipped" not in v}
+    assert run["page_count"] == len(pages) == sum(c["pages_recorded"] for c in site["calls"].values())
+    assert run["record"] == sum(c["recorder_seconds"] for c in site["calls"].values())
+    assert abs(run["total"] - (run["record"] + site["merge_seconds"] + site["site_seconds"])) < 0.05
+    for key, field in (("held_seconds", "held"), ("alone_seconds", "alone"), ("waited_seconds", "waited")):
+        assert abs(run["turns"][key] - sum(v[field] for v in pages.values())) < 0.05
+    assert all(v["alone"] <= v["held"] + 1e-9 for v in pages.values())
+    rep = site["reproducibility"]
+    assert len(site["outside"]) == rep["headlines_with_interval"] - rep["headlines_inside"]
+    assert f"{rep['headlines_inside']} of {rep['headlines_with_interval']} headlines inside" in run["how"]
+
+
+def test_the_site_recording_is_the_shared_turns_and_met_both_bars():
+    # the recording the site shows since the measured scope became the default: d51459d's
+    site = json.loads((ROOT / "docs" / "data" / "shared_turn_site.json").read_text())["site"]
+    rep = site["reproducibility"]
+    assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
+    manifest = json.loads((ROOT / "docs" / "auto_examples" / "recording.json").read_text())
+    commits = {p["commit"][:7] for p in manifest["pages"].values() if p.get("commit")}
+    assert commits == {site["commit"]}, commits

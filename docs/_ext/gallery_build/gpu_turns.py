@@ -4,17 +4,18 @@ The recorder can run several pages at once on one GPU (``--lanes N``), each in i
 Two pages timing at once moved a fifth of the measurements (the measurement studies' "Two lanes
 on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU opens:
 
-- by default (:data:`SCOPE_ENV` unset or ``cell``) each code cell holds the turn **alone**, and so
-  every timed call, check and fresh-process study in it: the site's recordings were made so;
-- with :data:`SCOPE_ENV` ``=measured``, each code cell holds it **shared**, so that the cells of
-  other lanes run beside it (their checks, references, tables and figures), and each **measured
-  block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every timing loop,
-  fresh-process study, interpreter pool, plan build and first call whose wall time a page
-  reports); a lane waiting to measure goes before lanes that ask for a shared turn after it. A
-  page whose own code reads a clock (:func:`reads_a_clock`: the library cannot mark what it
-  times) keeps the cell-wide turn. Its
-  first whole-site recording (254ec0e) took 674 s against 729 s, held the turn alone 441 s, and
-  missed the headline bar; the measurement studies' "Cells that share the turn" has the numbers.
+- by default (:data:`SCOPE_ENV` unset or ``measured``) each code cell holds it **shared**, so
+  that the cells of other lanes run beside it (their checks, references, tables and figures),
+  and each **measured block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every
+  timing loop, fresh-process study, interpreter pool, plan build and first call whose wall time a
+  page reports); a lane waiting to measure goes before lanes that ask for a shared turn after it.
+  A page whose own code reads a clock (:func:`reads_a_clock`: the library cannot mark what it
+  times) keeps the cell-wide turn. Its first whole-site recording (254ec0e) missed the headline
+  bar; its second (d51459d) met both bars and became the site's recording, and the default;
+- with :data:`SCOPE_ENV` ``=cell`` each code cell holds the turn **alone**, and so every timed
+  call, check and fresh-process study in it, as the site's recordings before d51459d's were made.
+
+The measurement studies' "Cells that share the turn" and "The shared turn, again" have the numbers.
 
 A lane sets the turn aside for work that needs the CPU and not the GPU, so that another lane
 measures meanwhile:
@@ -69,9 +70,9 @@ __all__ = [
 TURN_ENV = "CUDNN_GUIDE_GPU_TURN"
 """The lock file the lanes of one GPU share (set by the recorder for each lane's pages)."""
 SCOPE_ENV = "CUDNN_GUIDE_TURN_SCOPE"
-"""``cell`` (the default): every cell holds the turn alone, as the site's recordings were made;
-``measured``: cells hold it shared and measured blocks alone (measurement studies, "Cells that share
-the turn"; its first whole-site recording was faster and missed the headline bar)."""
+"""``measured`` (the default): cells hold the turn shared and measured blocks alone, as the site's recording
+since d51459d's was made; ``cell``: every cell holds it alone, as the recordings before it were made
+(measurement studies, "Cells that share the turn" and "The shared turn, again")."""
 SCOPES = ("cell", "measured")
 """The values :data:`SCOPE_ENV` takes."""
 CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
@@ -86,14 +87,14 @@ ASIDE_CALLERS = ("flash_attn",)
 class Turn:
     """This process's turn on a GPU shared with other lanes: a ``flock`` on ``path``.
 
-    With ``shared_cells`` (:data:`SCOPE_ENV` ``=measured``), a code cell holds the turn
+    With ``shared_cells`` (:data:`SCOPE_ENV` ``measured``, the default), a code cell holds the turn
     *shared*: the cells of other lanes may run meanwhile. Every measured block
     (:func:`cudnn_guide.collector.measuring`: a timing loop, a fresh-process study, a plan build,
     a first call) holds it *exclusively*, so that nothing of another lane runs on the GPU, or on
     the CPU under the turn, while a page measures. A lane that asks for it exclusively is let in
     before any lane that asks for it shared after it (a second lock, ``path + ".gate"``, queues
     them), so measuring does not starve behind a stream of shared cells. Without
-    ``shared_cells`` (the default) every cell holds it exclusively.
+    ``shared_cells`` (:data:`SCOPE_ENV` ``=cell``) every cell holds it exclusively.
 
     :meth:`held` takes the turn for a block (a code cell) unless it is already held;
     :meth:`exclusive` holds it alone for a block; :meth:`aside` gives it up for a block of
@@ -558,7 +559,7 @@ def _holding(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
 
 
 def turn_scope() -> str:
-    """How lanes hold the GPU's turn: :data:`SCOPE_ENV`, ``cell`` when unset.
+    """How lanes hold the GPU's turn: :data:`SCOPE_ENV`, ``measured`` when unset.
 
     Returns
     -------
@@ -574,11 +575,11 @@ def turn_scope() -> str:
     Example
     -------
     >>> turn_scope()
-    'cell'
+    'measured'
     """
-    scope = os.environ.get(SCOPE_ENV, "") or "cell"
+    scope = os.environ.get(SCOPE_ENV, "") or "measured"
     if scope not in SCOPES:
-        raise ValueError(f"{SCOPE_ENV}={scope!r}: expected one of {', '.join(SCOPES)} (unset: cell)")
+        raise ValueError(f"{SCOPE_ENV}={scope!r}: expected one of {', '.join(SCOPES)} (unset: measured)")
     return scope
 
 

@@ -557,12 +557,6 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts
         gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
         lanes, rest = lanes_option(argv[1:])
-        if lanes > 1 and gpu_turns.turn_scope() == "measured":  # not into the site's gallery: a shard, to study
-            raise SystemExit(
-                f"cudnn-guide: {gpu_turns.SCOPE_ENV}=measured records into a shard only (its recordings have "
-                "not met the reproducibility bars): `python -m gallery_build.shards record SHARD_DIR --lanes N "
-                "...`, read by tools/turn_scope_study.py (merge refuses it); or unset it to record the site's pages."
-            )
         names = resolve_pages(
             [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
         )

@@ -541,9 +541,8 @@ def merge(
         No shards; a corrupt, incomplete or linked shard (:func:`read_shard`); a page that is
         not an example here or was recorded from another version of it; two shards claiming one
         page on one GPU model; a shard recorded with other software or package than the gallery
-        (without ``allow_other_environment``), or one recorded with cells sharing the GPU's turn
-        (``CUDNN_GUIDE_TURN_SCOPE=measured``, whose recordings have not met the bars: such a shard is
-        studied where it lies, ``tools/turn_scope_study.py``). Nothing is written then.
+        (without ``allow_other_environment``). Nothing is written then. Shards of either turn scope
+        (:data:`gallery_build.gpu_turns.SCOPES`) merge.
 
     Example
     -------
@@ -553,14 +552,6 @@ def merge(
     if not shard_paths:
         raise ShardError("merge: no shards given (pass the folders written by `record`)")
     shards = sorted((read_shard(p) for p in shard_paths), key=lambda s: (s.gpu, sorted(s.pages), str(s.path)))
-    for shard in shards:
-        if shard.turn_scope == "measured":
-            raise ShardError(
-                f"shard {shard.path}: recorded with {gpu_turns.SCOPE_ENV}=measured (cells sharing the GPU's turn), "
-                "whose recordings have not met the reproducibility bars (measurement studies, 'Cells that share "
-                "the turn'). Fix: record it again with the default scope; to study it, read the shard where it "
-                "lies (tools/turn_scope_study.py). Nothing was merged."
-            )
     examples = {p.name: p for p in sorted(Path(examples_dir).glob("plot_*.py")) if p.is_file() and not p.is_symlink()}
     claims: dict[str, list[Shard]] = {}
     for shard in shards:
