@@ -41,6 +41,8 @@ a few microseconds from one side only. Kernels of a few microseconds are better 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import random
 import statistics
 from collections.abc import Callable, Mapping
@@ -56,6 +58,9 @@ from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_med
 __all__ = [
     "ADAPTIVE_HALF_WIDTH",
     "ADAPTIVE_MIN_ROUNDS",
+    "BUDGET_ENV",
+    "ROUND_BUDGET_MS",
+    "default_round_budget_ms",
     "REWARM",
     "REWARM_CALLS",
     "settled",
@@ -82,6 +87,48 @@ coverage than that. It was 7 until issue 34's timing study (the measurement stud
 beside the turn, and five rounds")."""
 ADAPTIVE_HALF_WIDTH = 0.05
 """A settled interval is no wider than ±5% of its value (the site's headline aim is ±15%)."""
+ROUND_BUDGET_MS = 25.0
+"""What :func:`compare` spends timing one contender in one round, in ms of GPU time with each call's spin
+and flush (a call this long or longer is timed ``min_reps`` times). ``round_budget_ms=`` overrides it
+for one comparison, :data:`BUDGET_ENV` for a whole process (an A/B of the budget on the GPU builder)."""
+BUDGET_ENV = "CUDNN_GUIDE_ROUND_BUDGET_MS"
+"""An environment variable that replaces :data:`ROUND_BUDGET_MS` for every :func:`compare` that does not
+pass its own ``round_budget_ms`` (read at each call): a positive number of milliseconds."""
+
+
+def default_round_budget_ms() -> float:
+    """The round budget of a :func:`compare` that passes none: :data:`BUDGET_ENV` if set, else :data:`ROUND_BUDGET_MS`.
+
+    Returns
+    -------
+    float
+        Milliseconds.
+
+    Raises
+    ------
+    BenchmarkError
+        :data:`BUDGET_ENV` is set to something other than a positive, finite number.
+
+    Example
+    -------
+    >>> default_round_budget_ms()  # CUDNN_GUIDE_ROUND_BUDGET_MS unset
+    25.0
+    """
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return ROUND_BUDGET_MS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise BenchmarkError(
+            f"{BUDGET_ENV}={raw!r} is not a positive number of milliseconds. Fix: set it to one "
+            f"(e.g. {BUDGET_ENV}=12.5), or unset it for the default {ROUND_BUDGET_MS:g} ms"
+        )
+    return value
+
+
 REWARM = True
 """:func:`compare`'s default: warm each contender up in full in its first round only, and re-prime it
 with :data:`REWARM_CALLS` calls in the later ones. ``False``: the full warm-up every round."""
@@ -224,7 +271,7 @@ def compare(
     l2: str,
     rounds: int = 11,
     min_rounds: int | None = None,
-    round_budget_ms: float = 25.0,
+    round_budget_ms: float | None = None,
     flops: float | None = None,
     bytes: float | None = None,
     params: Mapping[str, Any] | None = None,
@@ -251,7 +298,7 @@ def compare(
         comparison stops once every verdict is :func:`settled`; ``min_rounds=rounds`` always runs
         ``rounds``. :attr:`Comparison.rounds` says how many ran, ``rounds_cap`` the cap.
     round_budget_ms
-        Timing budget of one contender in one round.
+        Timing budget of one contender in one round, in ms (default :func:`default_round_budget_ms`).
     flops
         FLOPs per call, for rates.
     bytes
@@ -294,6 +341,10 @@ def compare(
     >>> print(c.describe())
     """
     _check_setup("compare", contenders, candidate, rounds)
+    if round_budget_ms is None:
+        round_budget_ms = default_round_budget_ms()
+    elif not (math.isfinite(round_budget_ms) and round_budget_ms > 0):
+        raise BenchmarkError(f"compare: round_budget_ms={round_budget_ms!r} must be a positive number of milliseconds")
     bench_kwargs.setdefault("warmup_ms", 5.0)
     bench_kwargs.setdefault("min_reps", 5)
 

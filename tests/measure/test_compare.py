@@ -520,3 +520,42 @@ def test_a_long_call_is_re_primed_once_a_round_and_a_short_one_twice(monkeypatch
     assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=bench.LONG_CALL_MS).prime_calls == 1
     assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=bench.LONG_CALL_MS * 0.99).prime_calls == 2
     assert bench.Rewarm(calls=3).prime_calls == 3  # not yet primed: its own count
+
+
+class _BudgetSeen(_FakeGPU):
+    """A :class:`_FakeGPU` that also keeps the budget each measurement was given."""
+
+    def __init__(self, times):
+        super().__init__(times)
+        self.budgets = []
+
+    def __call__(self, fn, *, budget_ms, **kw):
+        self.budgets.append(budget_ms)
+        return super().__call__(fn, budget_ms=budget_ms, **kw)
+
+
+@pytest.mark.parametrize(("env", "passed", "want"), [(None, None, 25.0), ("12.5", None, 12.5), ("12.5", 20.0, 20.0)])
+def test_the_round_budget_comes_from_the_call_then_the_environment_then_the_default(monkeypatch, env, passed, want):
+    times = {"cudnn": 0.080, "torch": 0.100}
+    fake = _BudgetSeen(times)
+    monkeypatch.setattr(compare, "benchmark", fake)
+    if env is None:
+        monkeypatch.delenv(compare.BUDGET_ENV, raising=False)
+    else:
+        monkeypatch.setenv(compare.BUDGET_ENV, env)
+    compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=5, round_budget_ms=passed)
+    assert fake.budgets and set(fake.budgets) == {want}
+    assert compare.ROUND_BUDGET_MS == 25.0
+
+
+@pytest.mark.parametrize("bad", ["fast", "0", "-5", "nan", "inf"])
+def test_a_round_budget_in_the_environment_that_is_not_a_positive_number_is_refused_by_name(monkeypatch, bad):
+    times = {"cudnn": 0.080, "torch": 0.100}
+    fake = _BudgetSeen(times)
+    monkeypatch.setattr(compare, "benchmark", fake)
+    monkeypatch.setenv(compare.BUDGET_ENV, bad)
+    with pytest.raises(BenchmarkError, match=rf"CUDNN_GUIDE_ROUND_BUDGET_MS='{bad}' is not a positive number"):
+        compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=5)
+    assert fake.budgets == []  # refused before anything was timed
+    with pytest.raises(BenchmarkError, match="round_budget_ms=0 must be a positive"):
+        compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=5, round_budget_ms=0)
