@@ -1,0 +1,78 @@
+"""An A/B of compare's round budget: the same pages recorded in one lease with two budgets.
+
+``compare`` times each contender for :data:`~cudnn_guide.measure.compare.ROUND_BUDGET_MS` of GPU time a
+round (each call's spin and flush included); ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaces it for a whole
+recorder call. Recorded on the builder as two shard calls of one warm lease (the same pages, three
+lanes), this tool reads the two shards and their logs and writes, per run: its recorder seconds,
+its pages' timing seconds (the records' ``seconds["timing"]``) and the time held alone; each
+headline beside the committed interval; and the measurements that moved beyond their noise band,
+against the committed recording and between the two runs (``turn_scope_study.ab_study``).
+
+Run from the repository root::
+
+    PYTHONPATH=docs/_ext:.:tools python tools/round_budget_ab.py docs/data/round_budget_ab.json \\
+        --baseline <commit of the committed recording> \\
+        --run "12.5 ms=/tmp/ab/shard_T:/tmp/ab/log_T.txt" --run "25 ms=/tmp/ab/shard_C:/tmp/ab/log_C.txt" \\
+        --about "..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from turn_scope_study import _pairs, _records, ab_study, spent
+
+
+def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[str, Any]:
+    """:func:`turn_scope_study.ab_study` of the runs, with each run's timing seconds over the pages both recorded.
+
+    Parameters
+    ----------
+    runs
+        Run name (its budget) → (its shard's folder, its log), in the order they ran.
+    committed
+        The committed gallery (``docs/auto_examples``).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``ab_study``'s result; each of its ``runs`` also has ``timing`` (seconds, summed over the pages)
+        and ``timing_by_page``.
+
+    Example
+    -------
+    >>> budget_ab({"12.5 ms": (t, log_t), "25 ms": (c, log_c)}, Path("docs/auto_examples"))["runs"]["12.5 ms"]["timing"]
+    """
+    out = ab_study(runs, committed)
+    for name, (shard, _) in runs.items():
+        recs = _records(shard / "auto_examples")
+        by_page = {page: spent(recs[page])["timing"] for page in out["pages"]}
+        out["runs"][name] |= {"timing": round(sum(by_page.values()), 1), "timing_by_page": by_page}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--run", action="append", required=True, help="NAME=SHARD_DIR:LOG, in the order they ran")
+    parser.add_argument("--baseline", required=True, help="the git revision whose gallery the runs are compared with")
+    parser.add_argument("--about", default="")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", args.baseline, "docs/auto_examples"], capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        data = {"about": args.about, "baseline": args.baseline}
+        data |= budget_ab(_pairs(args.run), Path(tmp) / "docs" / "auto_examples")
+    args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
