@@ -64,13 +64,16 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     parser.add_argument("--baseline", required=True, help="the git revision whose gallery the runs are compared with")
     parser.add_argument("--about", default="")
     args = parser.parse_args(argv)
+    runs = _pairs(args.run)
+    if len(args.run) != 2 or len(runs) != 2:
+        raise SystemExit("round_budget_ab: give exactly two --run, with two different names (the budgets)")
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
             ["git", "archive", args.baseline, "docs/auto_examples"], capture_output=True, check=True
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         data = {"about": args.about, "baseline": args.baseline}
-        data |= budget_ab(_pairs(args.run), Path(tmp) / "docs" / "auto_examples")
+        data |= budget_ab(runs, Path(tmp) / "docs" / "auto_examples")
     args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 

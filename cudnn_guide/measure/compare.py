@@ -343,7 +343,11 @@ def compare(
     _check_setup("compare", contenders, candidate, rounds)
     if round_budget_ms is None:
         round_budget_ms = default_round_budget_ms()
-    elif not (math.isfinite(round_budget_ms) and round_budget_ms > 0):
+    elif (
+        isinstance(round_budget_ms, bool)
+        or not isinstance(round_budget_ms, (int, float))
+        or not (math.isfinite(round_budget_ms) and round_budget_ms > 0)
+    ):
         raise BenchmarkError(f"compare: round_budget_ms={round_budget_ms!r} must be a positive number of milliseconds")
     bench_kwargs.setdefault("warmup_ms", 5.0)
     bench_kwargs.setdefault("min_reps", 5)

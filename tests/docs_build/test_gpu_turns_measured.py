@@ -348,7 +348,7 @@ def test_a_page_that_reads_a_clock_keeps_the_cell_wide_turn_under_the_measured_s
 
 
 @pytest.mark.parametrize("scope", ["measured", "cell", ""])
-def test_the_recorder_records_either_scope_into_the_site(tmp_path, scope):
+def test_the_recorder_turns_no_scope_away(tmp_path, scope):
     env = {
         **os.environ,
         gpu_turns.SCOPE_ENV: scope,
@@ -417,3 +417,30 @@ def test_inductors_benchmarks_inside_a_compile_set_aside_give_the_turn_back_afte
 def test_a_clock_imported_by_name_is_a_clock():
     assert gpu_turns.reads_a_clock("from time import perf_counter\nt0 = perf_counter()")
     assert gpu_turns.reads_a_clock("t = time.monotonic_ns()")
+
+
+@pytest.mark.parametrize(
+    ("value", "said"), [("12.5", "records into a shard only"), ("fast", "is not a positive number")]
+)
+def test_the_recorder_keeps_a_round_budget_ab_off_the_site_and_refuses_a_bad_one(tmp_path, value, said):
+    env = {
+        **os.environ,
+        "CUDNN_GUIDE_ROUND_BUDGET_MS": value,
+        "PYTHONPATH": os.pathsep.join([str(EXT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "gallery_build.recording", "record", "plot_01"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and said in done.stderr and "CUDNN_GUIDE_ROUND_BUDGET_MS" in done.stderr, done.stderr
+    shard = subprocess.run(
+        [sys.executable, "-m", "gallery_build.shards", "record", str(tmp_path / "s"), "plot_01"],
+        env={**env, "CUDNN_GUIDE_ROUND_BUDGET_MS": "fast"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shard.returncode != 0 and "is not a positive number" in shard.stderr and not (tmp_path / "s").exists()

@@ -351,3 +351,24 @@ def test_a_shard_names_how_its_lanes_held_the_turn(tmp_path, root):
     b = _scoped(_shard(tmp_path, root, "b", "NVIDIA H200", PAGES[1:2]), "pages")
     with pytest.raises(ShardError, match="turn_scope is not one of cell, measured"):
         shards.read_shard(b)
+
+
+def test_a_shard_recorded_with_another_round_budget_is_refused_and_one_malformed_is_corrupt(tmp_path, root):
+    a = _shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1])
+    manifest = json.loads((a / "shard.json").read_text())
+    (a / "shard.json").write_text(json.dumps({**manifest, "round_budget_ms": 12.5}))
+    assert shards.read_shard(a).round_budget_ms == 12.5
+    _refused(tmp_path, root, [a], rf"shard {a}: recorded with CUDNN_GUIDE_ROUND_BUDGET_MS=12.5 .* Nothing was merged")
+    for bad in (0, -1, "fast", True):
+        (a / "shard.json").write_text(json.dumps({**manifest, "round_budget_ms": bad}))
+        with pytest.raises(ShardError, match="round_budget_ms is not a positive number"):
+            shards.read_shard(a)
+
+
+def test_each_merged_page_keeps_the_turn_scope_its_shard_was_recorded_with(tmp_path, root):
+    a = _scoped(_shard(tmp_path, root, "h200", "NVIDIA H200", PAGES[:1]), "measured")
+    b = _shard(tmp_path, root, "b", "NVIDIA H200", PAGES[1:2])  # one lane: no scope
+    docs = _docs(tmp_path, root, "d")
+    shards.merge([a, b], docs, _examples(tmp_path, root))
+    pages = read_manifest(docs / "auto_examples")["pages"]
+    assert pages[PAGES[0]]["turn_scope"] == "measured" and "turn_scope" not in pages[PAGES[1]]

@@ -117,11 +117,10 @@ def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
     assert f"{rep['headlines_inside']} of {rep['headlines_with_interval']} headlines inside" in run["how"]
 
 
-def test_the_site_recording_is_the_shared_turns_and_met_both_bars():
-    # the recording the site shows since the measured scope became the default: d51459d's
+def test_the_recording_that_made_the_shared_turn_the_default_met_both_bars():
+    # the measured scope became the default on d51459d's whole-site recording (measurement studies,
+    # "The shared turn, again"): the issue's bars are no verdict across and 95% of headlines inside
     site = json.loads((ROOT / "docs" / "data" / "shared_turn_site.json").read_text())["site"]
     rep = site["reproducibility"]
     assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
-    manifest = json.loads((ROOT / "docs" / "auto_examples" / "recording.json").read_text())
-    commits = {p["commit"][:7] for p in manifest["pages"].values() if p.get("commit")}
-    assert commits == {site["commit"]}, commits
+    assert rep["headlines_with_interval"] >= 100  # a whole site's headlines, not a few pages'

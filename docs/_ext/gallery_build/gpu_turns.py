@@ -10,8 +10,8 @@ on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU
   timing loop, fresh-process study, interpreter pool, plan build and first call whose wall time a
   page reports); a lane waiting to measure goes before lanes that ask for a shared turn after it.
   A page whose own code reads a clock (:func:`reads_a_clock`: the library cannot mark what it
-  times) keeps the cell-wide turn. Its first whole-site recording (254ec0e) missed the headline
-  bar; its second (d51459d) met both bars and became the site's recording, and the default;
+  times) keeps the cell-wide turn. This became the default when its second whole-site recording
+  (d51459d) met both bars and became the site's recording; its first (254ec0e) missed one;
 - with :data:`SCOPE_ENV` ``=cell`` each code cell holds the turn **alone**, and so every timed
   call, check and fresh-process study in it, as the site's recordings before d51459d's were made.
 

@@ -176,8 +176,9 @@ def record_examples(
         instead of stopping at the first.
     lanes
         Pages recorded at once on each GPU, taking turns on it (:mod:`gallery_build.gpu_turns`):
-        one page's code cell runs on the GPU at a time, while the others compile, import or
-        run Sphinx. Each lane has its own share of the CPU cores. 1: one page at a time.
+        what a page measures runs with the GPU to itself, while the other pages check, plot,
+        compile, import or run Sphinx beside it (``CUDNN_GUIDE_TURN_SCOPE=cell``: one page's code
+        cell at a time). Each lane has its own share of the CPU cores. 1: one page at a time.
 
     Returns
     -------
@@ -231,6 +232,7 @@ def record_examples(
                     seconds,
                     environment.collect().to_dict(),
                     turn_scope=gpu_turns.turn_scope() if lanes > 1 else None,
+                    round_budget_ms=round_budget_override(),
                 )
             if failure:
                 raise failure
@@ -475,6 +477,34 @@ class LanesError(ValueError):
     """``--lanes`` without a whole number from 1 to :data:`MAX_LANES`."""
 
 
+def round_budget_override() -> float | None:
+    """``compare``'s round budget where ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaces the default (an A/B), else ``None``.
+
+    Returns
+    -------
+    float | None
+        The budget in ms, or ``None`` when the variable is unset or empty.
+
+    Raises
+    ------
+    ValueError
+        The variable is set to something other than a positive number (checked before any page starts).
+
+    Example
+    -------
+    >>> round_budget_override()  # unset: the site's recording uses compare's default
+    """
+    from cudnn_guide.errors import BenchmarkError
+    from cudnn_guide.measure import compare
+
+    if not os.environ.get(compare.BUDGET_ENV, "").strip():
+        return None
+    try:
+        return compare.default_round_budget_ms()
+    except BenchmarkError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def lanes_option(args: list[str]) -> tuple[int, list[str]]:
     """Take ``--lanes N`` (or ``--lanes=N``) out of a command line: (lanes, the other arguments).
 
@@ -557,6 +587,12 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts
         gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
         lanes, rest = lanes_option(argv[1:])
+        if round_budget_override() is not None:  # an A/B of compare's budget: a shard, never the site's pages
+            raise SystemExit(
+                "cudnn-guide: CUDNN_GUIDE_ROUND_BUDGET_MS records into a shard only (an A/B of compare's round "
+                "budget; the site's recording uses the default): `python -m gallery_build.shards record SHARD_DIR "
+                "...`, read by tools/round_budget_ab.py (merge refuses it); or unset it to record the site's pages."
+            )
         names = resolve_pages(
             [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
         )

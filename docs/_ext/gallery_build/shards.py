@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -125,6 +126,8 @@ class Shard:
         self.path, self.environment, self.pages = path, environment, pages
         self.turn_scope = turn_scope
         """How its lanes held the GPU's turn (``cell``, ``measured``), ``None`` for one lane or older shards."""
+        self.round_budget_ms: float | None = None
+        """``compare``'s round budget where ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaced the default, else ``None``."""
         self.package_md5 = package_md5
         """The md5 of the ``cudnn_guide`` that recorded it (``None`` in shards older than this field)."""
         self.files = files or {}
@@ -278,6 +281,7 @@ def write_shard(
     seconds: dict[str, float],
     environment: dict[str, Any],
     turn_scope: str | None = None,
+    round_budget_ms: float | None = None,
 ) -> Path:
     """Copy the pages ``names`` of a recorded gallery, their history lines and a manifest into a shard.
 
@@ -299,6 +303,9 @@ def write_shard(
         The recording machine's environment.
     turn_scope
         How its lanes held the GPU's turn (:func:`gallery_build.gpu_turns.turn_scope`), ``None`` for one lane.
+    round_budget_ms
+        ``compare``'s round budget where ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaced the default (an A/B:
+        :func:`merge` refuses such a shard), else ``None``.
 
     Returns
     -------
@@ -333,6 +340,8 @@ def write_shard(
         "".join(json.dumps(latest[k], separators=(",", ":")) + "\n" for k in sorted(latest)),
     )
     manifest = {"environment": environment, "package_md5": package_md5(), "pages": pages, "turn_scope": turn_scope}
+    if round_budget_ms is not None:
+        manifest["round_budget_ms"] = round_budget_ms
     return datafiles.write_json(shard_dir / SHARD_MANIFEST, manifest, indent=1)
 
 
@@ -392,9 +401,15 @@ def read_shard(path: Path) -> Shard:
         raise _refuse(
             path, f"{manifest_path}: turn_scope is not one of {', '.join(gpu_turns.SCOPES)}", "re-record the shard"
         )
+    budget = data.get("round_budget_ms")
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0
+    ):
+        raise _refuse(path, f"{manifest_path}: round_budget_ms is not a positive number", "re-record the shard")
     shard = Shard(
         path, data["environment"], data["pages"], data.get("package_md5"), files, lines, data.get("turn_scope")
     )
+    shard.round_budget_ms = budget
     for name in sorted(shard.pages):
         _check_page(shard, name)
     stray = [rel for rel in sorted(files) if _owner(rel, [Path(n).stem for n in shard.pages]) is None]
@@ -541,8 +556,9 @@ def merge(
         No shards; a corrupt, incomplete or linked shard (:func:`read_shard`); a page that is
         not an example here or was recorded from another version of it; two shards claiming one
         page on one GPU model; a shard recorded with other software or package than the gallery
-        (without ``allow_other_environment``). Nothing is written then. Shards of either turn scope
-        (:data:`gallery_build.gpu_turns.SCOPES`) merge.
+        (without ``allow_other_environment``), or one recorded with ``CUDNN_GUIDE_ROUND_BUDGET_MS`` set
+        (an A/B). Nothing is written then. Shards of either turn scope
+        (:data:`gallery_build.gpu_turns.SCOPES`) merge, and each page keeps its shard's scope.
 
     Example
     -------
@@ -552,6 +568,14 @@ def merge(
     if not shard_paths:
         raise ShardError("merge: no shards given (pass the folders written by `record`)")
     shards = sorted((read_shard(p) for p in shard_paths), key=lambda s: (s.gpu, sorted(s.pages), str(s.path)))
+    for shard in shards:
+        if shard.round_budget_ms is not None:
+            raise ShardError(
+                f"shard {shard.path}: recorded with CUDNN_GUIDE_ROUND_BUDGET_MS={shard.round_budget_ms:g} (an A/B of "
+                "compare's round budget), not the default the site's recording uses. Fix: record it again without "
+                "that variable; to study it, read the shard where it lies (tools/round_budget_ab.py). "
+                "Nothing was merged."
+            )
     examples = {p.name: p for p in sorted(Path(examples_dir).glob("plot_*.py")) if p.is_file() and not p.is_symlink()}
     claims: dict[str, list[Shard]] = {}
     for shard in shards:
@@ -716,6 +740,8 @@ def _merged_manifest(
             "software": _software(env),
             "package_md5": shard.package_md5,
         }
+        if shard.turn_scope is not None:  # how its lanes held the GPU's turn
+            pages[name]["turn_scope"] = shard.turn_scope
         seconds[name] = shard.pages[name].get("seconds") or 0.0
     by_gpu = {s.gpu: s for s in sorted(shards, key=lambda s: str(s.path))}
     main_gpu = max(sorted(by_gpu), key=lambda g: sum(1 for s in sources.values() if s.gpu == g))
@@ -870,6 +896,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         shard, rest = Path(argv[1]), argv[2:]
         try:
             gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
+            recording.round_budget_override()  # and a bad CUDNN_GUIDE_ROUND_BUDGET_MS
             lanes, rest = recording.lanes_option(rest)
         except (recording.LanesError, ValueError) as exc:
             raise SystemExit(f"cudnn-guide: {exc}") from None
