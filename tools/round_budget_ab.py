@@ -2,7 +2,8 @@
 
 ``compare`` times each contender for :data:`~cudnn_guide.measure.compare.ROUND_BUDGET_MS` of GPU time a
 round (each call's spin and flush included); ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaces it for a whole
-recorder call. Recorded on the builder as two shard calls of one warm lease (the same pages, three
+recorder call, but for a ``compare`` that passes its own ``round_budget_ms`` (plot_04's). Such a shard
+is never merged into the site. Recorded on the builder as two shard calls of one warm lease (the same pages, three
 lanes), this tool reads the two shards and their logs and writes, per run: its recorder seconds,
 its pages' timing seconds (the records' ``seconds["timing"]``) and the time held alone; each
 headline beside the committed interval; and the measurements that moved beyond their noise band,
