@@ -1,0 +1,37 @@
+"""tools/round_budget_ab.py: the committed A/B of compare's round budget is consistent with itself and the tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_ab_counts_what_its_rows_say():
+    ab = json.loads((ROOT / "docs" / "data" / "round_budget_ab.json").read_text())
+    assert len(ab["runs"]) == 2
+    for name, run in ab["runs"].items():
+        assert set(run["timing_by_page"]) == set(ab["pages"])
+        assert abs(run["timing"] - sum(run["timing_by_page"].values())) < 0.05
+        assert run["alone"] <= run["held"] + 1e-9
+        assert ab["outside"][name] == sum(1 for r in ab["headlines"] if not r["low"] <= r[name] <= r["high"])
+
+
+def test_the_tool_refuses_anything_but_two_differently_named_runs(tmp_path):
+    for runs in (["a=x:y"], ["a=x:y", "a=z:w"], ["a=x:y", "b=z:w", "c=u:v"]):
+        args = [a for r in runs for a in ("--run", r)]
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "round_budget_ab.py"), str(tmp_path / "o.json"), "--baseline", "HEAD"]
+            + args,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": f"{ROOT / 'docs' / '_ext'}{os.pathsep}{ROOT / 'tools'}"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0 and "exactly two --run" in done.stderr, done.stderr
+        assert not (tmp_path / "o.json").exists()
