@@ -40,6 +40,8 @@ GALLERY = DOCS / "auto_examples"
 MODE = staleness.docs_mode()
 RECORD_ONLY = os.environ.get(recording.ONLY_ENV, "")  # one example, in this fresh process
 _BUILD_START = time.perf_counter()
+if MODE == "record" and not RECORD_ONLY and DOCS.resolve() == (recording.REPO_ROOT / "docs").resolve():
+    recording.refuse_round_budget_ab("a record-mode build of the site")  # an A/B's budget never records the site
 if not RECORD_ONLY:
     # its GPU name, commits and versions reach every page (footer) and the home page: a manifest of
     # the wrong shape, or with HTML in them, stops the build here (CorruptDataError: file:line, field)

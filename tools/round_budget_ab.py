@@ -3,7 +3,7 @@
 ``compare`` times each contender for :data:`~cudnn_guide.measure.compare.ROUND_BUDGET_MS` of GPU time a
 round (each call's spin and flush included); ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaces it for a whole
 recorder call, but for a ``compare`` that passes its own ``round_budget_ms`` (plot_04's). Such a shard
-is never merged into the site. Recorded on the builder as two shard calls of one warm lease (the same pages, three
+is never merged into the site. Recorded on the builder as two shard recordings in one lease (the same pages, three
 lanes), this tool reads the two shards and their logs and writes, per run: its recorder seconds,
 its pages' timing seconds (the records' ``seconds["timing"]``) and the time held alone; each
 headline beside the committed interval; and the measurements that moved beyond their noise band,
@@ -43,18 +43,26 @@ def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[st
     Returns
     -------
     dict[str, Any]
-        ``ab_study``'s result; each of its ``runs`` also has ``timing`` (seconds, summed over the pages)
-        and ``timing_by_page``.
+        ``ab_study``'s result; each of its ``runs`` also has ``round_budget_ms`` (from its ``shard.json``;
+        the default where none is kept), ``timing`` (seconds, summed over the pages) and ``timing_by_page``.
 
     Example
     -------
     >>> budget_ab({"12.5 ms": (t, log_t), "25 ms": (c, log_c)}, Path("docs/auto_examples"))["runs"]["12.5 ms"]["timing"]
     """
+    from cudnn_guide.measure.compare import ROUND_BUDGET_MS
+
     out = ab_study(runs, committed)
     for name, (shard, _) in runs.items():
         recs = _records(shard / "auto_examples")
         by_page = {page: spent(recs[page])["timing"] for page in out["pages"]}
-        out["runs"][name] |= {"timing": round(sum(by_page.values()), 1), "timing_by_page": by_page}
+        manifest = json.loads((shard / "shard.json").read_text())
+        budget = manifest.get("round_budget_ms") or ROUND_BUDGET_MS  # none kept: the default
+        out["runs"][name] |= {
+            "round_budget_ms": budget,
+            "timing": round(sum(by_page.values()), 1),
+            "timing_by_page": by_page,
+        }
     return out
 
 

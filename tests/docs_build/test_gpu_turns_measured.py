@@ -350,7 +350,7 @@ def test_a_page_that_reads_a_clock_keeps_the_cell_wide_turn_under_the_measured_s
 @pytest.mark.parametrize("scope", ["measured", "cell", ""])
 def test_the_recorder_turns_no_scope_away(tmp_path, scope):
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "CUDNN_GUIDE_ROUND_BUDGET_MS"},
         gpu_turns.SCOPE_ENV: scope,
         "PYTHONPATH": os.pathsep.join([str(EXT), os.environ.get("PYTHONPATH", "")]),
     }
@@ -444,3 +444,23 @@ def test_the_recorder_keeps_a_round_budget_ab_off_the_site_and_refuses_a_bad_one
         timeout=120,
     )
     assert shard.returncode != 0 and "is not a positive number" in shard.stderr and not (tmp_path / "s").exists()
+
+
+def test_recording_the_site_by_any_road_refuses_a_round_budget_ab(monkeypatch, tmp_path):
+    from gallery_build import recording
+
+    monkeypatch.setenv("CUDNN_GUIDE_ROUND_BUDGET_MS", "12.5")
+    root = recording.REPO_ROOT
+    with pytest.raises(SystemExit, match="records into a shard only"):  # nox -s docs, or a direct call
+        recording.record_examples(root / "docs", root / "examples", root / "docs" / "auto_examples", names=["plot_01"])
+    env = {**os.environ, "CUDNN_GUIDE_ROUND_BUDGET_MS": "12.5", "CUDNN_GUIDE_DOCS_MODE": "record"}
+    env["PYTHONPATH"] = os.pathsep.join([str(EXT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(  # a plain record-mode Sphinx build of the site reads conf.py first
+        [sys.executable, "-c", f"import runpy; runpy.run_path({str(root / 'docs' / 'conf.py')!r})"],
+        cwd=root / "docs",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "a record-mode build of the site" in done.stderr, done.stderr

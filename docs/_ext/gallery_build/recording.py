@@ -204,6 +204,8 @@ def record_examples(
 
     from cudnn_guide import environment
 
+    if shard is None and Path(docs_dir).resolve() == (REPO_ROOT / "docs").resolve():
+        refuse_round_budget_ab("recording the site's pages")  # nox -s docs, or a direct call
     if names:  # page numbers and stems too; an unknown one stops the run before anything starts
         names = resolve_pages(names, [s.name for s in Path(examples_dir).glob("plot_*.py")])
     if shard is not None:  # record into a private copy of the gallery and history, then keep the pages as a shard
@@ -218,7 +220,13 @@ def record_examples(
             failure = None
             try:
                 seconds = record_examples(
-                    work_docs, examples_dir, work_docs / GALLERY_NAME, names=names, gpus=gpus, lanes=lanes
+                    work_docs,
+                    examples_dir,
+                    work_docs / GALLERY_NAME,
+                    names=names,
+                    gpus=gpus,
+                    keep_going=keep_going,
+                    lanes=lanes,
                 )
             except RuntimeError as exc:
                 failure, seconds = exc, _recorded_in(work_docs / GALLERY_NAME)
@@ -505,6 +513,35 @@ def round_budget_override() -> float | None:
         raise ValueError(str(exc)) from None
 
 
+def refuse_round_budget_ab(what: str) -> None:
+    """Stop ``what`` (a recording of the site's own pages) when ``CUDNN_GUIDE_ROUND_BUDGET_MS`` is set.
+
+    An A/B of ``compare``'s round budget records into a shard only, which merge refuses: the site's
+    recording uses the default.
+
+    Parameters
+    ----------
+    what
+        What would have recorded the site, for the message.
+
+    Raises
+    ------
+    SystemExit
+        The variable is set (a bad value: :func:`round_budget_override`'s ``ValueError``).
+
+    Example
+    -------
+    >>> refuse_round_budget_ab("nox -s docs")  # unset: nothing happens
+    """
+    if round_budget_override() is not None:
+        raise SystemExit(
+            f"cudnn-guide: {what} with CUDNN_GUIDE_ROUND_BUDGET_MS set: it records into a shard only (an A/B of "
+            "compare's round budget; the site's recording uses the default): `python -m gallery_build.shards "
+            "record SHARD_DIR ...`, read by tools/round_budget_ab.py (merge refuses it); or unset it to record "
+            "the site's pages."
+        )
+
+
 def lanes_option(args: list[str]) -> tuple[int, list[str]]:
     """Take ``--lanes N`` (or ``--lanes=N``) out of a command line: (lanes, the other arguments).
 
@@ -587,12 +624,7 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     try:  # page numbers and stems too; an unknown one lists the valid pages before anything starts
         gpu_turns.turn_scope()  # a bad CUDNN_GUIDE_TURN_SCOPE stops here, not in every page
         lanes, rest = lanes_option(argv[1:])
-        if round_budget_override() is not None:  # an A/B of compare's budget: a shard, never the site's pages
-            raise SystemExit(
-                "cudnn-guide: CUDNN_GUIDE_ROUND_BUDGET_MS records into a shard only (an A/B of compare's round "
-                "budget; the site's recording uses the default): `python -m gallery_build.shards record SHARD_DIR "
-                "...`, read by tools/round_budget_ab.py (merge refuses it); or unset it to record the site's pages."
-            )
+        refuse_round_budget_ab("recording the site's pages")  # an A/B of compare's budget: a shard only
         names = resolve_pages(
             [a for a in rest if a != "--keep-going"], [p.name for p in (root / "examples").glob("plot_*.py")]
         )

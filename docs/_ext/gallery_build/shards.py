@@ -911,10 +911,12 @@ def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
             keep_going=keep_going,
             lanes=lanes,
         )
-        print(
-            f"cudnn-guide: shard {shard}: {len(seconds)} page(s); merge it with "
-            f"`python -m gallery_build.shards merge {shard} ...`"
+        then = (
+            "an A/B of compare's round budget, never merged: read it with tools/round_budget_ab.py"
+            if recording.round_budget_override() is not None
+            else f"merge it with `python -m gallery_build.shards merge {shard} ...`"
         )
+        print(f"cudnn-guide: shard {shard}: {len(seconds)} page(s); {then}")
         return
     raise SystemExit(_USAGE)
 
