@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gallery_build.shards import read_shard
 from turn_scope_study import _pairs, _records, ab_study, spent
 
 
@@ -56,8 +57,7 @@ def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[st
     for name, (shard, _) in runs.items():
         recs = _records(shard / "auto_examples")
         by_page = {page: spent(recs[page])["timing"] for page in out["pages"]}
-        manifest = json.loads((shard / "shard.json").read_text())
-        budget = manifest.get("round_budget_ms") or ROUND_BUDGET_MS  # none kept: the default
+        budget = read_shard(shard).round_budget_ms or ROUND_BUDGET_MS  # none kept: the default
         out["runs"][name] |= {
             "round_budget_ms": budget,
             "timing": round(sum(by_page.values()), 1),

@@ -122,11 +122,12 @@ class Shard:
         files: dict[str, bytes] | None = None,
         history_lines: list[dict[str, Any]] | None = None,
         turn_scope: str | None = None,
+        round_budget_ms: float | None = None,
     ) -> None:
         self.path, self.environment, self.pages = path, environment, pages
         self.turn_scope = turn_scope
         """How its lanes held the GPU's turn (``cell``, ``measured``), ``None`` for one lane or older shards."""
-        self.round_budget_ms: float | None = None
+        self.round_budget_ms = round_budget_ms
         """``compare``'s round budget where ``CUDNN_GUIDE_ROUND_BUDGET_MS`` replaced the default, else ``None``."""
         self.package_md5 = package_md5
         """The md5 of the ``cudnn_guide`` that recorded it (``None`` in shards older than this field)."""
@@ -407,9 +408,8 @@ def read_shard(path: Path) -> Shard:
     ):
         raise _refuse(path, f"{manifest_path}: round_budget_ms is not a positive number", "re-record the shard")
     shard = Shard(
-        path, data["environment"], data["pages"], data.get("package_md5"), files, lines, data.get("turn_scope")
+        path, data["environment"], data["pages"], data.get("package_md5"), files, lines, data.get("turn_scope"), budget
     )
-    shard.round_budget_ms = budget
     for name in sorted(shard.pages):
         _check_page(shard, name)
     stray = [rel for rel in sorted(files) if _owner(rel, [Path(n).stem for n in shard.pages]) is None]
