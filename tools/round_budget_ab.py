@@ -14,13 +14,18 @@ Run from the repository root::
     PYTHONPATH=docs/_ext:.:tools python tools/round_budget_ab.py docs/data/round_budget_ab.json \\
         --baseline <commit of the committed recording> \\
         --run "12.5 ms=/tmp/ab/shard_T:/tmp/ab/log_T.txt" --run "25 ms=/tmp/ab/shard_C:/tmp/ab/log_C.txt" \\
-        --about "..."
+        --default-ms 25 --about "..."
+
+A shard keeps its budget only where the variable replaced the default; ``--default-ms`` is the default
+at the commit the runs recorded (25 ms until issue 34 made it 12.5 ms; the tool's own default is
+today's).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -31,7 +36,7 @@ from gallery_build.shards import read_shard
 from turn_scope_study import _pairs, _records, ab_study, spent
 
 
-def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[str, Any]:
+def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path, default_ms: float) -> dict[str, Any]:
     """:func:`turn_scope_study.ab_study` of the runs, with each run's timing seconds over the pages both recorded.
 
     Parameters
@@ -40,24 +45,24 @@ def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path) -> dict[st
         Run name (its budget) → (its shard's folder, its log), in the order they ran.
     committed
         The committed gallery (``docs/auto_examples``).
+    default_ms
+        ``compare``'s default budget at the commit the runs recorded: a shard that kept none used it.
 
     Returns
     -------
     dict[str, Any]
         ``ab_study``'s result; each of its ``runs`` also has ``round_budget_ms`` (from its ``shard.json``;
-        the default where none is kept), ``timing`` (seconds, summed over the pages) and ``timing_by_page``.
+        ``default_ms`` where none is kept), ``timing`` (seconds, summed over the pages) and ``timing_by_page``.
 
     Example
     -------
-    >>> budget_ab({"12.5 ms": (t, log_t), "25 ms": (c, log_c)}, Path("docs/auto_examples"))["runs"]["12.5 ms"]["timing"]
+    >>> budget_ab({"12.5 ms": (t, log_t), "25 ms": (c, log_c)}, Path("docs/auto_examples"), 25.0)["runs"]["12.5 ms"]
     """
-    from cudnn_guide.measure.compare import ROUND_BUDGET_MS
-
     out = ab_study(runs, committed)
     for name, (shard, _) in runs.items():
         recs = _records(shard / "auto_examples")
         by_page = {page: spent(recs[page])["timing"] for page in out["pages"]}
-        budget = read_shard(shard).round_budget_ms or ROUND_BUDGET_MS  # none kept: the default
+        budget = read_shard(shard).round_budget_ms or default_ms  # none kept: the default of its commit
         out["runs"][name] |= {
             "round_budget_ms": budget,
             "timing": round(sum(by_page.values()), 1),
@@ -72,7 +77,19 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     parser.add_argument("--run", action="append", required=True, help="NAME=SHARD_DIR:LOG, in the order they ran")
     parser.add_argument("--baseline", required=True, help="the git revision whose gallery the runs are compared with")
     parser.add_argument("--about", default="")
+    parser.add_argument(
+        "--default-ms",
+        type=float,
+        default=None,
+        help="compare's default round budget at the runs' commit (default: today's ROUND_BUDGET_MS)",
+    )
     args = parser.parse_args(argv)
+    if args.default_ms is None:
+        from cudnn_guide.measure.compare import ROUND_BUDGET_MS
+
+        args.default_ms = ROUND_BUDGET_MS
+    if not (math.isfinite(args.default_ms) and args.default_ms > 0):
+        raise SystemExit("round_budget_ab: --default-ms must be a positive number of milliseconds")
     runs = _pairs(args.run)
     if len(args.run) != 2 or len(runs) != 2:
         raise SystemExit("round_budget_ab: give exactly two --run, with two different names (the budgets)")
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         data = {"about": args.about, "baseline": args.baseline}
-        data |= budget_ab(runs, Path(tmp) / "docs" / "auto_examples")
+        data |= budget_ab(runs, Path(tmp) / "docs" / "auto_examples", args.default_ms)
     args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 

@@ -459,17 +459,18 @@ def _untimed_per_timing(log):
 
 def test_a_contender_warms_up_in_full_in_its_first_round_only(monkeypatch):
     # 1 ms calls: the first-call check (1), the warm-up of warmup_ms=5 in doubling batches (1 + 2 + 4),
-    # and in its first round the host time (one call per timed call, at most 20: 9 here) - then 2 calls a round
+    # and in its first round the host time (one call per timed call, at most 20: 5 here, min_reps within the
+    # default 12.5 ms budget) - then 2 calls a round
     gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
     contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
     c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
     untimed = _untimed_per_timing(gpu.log)
     # the candidate runs twice a round (its repeat: its own first round, no host time)
-    assert untimed["torch"] == [1 + 7 + 9] + [compare.REWARM_CALLS] * 4
-    assert sorted(untimed["cudnn"][:2]) == [1 + 7, 1 + 7 + 9] and untimed["cudnn"][2:] == [compare.REWARM_CALLS] * 8
+    assert untimed["torch"] == [1 + 7 + 5] + [compare.REWARM_CALLS] * 4
+    assert sorted(untimed["cudnn"][:2]) == [1 + 7, 1 + 7 + 5] and untimed["cudnn"][2:] == [compare.REWARM_CALLS] * 8
     # what each round times is unchanged: the same number of calls every round, sized from the first warm-up
-    assert {reps for _, reps in gpu.reps} == {9}
-    assert [len(c.measurements[n].samples_ms) for n in contenders] == [45, 45]
+    assert {reps for _, reps in gpu.reps} == {5}
+    assert [len(c.measurements[n].samples_ms) for n in contenders] == [25, 25]
     assert c.rounds == 5 and c.versus["torch"]["verdict"] == "tie"
 
 
@@ -477,11 +478,11 @@ def test_rewarm_off_gives_every_round_the_full_warm_up(monkeypatch):
     gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
     contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
     compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, rewarm=False, wall_clock=False)
-    assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 9] + [1 + 7] * 4
+    assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 5] + [1 + 7] * 4
     gpu.log.clear()
     monkeypatch.setattr(compare, "REWARM", False)  # the module-wide switch, for an A/B of whole pages
     compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
-    assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 9] + [1 + 7] * 4
+    assert _untimed_per_timing(gpu.log)["torch"] == [1 + 7 + 5] + [1 + 7] * 4
 
 
 def test_a_long_call_is_re_primed_with_one_call_not_a_warm_up(monkeypatch):
@@ -534,7 +535,7 @@ class _BudgetSeen(_FakeGPU):
         return super().__call__(fn, budget_ms=budget_ms, **kw)
 
 
-@pytest.mark.parametrize(("env", "passed", "want"), [(None, None, 25.0), ("12.5", None, 12.5), ("12.5", 20.0, 20.0)])
+@pytest.mark.parametrize(("env", "passed", "want"), [(None, None, 12.5), ("25", None, 25.0), ("25", 20.0, 20.0)])
 def test_the_round_budget_comes_from_the_call_then_the_environment_then_the_default(monkeypatch, env, passed, want):
     times = {"cudnn": 0.080, "torch": 0.100}
     fake = _BudgetSeen(times)

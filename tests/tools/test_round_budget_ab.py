@@ -35,3 +35,18 @@ def test_the_tool_refuses_anything_but_two_differently_named_runs(tmp_path):
         )
         assert done.returncode != 0 and "exactly two --run" in done.stderr, done.stderr
         assert not (tmp_path / "o.json").exists()
+
+
+def test_the_tool_refuses_a_default_budget_that_is_not_a_positive_number(tmp_path):
+    for bad in ("0", "-25", "nan", "inf"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "round_budget_ab.py"), str(tmp_path / "o.json"), "--baseline", "HEAD"]
+            + ["--run", "a=x:y", "--run", "b=z:w", "--default-ms", bad],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": f"{ROOT / 'docs' / '_ext'}{os.pathsep}{ROOT / 'tools'}{os.pathsep}{ROOT}"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0 and "--default-ms must be a positive number" in done.stderr, done.stderr
+        assert not (tmp_path / "o.json").exists()
