@@ -157,3 +157,45 @@ def test_recording_help_prints_the_usage_and_records_nothing(argv, capsys, monke
     monkeypatch.setattr(recording, "stop_on_sigterm", lambda: None)
     recording._main(argv)
     assert capsys.readouterr().out.startswith("usage: python -m gallery_build.recording record")
+
+
+def test_a_traced_page_in_lanes_writes_every_turn_it_held(tmp_path, monkeypatch):
+    import sys
+
+    import sphinx.cmd.build
+    from gallery_build import gpu_turns
+
+    from cudnn_guide import collector
+
+    for var in (*staging.COLD_CACHES, recording.MODE_ENV, recording.ONLY_ENV, recording.PROFILE_ENV):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.setenv(gpu_turns.TURN_ENV, str(tmp_path / "gpu-0.turn"))
+    monkeypatch.setenv(gpu_turns.SCOPE_ENV, "measured")
+    monkeypatch.setenv(gpu_turns.TRACE_ENV, str(tmp_path / "trace"))
+    monkeypatch.setattr(gpu_turns, "_CURRENT", None)
+    monkeypatch.setattr(gpu_turns, "pin_to_lane_cpus", lambda: None)
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+
+    def fake_build(args):
+        turn = gpu_turns.current()
+        with turn.held():  # a cell: shared, then a measured block alone inside it
+            with turn.exclusive():
+                pass
+        return 0
+
+    monkeypatch.setattr(sphinx.cmd.build, "build_main", fake_build)
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "plot_42_probe.py").write_text("x = 1\n")  # reads no clock: cells share the turn
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # install's import hooks end with the test
+    try:
+        done = recording._build_one_example(str(tmp_path / "docs"), str(tmp_path / "out"), "plot_42_probe.py")
+    finally:
+        collector.hold_while_measuring(None)  # install's holder, too
+    assert done[0] == 0
+    trace = json.loads((tmp_path / "trace" / "plot_42_probe.turns.json").read_text())
+    assert trace["page"] == "plot_42_probe.py"
+    assert [t["mode"] for t in trace["turns"]] == ["shared", "exclusive", "shared"]
+    for t in trace["turns"]:
+        assert t["asked"] <= t["taken"] <= t["given"]
+    assert all(a["given"] <= b["taken"] for a, b in zip(trace["turns"], trace["turns"][1:]))

@@ -51,6 +51,7 @@ __all__ = [
     "TURN_ENV",
     "SCOPE_ENV",
     "SCOPES",
+    "TRACE_ENV",
     "turn_scope",
     "CLOCK_CALLS",
     "is_clock_call",
@@ -75,6 +76,10 @@ since d51459d's was made; ``cell``: every cell holds it alone, as the recordings
 (measurement studies, "Cells that share the turn" and "The shared turn, again")."""
 SCOPES = ("cell", "measured")
 """The values :data:`SCOPE_ENV` takes."""
+TRACE_ENV = "CUDNN_GUIDE_TURN_TRACE"
+"""A folder: each page recorded in lanes writes there ``<page>.turns.json``, every turn it held (how, and
+when it was asked for, taken and given up, in Unix seconds), so that a recording's timeline can be
+studied (which lane held the GPU, shared or alone, while another waited)."""
 CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
 """The CPU cores of this lane, e.g. ``0-4``."""
 ASIDE_IMPORTS = ("flash_attn",)
@@ -137,6 +142,9 @@ class Turn:
         self.compile_waits = 0.0
         self.turns = 0
         self._since = 0.0
+        self._asked = 0.0
+        self.trace: list[tuple[str, float, float, float]] = []
+        """Every turn held: ``(mode, asked, taken, given up)``, in Unix seconds (:data:`TRACE_ENV`)."""
 
     @property
     def holding(self) -> bool:
@@ -170,6 +178,7 @@ class Turn:
         else:
             fcntl.flock(self._open(), fcntl.LOCK_EX)
         self._since = time.perf_counter()
+        self._asked = time.time() - (self._since - t0)
         self.waited += self._since - t0
         self.mode, self.turns = mode, self.turns + 1
 
@@ -180,6 +189,8 @@ class Turn:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self.mode is not None:
             seconds = time.perf_counter() - self._since
+            now = time.time()
+            self.trace.append((self.mode, self._asked, now - seconds, now))
             self.held_seconds += seconds
             if self.mode == "exclusive":
                 self.exclusive_seconds += seconds
