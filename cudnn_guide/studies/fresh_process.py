@@ -11,7 +11,11 @@ call**: they import the ``preload`` modules concurrently (a few seconds in all, 
 host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` hands the next
 one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
 interpreter, with its imports done but nothing else; and no interpreter imports while another
-one measures.
+one measures. Importing needs no GPU: while a page recorded in lanes waits for its pool's
+imports, its GPU turn is set aside (:func:`~cudnn_guide.collector.cpu_only`), so pages beside it
+may measure meanwhile, each lane on its own CPU cores; from the first call on, the pool holds the
+turn alone until it closes. Its ``start_seconds`` (how long the imports took) is then taken while
+those pages work beside it.
 
 Why not fork children from one pre-imported server, which is cheaper still? That was tried: in a
 control, forked children loaded a saved cuDNN plan faster than a new interpreter, a difference
@@ -197,14 +201,9 @@ class InterpreterPool:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
         self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
         self.exit_fast = exit_fast
-        self._alone = contextlib.ExitStack()  # its interpreters import while no other page measures
-        self._alone.enter_context(collector.measuring())
+        self._alone = contextlib.ExitStack()  # a measuring block, from the interpreters' readiness to close
         self._t0 = time.perf_counter()
-        try:
-            self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
-        except BaseException:
-            self._alone.close()
-            raise
+        self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
         self.start_seconds: float | None = None
         """Wall time from creating the pool until all its interpreters were ready."""
 
@@ -233,7 +232,10 @@ class InterpreterPool:
     def wait_ready(self) -> None:
         """Wait until every interpreter has finished its imports (the first :meth:`run` waits too).
 
-        All start together; waiting for all means none imports during a measured call.
+        All start together; waiting for all means none imports during a measured call. The wait is
+        CPU-only work (:func:`~cudnn_guide.collector.cpu_only`: pages recorded beside this one may use
+        the GPU meanwhile, each lane on its own cores); from its end until :meth:`close`, the pool is
+        one measuring block.
 
         Raises
         ------
@@ -245,12 +247,14 @@ class InterpreterPool:
         >>> with InterpreterPool(4, preload=["torch"]) as pool:
         ...     pool.wait_ready()  # before anything else on this machine is timed
         """
-        for interp in self._idle:
-            interp.wait_ready(self.ready_timeout)
-        if self.start_seconds is None:
-            self.start_seconds = time.perf_counter() - self._t0
+        if self.start_seconds is not None:
+            return
+        with collector.cpu_only():
+            for interp in self._idle:
+                interp.wait_ready(self.ready_timeout)
+        self.start_seconds = time.perf_counter() - self._t0
+        self._alone.enter_context(collector.measuring())
 
-    @collector.spending("fresh processes")
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
         """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.
 
@@ -297,7 +301,13 @@ class InterpreterPool:
             raise FreshProcessError(
                 what, "this InterpreterPool has no interpreter left: make it as large as the number of calls"
             )
-        self.wait_ready()
+        self.wait_ready()  # outside the spending block: the imports are not the study's time
+        return self._call(what, fn, args, kwargs, timeout)
+
+    @collector.spending("fresh processes")
+    def _call(
+        self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+    ) -> FreshResult:
         interp = self._idle.pop(0)
         payload = pickle.dumps((fn, args, kwargs))
         t_asked, t0 = time.time(), time.perf_counter()

@@ -205,24 +205,43 @@ def test_the_recorder_refuses_an_unknown_scope_before_any_page_starts(tmp_path, 
     assert not (tmp_path / "shard").exists()
 
 
-def test_an_interpreter_pool_is_a_measured_block_for_its_whole_life():
-    entered: list[str] = []
+def test_an_interpreter_pools_imports_set_the_turn_aside_and_its_runs_are_one_measured_block():
+    events: list[str] = []
 
     class Holder:
         def __enter__(self) -> None:
-            entered.append("in")
+            events.append("alone in")
 
         def __exit__(self, *exc: object) -> None:
-            entered.append("out")
+            events.append("alone out")
+
+    class Aside:
+        def __enter__(self) -> None:
+            events.append("aside in")
+
+        def __exit__(self, *exc: object) -> None:
+            events.append("aside out")
 
     collector.hold_while_measuring(Holder)
+    collector.set_aside_with(Aside)
     try:
-        with fresh_process.InterpreterPool(1, preload=()) as pool:
-            assert collector.measuring_now() and entered == ["in"]  # its interpreters start alone
+        with fresh_process.InterpreterPool(2, preload=()) as pool:
+            assert not collector.measuring_now() and events == []  # started: they import, nothing held yet
             assert pool.run(os.getpid).value != os.getpid()
-        assert not collector.measuring_now() and entered == ["in", "out"]
+            # the wait for their imports set the turn aside; the runs hold it alone until the pool closes
+            assert events == ["aside in", "aside out", "alone in"] and collector.measuring_now()
+            assert pool.start_seconds is not None
+            pool.run(os.getpid)
+            assert events == ["aside in", "aside out", "alone in"]
+        assert not collector.measuring_now() and events == ["aside in", "aside out", "alone in", "alone out"]
+        events.clear()
+        with collector.measuring():  # inside a measured block the wait is part of it: nothing set aside
+            with fresh_process.InterpreterPool(1, preload=()) as pool:
+                pool.run(os.getpid)
+        assert events == ["alone in", "alone out"]
     finally:
         collector.hold_while_measuring(None)
+        collector.set_aside_with(None)
 
 
 MARKS = ("measuring", "spending")
@@ -232,8 +251,8 @@ CLOCKS_ELSEWHERE = {
     ("studies/interpreter.py", "_read_exact"): "a deadline, not a measurement",
     ("studies/interpreter.py", "receive"): "a deadline, not a measurement",
     ("studies/interpreter.py", "worker_main"): "runs in a fresh interpreter, which holds no turn",
-    ("studies/fresh_process.py", "__init__"): "an InterpreterPool's life is a measured block",
-    ("studies/fresh_process.py", "wait_ready"): "an InterpreterPool's life is a measured block",
+    ("studies/fresh_process.py", "__init__"): "the pool's start time: its interpreters import aside, not measured",
+    ("studies/fresh_process.py", "wait_ready"): "the pool's start time: its interpreters import aside, not measured",
 }
 
 
