@@ -134,12 +134,15 @@ def dynamo_callbacks():
     handler.start_callbacks[:], handler.end_callbacks[:] = start, end
 
 
-def test_flash_attn_imports_and_compiles_aside_while_cudnns_cute_compiles_keep_the_turn(
+def test_cute_compiles_and_flash_attn_imports_set_the_turn_aside_by_caller_and_scope(
     tmp_path, monkeypatch, dynamo_callbacks
 ):
-    """Stand-in ``cutlass`` and ``flash_attn`` packages: FA4's import and its ``cute.compile`` calls run
-    with the turn set aside; ``cutlass``'s import and a compile called from elsewhere (cuDNN's engines,
-    inside a build a page times) keep it; inside a measured block nothing is set aside."""
+    from cudnn_guide import collector
+
+    """Stand-in ``cutlass``, ``flash_attn`` and ``cudnn`` packages: FA4's import and its ``cute.compile``
+    calls run with the turn set aside; ``cutlass``'s import and a compile called from elsewhere keep it;
+    cuDNN's compiles are set aside where cells share the turn, not in a page that reads a clock; inside
+    a measured block nothing is set aside."""
     site = tmp_path / "site"
     (site / "cutlass").mkdir(parents=True)
     (site / "flash_attn").mkdir()
@@ -155,6 +158,10 @@ def test_flash_attn_imports_and_compiles_aside_while_cudnns_cute_compiles_keep_t
         "        return lambda fn: (fn, option, g.current().holding)\n"
         "compile = _Compile()\n"
     )
+    (site / "cudnn").mkdir()
+    (site / "cudnn" / "__init__.py").write_text(
+        "import cutlass.cute as cute\ndef build(fn):\n    return cute.compile(fn)\n"
+    )
     (site / "flash_attn" / "__init__.py").write_text(
         "import gallery_build.gpu_turns as g\n"
         "HELD_AT_IMPORT = g.current().holding\n"
@@ -165,6 +172,7 @@ def test_flash_attn_imports_and_compiles_aside_while_cudnns_cute_compiles_keep_t
         "    return cute.compile[option](fn)\n"
     )
     monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "cudnn", raising=False)  # the stand-in, not the frontend
     monkeypatch.setattr(gpu_turns, "_CURRENT", None)
     finders = list(sys.meta_path)
     try:
@@ -178,14 +186,32 @@ def test_flash_attn_imports_and_compiles_aside_while_cudnns_cute_compiles_keep_t
             assert flash_attn.build_with("opt", "kernel") == ("kernel", "opt", False)  # cute.compile[...] too
             cute = importlib.import_module("cutlass.cute")
             assert cute.compile("kernel") == ("kernel", True)  # called from elsewhere: keeps the turn
+            cudnn = importlib.import_module("cudnn")
+            assert turn.shared_cells and cudnn.build("kernel") == ("kernel", False)  # cells share: aside
             from cudnn_guide import collector
 
             with collector.spending("timing"):  # a measured block: nothing set aside
                 assert flash_attn.build("kernel") == ("kernel", True)
+                assert cudnn.build("kernel") == ("kernel", True)
             assert turn.holding  # and the turn is back after each
+        # a new page's process: a page that reads a clock, whose cuDNN compiles keep its cell-wide turn
+        monkeypatch.setattr(gpu_turns, "_CURRENT", None)
+        sys.meta_path[:] = finders
+        for name in ("cutlass", "cutlass.cute", "flash_attn", "cudnn"):
+            sys.modules.pop(name, None)
+        clocked = gpu_turns.install(str(tmp_path / "gpu-1.turn"), page_reads_a_clock=True)
+        assert not clocked.shared_cells
+        with clocked.held():
+            cudnn = importlib.import_module("cudnn")
+            flash_attn = importlib.import_module("flash_attn")
+            assert cudnn.build("kernel") == ("kernel", True)
+            assert flash_attn.build("kernel") == ("kernel", False)  # FA4's compile: aside all the same
+            assert clocked.holding
     finally:
         sys.meta_path[:] = finders
-        for name in ("cutlass", "cutlass.cute", "flash_attn"):
+        collector.hold_while_measuring(None)
+        collector.set_aside_with(None)
+        for name in ("cutlass", "cutlass.cute", "flash_attn", "cudnn"):
             sys.modules.pop(name, None)
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "CPUS_ENV",
     "ASIDE_IMPORTS",
     "ASIDE_CALLERS",
+    "SHARED_ASIDE_CALLERS",
     "COMPILE_TRIGGERS",
     "Turn",
     "lane_cpus",
@@ -86,7 +87,10 @@ ASIDE_IMPORTS = ("flash_attn",)
 """Packages whose import runs with the turn set aside: Python, seconds, no GPU work (not ``cutlass``:
 cuDNN's own engines import it inside ``build_plans``, which pages time)."""
 ASIDE_CALLERS = ("flash_attn",)
-"""Packages whose ``cute.compile`` calls set the turn aside (not ``cudnn``: see :func:`_cute_aside`)."""
+"""Packages whose ``cute.compile`` calls set the turn aside."""
+SHARED_ASIDE_CALLERS = ("cudnn",)
+"""Packages whose ``cute.compile`` calls set the turn aside only in a page whose cells share it (see
+:func:`_cute_aside`)."""
 
 
 class Turn:
@@ -477,8 +481,9 @@ class _AsideCall:
         self._fn, self._turn = fn, turn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        with self._turn.aside() if caller.split(".")[0] in ASIDE_CALLERS else contextlib.nullcontext():
+        caller = sys._getframe(1).f_globals.get("__name__", "").split(".")[0]
+        aside = caller in ASIDE_CALLERS or (caller in SHARED_ASIDE_CALLERS and self._turn.shared_cells)
+        with self._turn.aside() if aside else contextlib.nullcontext():
             return self._fn(*args, **kwargs)
 
     def __getitem__(self, key: Any) -> Any:
@@ -489,8 +494,11 @@ class _AsideCall:
 
 
 def _cute_aside(turn: Turn) -> Callable[[Any], None]:
-    """FlashAttention-4's kernel compiles set the turn aside. cuDNN's own CuTe engines compile inside
-    ``build_plans``, which pages time on the wall clock: those keep the turn."""
+    """FlashAttention-4's kernel compiles set the turn aside. So do those of cuDNN's own CuTe kernels
+    (``cudnn.flex_attention``, the open-source engines inside ``build_plans``) in a page whose cells
+    share the turn: where the library times such a build, it is a measured block, inside which
+    nothing is set aside. A page that reads a clock itself (a cell-wide turn) keeps the turn through
+    them, since its own timer could count the wait to get it back."""
 
     def hook(cute: Any) -> None:
         compile_ = getattr(cute, "compile", None)
