@@ -1,0 +1,57 @@
+"""tools/turn_timeline.py: a recording's turns on one clock, split into alone, shared and idle time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import turn_timeline
+
+
+def _write(folder: Path, page: str, turns: list[tuple[str, float, float, float]]) -> None:
+    rows = [{"mode": m, "asked": a, "taken": t, "given": g} for m, a, t, g in turns]
+    (folder / f"{page[:-3]}.turns.json").write_text(json.dumps({"page": page, "turns": rows}))
+
+
+def test_the_span_splits_into_alone_shared_blocking_shared_and_idle(tmp_path):
+    # a.py: a cell 0-4 (shared), b.py asks to measure at 1 and gets it at 4 until 6; then a cell of b 7-9
+    _write(tmp_path, "a.py", [("shared", 0, 0, 4)])
+    _write(tmp_path, "b.py", [("exclusive", 1, 4, 6), ("shared", 7, 7, 9)])
+    t = turn_timeline.timeline(turn_timeline.read_traces(tmp_path))
+    assert t["span"] == 9
+    assert (t["alone"], t["shared_blocking"], t["shared"], t["idle"]) == (2, 3, 3, 1)
+    assert sum(t[k] for k in turn_timeline.KINDS) == t["span"]
+    assert t["alone_waited"] == 3 and t["blocking_by_page"] == {"a.py": 3}
+
+
+def test_two_sharers_split_the_wait_they_cause(tmp_path):
+    _write(tmp_path, "a.py", [("shared", 0, 0, 2)])
+    _write(tmp_path, "b.py", [("shared", 0, 0, 2)])
+    _write(tmp_path, "c.py", [("exclusive", 0, 2, 3)])
+    t = turn_timeline.timeline(turn_timeline.read_traces(tmp_path))
+    assert t["blocking_by_page"] == {"a.py": 1, "b.py": 1} and t["shared_blocking"] == 2 and t["alone"] == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"page": "a.py", "turns": [{"mode": "shared", "asked": 2, "taken": 1, "given": 3}]},
+        {"page": "a.py", "turns": [{"mode": "alone", "asked": 0, "taken": 1, "given": 3}]},
+        {"page": "a.py", "turns": [{"mode": "shared", "asked": "0", "taken": 1, "given": 3}]},
+        {"page": "a.py"},
+        ["not", "a", "trace"],
+    ],
+)
+def test_a_malformed_trace_is_refused_naming_its_file(tmp_path, bad):
+    (tmp_path / "a.turns.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="a.turns.json"):
+        turn_timeline.read_traces(tmp_path)
+
+
+def test_an_empty_folder_says_how_to_make_a_trace(tmp_path):
+    with pytest.raises(ValueError, match="CUDNN_GUIDE_TURN_TRACE"):
+        turn_timeline.read_traces(tmp_path)
