@@ -82,7 +82,9 @@ def timeline(pages: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]
     dict[str, Any]
         ``span`` (seconds from the first turn asked for to the last given up), a second count for each
         of :data:`KINDS` (they add up to ``span``), ``alone_waited`` (the seconds pages waited to hold
-        it alone, summed) and ``blocking_by_page`` (page → seconds of ``shared_blocking`` its shared
+        it alone, summed), ``pages_at_most`` (the most pages in progress at once, each from its first
+        turn asked for to its last given up), ``idle_fewer_pages`` (idle seconds while fewer were) and
+        ``blocking_by_page`` (page → seconds of ``shared_blocking`` its shared
         turns were part of, each instant split evenly between the pages holding it).
 
     Example
@@ -99,6 +101,13 @@ def timeline(pages: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]
     out: dict[str, Any] = dict.fromkeys(KINDS, 0.0)
     blocking: dict[str, float] = dict.fromkeys(pages, 0.0)
     flat = [(page, t) for page, turns in pages.items() for t in turns]
+    spans = [(turns[0]["asked"], turns[-1]["given"]) for turns in pages.values() if turns]
+
+    def in_progress(at: float) -> int:
+        return sum(1 for a, b in spans if a <= at < b)
+
+    most = max((in_progress((lo + hi) / 2) for lo, hi in zip(points, points[1:], strict=False)), default=0)
+    idle_fewer = 0.0
     for lo, hi in zip(points, points[1:], strict=False):
         mid, width = (lo + hi) / 2, hi - lo
         alone = any(t["mode"] == "exclusive" and t["taken"] <= mid < t["given"] for _, t in flat)
@@ -113,9 +122,13 @@ def timeline(pages: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]
                     blocking[p] += width / len(sharing)
         else:
             kind = "idle"
+            if in_progress(mid) < most:
+                idle_fewer += width
         out[kind] += width
     out = {k: round(v, 2) for k, v in out.items()}
     out["span"] = round(points[-1] - points[0], 2) if points else 0.0
+    out["pages_at_most"] = most
+    out["idle_fewer_pages"] = round(idle_fewer, 2)
     out["alone_waited"] = round(sum(t["taken"] - t["asked"] for _, t in flat if t["mode"] == "exclusive"), 2)
     out["blocking_by_page"] = {p: round(s, 2) for p, s in sorted(blocking.items(), key=lambda kv: -kv[1]) if s > 0}
     return out

@@ -26,6 +26,8 @@ def test_the_span_splits_into_alone_shared_blocking_shared_and_idle(tmp_path):
     assert (t["alone"], t["shared_blocking"], t["shared"], t["idle"]) == (2, 3, 3, 1)
     assert sum(t[k] for k in turn_timeline.KINDS) == t["span"]
     assert t["alone_waited"] == 3 and t["blocking_by_page"] == {"a.py": 3}
+    # a.py ends at 4: the idle second (6-7) falls while only b.py was in progress, one of at most two
+    assert t["pages_at_most"] == 2 and t["idle_fewer_pages"] == 1
 
 
 def test_two_sharers_split_the_wait_they_cause(tmp_path):
