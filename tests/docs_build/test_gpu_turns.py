@@ -483,3 +483,51 @@ def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch, c
     out = capsys.readouterr().out
     for p in (PAGE_A, PAGE_B):  # the progress line says the same seconds as the manifest, on its lane
         assert f"recorded {p} in {seconds[p]:.1f} s on lane " in out, out
+
+
+def test_a_lane_that_runs_out_of_pages_takes_one_not_yet_started_from_a_busy_lane(tmp_path, root, monkeypatch, capsys):
+    """Two lanes, three pages: the lane given one page takes the busy lane's second page, which would
+    otherwise wait until the busy lane's first page ends (here: until that second page has started)."""
+    import shutil
+    import threading
+
+    from gallery_build.scheduling import plan_lanes
+    from test_progress import PAGE_A, PAGE_B, FakePool, _project
+
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    third = "plot_05_sdpa_causal.py"
+    shutil.copy(root / "examples" / third, examples / third)
+    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
+    _, lanes = plan_lanes(sorted([PAGE_A, PAGE_B, third]), previous, 2)
+    busy = next(lane for lane in lanes if len(lane) == 2)
+    second_started = threading.Event()
+
+    class BlockingPool(FakePool):
+        def run(self, fn, docs_dir, out_dir, example, timeout=None):
+            if example == busy[1]:
+                second_started.set()
+            if example == busy[0]:
+                second_started.wait(timeout=20)  # without stealing, this page waits out the timeout
+            return super().run(fn, docs_dir, out_dir, example, timeout)
+
+    monkeypatch.setattr(recording, "interpreter_pool", lambda size, env: BlockingPool(previous))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
+    assert set(seconds) == {PAGE_A, PAGE_B, third}
+    out = capsys.readouterr().out
+    thief = 1 - lanes.index(busy)
+    assert f"recording {busy[1]} in a fresh interpreter on lane {thief}" in out, out
+    assert second_started.is_set()
+
+
+def test_steal_takes_the_shortest_page_of_the_lane_with_the_most_left_and_never_an_alone_page():
+    from gallery_build.scheduling import steal
+
+    costs = {"a.py": 30.0, "b.py": 10.0, "c.py": 25.0, "d.py": 20.0, "alone.py": 5.0}
+    left = [[], ["a.py", "b.py"], ["c.py"]]
+    assert steal(left, 0, costs, []) == "b.py" and left == [[], ["a.py"], ["c.py"]]
+    assert steal(left, 0, costs, []) == "a.py"  # 30 s left on lane 1 against 25 s on lane 2
+    assert steal(left, 0, costs, []) == "c.py" and steal(left, 0, costs, []) is None
+    left = [["alone.py"], [], ["d.py"]]
+    assert steal(left, 1, costs, ["alone.py"]) == "d.py" and left == [["alone.py"], [], []]
+    assert steal(left, 1, costs, ["alone.py"]) is None  # a page that runs alone first stays where it is

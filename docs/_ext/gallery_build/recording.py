@@ -22,7 +22,7 @@ from . import gpu_turns
 from .manifest import read_manifest, write_manifest
 from .progress import Progress, UnknownPageError, changed_verdicts, page_verdicts, resolve_pages, summary_line
 from .restamp import restamp_text_edit
-from .scheduling import plan_lanes
+from .scheduling import SPARE_INTERPRETERS, page_costs, plan_lanes, steal
 from .skip_pages import unmet_requirements, write_skip_page
 from .staging import cold_caches, promote_page, shared_bytecode, stage_docs
 from .staleness import MODE_ENV
@@ -175,7 +175,8 @@ def record_examples(
     gpus
         How many GPUs record at once (default: every visible one). Each page runs in an
         interpreter pinned to one of them with ``CUDA_VISIBLE_DEVICES``; the pages are spread
-        over them longest first (:func:`schedule`), from the previous recording's seconds.
+        over them longest first (:func:`schedule`), from the previous recording's seconds; one that has
+        recorded its own takes a page not yet started from another (:func:`~gallery_build.scheduling.steal`).
     keep_going
         Record every page even after one fails (the failures are raised together at the end),
         instead of stopping at the first.
@@ -356,6 +357,9 @@ def _record_on_gpus(
     per_gpu = max(1, lanes_per_gpu)
     previous = (read_manifest(gallery_dir) or {}).get("example_seconds", {})
     alone, lanes = plan_lanes([s.name for s in runnable], previous, gpu_count * per_gpu)
+    remaining = [list(lane) for lane in lanes]  # each lane's pages not yet started; a lane done early takes others'
+    costs = page_costs([s.name for s in runnable], previous)
+    spare = SPARE_INTERPRETERS if len(lanes) > 1 else 0
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     progress = progress or Progress(previous)
     by_name = {s.name: s for s in runnable}
@@ -394,7 +398,17 @@ def _record_on_gpus(
     def lane_worker(slot: int, lane: list[str]) -> None:
         env = lane_env(slot)
         t0 = time.perf_counter()
-        with interpreter_pool(len(lane), env) as pool:
+        size = len(lane) + spare
+
+        def next_page(taken: int) -> str | None:
+            with lock:
+                if remaining[slot]:
+                    return remaining[slot].pop(0)
+                if taken >= size or not alone_done.is_set():
+                    return None
+                return steal(remaining, slot, costs, alone)
+
+        with interpreter_pool(size, env) as pool:
             try:
                 pool.wait_ready()
                 all_ready.wait()
@@ -405,13 +419,18 @@ def _record_on_gpus(
                 all_ready.abort()
                 failures.append(f"{unit} {slot}: its interpreters did not start:\n{exc.detail}")
                 return
-            for index, name in enumerate(lane):
+            index = 0
+            while True:
                 if slot == 0 and index == len(alone):
                     alone_done.set()
                 elif slot != 0 and index == 0:
                     alone_done.wait()
                 if (failures and not keep_going) or stopped.is_set():
                     return
+                name = next_page(index)
+                if name is None:
+                    break
+                index += 1
                 src = by_name[name]
                 with lock:  # a stage is copied while no other page is being promoted
                     staged = stage_docs(docs_dir, examples_dir, gallery_dir, stage_dir / src.stem)

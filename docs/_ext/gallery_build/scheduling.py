@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["page_costs", "schedule", "RECORD_ALONE", "plan_lanes"]
+__all__ = ["page_costs", "schedule", "RECORD_ALONE", "plan_lanes", "SPARE_INTERPRETERS", "steal"]
 
 
 def page_costs(pages: list[str], previous_seconds: dict[str, float]) -> dict[str, float]:
@@ -104,3 +104,47 @@ def plan_lanes(pages: list[str], previous_seconds: dict[str, float], workers: in
     if alone:
         lanes = [alone + (lanes[0] if lanes else [])] + lanes[1:]
     return alone, lanes
+
+
+SPARE_INTERPRETERS = 2
+"""Interpreters each lane starts beyond its own pages, for pages it may take over from another lane (:func:`steal`)."""
+
+
+def steal(remaining: list[list[str]], thief: int, costs: dict[str, float], alone: list[str]) -> str | None:
+    """A page for a lane that has run its own list: the last (shortest) page of the lane with the most left.
+
+    The plan (:func:`schedule`) is fixed from the last recording's times, which a page can miss by a
+    third; a lane that runs out early takes a page not yet started from the lane with the most expected
+    seconds left, so that no lane works alone through a tail of pages while the others wait. Pages that
+    run alone first (:data:`RECORD_ALONE`) are never taken.
+
+    Parameters
+    ----------
+    remaining
+        Each lane's pages not yet started, in its order (changed in place: the page is removed).
+    thief
+        The lane asking (its own list is empty).
+    costs
+        :func:`page_costs` of the pages.
+    alone
+        The pages that run alone first.
+
+    Returns
+    -------
+    str | None
+        The page, or ``None`` when no other lane has one left.
+
+    Example
+    -------
+    >>> left = [[], ["a.py", "b.py"], ["c.py"]]
+    >>> steal(left, 0, {"a.py": 30, "b.py": 10, "c.py": 20}, []), left
+    ('b.py', [[], ['a.py'], ['c.py']])
+    """
+    candidates = [k for k in range(len(remaining)) if k != thief and any(p not in alone for p in remaining[k])]
+    if not candidates:
+        return None
+    victim = max(candidates, key=lambda k: (sum(costs.get(p, 0.0) for p in remaining[k]), -k))
+    for i in range(len(remaining[victim]) - 1, -1, -1):
+        if remaining[victim][i] not in alone:
+            return remaining[victim].pop(i)
+    return None  # pragma: no cover - a candidate has a page that is not alone
