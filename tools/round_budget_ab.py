@@ -17,8 +17,8 @@ Run from the repository root::
         --default-ms 25 --about "..."
 
 A shard keeps its budget only where the variable replaced the default; ``--default-ms`` is the default
-at the commit the runs recorded (25 ms until issue 34 made it 12.5 ms; the tool's own default is
-today's).
+at the commit the runs recorded (25 ms until issue 34 made it 12.5 ms); two runs with the same
+budget are refused.
 """
 
 from __future__ import annotations
@@ -68,6 +68,12 @@ def budget_ab(runs: Mapping[str, tuple[Path, Path]], committed: Path, default_ms
             "timing": round(sum(by_page.values()), 1),
             "timing_by_page": by_page,
         }
+    budgets = [run["round_budget_ms"] for run in out["runs"].values()]
+    if len(set(budgets)) != len(budgets):
+        raise ValueError(
+            f"round_budget_ab: the runs were recorded with the same budget ({budgets[0]:g} ms); check --default-ms "
+            "(the default of the runs' commit) and that one run set CUDNN_GUIDE_ROUND_BUDGET_MS"
+        )
     return out
 
 
@@ -80,14 +86,10 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     parser.add_argument(
         "--default-ms",
         type=float,
-        default=None,
-        help="compare's default round budget at the runs' commit (default: today's ROUND_BUDGET_MS)",
+        required=True,
+        help="compare's default round budget at the commit the runs recorded (25 before issue 34 made it 12.5)",
     )
     args = parser.parse_args(argv)
-    if args.default_ms is None:
-        from cudnn_guide.measure.compare import ROUND_BUDGET_MS
-
-        args.default_ms = ROUND_BUDGET_MS
     if not (math.isfinite(args.default_ms) and args.default_ms > 0):
         raise SystemExit("round_budget_ab: --default-ms must be a positive number of milliseconds")
     runs = _pairs(args.run)

@@ -11,11 +11,11 @@ call**: they import the ``preload`` modules concurrently (a few seconds in all, 
 host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` hands the next
 one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
 interpreter, with its imports done but nothing else; and no interpreter imports while another
-one measures. Importing needs no GPU: while a page recorded in lanes waits for its pool's
-imports, its GPU turn is set aside (:func:`~cudnn_guide.collector.cpu_only`), so pages beside it
-may measure meanwhile, each lane on its own CPU cores; from the first call on, the pool holds the
-turn alone until it closes. Its ``start_seconds`` (how long the imports took) is then taken while
-those pages work beside it.
+one measures. Importing needs no GPU: while a page recorded in lanes whose cells share the turn
+(not one that reads a clock) waits for its pool's imports outside a measured block, its GPU turn is
+set aside (:func:`~cudnn_guide.collector.cpu_only`), so pages beside it may measure meanwhile, each
+lane on its own CPU cores; from the first call on, the pool holds the turn alone until it closes.
+Its ``start_seconds`` (how long the imports took) is then taken while those pages work beside it.
 
 Why not fork children from one pre-imported server, which is cheaper still? That was tried: in a
 control, forked children loaded a saved cuDNN plan faster than a new interpreter, a difference
@@ -252,8 +252,9 @@ class InterpreterPool:
         with collector.cpu_only():
             for interp in self._idle:
                 interp.wait_ready(self.ready_timeout)
-        self.start_seconds = time.perf_counter() - self._t0
-        self._alone.enter_context(collector.measuring())
+            self.start_seconds = time.perf_counter() - self._t0  # without the wait to get the turn back
+            # taken alone from no turn: not back shared first, then given up again for the measured block
+            self._alone.enter_context(collector.measuring())
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
         """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.

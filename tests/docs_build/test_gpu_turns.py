@@ -137,12 +137,12 @@ def dynamo_callbacks():
 def test_cute_compiles_and_flash_attn_imports_set_the_turn_aside_by_caller_and_scope(
     tmp_path, monkeypatch, dynamo_callbacks
 ):
-    from cudnn_guide import collector
-
     """Stand-in ``cutlass``, ``flash_attn`` and ``cudnn`` packages: FA4's import and its ``cute.compile``
     calls run with the turn set aside; ``cutlass``'s import and a compile called from elsewhere keep it;
     cuDNN's compiles are set aside where cells share the turn, not in a page that reads a clock; inside
     a measured block nothing is set aside."""
+    from cudnn_guide import collector
+
     site = tmp_path / "site"
     (site / "cutlass").mkdir(parents=True)
     (site / "flash_attn").mkdir()
@@ -531,3 +531,37 @@ def test_steal_takes_the_shortest_page_of_the_lane_with_the_most_left_and_never_
     left = [["alone.py"], [], ["d.py"]]
     assert steal(left, 1, costs, ["alone.py"]) == "d.py" and left == [["alone.py"], [], []]
     assert steal(left, 1, costs, ["alone.py"]) is None  # a page that runs alone first stays where it is
+
+
+def test_a_lane_takes_no_more_pages_than_its_interpreters(tmp_path, root, monkeypatch):
+    """With no spare interpreters, every lane records only its own planned pages, and no pool is asked for
+    more runs than it has interpreters."""
+    import shutil
+
+    from gallery_build.scheduling import plan_lanes
+    from test_progress import PAGE_A, PAGE_B, FakePool, _project
+
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    third = "plot_05_sdpa_causal.py"
+    shutil.copy(root / "examples" / third, examples / third)
+    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
+    ran: list[list[str]] = []
+
+    class CountedPool(FakePool):
+        def __init__(self, previous, size):
+            super().__init__(previous)
+            self.size, self.pages = size, []
+            ran.append(self.pages)
+
+        def run(self, fn, docs_dir, out_dir, example, timeout=None):
+            assert len(self.pages) < self.size, "a pool was asked for more runs than its interpreters"
+            self.pages.append(example)
+            return super().run(fn, docs_dir, out_dir, example, timeout)
+
+    monkeypatch.setattr(recording, "SPARE_INTERPRETERS", 0)
+    monkeypatch.setattr(recording, "interpreter_pool", lambda size, env: CountedPool(previous, size))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
+    assert set(seconds) == {PAGE_A, PAGE_B, third}
+    _, lanes = plan_lanes(sorted([PAGE_A, PAGE_B, third]), previous, 2)
+    assert sorted(ran) == sorted(lanes)  # each lane ran its plan, no more

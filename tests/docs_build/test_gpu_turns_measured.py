@@ -117,6 +117,31 @@ def shared_turn(tmp_path):
     collector.hold_while_measuring(None)
 
 
+def test_a_pool_gives_a_shared_cell_turn_up_while_importing_and_holds_it_alone_from_there(shared_turn, monkeypatch):
+    turn, lock = shared_turn
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+    collector.set_aside_with(turn.aside)
+    seen = []
+    try:
+        with turn.held():
+            assert turn.mode == "shared"
+            with fresh_process.InterpreterPool(1, preload=()) as pool:
+                real_wait = pool._idle[0].wait_ready
+
+                def waiting(timeout):  # while the imports are waited for, nobody holds the turn here
+                    seen.append((turn.mode, _probe(lock, shared=False)))
+                    real_wait(timeout)
+
+                pool._idle[0].wait_ready = waiting
+                pool.run(os.getpid)
+                assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+            assert turn.mode == "shared"  # the pool closed: the cell's turn, shared again
+        assert seen == [(None, True)]  # given up: another lane could have taken it alone
+        assert turn.turns == 3  # the cell's, the pool's alone, the cell's again: none taken twice
+    finally:
+        collector.set_aside_with(None)
+
+
 def test_measuring_holds_the_turn_alone_and_gives_the_cell_back_shared(shared_turn):
     turn, lock = shared_turn
     with turn.held():
@@ -228,12 +253,13 @@ def test_an_interpreter_pools_imports_set_the_turn_aside_and_its_runs_are_one_me
         with fresh_process.InterpreterPool(2, preload=()) as pool:
             assert not collector.measuring_now() and events == []  # started: they import, nothing held yet
             assert pool.run(os.getpid).value != os.getpid()
-            # the wait for their imports set the turn aside; the runs hold it alone until the pool closes
-            assert events == ["aside in", "aside out", "alone in"] and collector.measuring_now()
+            # the wait for their imports set the turn aside; it is taken alone straight from there, and the
+            # runs hold it alone until the pool closes
+            assert events == ["aside in", "alone in", "aside out"] and collector.measuring_now()
             assert pool.start_seconds is not None
             pool.run(os.getpid)
-            assert events == ["aside in", "aside out", "alone in"]
-        assert not collector.measuring_now() and events == ["aside in", "aside out", "alone in", "alone out"]
+            assert events == ["aside in", "alone in", "aside out"]
+        assert not collector.measuring_now() and events == ["aside in", "alone in", "aside out", "alone out"]
         events.clear()
         with collector.measuring():  # inside a measured block the wait is part of it: nothing set aside
             with fresh_process.InterpreterPool(1, preload=()) as pool:

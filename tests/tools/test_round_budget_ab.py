@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,6 +21,7 @@ def test_the_committed_ab_counts_what_its_rows_say():
         assert abs(run["timing"] - sum(run["timing_by_page"].values())) < 0.05
         assert run["alone"] <= run["held"] + 1e-9
         assert ab["outside"][name] == sum(1 for r in ab["headlines"] if not r["low"] <= r[name] <= r["high"])
+    assert len({run["round_budget_ms"] for run in ab["runs"].values()}) == 2  # two budgets, each named
 
 
 def test_the_tool_refuses_anything_but_two_differently_named_runs(tmp_path):
@@ -26,6 +29,7 @@ def test_the_tool_refuses_anything_but_two_differently_named_runs(tmp_path):
         args = [a for r in runs for a in ("--run", r)]
         done = subprocess.run(
             [sys.executable, str(ROOT / "tools" / "round_budget_ab.py"), str(tmp_path / "o.json"), "--baseline", "HEAD"]
+            + ["--default-ms", "25"]
             + args,
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": f"{ROOT / 'docs' / '_ext'}{os.pathsep}{ROOT / 'tools'}"},
@@ -50,3 +54,21 @@ def test_the_tool_refuses_a_default_budget_that_is_not_a_positive_number(tmp_pat
         )
         assert done.returncode != 0 and "--default-ms must be a positive number" in done.stderr, done.stderr
         assert not (tmp_path / "o.json").exists()
+
+
+def test_two_runs_with_the_same_budget_are_refused(monkeypatch, tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import round_budget_ab
+
+    def study(runs, committed):
+        return {"pages": [], "runs": {name: {} for name in runs}}
+
+    class Shard:
+        round_budget_ms = None  # neither kept one: both ran with the commit's default
+
+    monkeypatch.setattr(round_budget_ab, "ab_study", study)
+    monkeypatch.setattr(round_budget_ab, "_records", lambda path: {})
+    monkeypatch.setattr(round_budget_ab, "read_shard", lambda path: Shard())
+    runs = {"12.5 ms": (tmp_path / "a", tmp_path / "la"), "25 ms": (tmp_path / "b", tmp_path / "lb")}
+    with pytest.raises(ValueError, match="same budget"):
+        round_budget_ab.budget_ab(runs, tmp_path, 25.0)
