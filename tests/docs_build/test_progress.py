@@ -295,3 +295,17 @@ def test_a_time_limits_sigterm_keeps_the_pages_a_shard_finished(tmp_path, root, 
     kept = shards.read_shard(shard)
     assert PAGE_A in kept.pages, kept.pages  # the shard was written, with the page finished before SIGTERM
     assert (shard / "auto_examples" / "plot_02_conv_bias_relu.record.json").exists()
+
+
+def test_a_page_taken_over_by_another_lane_is_charged_to_the_lane_that_runs_it():
+    from gallery_build.progress import Progress
+
+    now = [0.0]
+    p = Progress({"a.py": 10.0, "b.py": 30.0, "c.py": 20.0}, clock=lambda: now[0])
+    p.plan([], [["a.py"], ["b.py", "c.py"]])
+    p.start("a.py", 0), p.start("b.py", 1)
+    now[0] = 10.0
+    p.finish("a.py", 0, 10.0)
+    p.start("c.py", 0)  # lane 0 took c.py over from lane 1
+    assert p.lanes == [["a.py", "c.py"], ["b.py"]] and len(p.pages) == 3
+    assert p.remaining() == pytest.approx(20.0)  # b.py's 30 s from 0 and c.py's 20 s from 10: both end at 30

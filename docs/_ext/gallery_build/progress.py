@@ -240,8 +240,15 @@ class Progress:
             self.gpu_of_lane = [i % max(1, gpus) for i in range(lanes)]
 
     def start(self, page: str, gpu: int) -> str:
-        """A page starts on ``gpu``; returns its line."""
+        """A page starts on ``gpu``; returns its line. A page planned on another lane (taken over by this one,
+        :func:`~gallery_build.scheduling.steal`) moves to this one, so the estimate charges it where it runs."""
         with self._lock:
+            if 0 <= gpu < len(self.lanes) and page not in self.lanes[gpu]:
+                for lane in self.lanes:
+                    if page in lane:
+                        lane.remove(page)
+                        break
+                self.lanes[gpu].append(page)
             self.started[page] = self.clock()
             return (
                 f"{PREFIX}recording {page} in a fresh interpreter on {self.unit} {gpu} "
