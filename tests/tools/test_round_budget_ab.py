@@ -13,6 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _run_tool(tmp_path, args):
+    """tools/round_budget_ab.py with ``args``, writing ``tmp_path / "o.json"``, as run from the repository root."""
+    path = os.pathsep.join(str(p) for p in (ROOT / "docs" / "_ext", ROOT / "tools", ROOT))
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "round_budget_ab.py"), str(tmp_path / "o.json"), "--baseline", "HEAD"]
+        + args,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_the_committed_ab_counts_what_its_rows_say():
     ab = json.loads((ROOT / "docs" / "data" / "round_budget_ab.json").read_text())
     assert len(ab["runs"]) == 2
@@ -27,31 +41,14 @@ def test_the_committed_ab_counts_what_its_rows_say():
 def test_the_tool_refuses_anything_but_two_differently_named_runs(tmp_path):
     for runs in (["a=x:y"], ["a=x:y", "a=z:w"], ["a=x:y", "b=z:w", "c=u:v"]):
         args = [a for r in runs for a in ("--run", r)]
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "round_budget_ab.py"), str(tmp_path / "o.json"), "--baseline", "HEAD"]
-            + ["--default-ms", "25"]
-            + args,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": f"{ROOT / 'docs' / '_ext'}{os.pathsep}{ROOT / 'tools'}"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = _run_tool(tmp_path, ["--default-ms", "25", *args])
         assert done.returncode != 0 and "exactly two --run" in done.stderr, done.stderr
         assert not (tmp_path / "o.json").exists()
 
 
 def test_the_tool_refuses_a_default_budget_that_is_not_a_positive_number(tmp_path):
     for bad in ("0", "-25", "nan", "inf"):
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "round_budget_ab.py"), str(tmp_path / "o.json"), "--baseline", "HEAD"]
-            + ["--run", "a=x:y", "--run", "b=z:w", "--default-ms", bad],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": f"{ROOT / 'docs' / '_ext'}{os.pathsep}{ROOT / 'tools'}{os.pathsep}{ROOT}"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = _run_tool(tmp_path, ["--run", "a=x:y", "--run", "b=z:w", "--default-ms", bad])
         assert done.returncode != 0 and "--default-ms must be a positive number" in done.stderr, done.stderr
         assert not (tmp_path / "o.json").exists()
 
