@@ -565,3 +565,15 @@ def test_a_lane_takes_no_more_pages_than_its_interpreters(tmp_path, root, monkey
     assert set(seconds) == {PAGE_A, PAGE_B, third}
     _, lanes = plan_lanes(sorted([PAGE_A, PAGE_B, third]), previous, 2)
     assert sorted(ran) == sorted(lanes)  # each lane ran its plan, no more
+
+
+def test_a_turns_trace_is_ordered_even_for_turns_taken_and_given_up_at_once(tmp_path, monkeypatch):
+    """Asked, taken and given up come from one wall-clock reading and perf_counter differences, so a turn
+    taken without a wait is never traced as taken before it was asked for (two clock reads could)."""
+    wall = iter([100.0, 99.99])  # a wall clock read twice could go back a little between two reads
+    monkeypatch.setattr(gpu_turns.time, "time", lambda: next(wall))
+    turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"))
+    turn._take("shared")
+    turn._give()
+    ((mode, asked, taken, given),) = turn.trace
+    assert mode == "shared" and asked <= taken <= given and taken == 100.0

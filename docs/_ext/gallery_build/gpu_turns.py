@@ -146,7 +146,7 @@ class Turn:
         self.compile_waits = 0.0
         self.turns = 0
         self._since = 0.0
-        self._asked = 0.0
+        self._asked = self._taken = 0.0
         self.trace: list[tuple[str, float, float, float]] = []
         """Every turn held: ``(mode, asked, taken, given up)``, in Unix seconds (:data:`TRACE_ENV`)."""
 
@@ -182,7 +182,8 @@ class Turn:
         else:
             fcntl.flock(self._open(), fcntl.LOCK_EX)
         self._since = time.perf_counter()
-        self._asked = time.time() - (self._since - t0)
+        self._taken = time.time()  # the trace's clock; asked and given up are placed from it
+        self._asked = self._taken - (self._since - t0)
         self.waited += self._since - t0
         self.mode, self.turns = mode, self.turns + 1
 
@@ -193,8 +194,7 @@ class Turn:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self.mode is not None:
             seconds = time.perf_counter() - self._since
-            now = time.time()
-            self.trace.append((self.mode, self._asked, now - seconds, now))
+            self.trace.append((self.mode, self._asked, self._taken, self._taken + seconds))
             self.held_seconds += seconds
             if self.mode == "exclusive":
                 self.exclusive_seconds += seconds
