@@ -509,3 +509,25 @@ def test_recording_the_site_by_any_road_refuses_a_round_budget_ab(monkeypatch, t
         timeout=120,
     )
     assert done.returncode != 0 and "a record-mode build of the site" in done.stderr, done.stderr
+
+
+def test_a_wait_for_the_turn_inside_an_aside_counts_as_a_wait_not_as_cpu_work(shared_turn, monkeypatch):
+    import fcntl
+
+    turn, _ = shared_turn
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+    real_flock = fcntl.flock
+
+    def slow_flock(fd, op):  # another lane holds the turn alone for 0.3 s
+        if op == fcntl.LOCK_EX and turn.mode is None and turn._aside_depth:
+            time.sleep(0.3)
+        return real_flock(fd, op)
+
+    with turn.held():
+        monkeypatch.setattr(fcntl, "flock", slow_flock)
+        with turn.aside():
+            with collector.measuring():  # taken alone inside the aside, as a pool does after its imports
+                pass
+            turn_waited = turn.waited
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert turn_waited >= 0.3 and turn.aside_seconds < 0.2, (turn_waited, turn.aside_seconds)

@@ -309,3 +309,12 @@ def test_a_page_taken_over_by_another_lane_is_charged_to_the_lane_that_runs_it()
     p.start("c.py", 0)  # lane 0 took c.py over from lane 1
     assert p.lanes == [["a.py", "c.py"], ["b.py"]] and len(p.pages) == 3
     assert p.remaining() == pytest.approx(20.0)  # b.py's 30 s from 0 and c.py's 20 s from 10: both end at 30
+
+
+def test_a_page_recorded_alone_first_or_never_planned_is_not_moved():
+    from gallery_build.progress import Progress
+
+    p = Progress({"alone.py": 10.0, "a.py": 30.0, "b.py": 20.0})
+    p.plan(["alone.py"], [["alone.py", "a.py"], ["b.py"]])
+    p.start("alone.py", 1), p.start("stray.py", 0), p.start("b.py", 7)
+    assert p.lanes == [["alone.py", "a.py"], ["b.py"]]

@@ -69,3 +69,9 @@ def test_two_runs_with_the_same_budget_are_refused(monkeypatch, tmp_path):
     runs = {"12.5 ms": (tmp_path / "a", tmp_path / "la"), "25 ms": (tmp_path / "b", tmp_path / "lb")}
     with pytest.raises(ValueError, match="same budget"):
         round_budget_ab.budget_ab(runs, tmp_path, 25.0)
+
+
+def test_the_tool_needs_the_default_budget_of_the_runs_commit(tmp_path):
+    done = _run_tool(tmp_path, ["--run", "a=x:y", "--run", "b=z:w"])
+    assert done.returncode != 0 and "--default-ms" in done.stderr, done.stderr
+    assert not (tmp_path / "o.json").exists()

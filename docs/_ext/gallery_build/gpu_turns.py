@@ -262,13 +262,13 @@ class Turn:
         mode = self.mode
         self._give()
         self._aside_depth += 1
-        t0 = time.perf_counter()
+        t0, waited0 = time.perf_counter(), self.waited
         try:
             yield
         finally:
             self._aside_depth -= 1
             t1 = time.perf_counter()
-            self.aside_seconds += t1 - t0
+            self.aside_seconds += (t1 - t0) - (self.waited - waited0)  # a turn taken inside: its wait is a wait
             if self.mode is None:  # a measured block opened inside and still open holds it already
                 self._take("exclusive" if self.shared_cells and _measuring_now() else mode)
                 if compiling:

@@ -243,12 +243,11 @@ class Progress:
         """A page starts on ``gpu``; returns its line. A page planned on another lane (taken over by this one,
         :func:`~gallery_build.scheduling.steal`) moves to this one, so the estimate charges it where it runs."""
         with self._lock:
-            if 0 <= gpu < len(self.lanes) and page not in self.lanes[gpu]:
-                for lane in self.lanes:
-                    if page in lane:
-                        lane.remove(page)
-                        break
-                self.lanes[gpu].append(page)
+            planned = next((lane for lane in self.lanes if page in lane), None)
+            if 0 <= gpu < len(self.lanes) and planned is not None and planned is not self.lanes[gpu]:
+                if page not in self.alone:  # pages recorded alone first stay where they are counted
+                    planned.remove(page)
+                    self.lanes[gpu].append(page)
             self.started[page] = self.clock()
             return (
                 f"{PREFIX}recording {page} in a fresh interpreter on {self.unit} {gpu} "
