@@ -485,21 +485,31 @@ def test_a_lanes_page_seconds_leave_out_its_waits(tmp_path, root, monkeypatch, c
         assert f"recorded {p} in {seconds[p]:.1f} s on lane " in out, out
 
 
-def test_a_lane_that_runs_out_of_pages_takes_one_not_yet_started_from_a_busy_lane(tmp_path, root, monkeypatch, capsys):
-    """Two lanes, three pages: the lane given one page takes the busy lane's second page, which would
-    otherwise wait until the busy lane's first page ends (here: until that second page has started)."""
+def _three_pages_two_lanes(tmp_path, root, monkeypatch):
+    """A project of three pages, planned on two lanes: (docs, examples, gallery, previous seconds, the lanes,
+    the lane with two pages, the pages)."""
     import shutil
-    import threading
 
     from gallery_build.scheduling import plan_lanes
-    from test_progress import PAGE_A, PAGE_B, FakePool, _project
+    from test_progress import PAGE_A, PAGE_B, _project
 
     docs, examples, gallery = _project(tmp_path, root, monkeypatch)
     third = "plot_05_sdpa_causal.py"
     shutil.copy(root / "examples" / third, examples / third)
     previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
-    _, lanes = plan_lanes(sorted([PAGE_A, PAGE_B, third]), previous, 2)
-    busy = next(lane for lane in lanes if len(lane) == 2)
+    pages = sorted([PAGE_A, PAGE_B, third])
+    _, lanes = plan_lanes(pages, previous, 2)
+    return docs, examples, gallery, previous, lanes, next(lane for lane in lanes if len(lane) == 2), pages
+
+
+def test_a_lane_that_runs_out_of_pages_takes_one_not_yet_started_from_a_busy_lane(tmp_path, root, monkeypatch, capsys):
+    """Two lanes, three pages: the lane given one page takes the busy lane's second page, which would
+    otherwise wait until the busy lane's first page ends (here: until that second page has started)."""
+    import threading
+
+    from test_progress import FakePool
+
+    docs, examples, gallery, previous, lanes, busy, pages = _three_pages_two_lanes(tmp_path, root, monkeypatch)
     second_started = threading.Event()
 
     class BlockingPool(FakePool):
@@ -513,7 +523,7 @@ def test_a_lane_that_runs_out_of_pages_takes_one_not_yet_started_from_a_busy_lan
     monkeypatch.setattr(recording, "interpreter_pool", lambda size, env: BlockingPool(previous))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
-    assert set(seconds) == {PAGE_A, PAGE_B, third}
+    assert set(seconds) == set(pages)
     out = capsys.readouterr().out
     thief = 1 - lanes.index(busy)
     assert f"recording {busy[1]} in a fresh interpreter on lane {thief}" in out, out
@@ -536,18 +546,11 @@ def test_steal_takes_the_shortest_page_of_the_lane_with_the_most_left_and_never_
 def test_a_lane_takes_no_more_pages_than_its_interpreters(tmp_path, root, monkeypatch):
     """With no spare interpreters, every lane records only its own planned pages, and no pool is asked for
     more runs than it has interpreters, though a page was there to take."""
-    import shutil
     import threading
 
-    from gallery_build.scheduling import plan_lanes
-    from test_progress import PAGE_A, PAGE_B, FakePool, _project
+    from test_progress import FakePool
 
-    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
-    third = "plot_05_sdpa_causal.py"
-    shutil.copy(root / "examples" / third, examples / third)
-    previous = json.loads((gallery / "recording.json").read_text())["example_seconds"]
-    _, lanes = plan_lanes(sorted([PAGE_A, PAGE_B, third]), previous, 2)
-    busy = next(lane for lane in lanes if len(lane) == 2)
+    docs, examples, gallery, previous, lanes, busy, pages = _three_pages_two_lanes(tmp_path, root, monkeypatch)
     ran: list[list[str]] = []
     too_many: list[str] = []  # asserted in the test's own thread (a lane's thread would only warn)
     other_lane_done = threading.Event()
@@ -575,7 +578,7 @@ def test_a_lane_takes_no_more_pages_than_its_interpreters(tmp_path, root, monkey
     monkeypatch.setattr(recording, "interpreter_pool", lambda size, env: CountedPool(previous, size))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
-    assert set(seconds) == {PAGE_A, PAGE_B, third}
+    assert set(seconds) == set(pages)
     assert too_many == [], "a pool was asked for more runs than its interpreters"
     assert sorted(ran) == sorted(lanes)  # each lane ran its plan, no more
 
