@@ -62,3 +62,39 @@ def test_the_build_machinery_finds_the_repository_and_hashes_the_library(root, t
     # ... and so does moving a module, even with the same bytes
     (copy / "graphs" / "conv.py").rename(copy / "measure" / "conv.py")
     assert package_md5() not in (before, edited)
+
+
+def test_recording_some_pages_keeps_where_the_others_were_recorded(tmp_path):
+    """A merged recording names each page's GPU and commit; recording one page afresh must not pass
+    the others off as recorded by this run (the home page's stamp counts the commits)."""
+    ex, gal = tiny_gallery(tmp_path)
+    (ex / "plot_b.py").write_text("print(2)\n")
+    h200 = {"gpu": "NVIDIA H200", "commit": "merged1", "date_utc": "2026-12-01 10:00 UTC", "torch": "2.11.0"}
+    write_manifest(gal, ex, h200, example_seconds={"plot_a.py": 5.0, "plot_b.py": 6.0}, full_run=True)
+    man = read_manifest(gal)
+    assert {p["commit"] for p in man["pages"].values()} == {"merged1"}
+    man["merged_from"] = ["NVIDIA H200 @ merged1"]  # as shards.merge leaves it
+    man["pages"]["plot_a.py"]["turn_scope"] = "measured"
+    (gal / "recording.json").write_text(json.dumps(man))
+
+    a100 = {"gpu": "NVIDIA A100-SXM4-80GB", "commit": "reader2", "date_utc": "2026-12-03 09:00 UTC"}
+    write_manifest(gal, ex, a100, example_seconds={"plot_b.py": 9.0}, full_run=False, turn_scope="cell")
+    man = read_manifest(gal)
+    assert man["pages"]["plot_a.py"]["commit"] == "merged1"
+    assert man["pages"]["plot_a.py"]["turn_scope"] == "measured"
+    assert man["pages"]["plot_b.py"]["gpu"] == "NVIDIA A100-SXM4-80GB"
+    assert man["pages"]["plot_b.py"]["commit"] == "reader2"
+    assert man["pages"]["plot_b.py"]["turn_scope"] == "cell"
+    assert man["pages"]["plot_b.py"]["date_utc"] == "2026-12-03 09:00 UTC"
+    assert man["environment"]["gpu"] == "NVIDIA H200"  # one page never describes the gallery
+    assert man["merged_from"] == ["NVIDIA A100-SXM4-80GB @ reader2", "NVIDIA H200 @ merged1"]
+    stamp = describe_recording(gal)
+    assert "merged1 (1 page)" in stamp and "reader2 (1 page)" in stamp
+
+    write_manifest(
+        gal, ex, dict(a100, commit="full3"), example_seconds={"plot_a.py": 4.0, "plot_b.py": 8.0}, full_run=True
+    )
+    man = read_manifest(gal)
+    assert {p["commit"] for p in man["pages"].values()} == {"full3"}
+    assert "merged_from" not in man and man["environment"]["commit"] == "full3"
+    assert "turn_scope" not in man["pages"]["plot_a.py"]  # recorded one page at a time

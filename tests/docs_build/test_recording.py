@@ -32,7 +32,10 @@ def test_record_examples_skips_a_page_this_gpu_cannot_run(tmp_path, root, monkey
     )
     assert seconds == {"plot_05_sdpa_causal.py": 0.0}  # skipped: nothing was executed
     assert "skipped: needs SM 8.0" in (docs / "auto_examples" / "plot_05_sdpa_causal.rst").read_text()
-    assert read_manifest(docs / "auto_examples")["environment"]["gpu"] == "Tesla T4"
+    manifest = read_manifest(docs / "auto_examples")
+    assert manifest["pages"]["plot_05_sdpa_causal.py"]["gpu"] == "Tesla T4"  # where this page was recorded
+    assert manifest["environment"]["gpu"] == "NVIDIA H200"  # one page never describes the gallery
+    assert manifest["pages"]["plot_04_matmul_epilogue.py"]["gpu"] == "NVIDIA H200"
     entries = history.load(docs / "data" / "history.jsonl")
     assert [e["example"] for e in entries] == ["plot_05_sdpa_causal"] and entries[0]["measurements"] == {}
     # the line names the code it stands for: the example as it is now, not the copy recorded before

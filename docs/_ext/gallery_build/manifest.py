@@ -11,6 +11,7 @@ from typing import Any
 
 from cudnn_guide import datafiles
 
+from .history import SOFTWARE_KEYS
 from .staleness import source_md5
 
 __all__ = [
@@ -114,12 +115,18 @@ def write_manifest(
     interpreters_seconds: float | None = None,
     full_run: bool = False,
     gpus: int | None = None,
+    turn_scope: str | None = None,
 ) -> Path:
     """Write ``recording.json``: the environment, each example's md5, the date and the build time.
 
     Seconds per example accumulate across partial recordings (an example recorded now replaces
     its previous time); ``full_recording`` keeps the wall time of the last run that recorded
     every example, so recording one page later does not pass its time off as the gallery's.
+
+    Each page keeps where it was recorded (``pages``: :func:`page_entry`). A run that records some
+    pages replaces their entries and keeps the others', and the gallery's ``environment`` stays
+    the previous one (a few pages never describe every page); ``merged_from`` gains this run's
+    GPU and commit. A run that records every example describes them all.
 
     Parameters
     ----------
@@ -140,6 +147,8 @@ def write_manifest(
         This run recorded every example.
     gpus
         How many GPUs recorded at once (kept with ``full_recording``).
+    turn_scope
+        How the pages recorded now held the GPU's turn in lanes (``None``: one page at a time).
 
     Returns
     -------
@@ -162,17 +171,70 @@ def write_manifest(
             "interpreters_start_seconds": interpreters_seconds,
             "gpus": gpus,
         }
+    exists = {s.name for s in Path(examples_dir).glob("plot_*.py")}
+    recorded_now = dict(example_seconds or {})
+    pages = {} if full_run else {k: v for k, v in previous.get("pages", {}).items() if k in exists}
+    if environment:
+        here = page_entry(environment, package_md5(), turn_scope, date_utc=now)
+        pages.update({name: dict(here) for name in recorded_now})
+    merged = [] if full_run else list(previous.get("merged_from", []))
+    if merged and environment:  # a recording merged from shards, now with pages of this run too
+        merged = sorted({*merged, f"{environment.get('gpu')} @ {environment.get('commit')}"})
+    keep_previous = not full_run and previous.get("environment")
     data = {
-        "last_run_seconds": dict(example_seconds or {}),
+        "last_run_seconds": recorded_now,
         "recorded_utc": now,
-        "environment": environment,
+        "environment": previous["environment"] if keep_previous else environment,
         "build_seconds": build_seconds,
         "example_seconds": seconds,
         "full_recording": full,
         "examples": {s.name: source_md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
-        "package_md5": package_md5(),
+        "package_md5": previous.get("package_md5") if keep_previous else package_md5(),
     }
+    if pages:
+        data["pages"] = pages
+    if merged:
+        data["merged_from"] = merged
     return datafiles.write_json(Path(gallery_dir) / MANIFEST, data, indent=1)
+
+
+def page_entry(
+    environment: dict[str, Any], package: str | None, turn_scope: str | None = None, date_utc: str | None = None
+) -> dict[str, Any]:
+    """Where one page was recorded, as ``recording.json``'s ``pages`` keeps it.
+
+    Parameters
+    ----------
+    environment
+        The recording environment (``EnvironmentRecord.to_dict()``).
+    package
+        The ``cudnn_guide`` package's md5 (:func:`package_md5`) that recorded it.
+    turn_scope
+        How its lane held the GPU's turn (``None``: recorded one page at a time; left out).
+    date_utc
+        When, if ``environment`` does not say (``environment["date_utc"]`` wins).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``gpu``, ``commit``, ``date_utc``, ``software`` (the versions two recordings must share to
+        be compared), ``package_md5`` and, in lanes, ``turn_scope``.
+
+    Example
+    -------
+    >>> page_entry({"gpu": "NVIDIA H200", "commit": "abc", "torch": "2.11.0"}, "d41d8")["software"]["torch"]
+    '2.11.0'
+    """
+    entry = {
+        "gpu": environment.get("gpu"),
+        "commit": environment.get("commit"),
+        "date_utc": environment.get("date_utc") or date_utc,
+        "software": {k: environment.get(k) for k in SOFTWARE_KEYS},
+        "package_md5": package,
+    }
+    if turn_scope is not None:
+        entry["turn_scope"] = turn_scope
+    return entry
 
 
 def recording_commit(gallery_dir: Path) -> str:

@@ -302,6 +302,7 @@ def record_examples(
             interpreters_seconds=pool_seconds,
             full_run=not names and failure is None,
             gpus=min(gpus or _visible_gpus(), max(1, len(runnable))),
+            turn_scope=gpu_turns.turn_scope() if lanes > 1 else None,
         )
         history.append(
             Path(docs_dir) / "data" / "history.jsonl", history.entries_from_gallery(gallery_dir, list(seconds))

@@ -46,7 +46,7 @@ from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import drift_bands, gpu_turns, history, recording, schema, staging
 from .cell_times import CELLS_SUFFIX
-from .manifest import MANIFEST, package_md5, read_manifest
+from .manifest import MANIFEST, package_md5, page_entry, read_manifest
 from .page_checks import HEALTH_EXCEPTIONS
 from .staleness import source_md5
 
@@ -732,16 +732,7 @@ def _merged_manifest(
     pages = {k: v for k, v in previous.get("pages", {}).items() if k in exists}
     seconds = {k: v for k, v in previous.get("example_seconds", {}).items() if k in exists}
     for name, shard in sorted(sources.items()):
-        env = shard.environment
-        pages[name] = {
-            "gpu": shard.gpu,
-            "commit": env.get("commit"),
-            "date_utc": env.get("date_utc"),
-            "software": _software(env),
-            "package_md5": shard.package_md5,
-        }
-        if shard.turn_scope is not None:  # how its lanes held the GPU's turn
-            pages[name]["turn_scope"] = shard.turn_scope
+        pages[name] = page_entry(dict(shard.environment, gpu=shard.gpu), shard.package_md5, shard.turn_scope)
         seconds[name] = shard.pages[name].get("seconds") or 0.0
     by_gpu = {s.gpu: s for s in sorted(shards, key=lambda s: str(s.path))}
     main_gpu = max(sorted(by_gpu), key=lambda g: sum(1 for s in sources.values() if s.gpu == g))
