@@ -11,8 +11,10 @@ clock and splits its span into what the GPU's turn was doing:
 * ``shared``: only shared holders, and nobody waiting to measure;
 * ``idle``: nobody held it (pages starting, CPU-only work set aside, the recorder between pages).
 
-Per page: the seconds its shared turns kept another page's measurement waiting. Run from the
-repository root::
+Per page: the seconds its shared turns kept another page's measurement waiting. Per measured block
+(``alone_by_owner``): the seconds it held the turn alone, by the block's ``owner`` in the trace (the
+function, or a page's file and line: ``gpu_turns.block_owner``; ``"unknown"`` in traces made before
+owners were kept). Run from the repository root::
 
     PYTHONPATH=docs/_ext:. python tools/turn_timeline.py docs/data/turn_timeline.json \\
         --call A=/tmp/trace_A --call B=/tmp/trace_B --about "..."
@@ -60,6 +62,7 @@ def read_traces(folder: Path) -> dict[str, list[dict[str, Any]]]:
                 and t.get("mode") in ("shared", "exclusive")
                 and all(isinstance(t.get(k), (int, float)) for k in ("asked", "taken", "given"))
                 and t["asked"] <= t["taken"] <= t["given"]
+                and isinstance(t.get("owner", ""), str)
             )
             if not ok:
                 raise ValueError(f"{path}: turn {i} is not a shared or exclusive turn asked <= taken <= given")
@@ -131,6 +134,14 @@ def timeline(pages: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]
     out["idle_fewer_pages"] = round(idle_fewer, 2)
     out["alone_waited"] = round(sum(t["taken"] - t["asked"] for _, t in flat if t["mode"] == "exclusive"), 2)
     out["blocking_by_page"] = {p: round(s, 2) for p, s in sorted(blocking.items(), key=lambda kv: -kv[1]) if s > 0}
+    owners: dict[str, float] = {}
+    for page, t in flat:
+        if t["mode"] == "exclusive":
+            owner = t.get("owner") or "unknown"
+            if owner in ("cell", "open measured block") or ".py:" in owner:  # the page's own: name the page
+                owner = f"{Path(page).stem}: {owner}"
+            owners[owner] = owners.get(owner, 0.0) + t["given"] - t["taken"]
+    out["alone_by_owner"] = {o: round(s, 2) for o, s in sorted(owners.items(), key=lambda kv: -kv[1])}
     return out
 
 

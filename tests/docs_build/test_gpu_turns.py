@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from gallery_build import gpu_turns, recording
 
+from cudnn_guide import collector
+
 EXT = Path(__file__).resolve().parents[2] / "docs" / "_ext"
 
 HOLDER = textwrap.dedent(
@@ -591,5 +593,48 @@ def test_a_turns_trace_is_ordered_even_for_turns_taken_and_given_up_at_once(tmp_
     turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"))
     turn._take("shared")
     turn._give()
-    ((mode, asked, taken, given),) = turn.trace
-    assert mode == "shared" and asked <= taken <= given and taken == 100.0
+    ((mode, asked, taken, given, owner),) = turn.trace
+    assert mode == "shared" and asked <= taken <= given and taken == 100.0 and owner == "cell"
+
+
+@collector.measuring()
+def _a_measured_function():
+    return gpu_turns.current().mode
+
+
+def test_the_trace_names_the_measured_block_that_held_the_turn_alone(tmp_path, monkeypatch):
+    """An alone turn names its measured block: a decorated function by its own name, a ``with`` block in a
+    page by file and line; a cell's turn is the cell's, and one taken while an earlier cell left a measured
+    block open says so."""
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+    turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"), shared_cells=True)
+    monkeypatch.setattr(gpu_turns, "_CURRENT", turn)
+    collector.hold_while_measuring(turn.exclusive)
+    try:
+        with turn.held():
+            assert _a_measured_function() == "exclusive"
+            with collector.measuring():
+                line = sys._getframe().f_lineno - 1
+        left_open = collector.measuring()
+        with turn.held():  # a cell that leaves its measured block open (an interpreter pool across cells)
+            left_open.__enter__()
+        try:
+            with turn.held():
+                pass
+        finally:
+            left_open.__exit__(None, None, None)
+    finally:
+        collector.hold_while_measuring(None)
+    owners = [(t[0], t[4]) for t in turn.trace]
+    assert owners[:4] == [
+        ("shared", "cell"),
+        ("exclusive", f"{__name__}._a_measured_function"),
+        ("shared", "cell"),
+        ("exclusive", f"test_gpu_turns.py:{line}"),
+    ]
+    assert owners[4:] == [
+        ("shared", "cell"),  # the cell's turn back after the measured block
+        ("shared", "cell"),
+        ("exclusive", f"test_gpu_turns.py:{line + 4}"),
+        ("exclusive", "open measured block"),
+    ]

@@ -38,12 +38,38 @@ def test_two_sharers_split_the_wait_they_cause(tmp_path):
     assert t["blocking_by_page"] == {"a.py": 1, "b.py": 1} and t["shared_blocking"] == 2 and t["alone"] == 1
 
 
+def test_alone_time_is_charged_to_the_measured_block_that_held_it(tmp_path):
+    """Library blocks add up across pages; a page's own blocks and cell-wide turns name the page."""
+    rows = {
+        "plot_01_a.py": [
+            {"mode": "exclusive", "asked": 0, "taken": 0, "given": 3, "owner": "cudnn_guide.measure.compare.compare"},
+            {"mode": "exclusive", "asked": 3, "taken": 3, "given": 4, "owner": "plot_01_a.py:12"},
+        ],
+        "plot_02_b.py": [
+            {"mode": "exclusive", "asked": 0, "taken": 4, "given": 6, "owner": "cudnn_guide.measure.compare.compare"},
+            {"mode": "exclusive", "asked": 6, "taken": 6, "given": 6.5, "owner": "cell"},
+            {"mode": "exclusive", "asked": 7, "taken": 7, "given": 7.25},  # a trace from before owners were kept
+        ],
+    }
+    for page, turns in rows.items():
+        (tmp_path / f"{page[:-3]}.turns.json").write_text(json.dumps({"page": page, "turns": turns}))
+    t = turn_timeline.timeline(turn_timeline.read_traces(tmp_path))
+    assert t["alone_by_owner"] == {
+        "cudnn_guide.measure.compare.compare": 5,
+        "plot_01_a: plot_01_a.py:12": 1,
+        "plot_02_b: cell": 0.5,
+        "unknown": 0.25,
+    }
+    assert sum(t["alone_by_owner"].values()) == t["alone"]
+
+
 @pytest.mark.parametrize(
     "bad",
     [
         {"page": "a.py", "turns": [{"mode": "shared", "asked": 2, "taken": 1, "given": 3}]},
         {"page": "a.py", "turns": [{"mode": "alone", "asked": 0, "taken": 1, "given": 3}]},
         {"page": "a.py", "turns": [{"mode": "shared", "asked": "0", "taken": 1, "given": 3}]},
+        {"page": "a.py", "turns": [{"mode": "shared", "asked": 0, "taken": 1, "given": 3, "owner": 7}]},
         {"page": "a.py"},
         ["not", "a", "trace"],
     ],

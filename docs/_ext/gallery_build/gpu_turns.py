@@ -45,6 +45,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "SCOPE_ENV",
     "SCOPES",
     "TRACE_ENV",
+    "block_owner",
     "turn_scope",
     "CLOCK_CALLS",
     "is_clock_call",
@@ -147,8 +149,10 @@ class Turn:
         self.turns = 0
         self._since = 0.0
         self._asked = self._taken = 0.0
-        self.trace: list[tuple[str, float, float, float]] = []
-        """Every turn held: ``(mode, asked, taken, given up)``, in Unix seconds (:data:`TRACE_ENV`)."""
+        self._owner = "cell"
+        self.trace: list[tuple[str, float, float, float, str]] = []
+        """Every turn held: ``(mode, asked, taken, given up, owner)``, times in Unix seconds (:data:`TRACE_ENV`);
+        ``owner`` is ``"cell"`` for a cell's turn, else the measured block's (:func:`block_owner`)."""
 
     @property
     def holding(self) -> bool:
@@ -168,7 +172,7 @@ class Turn:
             self._fd = os.open(self.path, flags, 0o600)
         return self._fd
 
-    def _take(self, mode: str) -> None:
+    def _take(self, mode: str, owner: str = "cell") -> None:
         import fcntl
 
         t0 = time.perf_counter()
@@ -185,7 +189,7 @@ class Turn:
         self._taken = time.time()  # the trace's clock; asked and given up are placed from it
         self._asked = self._taken - (self._since - t0)
         self.waited += self._since - t0
-        self.mode, self.turns = mode, self.turns + 1
+        self.mode, self.turns, self._owner = mode, self.turns + 1, owner
 
     def _give(self) -> None:
         import fcntl
@@ -194,7 +198,7 @@ class Turn:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self.mode is not None:
             seconds = time.perf_counter() - self._since
-            self.trace.append((self.mode, self._asked, self._taken, self._taken + seconds))
+            self.trace.append((self.mode, self._asked, self._taken, self._taken + seconds, self._owner))
             self.held_seconds += seconds
             if self.mode == "exclusive":
                 self.exclusive_seconds += seconds
@@ -204,6 +208,10 @@ class Turn:
         """How a cell holds the turn now: alone with the cell-wide turn or while a measured block is open
         (one left open by an earlier cell), else shared."""
         return "exclusive" if not self.shared_cells or _measuring_now() else "shared"
+
+    def _cell_owner(self) -> str:
+        """Whose turn a cell takes, for the trace: its own, or a measured block's that an earlier cell left open."""
+        return "open measured block" if self.shared_cells and _measuring_now() else "cell"
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -215,7 +223,7 @@ class Turn:
         self._in_cell = True
         try:
             if self.mode is None:
-                self._take(self._cell_mode())
+                self._take(self._cell_mode(), self._cell_owner())
             yield
         finally:
             with contextlib.suppress(Exception):  # a failed cell's CUDA error is its own to report
@@ -235,7 +243,7 @@ class Turn:
             with contextlib.suppress(Exception):
                 _drain()
             self._give()
-        self._take("exclusive")
+        self._take("exclusive", block_owner() if self.shared_cells else "cell")
         try:
             yield
         finally:
@@ -244,7 +252,7 @@ class Turn:
                     _drain()
                 self._give()
                 if self._in_cell and self._aside_depth == 0:
-                    self._take(self._cell_mode())
+                    self._take(self._cell_mode(), self._cell_owner())
 
     @contextlib.contextmanager
     def aside(self, compiling: bool = False) -> Iterator[None]:
@@ -600,6 +608,40 @@ def turn_scope() -> str:
     if scope not in SCOPES:
         raise ValueError(f"{SCOPE_ENV}={scope!r}: expected one of {', '.join(SCOPES)} (unset: measured)")
     return scope
+
+
+_OWNER_SKIP = ("contextlib", __name__, "cudnn_guide.collector")
+
+
+def block_owner() -> str:
+    """The measured block that asks for the turn alone now, for the trace: ``module.function``.
+
+    A function marked with :func:`cudnn_guide.collector.measuring` or ``spending`` as a decorator is
+    named itself; a ``with`` block by the function it is written in (``<page>:<line>`` for a page's
+    own code). Seen from the stack, outside this module, :mod:`contextlib` and the collector.
+
+    Returns
+    -------
+    str
+        E.g. ``"cudnn_guide.measure.compare.compare"``, ``"cudnn_guide.studies.fresh_process.wait_ready"``.
+
+    Example
+    -------
+    >>> block_owner()  # called from a measured block's holder
+    'cudnn_guide.studies.vendor_llama_table.reference_at'
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module == "contextlib" and frame.f_code.co_name == "inner" and callable(frame.f_locals.get("func")):
+            fn = frame.f_locals["func"]  # a decorated function: the block is the function itself
+            return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+        if module not in _OWNER_SKIP:
+            if module.startswith(("cudnn_guide", "gallery_build", "flash_attn", "torch")):
+                return f"{module}.{frame.f_code.co_name}"
+            return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"  # a page's own code
+        frame = frame.f_back
+    return "?"
 
 
 def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn | None:

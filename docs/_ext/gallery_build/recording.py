@@ -122,7 +122,7 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
     if os.environ.get(gpu_turns.TRACE_ENV):
         trace_dir = Path(os.environ[gpu_turns.TRACE_ENV])
         trace_dir.mkdir(parents=True, exist_ok=True)
-        rows = [dict(zip(("mode", "asked", "taken", "given"), t, strict=True)) for t in turn.trace]
+        rows = [dict(zip(("mode", "asked", "taken", "given", "owner"), t, strict=True)) for t in turn.trace]
         datafiles.write_json(trace_dir / f"{Path(example).stem}.turns.json", {"page": example, "turns": rows})
     print(
         f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
