@@ -78,13 +78,15 @@ else:
 run(); torch.cuda.synchronize(); t3 = time.perf_counter()
 run(); torch.cuda.synchronize(); t4 = time.perf_counter()
 print(json.dumps({"torch_and_context_s": t1 - t0, "import_s": t2 - t1,
-                  "first_call_s": t3 - t2, "second_call_s": t4 - t3}))
+                  "first_call_s": t3 - t2, "second_call_s": t4 - t3}), flush=True)
+import os; os._exit(0)
 """
 """What :func:`fresh_process` runs: the lesson's causal Llama 3.1 attention forward (2×4096 tokens, 64
 query and 8 K/V heads of 128, bf16, B×S×H×D) with the backend named by its argument (``"cudnn"``: the
 lesson's graph, built in one ``build`` with heuristics A; ``"fa4"``: ``flash_attn_func``), timing the
 start of torch and CUDA, the import, the first call (build or compile included) and the second; it
-prints them as one JSON line."""
+prints them as one JSON line and ends at once (``os._exit``: its exit is not timed, and CUDA's teardown
+would only keep the page waiting, about 0.7 s a process in ``docs/data/exit_cost.json``)."""
 
 PARTS = ("torch_and_context_s", "import_s", "first_call_s")
 """The parts of a fresh process up to its first output, in the order they run."""

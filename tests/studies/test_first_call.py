@@ -56,6 +56,16 @@ def test_a_fresh_process_gets_empty_caches_and_returns_its_json(monkeypatch):
     assert got["cache"] == got["tmp"] and got["cache"]
 
 
+def test_the_child_ends_at_once_and_its_line_still_arrives(monkeypatch):
+    """The child's own ending (a flushed JSON line, then os._exit): its answer is not lost in a pipe's buffer."""
+    tail = first_call.CHILD[first_call.CHILD.index("print(json.dumps(") :]
+    assert tail.rstrip().endswith("os._exit(0)")
+    script = "import json, sys, time\nt0 = t1 = t2 = t3 = t4 = 0.0\n" + tail
+    monkeypatch.setattr(first_call, "CHILD", script)
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)  # a pipe's buffer, as under the recorder
+    assert first_call.fresh_process("cudnn") == dict.fromkeys(first_call._KEYS, 0.0)
+
+
 def test_a_failed_process_gives_the_last_line_of_its_error(monkeypatch):
     monkeypatch.setattr(first_call, "CHILD", "import sys\nprint('a', file=sys.stderr)\nraise ImportError('no cute')")
     assert first_call.fresh_process("fa4") == {"error": "ImportError: no cute"}
