@@ -278,7 +278,7 @@ class Turn:
             t1 = time.perf_counter()
             self.aside_seconds += (t1 - t0) - (self.waited - waited0)  # a turn taken inside: its wait is a wait
             if self.mode is None:  # a measured block opened inside and still open holds it already
-                self._take("exclusive" if self.shared_cells and _measuring_now() else mode)
+                self._take("exclusive" if self.shared_cells and _measuring_now() else mode, self._cell_owner())
                 if compiling:
                     self.compile_waits += self._since - t1
 
