@@ -727,8 +727,12 @@ def connect(
         if exc is None and mode == "record" and not partial:
             from cudnn_guide import environment
 
-            path = write_manifest(
-                gallery, examples, environment.collect().to_dict(), build_seconds=time.perf_counter() - started
+            path = write_manifest(  # every page, recorded by this build: it describes them all
+                gallery,
+                examples,
+                environment.collect().to_dict(),
+                build_seconds=time.perf_counter() - started,
+                full_run=True,
             )
             print(f"cudnn-guide: recording manifest written to {path}; commit docs/auto_examples.")
 
