@@ -605,7 +605,7 @@ def _a_measured_function():
 def test_the_trace_names_the_measured_block_that_held_the_turn_alone(tmp_path, monkeypatch):
     """An alone turn names its measured block: a decorated function by its own name, a ``with`` block in a
     page by file and line; a cell's turn is the cell's, and one taken while an earlier cell left a measured
-    block open says so."""
+    block open names that block."""
     monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
     turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"), shared_cells=True)
     monkeypatch.setattr(gpu_turns, "_CURRENT", turn)
@@ -614,7 +614,7 @@ def test_the_trace_names_the_measured_block_that_held_the_turn_alone(tmp_path, m
         with turn.held():
             assert _a_measured_function() == "exclusive"
             with collector.measuring():
-                line = sys._getframe().f_lineno - 1
+                pass
         left_open = collector.measuring()
         with turn.held():  # a cell that leaves its measured block open (an interpreter pool across cells)
             left_open.__enter__()
@@ -626,15 +626,24 @@ def test_the_trace_names_the_measured_block_that_held_the_turn_alone(tmp_path, m
     finally:
         collector.hold_while_measuring(None)
     owners = [(t[0], t[4]) for t in turn.trace]
-    assert owners[:4] == [
-        ("shared", "cell"),
-        ("exclusive", f"{__name__}._a_measured_function"),
-        ("shared", "cell"),
-        ("exclusive", f"test_gpu_turns.py:{line}"),
-    ]
-    assert owners[4:] == [
-        ("shared", "cell"),  # the cell's turn back after the measured block
-        ("shared", "cell"),
-        ("exclusive", f"test_gpu_turns.py:{line + 4}"),
-        ("exclusive", "open measured block"),
-    ]
+    source = Path(__file__).read_text().splitlines()
+
+    def line_of(owner):
+        name, _, line = owner.partition(":")
+        assert name == Path(__file__).name
+        return source[int(line) - 1].strip()
+
+    assert owners[:3] == [("shared", "cell"), ("exclusive", f"{__name__}._a_measured_function"), ("shared", "cell")]
+    assert owners[3][0] == "exclusive" and line_of(owners[3][1]) == "with collector.measuring():"
+    assert owners[4:7] == [("shared", "cell"), ("shared", "cell"), ("exclusive", owners[6][1])]
+    assert line_of(owners[6][1]) == "left_open.__enter__()"
+    assert owners[7:] == [("exclusive", owners[6][1])]  # the next cell's turn: the block left open
+
+
+def test_inductor_autotuning_is_traced_as_such(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+    turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"), shared_cells=True)
+    benchmark = gpu_turns._holding(lambda: turn.mode, turn)
+    with turn.held():
+        assert benchmark() == "exclusive"
+    assert [(t[0], t[4]) for t in turn.trace][1] == ("exclusive", "torch._inductor autotuning")

@@ -98,3 +98,20 @@ def test_recording_some_pages_keeps_where_the_others_were_recorded(tmp_path):
     assert {p["commit"] for p in man["pages"].values()} == {"full3"}
     assert "merged_from" not in man and man["environment"]["commit"] == "full3"
     assert "turn_scope" not in man["pages"]["plot_a.py"]  # recorded one page at a time
+
+
+def test_a_partial_run_over_a_manifest_without_pages_names_both_machines(tmp_path):
+    """A manifest from before pages were kept (or a record-mode Sphinx build's) has the gallery's environment
+    only: the pages not recorded now keep it, so the stamp never gives them the new run's commit."""
+    ex, gal = tiny_gallery(tmp_path)
+    (ex / "plot_b.py").write_text("print(2)\n")
+    old = {"gpu": "NVIDIA H200", "commit": "aaaaaaa", "date_utc": "2026-11-30 08:00 UTC", "torch": "2.11.0"}
+    (gal / "recording.json").write_text(json.dumps({"environment": old, "package_md5": "0" * 32}))
+    new = {"gpu": "NVIDIA H100 80GB HBM3", "commit": "bbbbbbb", "torch": "2.11.0"}  # no date_utc: the run's own
+    write_manifest(gal, ex, new, build_seconds=3.0, example_seconds={"plot_b.py": 3.0}, turn_scope="measured")
+    man = read_manifest(gal, checked=True)  # the site build's check: every string as the pages need it
+    assert man["pages"]["plot_a.py"]["commit"] == "aaaaaaa" and man["pages"]["plot_a.py"]["package_md5"] == "0" * 32
+    assert man["pages"]["plot_b.py"]["commit"] == "bbbbbbb" and man["pages"]["plot_b.py"]["date_utc"].endswith(" UTC")
+    assert man["merged_from"] == ["NVIDIA H100 80GB HBM3 @ bbbbbbb", "NVIDIA H200 @ aaaaaaa"]
+    stamp = describe_recording(gal)
+    assert "aaaaaaa (1 page)" in stamp and "bbbbbbb (1 page)" in stamp

@@ -150,6 +150,7 @@ class Turn:
         self._since = 0.0
         self._asked = self._taken = 0.0
         self._owner = "cell"
+        self._block = "open measured block"  # the last measured block that took the turn alone
         self.trace: list[tuple[str, float, float, float, str]] = []
         """Every turn held: ``(mode, asked, taken, given up, owner)``, times in Unix seconds (:data:`TRACE_ENV`);
         ``owner`` is ``"cell"`` for a cell's turn, else the measured block's (:func:`block_owner`)."""
@@ -210,8 +211,9 @@ class Turn:
         return "exclusive" if not self.shared_cells or _measuring_now() else "shared"
 
     def _cell_owner(self) -> str:
-        """Whose turn a cell takes, for the trace: its own, or a measured block's that an earlier cell left open."""
-        return "open measured block" if self.shared_cells and _measuring_now() else "cell"
+        """Whose turn a cell takes, for the trace: its own, or that of the measured block still open (one an
+        earlier cell left open, as an interpreter pool's across cells)."""
+        return self._block if self.shared_cells and _measuring_now() else "cell"
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -232,10 +234,11 @@ class Turn:
             self._in_cell = False
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, owner: str | None = None) -> Iterator[None]:
         """Hold the turn alone for the block: a shared turn is given up (this process's GPU work
         drained first), the turn taken alone, and after the block the cell's turn taken back (none
-        inside an aside, which takes its own back)."""
+        inside an aside, which takes its own back). ``owner`` names the block in the trace (default:
+        :func:`block_owner`)."""
         if self.mode == "exclusive" or self._pid != os.getpid():
             yield
             return
@@ -243,7 +246,9 @@ class Turn:
             with contextlib.suppress(Exception):
                 _drain()
             self._give()
-        self._take("exclusive", block_owner() if self.shared_cells else "cell")
+        if self.shared_cells:
+            self._block = owner or block_owner()
+        self._take("exclusive", self._block if self.shared_cells else "cell")
         try:
             yield
         finally:
@@ -578,7 +583,7 @@ def _holding(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def held(*args: Any, **kwargs: Any) -> Any:
-        with turn.exclusive():
+        with turn.exclusive(owner="torch._inductor autotuning"):
             return fn(*args, **kwargs)
 
     held._cudnn_guide_turn = True  # type: ignore[attr-defined]
@@ -623,7 +628,8 @@ def block_owner() -> str:
     Returns
     -------
     str
-        E.g. ``"cudnn_guide.measure.compare.compare"``, ``"cudnn_guide.studies.fresh_process.wait_ready"``.
+        E.g. ``"cudnn_guide.measure.compare.compare"``,
+        ``"cudnn_guide.studies.fresh_process.InterpreterPool.wait_ready"``.
 
     Example
     -------
@@ -638,7 +644,7 @@ def block_owner() -> str:
             return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
         if module not in _OWNER_SKIP:
             if module.startswith(("cudnn_guide", "gallery_build", "flash_attn", "torch")):
-                return f"{module}.{frame.f_code.co_name}"
+                return f"{module}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
             return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"  # a page's own code
         frame = frame.f_back
     return "?"

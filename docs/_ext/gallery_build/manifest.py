@@ -18,6 +18,7 @@ __all__ = [
     "MANIFEST",
     "package_md5",
     "package_changed_since_recording",
+    "page_entry",
     "read_manifest",
     "write_manifest",
     "recording_commit",
@@ -124,9 +125,10 @@ def write_manifest(
     every example, so recording one page later does not pass its time off as the gallery's.
 
     Each page keeps where it was recorded (``pages``: :func:`page_entry`). A run that records some
-    pages replaces their entries and keeps the others', and the gallery's ``environment`` stays
-    the previous one (a few pages never describe every page); ``merged_from`` gains this run's
-    GPU and commit. A run that records every example describes them all.
+    pages replaces their entries and keeps the others' (the gallery's environment stands for a page
+    that had none), and the gallery's ``environment`` stays the previous one (a few pages never
+    describe every page); ``merged_from`` then names every GPU and commit the pages come from, when
+    there is more than one. A run that records every example describes them all.
 
     Parameters
     ----------
@@ -161,6 +163,7 @@ def write_manifest(
     """
     previous = read_manifest(gallery_dir) or {}
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    now_stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # a page's date, as shards write
     seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
     full = previous.get("full_recording")
     if full_run and build_seconds is not None:
@@ -173,14 +176,17 @@ def write_manifest(
         }
     exists = {s.name for s in Path(examples_dir).glob("plot_*.py")}
     recorded_now = dict(example_seconds or {})
-    pages = {} if full_run else {k: v for k, v in previous.get("pages", {}).items() if k in exists}
-    if environment:
-        here = page_entry(environment, package_md5(), turn_scope, date_utc=now)
-        pages.update({name: dict(here) for name in recorded_now})
-    merged = [] if full_run else list(previous.get("merged_from", []))
-    if merged and environment:  # a recording merged from shards, now with pages of this run too
-        merged = sorted({*merged, f"{environment.get('gpu')} @ {environment.get('commit')}"})
     keep_previous = not full_run and previous.get("environment")
+    pages: dict[str, Any] = {}
+    if keep_previous:  # the pages not recorded now keep theirs (from the gallery's, where none was kept)
+        before = page_entry(previous["environment"], previous.get("package_md5"))
+        kept = previous.get("pages") or dict.fromkeys(exists, before)
+        pages = {k: dict(v) for k, v in kept.items() if k in exists}
+    if environment:
+        here = page_entry(environment, package_md5(), turn_scope, date_utc=now_stamp)
+        pages.update({name: dict(here) for name in (recorded_now or (exists if full_run else ()))})
+    sources = {f"{p.get('gpu')} @ {p.get('commit')}" for p in pages.values()}
+    merged = sorted(sources) if len(sources) > 1 or (keep_previous and previous.get("merged_from")) else []
     data = {
         "last_run_seconds": recorded_now,
         "recorded_utc": now,
@@ -229,7 +235,7 @@ def page_entry(
         "gpu": environment.get("gpu"),
         "commit": environment.get("commit"),
         "date_utc": environment.get("date_utc") or date_utc,
-        "software": {k: environment.get(k) for k in SOFTWARE_KEYS},
+        "software": {k: environment[k] for k in SOFTWARE_KEYS if environment.get(k) is not None},
         "package_md5": package,
     }
     if turn_scope is not None:
