@@ -100,7 +100,7 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
     assert ab["runs"]["cell"]["held"] == ab["runs"]["cell"]["alone"]  # the cell-wide turn holds every cell alone
 
 
-@pytest.mark.parametrize("name", ["lean_timing_site.json", "shared_turn_site.json", "budget_site.json"])
+@pytest.mark.parametrize("name", ["lean_timing_site.json", "shared_turn_site.json", "budget_site.json", "floor_site.json"])
 def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
     site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
     bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
@@ -136,3 +136,17 @@ def test_the_recording_that_made_the_halved_round_budget_the_default_met_both_ba
     assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
     assert rep["headlines_with_interval"] >= 100
     assert compare.ROUND_BUDGET_MS == 12.5
+
+
+def test_the_recording_with_traced_block_owners_met_both_bars_and_its_timeline_adds_up():
+    # 2cd522f's whole-site recording became the site's recording (measurement studies, "The floor"); its
+    # timeline names every alone turn's measured block, and those seconds are the calls' alone seconds
+    site = json.loads((ROOT / "docs" / "data" / "floor_site.json").read_text())["site"]
+    rep = site["reproducibility"]
+    assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
+    assert rep["headlines_with_interval"] >= 100
+    timeline = json.loads((ROOT / "docs" / "data" / "floor_timeline.json").read_text())["calls"]
+    assert set(timeline) == set(site["calls"])
+    for call in timeline.values():
+        assert "unknown" not in call["alone_by_owner"]
+        assert abs(sum(call["alone_by_owner"].values()) - call["alone"]) < 0.5
