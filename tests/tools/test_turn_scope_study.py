@@ -100,7 +100,9 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
     assert ab["runs"]["cell"]["held"] == ab["runs"]["cell"]["alone"]  # the cell-wide turn holds every cell alone
 
 
-@pytest.mark.parametrize("name", ["lean_timing_site.json", "shared_turn_site.json", "budget_site.json", "floor_site.json"])
+@pytest.mark.parametrize(
+    "name", ["lean_timing_site.json", "shared_turn_site.json", "budget_site.json", "floor_site.json"]
+)
 def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
     site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
     bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
