@@ -115,3 +115,15 @@ def test_a_partial_run_over_a_manifest_without_pages_names_both_machines(tmp_pat
     assert man["merged_from"] == ["NVIDIA H100 80GB HBM3 @ bbbbbbb", "NVIDIA H200 @ aaaaaaa"]
     stamp = describe_recording(gal)
     assert "aaaaaaa (1 page)" in stamp and "bbbbbbb (1 page)" in stamp
+
+
+def test_a_bare_old_manifest_still_validates_after_a_partial_run(tmp_path):
+    """What an old manifest does not say (a date, a package) is left out of the pages it stands for, not null."""
+    ex, gal = tiny_gallery(tmp_path)
+    (ex / "plot_b.py").write_text("print(2)\n")
+    (gal / "recording.json").write_text(json.dumps({"environment": {"gpu": "NVIDIA H200", "commit": "aaaaaaa"}}))
+    env = {"gpu": "NVIDIA H200", "commit": "bbbbbbb", "date_utc": "2026-12-03 10:00 UTC"}
+    write_manifest(gal, ex, env, example_seconds={"plot_b.py": 1.0})
+    man = read_manifest(gal, checked=True)
+    assert man["pages"]["plot_a.py"] == {"gpu": "NVIDIA H200", "commit": "aaaaaaa", "software": {}}
+    assert man["package_md5"] == package_md5()

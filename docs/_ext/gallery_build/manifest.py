@@ -195,7 +195,7 @@ def write_manifest(
         "example_seconds": seconds,
         "full_recording": full,
         "examples": {s.name: source_md5(s) for s in sorted(Path(examples_dir).glob("plot_*.py"))},
-        "package_md5": previous.get("package_md5") if keep_previous else package_md5(),
+        "package_md5": (previous.get("package_md5") if keep_previous else None) or package_md5(),
     }
     if pages:
         data["pages"] = pages
@@ -240,7 +240,7 @@ def page_entry(
     }
     if turn_scope is not None:
         entry["turn_scope"] = turn_scope
-    return entry
+    return {k: v for k, v in entry.items() if v is not None or k in ("gpu", "commit")}  # unknown: left out
 
 
 def recording_commit(gallery_dir: Path) -> str:
