@@ -65,7 +65,10 @@ def read_traces(folder: Path) -> dict[str, list[dict[str, Any]]]:
                 and isinstance(t.get("owner", ""), str)
             )
             if not ok:
-                raise ValueError(f"{path}: turn {i} is not a shared or exclusive turn asked <= taken <= given")
+                raise ValueError(
+                    f"{path}: turn {i} is not a shared or exclusive turn asked <= taken <= given "
+                    "(with, if any, a string owner)"
+                )
         pages[data["page"]] = turns
     if not pages:
         raise ValueError(f"{folder}: no <page>.turns.json in it (record with CUDNN_GUIDE_TURN_TRACE set)")

@@ -162,8 +162,9 @@ def write_manifest(
     >>> write_manifest(gallery, examples, environment.collect().to_dict(), build_seconds=230.0)
     """
     previous = read_manifest(gallery_dir) or {}
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    now_stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # a page's date, as shards write
+    moment = _dt.datetime.now(_dt.timezone.utc)
+    now = moment.isoformat(timespec="seconds")
+    now_stamp = moment.strftime("%Y-%m-%d %H:%M UTC")  # a page's date, as shards write it
     seconds = dict(previous.get("example_seconds", {}), **(example_seconds or {}))
     full = previous.get("full_recording")
     if full_run and build_seconds is not None:
