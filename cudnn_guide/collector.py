@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
-# add_environment, spending, spending_now, measuring, measuring_now, hold_while_measuring, cpu_only,
-# set_aside_with, seconds_spent and compile_seconds serve the package's own modules (and the docs build)
+# add_environment, spending, spending_now, measuring, measuring_now, measuring_holds, hold_while_measuring,
+# cpu_only, set_aside_with, seconds_spent and compile_seconds serve the package's own modules (and the docs build)
 
 _TARGET: Any = None
 _PAUSED = 0
@@ -291,6 +291,27 @@ def measuring_now() -> bool:
     False
     """
     return _DEPTH[0] > 0
+
+
+def measuring_holds() -> bool:
+    """Whether a new outermost :func:`measuring` block would take something (:func:`hold_while_measuring`).
+
+    In a plain process nothing is registered and a measuring block costs nothing. Under the docs
+    build's lanes it takes the GPU alone, and every other page recorded beside this one waits: a
+    helper whose clock is optional (a plan build's step times) reads it only where this is ``False``
+    or its caller asks for the time.
+
+    Returns
+    -------
+    bool
+        ``True`` when a holder is registered and no measuring block is open yet.
+
+    Example
+    -------
+    >>> measuring_holds()  # a script: nothing registered
+    False
+    """
+    return bool(_HOLDERS) and not measuring_now()
 
 
 def hold_while_measuring(holder: Callable[[], contextlib.AbstractContextManager[Any]] | None) -> None:

@@ -192,3 +192,50 @@ def test_a_build_report_without_step_times_never_claims_zero_ms():
     assert "not timed" in untimed and "0.0 ms" not in untimed
     timed = str(BuildReport("sdpa", {"validate": 0.001, "build_plans": 0.25}, 2, "eng0", 0))
     assert "built in 251.0 ms" in timed
+
+
+def test_a_build_beside_other_pages_is_untimed_unless_asked_and_takes_no_turn(monkeypatch):
+    """Under the docs build's lanes a timed build holds the GPU alone while cuDNN compiles on the CPU.
+
+    So by default it is timed only where that holds nothing up; ``timed=True`` times it as one
+    measured block, and an untimed report says why instead of a time.
+    """
+    import contextlib
+
+    import torch
+
+    from cudnn_guide import collector
+
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **kw: real_empty(*a, **kw))  # no GPU here
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    taken: list[str] = []
+
+    @contextlib.contextmanager
+    def alone():
+        taken.append("alone")
+        yield
+
+    def build(**kw):
+        X, Y = _Tensor("x", 1), _Tensor("y", 2)
+        g = _Graph([X], [Y])
+        built = builder.build(g, name="demo", handle="the handle", io={"x": X, "y": Y}, **kw)
+        assert g.steps == list(builder.STEPS)  # every step ran, timed or not
+        return built.report
+
+    plain = build()  # a script: nothing registered, timing costs nothing
+    assert list(plain.step_seconds) == list(builder.STEPS) and taken == []
+    collector.hold_while_measuring(alone)
+    try:
+        beside = build()
+        assert beside.step_seconds == {} and taken == []
+        assert "other pages" in str(beside) and "timed=True" in str(beside) and " ms " not in str(beside)
+        asked = build(timed=True)
+        assert list(asked.step_seconds) == list(builder.STEPS) and taken == ["alone"]
+        with collector.measuring():  # already measured (a first call's build): timed, nothing taken again
+            inside = build()
+        assert list(inside.step_seconds) == list(builder.STEPS) and taken == ["alone", "alone"]
+    finally:
+        collector.hold_while_measuring(None)
+    off = build(timed=False)
+    assert off.step_seconds == {} and "timed=False" in str(off) and taken == ["alone", "alone"]
