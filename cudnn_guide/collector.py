@@ -15,9 +15,10 @@ wall time a page reports (a plan build, a first call), :func:`spending` blocks i
 are recorded side by side (lanes, with the default ``CUDNN_GUIDE_TURN_SCOPE=measured``), the docs
 build holds the GPU alone around each (:func:`hold_while_measuring`) while the pages share it for
 the rest (a page that reads a clock in its own code holds it alone throughout). :func:`cpu_only`
-marks work that needs neither the GPU nor a quiet machine (interpreters importing before a
-fresh-process study): the docs build lets the other pages have the GPU meanwhile
-(:func:`set_aside_with`).
+marks work that needs neither the GPU nor a quiet machine: the docs build lets the other pages
+have the GPU meanwhile (:func:`set_aside_with`). A fresh-process pool's imports are not such work
+any more: a dozen interpreters importing at once load the whole host, and beside another page's
+timing loops they moved the host-bound ones (5d281fa's recording).
 """
 
 from __future__ import annotations
@@ -353,7 +354,7 @@ def set_aside_with(aside: Callable[[], contextlib.AbstractContextManager[Any]] |
 
 @contextlib.contextmanager
 def cpu_only() -> Iterator[None]:
-    """Mark a block that uses no GPU and whose time no page reports (new interpreters importing, waited for).
+    """Mark a block that uses no GPU, loads one core at most, and whose time no page reports.
 
     Outside every :func:`measuring` block it enters what :func:`set_aside_with` registered (the docs
     build: this page's GPU turn is given up, so that a page beside it may measure meanwhile, and taken
@@ -367,7 +368,7 @@ def cpu_only() -> Iterator[None]:
     Example
     -------
     >>> with cpu_only():
-    ...     pass  # e.g. wait for interpreters to finish their imports
+    ...     pass  # e.g. wait on one CPU-bound helper
     """
     aside = _ASIDE[0] if _ASIDE and not measuring_now() else None
     if aside is None:

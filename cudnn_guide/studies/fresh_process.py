@@ -11,11 +11,12 @@ call**: they import the ``preload`` modules concurrently (a few seconds in all, 
 host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` hands the next
 one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
 interpreter, with its imports done but nothing else; and no interpreter imports while another
-one measures. Importing needs no GPU: while a page recorded in lanes whose cells share the turn
-(not one that reads a clock) waits for its pool's imports outside a measured block, its GPU turn is
-set aside (:func:`~cudnn_guide.collector.cpu_only`), so pages beside it may measure meanwhile, each
-lane on its own CPU cores; from the first call on, the pool holds the turn alone until it closes.
-Its ``start_seconds`` (how long the imports took) is then taken while those pages work beside it.
+one measures. Importing needs no GPU, but a pool's imports (a dozen interpreters importing torch at
+once) load the whole host: in a page recorded in lanes, the wait for them holds the page's turn as
+its cell does (shared), so no page beside it measures meanwhile. Set aside until 5d281fa, they ran
+beside another lane's timing loops and moved the host-bound ones (plot_04's ``torch.compile`` chain
+from 31 to 101 µs; the measurement studies, "One recorder call"). From the first call on, the pool
+holds the turn alone until it closes. Its ``start_seconds`` is how long the imports took.
 
 Why not fork children from one pre-imported server, which is cheaper still? That was tried: in a
 control, forked children loaded a saved cuDNN plan faster than a new interpreter, a difference
@@ -232,10 +233,10 @@ class InterpreterPool:
     def wait_ready(self) -> None:
         """Wait until every interpreter has finished its imports (the first :meth:`run` waits too).
 
-        All start together; waiting for all means none imports during a measured call. The wait is
-        CPU-only work (:func:`~cudnn_guide.collector.cpu_only`: pages recorded beside this one may use
-        the GPU meanwhile, each lane on its own cores); from its end until :meth:`close`, the pool is
-        one measuring block.
+        All start together; waiting for all means none imports during a measured call. The wait
+        holds the caller's turn as it is (in lanes, a shared cell's: pages beside this one may run
+        their cells, not measure, since the imports load every core); from its end until
+        :meth:`close`, the pool is one measuring block.
 
         Raises
         ------
@@ -249,12 +250,10 @@ class InterpreterPool:
         """
         if self.start_seconds is not None:
             return
-        with collector.cpu_only():
-            for interp in self._idle:
-                interp.wait_ready(self.ready_timeout)
-            self.start_seconds = time.perf_counter() - self._t0  # without the wait to get the turn back
-            # taken alone from no turn: not back shared first, then given up again for the measured block
-            self._alone.enter_context(collector.measuring())
+        for interp in self._idle:
+            interp.wait_ready(self.ready_timeout)
+        self.start_seconds = time.perf_counter() - self._t0
+        self._alone.enter_context(collector.measuring())
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 600, **kwargs: Any) -> FreshResult:
         """Call ``fn(*args, **kwargs)`` in the next interpreter, which then exits.

@@ -117,7 +117,8 @@ def shared_turn(tmp_path):
     collector.hold_while_measuring(None)
 
 
-def test_a_pool_gives_a_shared_cell_turn_up_while_importing_and_holds_it_alone_from_there(shared_turn, monkeypatch):
+def test_a_pool_keeps_a_shared_cell_turn_while_importing_and_holds_it_alone_from_there(shared_turn, monkeypatch):
+    # set aside, a pool's imports ran beside another lane's timing loops and moved them (5d281fa)
     turn, lock = shared_turn
     monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
     collector.set_aside_with(turn.aside)
@@ -128,15 +129,15 @@ def test_a_pool_gives_a_shared_cell_turn_up_while_importing_and_holds_it_alone_f
             with fresh_process.InterpreterPool(1, preload=()) as pool:
                 real_wait = pool._idle[0].wait_ready
 
-                def waiting(timeout):  # while the imports are waited for, nobody holds the turn here
-                    seen.append((turn.mode, _probe(lock, shared=False)))
+                def waiting(timeout):  # while the imports are waited for, the cell keeps its shared turn
+                    seen.append((turn.mode, _probe(lock, shared=False), _probe(lock, shared=True)))
                     real_wait(timeout)
 
                 pool._idle[0].wait_ready = waiting
                 pool.run(os.getpid)
                 assert turn.mode == "exclusive" and not _probe(lock, shared=True)
             assert turn.mode == "shared"  # the pool closed: the cell's turn, shared again
-        assert seen == [(None, True)]  # given up: another lane could have taken it alone
+        assert seen == [("shared", False, True)]  # another lane's cell could run beside it, nothing measure
         assert turn.turns == 3  # the cell's, the pool's alone, the cell's again: none taken twice
     finally:
         collector.set_aside_with(None)
@@ -230,7 +231,7 @@ def test_the_recorder_refuses_an_unknown_scope_before_any_page_starts(tmp_path, 
     assert not (tmp_path / "shard").exists()
 
 
-def test_an_interpreter_pools_imports_set_the_turn_aside_and_its_runs_are_one_measured_block():
+def test_an_interpreter_pools_imports_set_nothing_aside_and_its_runs_are_one_measured_block():
     events: list[str] = []
 
     class Holder:
@@ -253,15 +254,15 @@ def test_an_interpreter_pools_imports_set_the_turn_aside_and_its_runs_are_one_me
         with fresh_process.InterpreterPool(2, preload=()) as pool:
             assert not collector.measuring_now() and events == []  # started: they import, nothing held yet
             assert pool.run(os.getpid).value != os.getpid()
-            # the wait for their imports set the turn aside; it is taken alone straight from there, and the
-            # runs hold it alone until the pool closes
-            assert events == ["aside in", "alone in", "aside out"] and collector.measuring_now()
+            # the wait for their imports kept the turn as it was; then it is taken alone, and the runs hold it
+            # alone until the pool closes
+            assert events == ["alone in"] and collector.measuring_now()
             assert pool.start_seconds is not None
             pool.run(os.getpid)
-            assert events == ["aside in", "alone in", "aside out"]
-        assert not collector.measuring_now() and events == ["aside in", "alone in", "aside out", "alone out"]
+            assert events == ["alone in"]
+        assert not collector.measuring_now() and events == ["alone in", "alone out"]
         events.clear()
-        with collector.measuring():  # inside a measured block the wait is part of it: nothing set aside
+        with collector.measuring():  # inside a measured block the wait is part of it: taken once
             with fresh_process.InterpreterPool(1, preload=()) as pool:
                 pool.run(os.getpid)
         assert events == ["alone in", "alone out"]
@@ -277,8 +278,8 @@ CLOCKS_ELSEWHERE = {
     ("studies/interpreter.py", "_read_exact"): "a deadline, not a measurement",
     ("studies/interpreter.py", "receive"): "a deadline, not a measurement",
     ("studies/interpreter.py", "worker_main"): "runs in a fresh interpreter, which holds no turn",
-    ("studies/fresh_process.py", "__init__"): "the pool's start time: its interpreters import aside, not measured",
-    ("studies/fresh_process.py", "wait_ready"): "the pool's start time: its interpreters import aside, not measured",
+    ("studies/fresh_process.py", "__init__"): "the pool's start time: its interpreters' imports, not measured",
+    ("studies/fresh_process.py", "wait_ready"): "the pool's start time: its interpreters' imports, not measured",
 }
 
 

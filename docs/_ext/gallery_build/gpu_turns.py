@@ -688,7 +688,7 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
         from cudnn_guide import collector
 
         collector.hold_while_measuring(turn.exclusive)
-        # the library's CPU-only waits (interpreters importing) give the turn up; not in a page that
+        # the library's CPU-only waits (collector.cpu_only) give the turn up; not in a page that
         # reads a clock, whose own timer could count the wait to get it back
         collector.set_aside_with(turn.aside)
     hooks = {
