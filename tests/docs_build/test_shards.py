@@ -372,3 +372,17 @@ def test_each_merged_page_keeps_the_turn_scope_its_shard_was_recorded_with(tmp_p
     shards.merge([a, b], docs, _examples(tmp_path, root))
     pages = read_manifest(docs / "auto_examples")["pages"]
     assert pages[PAGES[0]]["turn_scope"] == "measured" and "turn_scope" not in pages[PAGES[1]]
+
+
+def test_a_partial_merge_names_the_sources_of_the_pages_it_left_as_they_were(tmp_path, root):
+    # one page re-recorded at a later commit (its example changed): the other pages still come from the
+    # recording before, and the manifest must say so (seen merging plot_15 alone over 2cd522f's recording)
+    docs = _docs(tmp_path, root, "d")
+    before = read_manifest(docs / "auto_examples")
+    kept = {f"{e['gpu']} @ {e['commit']}" for e in before["pages"].values()}
+    a = _shard(tmp_path, root, "one", "NVIDIA H200", PAGES[:1])
+    shards.merge([a], docs, _examples(tmp_path, root))
+    merged = read_manifest(docs / "auto_examples", checked=True)
+    assert merged["pages"][PAGES[0]]["commit"] == _commit("NVIDIA H200")
+    assert merged["merged_from"] == sorted(kept | {f"NVIDIA H200 @ {_commit('NVIDIA H200')}"})
+    assert len(merged["merged_from"]) >= 2

@@ -745,7 +745,7 @@ def _merged_manifest(
             "example_seconds": seconds,
             "pages": pages,
             "examples": {s.name: source_md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
-            "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}),
+            "merged_from": _sources(pages, shards, previous),
         }
     )
     if isinstance(previous.get("last_run_seconds"), dict):
@@ -756,6 +756,17 @@ def _merged_manifest(
     data.pop("recorded_utc", None)
     data["recorded_utc"] = max(str(s.environment.get("date_utc", "")) for s in shards)
     return data
+
+
+def _sources(pages: dict[str, Any], shards: list[Shard], previous: dict[str, Any]) -> list[str]:
+    """Every ``<GPU> @ <commit>`` the gallery's pages come from after a merge: the shards', and those of the
+    pages the merge left as they were (a partial merge: one page re-recorded keeps the others' source named);
+    a page with no entry (a manifest from before pages were kept) stands for the gallery's earlier sources."""
+    found = {f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}
+    found |= {f"{e['gpu']} @ {e['commit']}" for e in pages.values() if e.get("gpu") and e.get("commit")}
+    if any(not (e.get("gpu") and e.get("commit")) for e in pages.values()):
+        found |= set(previous.get("merged_from") or [])
+    return sorted(found)
 
 
 def across_gpus(data_dir: Path) -> list[dict[str, Any]]:
