@@ -17,8 +17,8 @@ build holds the GPU alone around each (:func:`hold_while_measuring`) while the p
 the rest (a page that reads a clock in its own code holds it alone throughout). :func:`cpu_only`
 marks work that needs neither the GPU nor a quiet machine: the docs build lets the other pages
 have the GPU meanwhile (:func:`set_aside_with`). A fresh-process pool's imports are not such work
-any more: a dozen interpreters importing at once load the whole host, and beside another page's
-timing loops they moved the host-bound ones (5d281fa's recording).
+any more: a dozen interpreters importing at once load the whole host that another page's timing
+loops need (5d281fa's recording: the measurement studies, "One recorder call").
 """
 
 from __future__ import annotations

@@ -92,6 +92,29 @@ def read_log(lines: Iterable[str]) -> dict[str, Any]:
     return {"pages": pages, "recorder_seconds": recorder, "interpreters_ready_seconds": ready}
 
 
+def finished_pages(pages: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The pages of :func:`read_log` that the call finished (recorded or skipped).
+
+    A page cut short by the call's time limit logs its turns but no seconds; a later call recorded it.
+
+    Parameters
+    ----------
+    pages
+        :func:`read_log`'s ``pages``.
+
+    Returns
+    -------
+    dict[str, Any]
+        The same, without the pages cut short.
+
+    Example
+    -------
+    >>> finished_pages({"a.py": {"turns": 3, "seconds": 9.0}, "b.py": {"turns": 2}})
+    {'a.py': {'turns': 3, 'seconds': 9.0}}
+    """
+    return {n: dict(p) for n, p in pages.items() if "seconds" in p or "skipped" in p}
+
+
 def _records(gallery: Path) -> dict[str, dict[str, Any]]:
     return {p.name.split(".")[0]: datafiles.read_json(p) for p in sorted(gallery.glob("*.record.json"))}
 
@@ -190,6 +213,7 @@ def site_study(calls: Mapping[str, tuple[Path, Path]], committed: Path, history_
     new_entries = []
     for call, (shard, log) in calls.items():
         read = read_log(log.read_text().splitlines())
+        read["pages"] = finished_pages(read["pages"])
         out_calls[call] = {
             "pages_recorded": sum(1 for p in read["pages"].values() if "skipped" not in p),
             "recorder_seconds": read["recorder_seconds"],

@@ -14,9 +14,11 @@ interpreter, with its imports done but nothing else; and no interpreter imports 
 one measures. Importing needs no GPU, but a pool's imports (a dozen interpreters importing torch at
 once) load the whole host: in a page recorded in lanes, the wait for them holds the page's turn as
 its cell does (shared), so no page beside it measures meanwhile. Set aside until 5d281fa, they ran
-beside another lane's timing loops and moved the host-bound ones (plot_04's ``torch.compile`` chain
-from 31 to 101 µs; the measurement studies, "One recorder call"). From the first call on, the pool
-holds the turn alone until it closes. Its ``start_seconds`` is how long the imports took.
+beside another lane's timing loops: in that recording plot_06's pool imported during plot_04's first
+comparisons, whose ``torch.compile`` chain measured 101 µs (31 µs in 2cd522f's, 37 µs in eedf3ae's
+with the imports holding the turn). That they caused it is not shown (the chain came out at 48-104 µs
+in three of 34 earlier recordings; the measurement studies, "One recorder call"). From the first call
+on, the pool holds the turn alone until it closes. Its ``start_seconds`` is how long the imports took.
 
 Why not fork children from one pre-imported server, which is cheaper still? That was tried: in a
 control, forked children loaded a saved cuDNN plan faster than a new interpreter, a difference

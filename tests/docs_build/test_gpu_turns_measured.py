@@ -118,7 +118,7 @@ def shared_turn(tmp_path):
 
 
 def test_a_pool_keeps_a_shared_cell_turn_while_importing_and_holds_it_alone_from_there(shared_turn, monkeypatch):
-    # set aside, a pool's imports ran beside another lane's timing loops and moved them (5d281fa)
+    # set aside, a pool's imports ran beside another lane's timing loops (5d281fa's recording)
     turn, lock = shared_turn
     monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
     collector.set_aside_with(turn.aside)

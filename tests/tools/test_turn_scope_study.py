@@ -101,7 +101,15 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
 
 
 @pytest.mark.parametrize(
-    "name", ["lean_timing_site.json", "shared_turn_site.json", "budget_site.json", "floor_site.json"]
+    "name",
+    [
+        "lean_timing_site.json",
+        "shared_turn_site.json",
+        "budget_site.json",
+        "floor_site.json",
+        "one_call_site.json",
+        "pool_imports_site.json",
+    ],
 )
 def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
     site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
@@ -152,3 +160,17 @@ def test_the_recording_with_traced_block_owners_met_both_bars_and_its_timeline_a
     for call in timeline.values():
         assert "unknown" not in call["alone_by_owner"]
         assert abs(sum(call["alone_by_owner"].values()) - call["alone"]) < 0.5
+
+
+def test_a_page_cut_short_by_the_calls_limit_is_not_counted_as_recorded():
+    # 5d281fa's first call ended at its limit with three pages running: they logged turns, not seconds
+    log = [
+        "cudnn-guide: plot_a.py: 3 turns on the GPU, 1.0 s waiting for one, 0.0 s of CPU-only work beside other "
+        "lanes, 2.0 s holding the GPU (1.0 s of it alone)",
+        "cudnn-guide: recorded plot_a.py in 4.0 s on lane 0 (last recording 4.1 s)",
+        "cudnn-guide: plot_b.py: 2 turns on the GPU, 0.5 s waiting for one, 0.0 s of CPU-only work beside other "
+        "lanes, 1.0 s holding the GPU (0.4 s of it alone)",
+    ]
+    read = turn_scope_study.read_log(log)
+    assert sorted(read["pages"]) == ["plot_a.py", "plot_b.py"]
+    assert list(turn_scope_study.finished_pages(read["pages"])) == ["plot_a.py"]
