@@ -14,11 +14,7 @@ so a slow page can be told apart from a slow measurement. :func:`measuring` mark
 wall time a page reports (a plan build, a first call), :func:`spending` blocks included. When pages
 are recorded side by side (lanes, with the default ``CUDNN_GUIDE_TURN_SCOPE=measured``), the docs
 build holds the GPU alone around each (:func:`hold_while_measuring`) while the pages share it for
-the rest (a page that reads a clock in its own code holds it alone throughout). :func:`cpu_only`
-marks work that needs neither the GPU nor a quiet machine: the docs build lets the other pages
-have the GPU meanwhile (:func:`set_aside_with`). A fresh-process pool's imports are not such work
-any more: a dozen interpreters importing at once load the whole host that another page's timing
-loops need (5d281fa's recording: the measurement studies, "One recorder call").
+the rest (a page that reads a clock in its own code holds it alone throughout).
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
 # add_environment, spending, spending_now, measuring, measuring_now, measuring_holds, hold_while_measuring,
-# cpu_only, set_aside_with, seconds_spent and compile_seconds serve the package's own modules (and the docs build)
+# seconds_spent and compile_seconds serve the package's own modules (and the docs build)
 
 _TARGET: Any = None
 _PAUSED = 0
@@ -42,7 +38,6 @@ _MEASURING: list[contextlib.ExitStack] = []  # the holders entered for the open 
 _DEPTH = [0]  # measuring blocks open, nested or not
 _DEPTH_LOCK = threading.Lock()  # the recorder's lane threads open interpreter pools at once
 _HOLDERS: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
-_ASIDE: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
 
 
 def start(target: Any) -> None:
@@ -331,51 +326,6 @@ def hold_while_measuring(holder: Callable[[], contextlib.AbstractContextManager[
     >>> hold_while_measuring(contextlib.nullcontext); hold_while_measuring(None)
     """
     _HOLDERS[:] = [] if holder is None else [holder]
-
-
-def set_aside_with(aside: Callable[[], contextlib.AbstractContextManager[Any]] | None) -> None:
-    """Enter ``aside()`` around every :func:`cpu_only` block opened outside a measuring block (``None``: none any more).
-
-    The docs build registers its GPU turn's ``aside`` here, so that while a page's process only waits
-    for CPU work of its own, the pages recorded beside it may use the GPU, measure included. One at a
-    time: a new one replaces the last.
-
-    Parameters
-    ----------
-    aside
-        A factory of context managers, or ``None``.
-
-    Example
-    -------
-    >>> set_aside_with(contextlib.nullcontext); set_aside_with(None)
-    """
-    _ASIDE[:] = [] if aside is None else [aside]
-
-
-@contextlib.contextmanager
-def cpu_only() -> Iterator[None]:
-    """Mark a block that uses no GPU, loads one core at most, and whose time no page reports.
-
-    Outside every :func:`measuring` block it enters what :func:`set_aside_with` registered (the docs
-    build: this page's GPU turn is given up, so that a page beside it may measure meanwhile, and taken
-    back after); inside one, or with nothing registered, it does nothing. Works as a decorator too.
-
-    Returns
-    -------
-    Iterator[None]
-        A context manager.
-
-    Example
-    -------
-    >>> with cpu_only():
-    ...     pass  # e.g. wait on one CPU-bound helper
-    """
-    aside = _ASIDE[0] if _ASIDE and not measuring_now() else None
-    if aside is None:
-        yield
-        return
-    with aside():
-        yield
 
 
 def seconds_spent() -> dict[str, float]:

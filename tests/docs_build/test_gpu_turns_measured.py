@@ -121,26 +121,22 @@ def test_a_pool_keeps_a_shared_cell_turn_while_importing_and_holds_it_alone_from
     # set aside, a pool's imports ran beside another lane's timing loops (5d281fa's recording)
     turn, lock = shared_turn
     monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
-    collector.set_aside_with(turn.aside)
     seen = []
-    try:
-        with turn.held():
-            assert turn.mode == "shared"
-            with fresh_process.InterpreterPool(1, preload=()) as pool:
-                real_wait = pool._idle[0].wait_ready
+    with turn.held():
+        assert turn.mode == "shared"
+        with fresh_process.InterpreterPool(1, preload=()) as pool:
+            real_wait = pool._idle[0].wait_ready
 
-                def waiting(timeout):  # while the imports are waited for, the cell keeps its shared turn
-                    seen.append((turn.mode, _probe(lock, shared=False), _probe(lock, shared=True)))
-                    real_wait(timeout)
+            def waiting(timeout):  # while the imports are waited for, the cell keeps its shared turn
+                seen.append((turn.mode, _probe(lock, shared=False), _probe(lock, shared=True)))
+                real_wait(timeout)
 
-                pool._idle[0].wait_ready = waiting
-                pool.run(os.getpid)
-                assert turn.mode == "exclusive" and not _probe(lock, shared=True)
-            assert turn.mode == "shared"  # the pool closed: the cell's turn, shared again
-        assert seen == [("shared", False, True)]  # another lane's cell could run beside it, nothing measure
-        assert turn.turns == 3  # the cell's, the pool's alone, the cell's again: none taken twice
-    finally:
-        collector.set_aside_with(None)
+            pool._idle[0].wait_ready = waiting
+            pool.run(os.getpid)
+            assert turn.mode == "exclusive" and not _probe(lock, shared=True)
+        assert turn.mode == "shared"  # the pool closed: the cell's turn, shared again
+    assert seen == [("shared", False, True)]  # another lane's cell could run beside it, nothing measure
+    assert turn.turns == 3  # the cell's, the pool's alone, the cell's again: none taken twice
 
 
 def test_measuring_holds_the_turn_alone_and_gives_the_cell_back_shared(shared_turn):
@@ -241,15 +237,7 @@ def test_an_interpreter_pools_imports_set_nothing_aside_and_its_runs_are_one_mea
         def __exit__(self, *exc: object) -> None:
             events.append("alone out")
 
-    class Aside:
-        def __enter__(self) -> None:
-            events.append("aside in")
-
-        def __exit__(self, *exc: object) -> None:
-            events.append("aside out")
-
     collector.hold_while_measuring(Holder)
-    collector.set_aside_with(Aside)
     try:
         with fresh_process.InterpreterPool(2, preload=()) as pool:
             assert not collector.measuring_now() and events == []  # started: they import, nothing held yet
@@ -268,7 +256,6 @@ def test_an_interpreter_pools_imports_set_nothing_aside_and_its_runs_are_one_mea
         assert events == ["alone in", "alone out"]
     finally:
         collector.hold_while_measuring(None)
-        collector.set_aside_with(None)
 
 
 MARKS = ("measuring", "spending")

@@ -688,9 +688,6 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
         from cudnn_guide import collector
 
         collector.hold_while_measuring(turn.exclusive)
-        # the library's CPU-only waits (collector.cpu_only) give the turn up; not in a page that
-        # reads a clock, whose own timer could count the wait to get it back
-        collector.set_aside_with(turn.aside)
     hooks = {
         "torch._dynamo": _dynamo_aside(turn),
         "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),
