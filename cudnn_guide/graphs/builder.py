@@ -132,7 +132,7 @@ class BuildReport:
 
     Example
     -------
-    >>> print(built.report.step_seconds['build_plans'], built.report.plan_name)
+    >>> print(built.report)  # step times, plans, workspace; or why the steps were not timed
     """
 
     graph: str
@@ -331,10 +331,11 @@ def build(
         Name → graph tensor of the inputs and outputs, for :meth:`BuiltGraph.pack`.
     timed:
         Time each step (``report.step_seconds``). ``None`` (the default): where that holds up
-        nothing, which is everywhere but the docs build's lanes. There a timed build is a measured
-        block (:func:`~cudnn_guide.collector.measuring`) and holds the GPU alone while cuDNN
-        compiles on the CPU, so the steps are timed only with ``True``, or inside a block already
-        measured; an untimed report says so rather than showing a time.
+        nothing, which is everywhere but a docs-build lane whose cells share the GPU's turn
+        (:func:`~cudnn_guide.collector.measuring_holds`). There a timed build is a measured block
+        (:func:`~cudnn_guide.collector.measuring`) and holds the GPU alone while cuDNN compiles on
+        the CPU, so the steps are timed only with ``True``, or inside a block already measured; an
+        untimed report says so rather than showing a time.
 
     Returns
     -------
@@ -367,10 +368,19 @@ def build(
     ]
     untimed = None
     if timed is None and collector.measuring_holds():
-        untimed = "built while other pages were recorded beside it (build(timed=True) times the steps)"
+        untimed = "built in a lane that shares the GPU (build(timed=True) times the steps)"
     elif timed is False:
         untimed = "built with timed=False"
-    seconds = _run_steps(calls, name) if untimed else _timed_steps(calls, name)
+    seconds: dict[str, float] = {}
+    if untimed:
+        for step, call in calls:
+            _run_step(step, call, name)
+    else:
+        with collector.measuring():  # each step's seconds are reported
+            for step, call in calls:
+                t0 = time.perf_counter()
+                _run_step(step, call, name)
+                seconds[step] = time.perf_counter() - t0
     torch.cuda.synchronize()
     built = _wrap(graph, name, handle, seconds, io)
     built.report.untimed = untimed or built.report.untimed
@@ -387,24 +397,6 @@ def _run_step(step: str, call: Callable[[], Any], name: str) -> None:
         raise GraphNotSupportedError(step, name, str(exc)) from exc
     except Exception as exc:
         raise GraphBuildError(step, name, f"{type(exc).__name__}: {exc}") from exc
-
-
-def _run_steps(calls: list[tuple[str, Callable[[], Any]]], name: str) -> dict[str, float]:
-    """The build steps, untimed: no step seconds."""
-    for step, call in calls:
-        _run_step(step, call, name)
-    return {}
-
-
-@collector.measuring()  # each step's seconds are reported
-def _timed_steps(calls: list[tuple[str, Callable[[], Any]]], name: str) -> dict[str, float]:
-    """The build steps, each timed on the wall clock, as one measured block."""
-    seconds: dict[str, float] = {}
-    for step, call in calls:
-        t0 = time.perf_counter()
-        _run_step(step, call, name)
-        seconds[step] = time.perf_counter() - t0
-    return seconds
 
 
 def _wrap(

@@ -13,7 +13,7 @@ one a function to call; it runs it, answers, and exits at once (``os._exit``). E
 interpreter, with its imports done but nothing else; and no interpreter imports while another
 one measures. Importing needs no GPU, but a pool's imports (plot_06 starts 36 interpreters importing torch
 at once) load the whole host: in a page recorded in lanes, the wait for them holds the page's turn as
-its cell does (shared), so no page beside it measures meanwhile. Set aside until 5d281fa, they ran
+its cell does (shared), so no page beside it measures meanwhile. Set aside through 5d281fa, they ran
 beside another lane's timing loops: in that recording plot_06's pool imported during plot_04's first
 comparisons, whose ``torch.compile`` chain measured 101 µs (31 µs in 2cd522f's, 37 µs in eedf3ae's
 with the imports holding the turn). That they caused it is not shown (the chain came out at 48-104 µs

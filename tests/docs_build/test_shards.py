@@ -386,3 +386,19 @@ def test_a_partial_merge_names_the_sources_of_the_pages_it_left_as_they_were(tmp
     assert merged["pages"][PAGES[0]]["commit"] == _commit("NVIDIA H200")
     assert merged["merged_from"] == sorted(kept | {f"NVIDIA H200 @ {_commit('NVIDIA H200')}"})
     assert len(merged["merged_from"]) >= 2
+
+
+def test_a_partial_merge_over_a_manifest_without_pages_names_its_environment_and_drops_a_source_recorded_over(
+    tmp_path, root
+):
+    docs = _docs(tmp_path, root, "d")
+    path = docs / "auto_examples" / "recording.json"
+    bare = json.loads(path.read_text())
+    old_env = dict(bare["environment"], gpu="NVIDIA A100-SXM4-80GB", commit="a0a0a0a")
+    bare.update(environment=old_env, merged_from=["NVIDIA B200 @ b0b0b0b"])  # a stale name: none of its pages left
+    bare.pop("pages")
+    path.write_text(json.dumps(bare))
+    a = _shard(tmp_path, root, "one", "NVIDIA H200", PAGES[:1])
+    shards.merge([a], docs, _examples(tmp_path, root), allow_other_environment=True)
+    merged = read_manifest(docs / "auto_examples", checked=True)
+    assert merged["merged_from"] == ["NVIDIA A100-SXM4-80GB @ a0a0a0a", f"NVIDIA H200 @ {_commit('NVIDIA H200')}"]

@@ -229,7 +229,7 @@ def test_a_build_beside_other_pages_is_untimed_unless_asked_and_takes_no_turn(mo
     try:
         beside = build()
         assert beside.step_seconds == {} and taken == []
-        assert "other pages" in str(beside) and "timed=True" in str(beside) and " ms " not in str(beside)
+        assert "shares the GPU" in str(beside) and "timed=True" in str(beside) and " ms " not in str(beside)
         asked = build(timed=True)
         assert list(asked.step_seconds) == list(builder.STEPS) and taken == ["alone"]
         with collector.measuring():  # already measured (a first call's build): timed, nothing taken again

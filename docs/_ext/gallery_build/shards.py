@@ -745,7 +745,7 @@ def _merged_manifest(
             "example_seconds": seconds,
             "pages": pages,
             "examples": {s.name: source_md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
-            "merged_from": _sources(pages, shards, previous),
+            "merged_from": _sources(pages, exists, shards, previous),
         }
     )
     if isinstance(previous.get("last_run_seconds"), dict):
@@ -758,14 +758,20 @@ def _merged_manifest(
     return data
 
 
-def _sources(pages: dict[str, Any], shards: list[Shard], previous: dict[str, Any]) -> list[str]:
+def _sources(pages: dict[str, Any], exists: set[str], shards: list[Shard], previous: dict[str, Any]) -> list[str]:
     """Every ``<GPU> @ <commit>`` the gallery's pages come from after a merge: the shards', and those of the
-    pages the merge left as they were (a partial merge: one page re-recorded keeps the others' source named);
-    a page with no entry (a manifest from before pages were kept) stands for the gallery's earlier sources."""
+    pages the merge left as they were (a partial merge: one page re-recorded keeps the others' source named).
+    A page without a GPU and commit of its own (a manifest from before pages were kept) comes from the
+    gallery's earlier environment, as :func:`~gallery_build.manifest.write_manifest` has it; a source whose
+    every page was re-recorded is named no more."""
     found = {f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}
-    found |= {f"{e['gpu']} @ {e['commit']}" for e in pages.values() if e.get("gpu") and e.get("commit")}
-    if any(not (e.get("gpu") and e.get("commit")) for e in pages.values()):
-        found |= set(previous.get("merged_from") or [])
+    env = previous.get("environment") or {}
+    for name in exists:
+        entry = pages.get(name) or {}
+        source = entry if entry.get("gpu") and entry.get("commit") else env
+        gpu, commit = source.get("gpu"), source.get("commit")
+        if gpu and commit:
+            found.add(f"{gpu} @ {commit}")
     return sorted(found)
 
 
