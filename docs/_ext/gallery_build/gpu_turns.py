@@ -8,7 +8,8 @@ on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU
   that the cells of other lanes run beside it (their checks, references, tables and figures),
   and each **measured block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every
   timing loop, fresh-process study, interpreter pool, timed plan build and first call whose wall
-  time a page reports; an untimed build holds the shared turn); a lane waiting to measure goes before lanes that ask for a shared turn after it.
+  time a page reports; an untimed build holds the shared turn); a lane waiting to measure goes
+  before lanes that ask for a shared turn after it.
   A page whose own code reads a clock (:func:`reads_a_clock`: the library cannot mark what it
   times) keeps the cell-wide turn. This became the default when its second whole-site recording
   (d51459d) met both bars and became the site's recording; its first (254ec0e) missed one;
@@ -30,9 +31,9 @@ Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.measu
 wait to take the turn back would be counted. (Setting the builds, the ``cudnn`` import and a
 fresh-process study's imports aside was tried at a7ca1c8: the recording was no faster, and its
 host-bound measurements moved more; the measurement studies' "More work beside the turn, and five
-rounds" has the numbers. An untimed build holds the shared turn instead, a timed one the turn alone.) A compile's example inputs
-still run on the GPU while its turn is aside. Each lane is pinned to its own CPU cores
-(:data:`CPUS_ENV`, every thread of the page's process and what it starts), so another lane's
+rounds" has the numbers. An untimed build holds the shared turn instead, a timed one the turn
+alone.) A compile's example inputs still run on the GPU while its turn is aside. Each lane is
+pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it starts), so another lane's
 compile workers do not share the cores of the lane that measures. Without :data:`TURN_ENV` (one
 lane, or a reader's own build) nothing here does anything.
 """
