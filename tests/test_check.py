@@ -257,3 +257,27 @@ def test_split_line_keeps_a_short_line_whole_and_puts_a_long_tail_under_its_head
     head = "check " + "a-very-long-contender-name " * 4 + ":"
     lines = split_line(head, "PASS rel. error 1.0e-03").splitlines()
     assert lines[-1] == "    PASS rel. error 1.0e-03" and all(len(x) <= LINE_WIDTH for x in lines)
+
+
+def test_a_sequence_whose_reference_is_rounding_noise_is_judged_against_its_outputs_scale():
+    # a one-token causal sequence's dQ is zero in exact arithmetic: its fp32 reference held 2e-7 of noise and
+    # the kernel 0, a relative error of 1 against the noise (seen on an AVX2 host in the varlen-backward test)
+    from cudnn_guide.graphs import varlen
+
+    cu = torch.tensor([0, 4, 5, 9])
+    spans = varlen.spans(cu)
+    ref = torch.randn(9, 2, 4, dtype=torch.float32)
+    ref[4:5] = 2e-7  # sequence 1: noise only
+    out = ref.clone()
+    out[4:5] = 0.0
+    expected = {"dq": [varlen.packed_rows(ref, b, a, e) for b, (a, e) in spans]}
+    assert not check.compare(out[4:5], ref[4:5]).passed  # alone, against its own noise: a relative error of 1
+    worst = check.worst_sequence("packed", {"dq": out}, varlen.packed_rows, expected, spans)
+    assert worst.rel_error < 1e-4  # against a share of the output's typical norm
+    out[4:5] = 0.5  # a real error in that sequence still fails
+    with pytest.raises(CheckFailedError, match="check packed dq, seq. 1 failed"):
+        check.worst_sequence("packed", {"dq": out}, varlen.packed_rows, expected, spans)
+    out[4:5] = 0.0
+    out[0] = ref[0] * 1.01  # a sequence of ordinary size is judged against its own norm, as before
+    with pytest.raises(CheckFailedError, match="check packed dq, seq. 0 failed"):
+        check.worst_sequence("packed", {"dq": out}, varlen.packed_rows, expected, spans)
