@@ -28,6 +28,7 @@ __all__ = [
     "compare",
     "check",
     "worst_sequence",
+    "SEQUENCE_SCALE_SHARE",
     "from_child",
     "reference",
     "reference_grads",
@@ -286,7 +287,9 @@ def worst_sequence(
     """:func:`check` every sequence of every output of a variable-length batch; return the worst.
 
     Each sequence is checked alone, named ``"<label> <output>, seq. <b>"``, so a sequence the
-    kernel got wrong fails by its name, and every pass joins the record as :func:`check`'s do.
+    kernel got wrong fails by its name, and every pass joins the record as :func:`check`'s do. Its
+    error is relative to its reference's norm, or to :data:`SEQUENCE_SCALE_SHARE` of the norm a
+    sequence of its size has on average in the same output, whichever is larger.
 
     Parameters
     ----------
@@ -342,7 +345,9 @@ def _sequence_floor(refs: Sequence[Any], spans: list[tuple[int, tuple[int, int]]
     used = [refs[b] for b, _ in spans]
     total = math.sqrt(sum(torch.linalg.vector_norm(r.detach().to(torch.float64)).item() ** 2 for r in used))
     count = sum(r.numel() for r in used)
-    return lambda r: SEQUENCE_SCALE_SHARE * total * math.sqrt(r.numel() / count) if count else 0.0
+    if not count or not math.isfinite(total):  # a reference with inf or NaN: each sequence on its own norm
+        return lambda r: 0.0
+    return lambda r: SEQUENCE_SCALE_SHARE * total * math.sqrt(r.numel() / count)
 
 
 def from_child(result: dict[str, Any], *, name: str | None = None) -> CheckResult:

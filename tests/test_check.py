@@ -281,3 +281,17 @@ def test_a_sequence_whose_reference_is_rounding_noise_is_judged_against_its_outp
     out[0] = ref[0] * 1.01  # a sequence of ordinary size is judged against its own norm, as before
     with pytest.raises(CheckFailedError, match="check packed dq, seq. 0 failed"):
         check.worst_sequence("packed", {"dq": out}, varlen.packed_rows, expected, spans)
+
+
+def test_a_reference_with_inf_gives_no_sequence_a_floor():
+    from cudnn_guide.graphs import varlen
+
+    cu = torch.tensor([0, 4, 8])
+    spans = varlen.spans(cu)
+    ref = torch.randn(8, 2, 4, dtype=torch.float32)
+    ref[5, 0, 0] = float("inf")
+    out = ref.clone()
+    out[0:4] *= 2.0  # sequence 0 wrong: judged on its own norm, not hidden by the inf in sequence 1
+    expected = {"O": [varlen.packed_rows(ref, b, a, e) for b, (a, e) in spans]}
+    with pytest.raises(CheckFailedError, match="check packed O, seq. 0 failed"):
+        check.worst_sequence("packed", {"O": out}, varlen.packed_rows, expected, spans)

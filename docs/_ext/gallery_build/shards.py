@@ -761,11 +761,12 @@ def _merged_manifest(
 def _sources(pages: dict[str, Any], exists: set[str], shards: list[Shard], previous: dict[str, Any]) -> list[str]:
     """Every ``<GPU> @ <commit>`` the gallery's pages come from after a merge: the shards', and those of the
     pages the merge left as they were (a partial merge: one page re-recorded keeps the others' source named).
-    A page without a GPU and commit of its own (a manifest from before pages were kept) comes from the
-    gallery's earlier environment, as :func:`~gallery_build.manifest.write_manifest` has it; a source whose
-    every page was re-recorded is named no more."""
+    Where the gallery's manifest kept no pages (one from before they were kept), a page without an entry
+    comes from its earlier environment, as :func:`~gallery_build.manifest.write_manifest` has it; otherwise
+    such a page (an example never recorded) names nothing. A source whose every page was re-recorded is
+    named no more."""
     found = {f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}
-    env = previous.get("environment") or {}
+    env = {} if previous.get("pages") else (previous.get("environment") or {})
     for name in exists:
         entry = pages.get(name) or {}
         source = entry if entry.get("gpu") and entry.get("commit") else env
