@@ -33,9 +33,9 @@ fresh-process study's imports aside was tried at a7ca1c8: the recording was no f
 host-bound measurements moved more; the measurement studies' "More work beside the turn, and five
 rounds" has the numbers. An untimed build holds the shared turn instead, a timed one the turn
 alone.) A compile's example inputs still run on the GPU while its turn is aside. Each lane is
-pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it starts), so another lane's
-compile workers do not share the cores of the lane that measures. Without :data:`TURN_ENV` (one
-lane, or a reader's own build) nothing here does anything.
+pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it
+starts), so another lane's compile workers do not share the cores of the lane that measures.
+Without :data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ class Turn:
     With ``shared_cells`` (:data:`SCOPE_ENV` ``measured``, the default), a code cell holds the turn
     *shared*: the cells of other lanes may run meanwhile. Every measured block
     (:func:`cudnn_guide.collector.measuring`: a timing loop, a fresh-process study, a timed plan
-    build, a first call) holds it *exclusively*, so that nothing of another lane runs on the GPU, or on
-    the CPU under the turn, while a page measures. A lane that asks for it exclusively is let in
+    build, a first call) holds it *exclusively*, so that nothing of another lane runs on the GPU, or
+    on the CPU under the turn, while a page measures. A lane that asks for it exclusively is let in
     before any lane that asks for it shared after it (a second lock, ``path + ".gate"``, queues
     them), so measuring does not starve behind a stream of shared cells. Without
     ``shared_cells`` (:data:`SCOPE_ENV` ``=cell``) every cell holds it exclusively.

@@ -19,6 +19,8 @@ __all__ = [
     "package_md5",
     "package_changed_since_recording",
     "page_entry",
+    "kept_pages",
+    "page_sources",
     "read_manifest",
     "write_manifest",
     "recording_commit",
@@ -178,15 +180,11 @@ def write_manifest(
     exists = {s.name for s in Path(examples_dir).glob("plot_*.py")}
     recorded_now = dict(example_seconds or {})
     keep_previous = not full_run and previous.get("environment")
-    pages: dict[str, Any] = {}
-    if keep_previous:  # the pages not recorded now keep theirs (from the gallery's, where none was kept)
-        before = page_entry(previous["environment"], previous.get("package_md5"))
-        kept = previous.get("pages") or dict.fromkeys(exists, before)
-        pages = {k: dict(v) for k, v in kept.items() if k in exists}
+    pages = kept_pages(previous, exists) if keep_previous else {}  # the pages not recorded now keep theirs
     if environment:
         here = page_entry(environment, package_md5(), turn_scope, date_utc=now_stamp)
         pages.update({name: dict(here) for name in (recorded_now or (exists if full_run else ()))})
-    sources = {f"{p.get('gpu')} @ {p.get('commit')}" for p in pages.values()}
+    sources = page_sources(pages)
     merged = sorted(sources) if len(sources) > 1 or (keep_previous and previous.get("merged_from")) else []
     data = {
         "last_run_seconds": recorded_now,
@@ -242,6 +240,56 @@ def page_entry(
     if turn_scope is not None:
         entry["turn_scope"] = turn_scope
     return {k: v for k, v in entry.items() if v is not None or k in ("gpu", "commit")}  # unknown: left out
+
+
+def kept_pages(previous: dict[str, Any], exists: set[str]) -> dict[str, Any]:
+    """The page entries of an earlier manifest, for the examples that still exist.
+
+    A manifest from before pages were kept has only the gallery's environment: it stands for every
+    example then.
+
+    Parameters
+    ----------
+    previous
+        The earlier ``recording.json`` (empty: none).
+    exists
+        The examples' file names now.
+
+    Returns
+    -------
+    dict[str, Any]
+        File name → :func:`page_entry` (copies).
+
+    Example
+    -------
+    >>> kept_pages({"environment": {"gpu": "NVIDIA H200", "commit": "abc"}}, {"plot_01.py"})["plot_01.py"]["commit"]
+    'abc'
+    """
+    kept = previous.get("pages")
+    if not kept and previous.get("environment"):
+        kept = dict.fromkeys(exists, page_entry(previous["environment"], previous.get("package_md5")))
+    return {k: dict(v) for k, v in (kept or {}).items() if k in exists}
+
+
+def page_sources(pages: dict[str, Any]) -> set[str]:
+    """Every ``<GPU> @ <commit>`` that page entries name (``merged_from``'s form); an entry lacking either names none.
+
+    Parameters
+    ----------
+    pages
+        File name → :func:`page_entry`.
+
+    Returns
+    -------
+    set[str]
+        The sources.
+
+    Example
+    -------
+    >>> page_sources({"a.py": {"gpu": "NVIDIA H200", "commit": "abc"}, "b.py": {"gpu": None, "commit": None}})
+    {'NVIDIA H200 @ abc'}
+    """
+    return {f"{e['gpu']} @ {e['commit']}" for e in pages.values() if e.get("gpu") and e.get("commit")}
 
 
 def recording_commit(gallery_dir: Path) -> str:

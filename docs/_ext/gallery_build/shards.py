@@ -46,7 +46,7 @@ from cudnn_guide.report.records import RECORD_SUFFIX
 
 from . import drift_bands, gpu_turns, history, recording, schema, staging
 from .cell_times import CELLS_SUFFIX
-from .manifest import MANIFEST, package_md5, page_entry, read_manifest
+from .manifest import MANIFEST, kept_pages, package_md5, page_entry, page_sources, read_manifest
 from .page_checks import HEALTH_EXCEPTIONS
 from .staleness import source_md5
 
@@ -729,7 +729,7 @@ def _merged_manifest(
     (or the gallery has none): a few pages never describe every page. A page whose example no longer
     exists (split or renamed: :mod:`gallery_build.page_moves`) leaves the manifest."""
     exists = {s.name for s in examples_dir.glob("plot_*.py")}  # a page split or renamed away leaves no entry
-    pages = {k: v for k, v in previous.get("pages", {}).items() if k in exists}
+    pages = kept_pages(previous, exists)
     seconds = {k: v for k, v in previous.get("example_seconds", {}).items() if k in exists}
     for name, shard in sorted(sources.items()):
         pages[name] = page_entry(dict(shard.environment, gpu=shard.gpu), shard.package_md5, shard.turn_scope)
@@ -745,7 +745,8 @@ def _merged_manifest(
             "example_seconds": seconds,
             "pages": pages,
             "examples": {s.name: source_md5(s) for s in sorted(examples_dir.glob("plot_*.py"))},
-            "merged_from": _sources(pages, exists, shards, previous),
+            # every source the pages come from: a partial merge keeps naming the pages it left as they were
+            "merged_from": sorted({f"{s.gpu} @ {s.environment.get('commit')}" for s in shards} | page_sources(pages)),
         }
     )
     if isinstance(previous.get("last_run_seconds"), dict):
@@ -756,24 +757,6 @@ def _merged_manifest(
     data.pop("recorded_utc", None)
     data["recorded_utc"] = max(str(s.environment.get("date_utc", "")) for s in shards)
     return data
-
-
-def _sources(pages: dict[str, Any], exists: set[str], shards: list[Shard], previous: dict[str, Any]) -> list[str]:
-    """Every ``<GPU> @ <commit>`` the gallery's pages come from after a merge: the shards', and those of the
-    pages the merge left as they were (a partial merge: one page re-recorded keeps the others' source named).
-    Where the gallery's manifest kept no pages (one from before they were kept), a page without an entry
-    comes from its earlier environment, as :func:`~gallery_build.manifest.write_manifest` has it; otherwise
-    such a page (an example never recorded) names nothing. A source whose every page was re-recorded is
-    named no more."""
-    found = {f"{s.gpu} @ {s.environment.get('commit')}" for s in shards}
-    env = {} if previous.get("pages") else (previous.get("environment") or {})
-    for name in exists:
-        entry = pages.get(name) or {}
-        source = entry if entry.get("gpu") and entry.get("commit") else env
-        gpu, commit = source.get("gpu"), source.get("commit")
-        if gpu and commit:
-            found.add(f"{gpu} @ {commit}")
-    return sorted(found)
 
 
 def across_gpus(data_dir: Path) -> list[dict[str, Any]]:
