@@ -291,14 +291,18 @@ def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measure
         if rewarm is not None:
             rewarm.host_ms, rewarm.est_ms = host_ms, est
 
-    clock_before = clocks.sample()
+    # NVML's throttle counters in a callable's first measurement only: a comparison keeps that round's clock
+    # summary (its pooled measurement's); a later round, re-primed, reads the clock and the active reasons
+    # at each end, whose warnings still reach the pooled measurement (clocks.sample's counters cost ms)
+    counters = not primed
+    clock_before = clocks.sample(counters)
     t_run = time.perf_counter()
     if options.cuda_graph:
         samples, mode, reps = _time_graph_replays(fn, label, options, est)
     else:
         samples, mode, reps = _time_events(fn, flush, label, options, est, host_ms, cost_ms)
     # read the clocks the moment the timed run ends, before anything idles the GPU
-    clock_info = clocks.throttle_summary(clock_before, clocks.sample(), (time.perf_counter() - t_run) * 1e3)
+    clock_info = clocks.throttle_summary(clock_before, clocks.sample(counters), (time.perf_counter() - t_run) * 1e3)
 
     host_samples: list[float] = []
     notes: list[str] = []

@@ -105,3 +105,9 @@ def test_an_nvml_sample_reads_the_max_clock_once_per_gpu_and_the_live_readings_e
     clocks._max_sm_mhz.cache_clear()
     assert [s.max_sm_mhz for s in samples] == [1980, 1980, 1980, 1755]  # each GPU its own maximum
     assert calls == {"max": 2, "now": 4, "violation": 8}  # the maximum once per GPU; the rest every sample
+    index = iter([0, 0])
+    light = [clocks._sample_nvml(counters=False) for _ in range(2)]
+    clocks._max_sm_mhz.cache_clear()
+    assert calls["violation"] == 8 and calls["now"] == 6  # without the counters: the clock and reasons only
+    summary = clocks.throttle_summary(light[0], light[1], 10.0)
+    assert summary["sm_mhz_end"] == 1900 and "power_capped_fraction" not in summary

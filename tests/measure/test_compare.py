@@ -560,3 +560,38 @@ def test_a_round_budget_in_the_environment_that_is_not_a_positive_number_is_refu
     for passed in (0, True, "25"):
         with pytest.raises(BenchmarkError, match=rf"round_budget_ms={passed!r} must be a positive"):
             compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=5, round_budget_ms=passed)
+
+
+def test_throttle_counters_are_read_in_each_contenders_first_round_only(monkeypatch):
+    # NVML's counters cost ~1.6 ms a read on the H200: the pooled measurement keeps its first round's clock
+    # summary, so later rounds read the clock and the active reasons only - and their warnings still count
+    from cudnn_guide.measure import bench, clocks
+
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
+    asked = []
+
+    def sample(counters=True):
+        asked.append(counters)
+        capped = len(asked) > 8  # from the third round on, the power cap holds the clock down
+        return clocks.ClockSample(
+            1500 if capped else 1980,
+            1980,
+            0x4 if capped else 0,
+            {"power": 0, "thermal": 0} if counters else None,
+            "nvml",
+        )
+
+    def timed(fn, flush, reps, label, spin_ms):  # the timed run takes time, so that it has fractions
+        gpu.now += reps * 1e-3
+        return gpu.time_each(fn, flush, reps, label, spin_ms)
+
+    monkeypatch.setattr(bench.clocks, "sample", sample)
+    monkeypatch.setattr(bench, "time_each", timed)
+    contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
+    c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, min_rounds=5, wall_clock=False)
+    per_measurement = [asked[i : i + 2] for i in range(0, len(asked), 2)]
+    assert len(per_measurement) == 3 * 5  # the candidate, its repeat and the baseline, five rounds
+    assert per_measurement[:3] == [[True, True]] * 3 and per_measurement[3:] == [[False, False]] * 12
+    for m in c.measurements.values():
+        assert m.clocks["power_capped_fraction"] == 0.0  # the first round's summary, counters and all
+        assert any("software power cap held the clock down" in w for w in m.warnings)  # a later round's

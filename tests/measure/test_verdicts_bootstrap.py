@@ -49,3 +49,10 @@ def test_values_numpy_would_change_take_the_one_at_a_time_path(values):
 def test_the_interval_returns_python_floats():
     lo, hi = verdicts.bootstrap_median_ci([1.0, 1.02, 0.99, 1.01, 1.0, 1.03, 0.98])
     assert type(lo) is float and type(hi) is float
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345, 2**32 - 1, 2**32, 2**70 + 3, -5])
+def test_numpy_draws_the_uniforms_python_draws(seed):
+    rng = random.Random(seed)
+    expected = [rng.random() for _ in range(5000)]
+    assert verdicts.python_uniforms(seed, 5000).tolist() == expected  # bit for bit, not approximately
