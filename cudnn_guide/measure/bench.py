@@ -40,9 +40,9 @@ during the run becomes a warning on the measurement, and the reading is kept in 
 A callable measured again and again in one comparison (:func:`~cudnn_guide.measure.compare.compare`'s
 rounds) can carry a :class:`Rewarm` (``rewarm=``): its first measurement is made as above and keeps
 what its warm-up learned; each later one skips the first-call check, re-primes with
-:attr:`Rewarm.calls` calls (one for a call of at least :data:`LONG_CALL_MS`) instead of the timed
-warm-up, and sizes its spin and its number of timed calls from the first one's warm-up. The timed
-calls are made exactly as before.
+:attr:`Rewarm.calls` calls (one for a call of at least :data:`LONG_CALL_MS`, none from
+:data:`SELF_PRIMING_MS`) instead of the timed warm-up, and sizes its spin and its number of timed calls
+from the first one's warm-up. The timed calls are made exactly as before.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from cudnn_guide.measure.measurement import (
     spread_warnings,
 )
 
-__all__ = ["BenchOptions", "LONG_CALL_MS", "Rewarm", "benchmark", "measure", "peak_memory_mib"]
+__all__ = ["BenchOptions", "LONG_CALL_MS", "Rewarm", "SELF_PRIMING_MS", "benchmark", "measure", "peak_memory_mib"]
 
 LONG_CALL_MS = 20.0
 """A call this long (wall time with its flush, from the first warm-up) is re-primed with one call, not
@@ -82,6 +82,11 @@ LONG_CALL_MS = 20.0
 20 ms or more runs the same kernels far longer than two calls of the short contenders do. Since 4f40a0d (issue
 34); that recording's headlines on the pages it reaches stayed inside their intervals (measurement studies,
 "Less spent around each timing")."""
+SELF_PRIMING_MS = 50.0
+"""A call this long is not re-primed at all: its own first timed call runs the same kernels for 50 ms or more,
+thousands of times longer than a re-prime's code and data take to come back, so a re-prime call is only GPU
+time spent holding the turn (at 32k tokens, plot_26's calls take 53-321 ms, about 8 s a recording). Since
+issue 34's recording after 0633b16."""
 
 
 @dataclasses.dataclass
@@ -91,8 +96,9 @@ class Rewarm:
     :func:`measure` fills it in on the first measurement that carries it (the first-call check and
     the timed warm-up of ``warmup_ms``, as without it); every later measurement that carries it
     skips the check (the callable passed it), runs ``calls`` calls (one for a call of at least
-    :data:`LONG_CALL_MS`; flush before each, one synchronize after) instead of the timed warm-up,
-    and sizes its spin and its number of timed calls from ``host_ms`` and ``est_ms``.
+    :data:`LONG_CALL_MS`, none from :data:`SELF_PRIMING_MS`; flush before each, one synchronize after)
+    instead of the timed warm-up, and sizes its spin and its number of timed calls from ``host_ms`` and
+    ``est_ms``.
     :func:`~cudnn_guide.measure.compare.compare` gives each contender its own, so that from its
     second round on a contender pays a few calls, not a warm-up.
 
@@ -105,7 +111,7 @@ class Rewarm:
 
     calls: int = 2
     """Warm-up calls of a later measurement (at least one); a call of at least :data:`LONG_CALL_MS` gets one
-    whatever this says (:attr:`prime_calls`)."""
+    whatever this says, one of at least :data:`SELF_PRIMING_MS` none (:attr:`prime_calls`)."""
     host_ms: float | None = None
     """Median host time per call in the full warm-up: sizes the spin before each timed call."""
     est_ms: float | None = None
@@ -122,8 +128,11 @@ class Rewarm:
 
     @property
     def prime_calls(self) -> int:
-        """Calls of a later measurement's re-prime: :attr:`calls`, or one for a call of at least
-        :data:`LONG_CALL_MS` (its first call runs long past anything the other work left behind)."""
+        """Calls of a later measurement's re-prime: :attr:`calls`; one for a call of at least
+        :data:`LONG_CALL_MS` (its first call runs long past anything the other work left behind); none for
+        one of at least :data:`SELF_PRIMING_MS`."""
+        if self.est_ms is not None and self.est_ms >= SELF_PRIMING_MS:
+            return 0
         return 1 if self.est_ms is not None and self.est_ms >= LONG_CALL_MS else self.calls
 
 
@@ -410,8 +419,8 @@ def _warm_up(fn: Callable[[], Any], flush: Any, label: str, warmup_ms: float) ->
 
 
 def _re_prime(fn: Callable[[], Any], flush: Any, label: str, calls: int) -> None:
-    """``calls`` calls, each after the flush (cold L2), then a synchronize: a warm-up already paid for
-    (:class:`Rewarm`), repeated only to bring the callable's code and data back after other work ran."""
+    """``calls`` calls (perhaps none), each after the flush (cold L2), then a synchronize: a warm-up already paid
+    for (:class:`Rewarm`), repeated only to bring the callable's code and data back after other work ran."""
     import torch
 
     for _ in range(calls):

@@ -22,7 +22,8 @@ between rounds, and each such call waits for the GPU).
 **Warm-up once per comparison.** A contender's first round checks it, warms it up for
 ``warmup_ms`` (GPU time included) and sizes its run, as :func:`~cudnn_guide.measure.bench.benchmark`
 does alone. From its second round on it is re-primed with :data:`REWARM_CALLS` calls (one for a call
-of at least :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`; after the other contenders ran)
+of at least :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`, none from
+:data:`~cudnn_guide.measure.bench.SELF_PRIMING_MS`; after the other contenders ran)
 instead: no first-call check, no timed warm-up, and its spin and number of timed calls are sized
 from that first warm-up (:class:`~cudnn_guide.measure.bench.Rewarm`, one per contender, the
 candidate's repeat included). The GPU was busy with the round's other contenders just before, so

@@ -523,6 +523,19 @@ def test_a_long_call_is_re_primed_once_a_round_and_a_short_one_twice(monkeypatch
     assert bench.Rewarm(calls=3).prime_calls == 3  # not yet primed: its own count
 
 
+def test_a_call_of_50_ms_or_more_is_not_re_primed(monkeypatch):
+    # 60 ms against 1 ms: from its second round on the long call goes straight to its timed calls
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 60.0, "torch": 1.0})
+    contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
+    compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, min_rounds=5, wall_clock=False)
+    untimed = _untimed_per_timing(gpu.log)
+    assert untimed["cudnn"][2:] == [0] * 8 and untimed["torch"][1:] == [compare.REWARM_CALLS] * 4
+    assert {reps for label, reps in gpu.reps if label.startswith("cudnn")} == {5}  # what is timed: unchanged
+    at = bench.SELF_PRIMING_MS
+    assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=at).prime_calls == 0
+    assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=at * 0.99).prime_calls == 1
+
+
 class _BudgetSeen(_FakeGPU):
     """A :class:`_FakeGPU` that also keeps the budget each measurement was given."""
 
