@@ -28,7 +28,8 @@ from typing import Any
 
 __all__ = ["start", "stop", "current", "add_check", "add_measurements", "paused"]
 # add_environment, spending, spending_now, measuring, measuring_now, measuring_holds, hold_while_measuring,
-# seconds_spent and compile_seconds serve the package's own modules (and the docs build)
+# between_steps, give_way_with, seconds_spent and compile_seconds serve the package's own modules (and the
+# docs build)
 
 _TARGET: Any = None
 _PAUSED = 0
@@ -38,6 +39,7 @@ _MEASURING: list[contextlib.ExitStack] = []  # the holders entered for the open 
 _DEPTH = [0]  # measuring blocks open, nested or not
 _DEPTH_LOCK = threading.Lock()  # the recorder's lane threads open interpreter pools at once
 _HOLDERS: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
+_GIVE_WAY: list[Callable[[], Any]] = []
 
 
 def start(target: Any) -> None:
@@ -326,6 +328,42 @@ def hold_while_measuring(holder: Callable[[], contextlib.AbstractContextManager[
     >>> hold_while_measuring(contextlib.nullcontext); hold_while_measuring(None)
     """
     _HOLDERS[:] = [] if holder is None else [holder]
+
+
+def between_steps() -> None:
+    """Mark a point between a page's GPU steps (before a plan build, before a check) where it may give way.
+
+    In a plain process this does nothing. Under the docs build's lanes a page that shares the GPU
+    with its neighbours holds it for a whole code cell; a neighbour that asks to measure waits for
+    the cell to end. The docs build registers here (:func:`give_way_with`) a call that, when a
+    neighbour waits, lets that measurement run first: this page's queued GPU work is drained, the
+    shared turn given up and taken back after the measurement. Never inside a :func:`measuring`
+    block, whose clock would count the wait.
+
+    Example
+    -------
+    >>> between_steps()  # a script: nothing registered, nothing happens
+    """
+    if _DEPTH[0] == 0:
+        for give_way in list(_GIVE_WAY):
+            give_way()
+
+
+def give_way_with(give_way: Callable[[], Any] | None) -> None:
+    """Call ``give_way()`` at every :func:`between_steps` outside a measured block (``None``: nothing any more).
+
+    One at a time: a new one replaces the last.
+
+    Parameters
+    ----------
+    give_way
+        A function of no arguments (the docs build's :meth:`Turn.give_way`), or ``None``.
+
+    Example
+    -------
+    >>> give_way_with(lambda: None); give_way_with(None)
+    """
+    _GIVE_WAY[:] = [] if give_way is None else [give_way]
 
 
 def seconds_spent() -> dict[str, float]:

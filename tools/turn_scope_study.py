@@ -46,7 +46,7 @@ from cudnn_guide import datafiles
 TURNS = re.compile(
     r"cudnn-guide: (?P<page>\S+\.py): (?P<turns>\d+) turns on the GPU, (?P<waited>[\d.]+) s waiting for one, "
     r"(?P<aside>[\d.]+) s of CPU-only work beside other lanes, (?P<held>[\d.]+) s holding the GPU "
-    r"\((?P<alone>[\d.]+) s of it alone\)"
+    r"\((?P<alone>[\d.]+) s of it alone\)(?:, gave way (?P<gave_way>\d+) times? to a lane waiting to measure)?"
 )
 RECORDED = re.compile(r"cudnn-guide: recorded (?P<page>\S+\.py) in (?P<seconds>[\d.]+) s on lane (?P<lane>\d+)")
 SKIPPED = re.compile(r"cudnn-guide: skipped (?P<page>\S+\.py): (?P<why>.*)")
@@ -66,8 +66,8 @@ def read_log(lines: Iterable[str]) -> dict[str, Any]:
     -------
     dict[str, Any]
         ``pages`` (name → ``turns``, ``waited``, ``aside``, ``held``, ``alone``, ``seconds``,
-        ``lane``, or ``skipped``), ``recorder_seconds`` and ``interpreters_ready_seconds``
-        (``None`` when the log does not say).
+        ``lane``, ``gave_way`` where the log says it, or ``skipped``), ``recorder_seconds`` and
+        ``interpreters_ready_seconds`` (``None`` when the log does not say).
 
     Example
     -------
@@ -81,6 +81,8 @@ def read_log(lines: Iterable[str]) -> dict[str, Any]:
             pages.setdefault(m["page"], {}).update(
                 turns=int(m["turns"]), **{k: float(m[k]) for k in ("waited", "aside", "held", "alone")}
             )
+            if m["gave_way"] is not None:  # since ade7bb1's successor (issue 34)
+                pages[m["page"]]["gave_way"] = int(m["gave_way"])
         elif m := RECORDED.search(line):
             pages.setdefault(m["page"], {}).update(seconds=float(m["seconds"]), lane=int(m["lane"]))
         elif m := SKIPPED.search(line):

@@ -359,6 +359,7 @@ def build(
     handle = handle if handle is not None else handle_for_current_device()
     name = name or getattr(graph, "name", None) or "graph"
     modes = _heuristics(heuristics)
+    collector.between_steps()  # a neighbour waiting to measure goes first (docs build lanes)
     calls: list[tuple[str, Callable[[], Any]]] = [
         ("validate", graph.validate),
         ("build_operation_graph", graph.build_operation_graph),

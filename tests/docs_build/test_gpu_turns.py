@@ -212,6 +212,7 @@ def test_cute_compiles_and_flash_attn_imports_set_the_turn_aside_by_caller_and_s
     finally:
         sys.meta_path[:] = finders
         collector.hold_while_measuring(None)
+        collector.give_way_with(None)
         for name in ("cutlass", "cutlass.cute", "flash_attn", "cudnn"):
             sys.modules.pop(name, None)
 
@@ -624,6 +625,7 @@ def test_the_trace_names_the_measured_block_that_held_the_turn_alone(tmp_path, m
             left_open.__exit__(None, None, None)
     finally:
         collector.hold_while_measuring(None)
+        collector.give_way_with(None)
     owners = [(t[0], t[4]) for t in turn.trace]
     source = Path(__file__).read_text().splitlines()
 

@@ -107,6 +107,71 @@ def test_a_lane_waiting_to_measure_goes_before_a_cell_asked_for_after_it(tmp_pat
     assert tc["took"] >= tb["shared"] - 0.05, (tb, tc)  # c waited behind b's measurement
 
 
+GIVING_LANE = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {ext!r})
+    from gallery_build import gpu_turns
+    from cudnn_guide import collector
+    turn = gpu_turns.install({lock!r})
+    time.sleep(max(0.0, {t0} - time.time()))
+    with turn.held():
+        print("took", time.time(), flush=True)
+        end = time.time() + {hold}
+        while time.time() < end:  # a cell of GPU steps, each behind a point where it may give way
+            time.sleep(0.02)
+            before = time.time()
+            collector.between_steps()
+            if turn.gave_way and "left" not in globals():
+                left = True
+                print("left", before, flush=True)
+                print("back", time.time(), flush=True)
+        print("gave", time.time(), flush=True)
+    print("gave_way", turn.gave_way, flush=True)
+    """
+)
+
+
+def test_a_shared_cell_gives_way_between_steps_to_a_lane_waiting_to_measure(tmp_path, monkeypatch):
+    # without it a measurement waits for the whole cell (85.6 s of eedf3ae's recording was such waits)
+    lock = tmp_path / "gpu-0.turn"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXT), str(Path(cudnn_guide.__file__).parents[1])]))
+    monkeypatch.delenv(gpu_turns.SCOPE_ENV, raising=False)
+    T0["at"] = time.time() + 1.5
+    code = GIVING_LANE.format(ext=str(EXT), lock=str(lock), t0=T0["at"], hold=2.0)
+    a = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    b = _lane(lock, 0.5, 0.0, alone=0.5)  # asks to measure half a second into a's two-second cell
+    out_a, _ = a.communicate(timeout=60)
+    assert a.returncode == 0
+    ta = {line.split()[0]: float(line.split()[1]) for line in out_a.splitlines()}
+    tb = _times(b)
+    assert ta["gave_way"] == 1  # once, for the one measurement
+    assert tb["alone"] < tb["asked"] + 0.3, (ta, tb)  # it measured within a step, not after the cell
+    assert ta["left"] < tb["alone"] and ta["back"] >= tb["shared"] - 0.05, (ta, tb)  # nothing of a's beside it
+    assert ta["gave"] > ta["took"] + 2.0  # a's cell finished its steps after the measurement
+
+
+def test_a_cell_gives_way_only_when_someone_waits_and_never_inside_a_measured_block(shared_turn, monkeypatch):
+    turn, lock = shared_turn
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+    collector.give_way_with(turn.give_way)
+    try:
+        with turn.held():
+            collector.between_steps()  # nobody waits: the turn is kept
+            assert turn.gave_way == 0 and turn.mode == "shared"
+            monkeypatch.setattr(turn, "_someone_waits", lambda: True)
+            with collector.measuring():  # alone, measuring: never
+                collector.between_steps()
+                assert turn.mode == "exclusive" and turn.gave_way == 0
+            collector.between_steps()
+            assert turn.gave_way == 1 and turn.mode == "shared" and turn.turns == 4  # cell, alone, cell, cell again
+            monkeypatch.setattr(gpu_turns, "_drain", lambda: False)  # a CUDA graph being captured
+            collector.between_steps()
+            assert turn.gave_way == 1
+    finally:
+        collector.give_way_with(None)
+
+
 @pytest.fixture
 def shared_turn(tmp_path):
     """A turn whose cells are shared, registered as the collector's holder (and unregistered after)."""
@@ -115,6 +180,7 @@ def shared_turn(tmp_path):
     collector.hold_while_measuring(turn.exclusive)
     yield turn, lock
     collector.hold_while_measuring(None)
+    collector.give_way_with(None)
 
 
 def test_a_pool_keeps_a_shared_cell_turn_while_importing_and_holds_it_alone_from_there(shared_turn, monkeypatch):
@@ -256,6 +322,7 @@ def test_an_interpreter_pools_imports_set_nothing_aside_and_its_runs_are_one_mea
         assert events == ["alone in", "alone out"]
     finally:
         collector.hold_while_measuring(None)
+        collector.give_way_with(None)
 
 
 MARKS = ("measuring", "spending")

@@ -195,6 +195,7 @@ def test_a_traced_page_in_lanes_writes_every_turn_it_held(tmp_path, monkeypatch)
         done = recording._build_one_example(str(tmp_path / "docs"), str(tmp_path / "out"), "plot_42_probe.py")
     finally:
         collector.hold_while_measuring(None)  # install's holder and aside, too
+        collector.give_way_with(None)
     assert done[0] == 0
     trace = json.loads((tmp_path / "trace" / "plot_42_probe.turns.json").read_text())
     assert trace["page"] == "plot_42_probe.py"

@@ -237,5 +237,6 @@ def test_a_build_beside_other_pages_is_untimed_unless_asked_and_takes_no_turn(mo
         assert list(inside.step_seconds) == list(builder.STEPS) and taken == ["alone", "alone"]
     finally:
         collector.hold_while_measuring(None)
+        collector.give_way_with(None)
     off = build(timed=False)
     assert off.step_seconds == {} and "timed=False" in str(off) and taken == ["alone", "alone"]

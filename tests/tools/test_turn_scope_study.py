@@ -174,3 +174,17 @@ def test_a_page_cut_short_by_the_calls_limit_is_not_counted_as_recorded():
     read = turn_scope_study.read_log(log)
     assert sorted(read["pages"]) == ["plot_a.py", "plot_b.py"]
     assert list(turn_scope_study.finished_pages(read["pages"])) == ["plot_a.py"]
+
+
+def test_a_pages_give_ways_are_read_where_the_log_says_them():
+    log = [
+        "cudnn-guide: plot_a.py: 3 turns on the GPU, 1.0 s waiting for one, 0.0 s of CPU-only work beside other "
+        "lanes, 2.0 s holding the GPU (1.0 s of it alone), gave way 4 times to a lane waiting to measure",
+        "cudnn-guide: plot_b.py: 2 turns on the GPU, 0.5 s waiting for one, 0.0 s of CPU-only work beside other "
+        "lanes, 1.0 s holding the GPU (0.4 s of it alone), gave way 1 time to a lane waiting to measure",
+        "cudnn-guide: plot_c.py: 2 turns on the GPU, 0.5 s waiting for one, 0.0 s of CPU-only work beside other "
+        "lanes, 1.0 s holding the GPU (0.4 s of it alone)",  # a log from before give_way
+    ]
+    pages = turn_scope_study.read_log(log)["pages"]
+    assert pages["plot_a.py"]["gave_way"] == 4 and pages["plot_b.py"]["gave_way"] == 1
+    assert "gave_way" not in pages["plot_c.py"] and pages["plot_c.py"]["alone"] == 0.4

@@ -110,9 +110,10 @@ class Turn:
 
     :meth:`held` takes the turn for a block (a code cell) unless it is already held;
     :meth:`exclusive` holds it alone for a block; :meth:`aside` gives it up for a block of
-    CPU-only work and takes it back after. All nest. ``waited`` counts the seconds spent waiting
-    for the turn, ``held_seconds`` those holding it (``exclusive_seconds`` of them alone),
-    ``aside_seconds`` those given up inside a held block.
+    CPU-only work and takes it back after. All nest. Between a cell's GPU steps, :meth:`give_way`
+    lets a lane that waits to measure go first, so that it does not wait for the whole cell.
+    ``waited`` counts the seconds spent waiting for the turn, ``held_seconds`` those holding it
+    (``exclusive_seconds`` of them alone), ``aside_seconds`` those given up inside a held block.
 
     Parameters
     ----------
@@ -148,6 +149,8 @@ class Turn:
         self.exclusive_seconds = 0.0
         self.compile_waits = 0.0
         self.turns = 0
+        self.gave_way = 0
+        """Times a shared turn was given up mid-cell to a lane waiting to measure (:meth:`give_way`)."""
         self._since = 0.0
         self._asked = self._taken = 0.0
         self._owner = "cell"
@@ -287,6 +290,43 @@ class Turn:
                 self._take("exclusive" if self.shared_cells and _measuring_now() else mode, self._cell_owner())
                 if compiling:
                     self.compile_waits += self._since - t1
+
+    def give_way(self) -> bool:
+        """Between a cell's GPU steps (:func:`cudnn_guide.collector.between_steps`): if another lane waits
+        to measure, let it. This process's queued GPU work is drained, the shared turn given up, and taken
+        back (through the gate, so after that measurement) as the cell held it.
+
+        Only a shared turn gives way, and only through the gate: a lane that waits alone holds the gate
+        while it waits for the shared holders, so a gate this process cannot take at once means one waits
+        (:meth:`_someone_waits`). Never while a CUDA graph is captured.
+
+        Returns
+        -------
+        bool
+            Whether it gave way (:attr:`gave_way` counts it).
+        """
+        if self.mode != "shared" or not self.gated or self._pid != os.getpid() or _measuring_now():
+            return False
+        if not self._someone_waits() or not _drain():
+            return False
+        owner = self._owner
+        self._give()
+        self._take("shared", owner)
+        self.gave_way += 1
+        return True
+
+    def _someone_waits(self) -> bool:
+        """Whether another lane holds the gate now: one waiting to take the turn alone (a lane taking it
+        shared holds the gate only for as long as that takes, since this one holds it shared)."""
+        import fcntl
+
+        gate = self._open(gate=True)
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        return False
 
     def _measuring(self, compiling: bool) -> bool:
         """Inside a block whose wall time would count a wait for the turn (Dynamo's compile excepted: its
@@ -689,6 +729,7 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
         from cudnn_guide import collector
 
         collector.hold_while_measuring(turn.exclusive)
+        collector.give_way_with(turn.give_way)
     hooks = {
         "torch._dynamo": _dynamo_aside(turn),
         "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),

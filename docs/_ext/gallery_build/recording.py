@@ -127,7 +127,8 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
     print(
         f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
         f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes, "
-        f"{turn.held_seconds:.1f} s holding the GPU ({turn.exclusive_seconds:.1f} s of it alone)",
+        f"{turn.held_seconds:.1f} s holding the GPU ({turn.exclusive_seconds:.1f} s of it alone), "
+        f"gave way {turn.gave_way} time{'' if turn.gave_way == 1 else 's'} to a lane waiting to measure",
         flush=True,
     )
     return code, turn.waited  # the recorder keeps the page's seconds without its waits
