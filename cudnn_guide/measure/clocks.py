@@ -92,7 +92,7 @@ def _sample_nvml(counters: bool = True) -> ClockSample:
         or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
     )
     violation = {} if counters else None
-    if counters:  # about 1.6 ms a read on the H200, against microseconds for the clock and the reasons
+    if counters:  # 1.6-2.0 ms a read on the H200, against microseconds for the clock and the reasons
         for name, policy in (("power", pynvml.NVML_PERF_POLICY_POWER), ("thermal", pynvml.NVML_PERF_POLICY_THERMAL)):
             violation[name] = int(pynvml.nvmlDeviceGetViolationStatus(h, policy).violationTime)
     return ClockSample(
@@ -152,7 +152,7 @@ def sample(counters: bool = True) -> ClockSample | None:
     ----------
     counters
         Also read NVML's cumulative power and thermal throttle times (:attr:`ClockSample.violation_ns`),
-        which give a run's throttled fractions. Each such read costs about 1.6 ms of host time on the
+        which give a run's throttled fractions. Each such read costs 1.6-2.0 ms of host time on the
         H200 (the clock and the active reasons, microseconds); ``False`` leaves them out, and a summary
         of two such readings (:func:`throttle_summary`) has the clock and the reasons at the end only.
 
