@@ -295,3 +295,19 @@ def test_a_reference_with_inf_gives_no_sequence_a_floor():
     expected = {"O": [varlen.packed_rows(ref, b, a, e) for b, (a, e) in spans]}
     with pytest.raises(CheckFailedError, match="check packed O, seq. 0 failed"):
         check.worst_sequence("packed", {"O": out}, varlen.packed_rows, expected, spans)
+
+
+def test_a_check_is_a_point_where_a_shared_lane_may_give_way():
+    import torch
+
+    from cudnn_guide import check, collector
+
+    seen = []
+    collector.give_way_with(lambda: seen.append("gave way"))
+    try:
+        check.check(torch.ones(4), torch.ones(4), name="a")
+        with collector.measuring():  # never inside a measured block
+            check.check(torch.ones(4), torch.ones(4), name="b")
+    finally:
+        collector.give_way_with(None)
+    assert seen == ["gave way"]

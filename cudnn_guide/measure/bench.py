@@ -35,7 +35,9 @@ whose event time is mostly launch cost gets a warning that points to CUDA-graph 
 gaps for kernels too short to time one at a time.
 
 Around every timed run the GPU's clock state is read (:mod:`cudnn_guide.measure.clocks`): throttling
-during the run becomes a warning on the measurement, and the reading is kept in its record.
+during the run becomes a warning on the measurement, and the reading is kept in its record. A
+re-primed measurement (below) reads the clock and the active reasons only, without NVML's throttle
+counters: it has no throttled fractions, and it warns only of a clock held down at its end.
 
 A callable measured again and again in one comparison (:func:`~cudnn_guide.measure.compare.compare`'s
 rounds) can carry a :class:`Rewarm` (``rewarm=``): its first measurement is made as above and keeps
@@ -95,10 +97,11 @@ class Rewarm:
 
     :func:`measure` fills it in on the first measurement that carries it (the first-call check and
     the timed warm-up of ``warmup_ms``, as without it); every later measurement that carries it
-    skips the check (the callable passed it), runs ``calls`` calls (one for a call of at least
-    :data:`LONG_CALL_MS`, none from :data:`SELF_PRIMING_MS`; flush before each, one synchronize after)
-    instead of the timed warm-up, and sizes its spin and its number of timed calls from ``host_ms`` and
-    ``est_ms``.
+    skips the check (the callable passed it), reads the clocks without NVML's throttle counters (no
+    ``power_capped_fraction`` or ``thermal_fraction`` in its clock summary), runs ``calls`` calls (one
+    for a call of at least :data:`LONG_CALL_MS`, none from :data:`SELF_PRIMING_MS`; flush before each,
+    one synchronize after) instead of the timed warm-up, and sizes its spin and its number of timed
+    calls from ``host_ms`` and ``est_ms``.
     :func:`~cudnn_guide.measure.compare.compare` gives each contender its own, so that from its
     second round on a contender pays a few calls, not a warm-up.
 

@@ -2,8 +2,9 @@
 while it was being timed.
 
 Two sources, best first: NVML through ``pynvml`` (cumulative throttle counters, so throttling
-*during* a run is caught even if it ended before the run did), and ``nvidia-smi`` (the reasons
-active at the moment of the reading). Without either, :func:`sample` returns ``None`` and the
+*during* a run is caught even if it ended before the run did, when both readings include them:
+``sample(counters=False)`` leaves them out), and ``nvidia-smi`` (the reasons active at the moment
+of the reading). Without either, :func:`sample` returns ``None`` and the
 benchmark records that the clocks were not read.
 """
 

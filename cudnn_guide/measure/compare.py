@@ -137,7 +137,8 @@ REWARM = True
 with :data:`REWARM_CALLS` calls in the later ones. ``False``: the full warm-up every round."""
 REWARM_CALLS = 2
 """Calls that re-prime a contender from its second round on (:data:`REWARM`); one for a call of at least
-:data:`~cudnn_guide.measure.bench.LONG_CALL_MS`, whatever this says."""
+:data:`~cudnn_guide.measure.bench.LONG_CALL_MS`, none for one of at least
+:data:`~cudnn_guide.measure.bench.SELF_PRIMING_MS`, whatever this says."""
 
 
 @dataclass
@@ -320,7 +321,9 @@ def compare(
     rewarm
         Warm each contender up in full in its first round only, and re-prime it with
         :data:`REWARM_CALLS` calls (one for a call of at least
-        :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`; sized from that first warm-up) in the later ones; ``False``:
+        :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`, none from :data:`~cudnn_guide.measure.bench.SELF_PRIMING_MS`;
+        sized from that first warm-up) in the later ones, whose clock readings leave out NVML's throttle counters
+        (the pooled measurement keeps the first round's); ``False``:
         the full warm-up and first-call check every round. ``None`` (default): :data:`REWARM`.
         What each round times is the same either way.
     bench_kwargs

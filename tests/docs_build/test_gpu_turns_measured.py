@@ -586,3 +586,30 @@ def test_a_wait_for_the_turn_inside_an_aside_counts_as_a_wait_not_as_cpu_work(sh
             turn_waited = turn.waited
         monkeypatch.setattr(fcntl, "flock", real_flock)
     assert turn_waited >= 0.3 and turn.aside_seconds < 0.2, (turn_waited, turn.aside_seconds)
+
+
+def test_only_a_lane_waiting_to_measure_makes_a_cell_give_way(shared_turn, monkeypatch):
+    # a lane taking the turn shared holds the gate for a moment too: that is no reason to give way
+    import fcntl
+
+    turn, lock = shared_turn
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+    with turn.held():
+        other = os.open(str(lock) + ".gate", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(other, fcntl.LOCK_EX)  # another lane at the gate, on its way to a shared turn
+        try:
+            assert not turn._someone_waits() and turn.give_way() is False
+        finally:
+            os.close(other)
+        waiting = os.open(str(lock) + ".alone", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(waiting, fcntl.LOCK_SH)  # a lane waiting to take the turn alone says so here
+        try:
+            assert turn._someone_waits()
+            turn._pid = -1  # as in a forked child: the parent's turn is not this process's
+            assert turn.give_way() is False
+            turn._pid = os.getpid()
+            ungated = gpu_turns.Turn(str(lock), shared_cells=True, gated=False)
+            ungated.mode = "shared"
+            assert ungated.give_way() is False  # only lanes that queue at the gate give way
+        finally:
+            os.close(waiting)

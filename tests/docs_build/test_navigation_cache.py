@@ -1,4 +1,4 @@
-"""Furo's navigation tree is computed once per folder for pages that are not documents, and for each document."""
+"""Furo's navigation tree is computed once per folder for viewcode's source pages, and for each document."""
 
 from __future__ import annotations
 
@@ -19,10 +19,18 @@ def _counting():
     return compute, calls
 
 
-def test_pages_outside_the_documents_share_their_folders_tree_and_documents_keep_their_own():
+def _app(builder="html", docs=("index", "api/graphs")):
+    return types.SimpleNamespace(
+        config=types.SimpleNamespace(html_theme="furo"),
+        builder=types.SimpleNamespace(name=builder),
+        env=types.SimpleNamespace(all_docs=dict.fromkeys(docs)),
+    )
+
+
+def test_source_pages_share_their_folders_tree_and_every_other_page_keeps_its_own():
     compute, calls = _counting()
-    docs = {"index", "api/graphs", "auto_examples/plot_05_sdpa_causal"}
-    tree = navigation_cache.per_folder(compute, lambda: docs)
+    app = _app()
+    tree = navigation_cache.per_folder(compute, lambda page: navigation_cache.source_page(app, page))
     pages = [
         "_modules/cudnn_guide/check",
         "_modules/cudnn_guide/errors",
@@ -37,33 +45,44 @@ def test_pages_outside_the_documents_share_their_folders_tree_and_documents_keep
     got = {p: tree({"pagename": p, "toctree": None}) for p in pages}
     assert got["_modules/cudnn_guide/check"] == got["_modules/cudnn_guide/errors"] == "<nav>../../index.html</nav>"
     assert got["_modules/cudnn_guide/graphs/norms"] == "<nav>../../../index.html</nav>"  # its own folder's links
-    assert got["search"] == got["genindex"] == "<nav>index.html</nav>"
-    # one computation per folder of non-documents (three), and every document's own, each time
+    # one computation per folder of source pages (two); the index, search and every document each time
     assert calls == [
         "_modules/cudnn_guide/check",
         "_modules/cudnn_guide/graphs/conv",
         "genindex",
+        "search",
         "api/graphs",
         "api/graphs",
         "index",
     ]
 
 
+@pytest.mark.parametrize("builder", ["dirhtml", "singlehtml"])
+def test_other_builders_whose_links_do_not_follow_the_folder_are_never_cached(builder):
+    compute, calls = _counting()
+    app = _app(builder)
+    tree = navigation_cache.per_folder(compute, lambda page: navigation_cache.source_page(app, page))
+    tree({"pagename": "_modules/index", "toctree": None})
+    tree({"pagename": "_modules/re", "toctree": None})
+    assert calls == ["_modules/index", "_modules/re"]
+
+
 def test_a_page_without_a_toctree_is_never_served_from_the_cache():
     compute, calls = _counting()
-    tree = navigation_cache.per_folder(compute, lambda: set())
+    tree = navigation_cache.per_folder(compute, lambda page: True)
     tree({"pagename": "_modules/a", "toctree": None})
     tree({"pagename": "_modules/b"})  # furo computes an empty tree for it: not another page's
     assert calls == ["_modules/a", "_modules/b"]
 
 
-@pytest.mark.parametrize("theme, installed", [("furo", True), ("alabaster", False)])
-def test_install_wraps_furo_once_and_leaves_other_themes_alone(monkeypatch, theme, installed):
+def test_each_build_gets_its_own_cache_over_furos_own_function(monkeypatch):
     import furo
 
     original = furo._compute_navigation_tree
     monkeypatch.setattr(furo, "_compute_navigation_tree", original)  # restored after the test
-    app = types.SimpleNamespace(config=types.SimpleNamespace(html_theme=theme), env=types.SimpleNamespace(all_docs={}))
-    assert navigation_cache.install(app) is installed
-    assert navigation_cache.install(app) is False  # never wrapped twice
-    assert (furo._compute_navigation_tree is not original) is installed
+    first, second = _app(), _app()
+    assert navigation_cache.install(first) and navigation_cache.install(second)
+    assert furo._compute_navigation_tree.uncached is original  # never a wrapper of a wrapper
+    other = _app()
+    other.config.html_theme = "alabaster"
+    assert navigation_cache.install(other) is False

@@ -240,3 +240,13 @@ def test_a_build_beside_other_pages_is_untimed_unless_asked_and_takes_no_turn(mo
         collector.give_way_with(None)
     off = build(timed=False)
     assert off.step_seconds == {} and "timed=False" in str(off) and taken == ["alone", "alone"]
+    steps: list[bool] = []  # a neighbour waiting to measure may go first before each build, never inside a timed one
+    collector.give_way_with(lambda: steps.append(collector.measuring_now()))
+    try:
+        build()
+        build(timed=True)
+        with collector.measuring():
+            build()
+    finally:
+        collector.give_way_with(None)
+    assert steps == [False, False]  # between_steps at each build's start; not inside a measured block

@@ -189,3 +189,23 @@ def test_a_pages_give_ways_are_read_where_the_log_says_them():
     pages = turn_scope_study.read_log(log)["pages"]
     assert pages["plot_a.py"]["gave_way"] == 4 and pages["plot_b.py"]["gave_way"] == 1
     assert "gave_way" not in pages["plot_c.py"] and pages["plot_c.py"]["alone"] == 0.4
+
+
+@pytest.mark.parametrize("gave_way", [0, 1, 7])
+def test_the_recorders_own_line_on_a_pages_turns_reads_back(tmp_path, gave_way):
+    from gallery_build import gpu_turns, recording
+
+    turn = gpu_turns.Turn(str(tmp_path / "t"), shared_cells=True)
+    turn.turns, turn.waited, turn.aside_seconds, turn.held_seconds = 12, 3.25, 1.5, 9.75
+    turn.exclusive_seconds, turn.gave_way = 4.0, gave_way
+    page = turn_scope_study.read_log([recording.turn_summary("plot_05_sdpa_causal.py", turn)])["pages"]
+    assert page == {
+        "plot_05_sdpa_causal.py": {
+            "turns": 12,
+            "waited": 3.2,
+            "aside": 1.5,
+            "held": 9.8,
+            "alone": 4.0,
+            "gave_way": gave_way,
+        }
+    }

@@ -141,6 +141,7 @@ class Turn:
         self._aside_depth = 0
         self._fd: int | None = None
         self._gate_fd: int | None = None
+        self._alone_fd: int | None = None
         self._pid = os.getpid()
         self.mode: str | None = None
         self.waited = 0.0
@@ -164,11 +165,15 @@ class Turn:
         """Whether this process holds the turn now, shared or alone."""
         return self.mode is not None
 
-    def _open(self, gate: bool = False) -> int:
+    def _open(self, gate: bool = False, alone: bool = False) -> int:
         if self._pid != os.getpid():
-            self._fd = self._gate_fd = None
+            self._fd = self._gate_fd = self._alone_fd = None
             self._pid = os.getpid()
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        if alone:  # held (shared) by every lane waiting to take the turn alone: give_way looks at it
+            if self._alone_fd is None:
+                self._alone_fd = os.open(self.path + ".alone", flags, 0o600)
+            return self._alone_fd
         if gate:
             if self._gate_fd is None:
                 self._gate_fd = os.open(self.path + ".gate", flags, 0o600)
@@ -182,12 +187,19 @@ class Turn:
 
         t0 = time.perf_counter()
         if self.gated:  # the gate queues lanes in order, so a shared cell never jumps a measurement
+            waiting = self._open(alone=True) if mode != "shared" else None
+            if waiting is not None:  # says "a lane waits to measure" to the shared holders (give_way)
+                fcntl.flock(waiting, fcntl.LOCK_SH)
             gate = self._open(gate=True)
-            fcntl.flock(gate, fcntl.LOCK_EX)
             try:
-                fcntl.flock(self._open(), fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
+                fcntl.flock(gate, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(self._open(), fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
+                finally:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
             finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+                if waiting is not None:
+                    fcntl.flock(waiting, fcntl.LOCK_UN)
         else:
             fcntl.flock(self._open(), fcntl.LOCK_EX)
         self._since = time.perf_counter()
@@ -296,9 +308,10 @@ class Turn:
         to measure, let it. This process's queued GPU work is drained, the shared turn given up, and taken
         back (through the gate, so after that measurement) as the cell held it.
 
-        Only a shared turn gives way, and only through the gate: a lane that waits alone holds the gate
-        while it waits for the shared holders, so a gate this process cannot take at once means one waits
-        (:meth:`_someone_waits`). Never while a CUDA graph is captured.
+        Only a shared turn gives way, and only where lanes queue at the gate: a lane that waits to take
+        the turn alone holds ``path + ".alone"`` shared while it waits (:meth:`_someone_waits`), and the
+        gate while it waits for the shared holders, so this lane's shared request queues behind it. Never
+        while a CUDA graph is captured.
 
         Returns
         -------
@@ -316,16 +329,16 @@ class Turn:
         return True
 
     def _someone_waits(self) -> bool:
-        """Whether another lane holds the gate now: one waiting to take the turn alone (a lane taking it
-        shared holds the gate only for as long as that takes, since this one holds it shared)."""
+        """Whether another lane waits to take the turn alone: it holds ``path + ".alone"`` shared until it
+        has the turn, so this process cannot take that lock alone now (it lets go of it at once)."""
         import fcntl
 
-        gate = self._open(gate=True)
+        waiting = self._open(alone=True)
         try:
-            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
-        fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(waiting, fcntl.LOCK_UN)
         return False
 
     def _measuring(self, compiling: bool) -> bool:
@@ -344,11 +357,11 @@ class Turn:
     def forget_in_child(self) -> None:
         """In a forked child: the parent's turn is not this process's; close the inherited files, so
         that a child outliving its parent never keeps the GPU's lock."""
-        for fd in (self._fd, self._gate_fd):
+        for fd in (self._fd, self._gate_fd, self._alone_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._fd = self._gate_fd = None
+        self._fd = self._gate_fd = self._alone_fd = None
         self.mode = None
         self._in_cell, self._aside_depth = False, 0
 

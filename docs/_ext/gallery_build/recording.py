@@ -124,14 +124,37 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
         trace_dir.mkdir(parents=True, exist_ok=True)
         rows = [dict(zip(("mode", "asked", "taken", "given", "owner"), t, strict=True)) for t in turn.trace]
         datafiles.write_json(trace_dir / f"{Path(example).stem}.turns.json", {"page": example, "turns": rows})
-    print(
+    print(turn_summary(example, turn), flush=True)
+    return code, turn.waited  # the recorder keeps the page's seconds without its waits
+
+
+def turn_summary(example: str, turn: gpu_turns.Turn) -> str:
+    """The recorder log's line on a page's turns (``tools/turn_scope_study.py`` reads it back).
+
+    Parameters
+    ----------
+    example
+        The page's file name.
+    turn
+        Its process's :class:`~gallery_build.gpu_turns.Turn` after the page ran.
+
+    Returns
+    -------
+    str
+        ``cudnn-guide: <page>: N turns on the GPU, ... (... s of it alone), gave way K times to a lane
+        waiting to measure``.
+
+    Example
+    -------
+    >>> turn_summary("plot_05_sdpa_causal.py", turn)
+    'cudnn-guide: plot_05_sdpa_causal.py: 50 turns on the GPU, 13.2 s waiting for one, ...'
+    """
+    return (
         f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
         f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes, "
         f"{turn.held_seconds:.1f} s holding the GPU ({turn.exclusive_seconds:.1f} s of it alone), "
-        f"gave way {turn.gave_way} time{'' if turn.gave_way == 1 else 's'} to a lane waiting to measure",
-        flush=True,
+        f"gave way {turn.gave_way} time{'' if turn.gave_way == 1 else 's'} to a lane waiting to measure"
     )
-    return code, turn.waited  # the recorder keeps the page's seconds without its waits
 
 
 def record_examples(
