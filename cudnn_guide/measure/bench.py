@@ -85,10 +85,10 @@ LONG_CALL_MS = 20.0
 34); that recording's headlines on the pages it reaches stayed inside their intervals (measurement studies,
 "Less spent around each timing")."""
 SELF_PRIMING_MS = 50.0
-"""A call this long is not re-primed at all: its own first timed call runs the same kernels for 50 ms or more,
-thousands of times longer than a re-prime's code and data take to come back, so a re-prime call is only GPU
-time spent holding the turn (at 32k tokens, plot_26's calls take 53-321 ms, about 8 s a recording). Since
-issue 34's recording after 0633b16."""
+"""A call this long is not re-primed at all: a re-prime adds a whole call of GPU time to each round, while what
+it brings back (the callable's code and data, after the other contenders ran) is a small part of a call of 50 ms
+or more. At 32k tokens plot_26's calls take 53-321 ms: their re-primes were about 8 s of a recording's alone
+turn, by its record. Since dcab682 (issue 34)."""
 
 
 @dataclasses.dataclass

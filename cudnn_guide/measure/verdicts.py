@@ -77,8 +77,8 @@ def _resampled_medians(values: list[float], resamples: int, seed: int) -> list[f
     resample-by-resample path, whose ordering of NaN and whose exact integers NumPy does not share.
 
     The uniforms themselves come from NumPy's Mersenne Twister started in ``random.Random(seed)``'s
-    state (:func:`python_uniforms`): the same numbers, bit for bit, without a Python call each (they
-    were 10% of a comparison's time on the H200, all of it holding the GPU's turn).
+    state (:func:`python_uniforms`): the same numbers, bit for bit, without a Python call each (the
+    bootstrap was 3-10% of three pages' comparisons in a profile on the H200, ``docs/data/compare_profile.json``).
     """
     n = len(values)
     if not all(isinstance(v, float) and math.isfinite(v) for v in values):
