@@ -613,3 +613,23 @@ def test_only_a_lane_waiting_to_measure_makes_a_cell_give_way(shared_turn, monke
             assert ungated.give_way() is False  # only lanes that queue at the gate give way
         finally:
             os.close(waiting)
+
+
+@pytest.mark.parametrize("value, gives_way", [(None, True), ("1", True), ("0", False), (" 0 ", False)])
+def test_giving_way_can_be_switched_off_for_an_ab(tmp_path, monkeypatch, value, gives_way):
+    if value is None:
+        monkeypatch.delenv(gpu_turns.GIVE_WAY_ENV, raising=False)
+    else:
+        monkeypatch.setenv(gpu_turns.GIVE_WAY_ENV, value)
+    monkeypatch.delenv(gpu_turns.SCOPE_ENV, raising=False)
+    monkeypatch.setattr(gpu_turns, "_CURRENT", None)
+    seen = []
+    monkeypatch.setattr(gpu_turns.Turn, "give_way", lambda self: seen.append(self) or True)
+    try:
+        turn = gpu_turns.install(str(tmp_path / "gpu-0.turn"))
+        collector.between_steps()
+    finally:
+        collector.hold_while_measuring(None)
+        collector.give_way_with(None)
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, gpu_turns._AfterImport)]
+    assert seen == ([turn] if gives_way else [])

@@ -54,6 +54,7 @@ __all__ = [
     "SCOPE_ENV",
     "SCOPES",
     "TRACE_ENV",
+    "GIVE_WAY_ENV",
     "block_owner",
     "turn_scope",
     "CLOCK_CALLS",
@@ -80,6 +81,9 @@ since d51459d's was made; ``cell``: every cell holds it alone, as the recordings
 (measurement studies, "Cells that share the turn" and "The shared turn, again")."""
 SCOPES = ("cell", "measured")
 """The values :data:`SCOPE_ENV` takes."""
+GIVE_WAY_ENV = "CUDNN_GUIDE_GIVE_WAY"
+"""``0``: a shared cell never gives way mid-cell (:meth:`Turn.give_way`), as before dcab682, for an A/B of the two
+inside one lease (a recorder call's whole run: every lane inherits it). Unset or anything else: it gives way."""
 TRACE_ENV = "CUDNN_GUIDE_TURN_TRACE"
 """A folder: each page recorded in lanes writes there ``<page>.turns.json``, every turn it held (how, and
 when it was asked for, taken and given up, in Unix seconds), so that a recording's timeline can be
@@ -742,7 +746,7 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
         from cudnn_guide import collector
 
         collector.hold_while_measuring(turn.exclusive)
-        collector.give_way_with(turn.give_way)
+        collector.give_way_with(turn.give_way if os.environ.get(GIVE_WAY_ENV, "").strip() != "0" else None)
     hooks = {
         "torch._dynamo": _dynamo_aside(turn),
         "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),
