@@ -86,3 +86,4 @@ def test_each_build_gets_its_own_cache_over_furos_own_function(monkeypatch):
     other = _app()
     other.config.html_theme = "alabaster"
     assert navigation_cache.install(other) is False
+    assert navigation_cache.install(types.SimpleNamespace()) is False  # a stand-in app without a config (tests)

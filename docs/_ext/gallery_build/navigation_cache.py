@@ -84,14 +84,14 @@ def install(app: Any) -> bool:
     Returns
     -------
     bool
-        Whether it was installed (``False``: another theme).
+        Whether it was installed (``False``: another theme, or an app without a configuration).
 
     Example
     -------
     >>> install(app)  # in conf.py's setup
     True
     """
-    if getattr(app.config, "html_theme", None) != "furo":
+    if getattr(getattr(app, "config", None), "html_theme", None) != "furo":  # a stand-in app may have none
         return False
     import furo
 
