@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from cudnn_guide import collector
 from cudnn_guide.errors import CheckFailedError, InputError
 
 __all__ = [
@@ -239,7 +240,9 @@ def compare(
     return CheckResult(name, str(actual.dtype).replace("torch.", ""), rel, tol, nan_count, actual.numel())
 
 
-def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None = None) -> CheckResult:
+def check(
+    actual: Any, expected: Any, *, name: str = "output", tol: float | None = None, scale: float = 0.0
+) -> CheckResult:
     """Like :func:`compare`, but raise :class:`~cudnn_guide.errors.CheckFailedError` on failure.
 
     While the docs build collects an example's record, a passing check joins it
@@ -255,6 +258,9 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
         Name in the result and the error.
     tol
         Tolerance; default by dtype.
+    scale
+        The smallest norm the error is taken relative to, as in :func:`compare` (default 0: the
+        reference's own).
 
     Returns
     -------
@@ -274,10 +280,8 @@ def check(actual: Any, expected: Any, *, name: str = "output", tol: float | None
     >>> print(result)
     check conv_bias_relu: PASS rel. error 2.10e-03 (tolerance 1.6e-02, bfloat16)
     """
-    from cudnn_guide import collector
-
     collector.between_steps()  # a neighbour waiting to measure goes first (docs build lanes)
-    return _passing(compare(actual, expected, name=name, tol=tol))
+    return _passing(compare(actual, expected, name=name, tol=tol, scale=scale))
 
 
 def worst_sequence(
@@ -329,8 +333,7 @@ def worst_sequence(
         floor = _sequence_floor(expected[n], spans)
         for b, (start, end) in spans:
             want = expected[n][b]
-            got = rows(y, b, start, end)
-            results.append(_passing(compare(got, want, name=f"{label} {n}, seq. {b}", scale=floor(want))))
+            results.append(check(rows(y, b, start, end), want, name=f"{label} {n}, seq. {b}", scale=floor(want)))
     return max(results, key=lambda r: r.rel_error)
 
 
@@ -400,8 +403,6 @@ def _passing(result: CheckResult) -> CheckResult:
             f"tolerance for {result.dtype}"
         )
         raise CheckFailedError(f"check {result.name} failed: {why}")
-    from cudnn_guide import collector
-
     collector.add_check(result)
     return result
 
