@@ -25,15 +25,11 @@ tables, the figure and the sentences do not.
 from __future__ import annotations
 
 import inspect
-import math
 import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-
-from cudnn_guide import collector
 
 __all__ = [
     "CUDNN",
@@ -601,9 +597,12 @@ def timing(s: int) -> dict[str, int]:
     return {"rounds": 5, "min_reps": 3 if s < 32768 else 2, "host_reps": 2}
 
 
-@collector.measuring()
 def reference_at(t: Mapping[str, Any], causal: bool) -> tuple[dict[str, Any], dict[str, float]]:
-    """:func:`block_reference` for these tensors, with its wall time and its peak memory.
+    """:func:`block_reference` for these tensors, with its peak memory.
+
+    Its time is not taken: the reference is a check, not a timing, so it shares the GPU with the
+    pages recorded beside this one (it held the GPU alone for 12 s of dcab682's recording when it
+    was timed), and a time taken beside them would say more about them than about the reference.
 
     Parameters
     ----------
@@ -615,8 +614,7 @@ def reference_at(t: Mapping[str, Any], causal: bool) -> tuple[dict[str, Any], di
     Returns
     -------
     tuple[dict[str, Any], dict[str, float]]
-        The reference, and ``"fp32 reference (s)"`` and ``"fp32 reference peak (GiB)"`` (on top of
-        what was allocated before).
+        The reference, and ``"fp32 reference peak (GiB)"`` (on top of what was allocated before).
 
     Example
     -------
@@ -626,14 +624,10 @@ def reference_at(t: Mapping[str, Any], causal: bool) -> tuple[dict[str, Any], di
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    held, start = torch.cuda.memory_allocated(), time.perf_counter()
+    held = torch.cuda.memory_allocated()
     ref = block_reference(t["q"], t["k"], t["v"], t["d_o"], causal)
     torch.cuda.synchronize()
-    cost = {
-        "fp32 reference (s)": time.perf_counter() - start,
-        "fp32 reference peak (GiB)": (torch.cuda.max_memory_allocated() - held) / 2**30,
-    }
-    return ref, cost
+    return ref, {"fp32 reference peak (GiB)": (torch.cuda.max_memory_allocated() - held) / 2**30}
 
 
 def worst_error(ref: Mapping[str, Any], outputs: Sequence[Any], who: str, where: str) -> float:
@@ -738,25 +732,8 @@ def checked_contenders(
     return contenders, row | cost
 
 
-def _seconds(s: float) -> str:
-    """A time in seconds to 2 significant digits and at least 1 decimal, never in e-notation: a positive time
-    never prints as ``0.0`` (``0.043``, ``0.12``, ``5.6``, ``12.3``).
-
-    Example
-    -------
-    >>> _seconds(0.0434), _seconds(5.63)
-    ('0.043', '5.6')
-    """
-    if not (s > 0 and math.isfinite(s)):  # zero, infinite, or not a number
-        return f"{s:.1f}"
-    return f"{s:.{max(1, 1 - math.floor(math.log10(s)))}f}"
-
-
 def checked_formats(row: Mapping[str, Any]) -> dict[str, Any]:
-    """How the checks' table prints its columns: errors and the tolerance as ``1.6e-02``, the reference's cost.
-
-    The reference's time is printed to 2 significant digits (at least 1 decimal), so that the shortest,
-    a few hundredths of a second at 2k tokens, does not print as ``0.0``.
+    """How the checks' table prints its columns: errors and the tolerance as ``1.6e-02``, the reference's memory.
 
     Parameters
     ----------
@@ -766,17 +743,16 @@ def checked_formats(row: Mapping[str, Any]) -> dict[str, Any]:
     Returns
     -------
     dict[str, Any]
-        Column → format (a format string, or a function for the reference's time), for
-        :func:`~cudnn_guide.report.html_table`.
+        Column → format string, for :func:`~cudnn_guide.report.html_table`.
 
     Example
     -------
     >>> formats = checked_formats({"S": 2048, "tolerance": 0.016, "x: worst rel. error": 0.003})
-    >>> formats["tolerance"], formats["fp32 reference (s)"](0.043)
-    ('{:.1e}', '0.043')
+    >>> formats["tolerance"], formats["fp32 reference peak (GiB)"]
+    ('{:.1e}', '{:.2f}')
     """
     formats: dict[str, Any] = {c: "{:.1e}" for c in row if "error" in c or c == "tolerance"}
-    formats |= {"fp32 reference (s)": _seconds, "fp32 reference peak (GiB)": "{:.2f}"}
+    formats["fp32 reference peak (GiB)"] = "{:.2f}"
     return formats
 
 
@@ -1172,8 +1148,8 @@ def _check_sentence(checked: Sequence[Mapping[str, Any]], timed: int) -> str:
     return (
         f"{head}: the largest relative error was "
         f"{largest_error:.1e} (tolerance {checked[0]['tolerance']:.1e}), and the reference "
-        f"needed at most {max(r['fp32 reference peak (GiB)'] for r in checked):.1f} GiB "
-        f"and {_seconds(max(r['fp32 reference (s)'] for r in checked))} s for one length and mask."
+        f"needed at most {max(r['fp32 reference peak (GiB)'] for r in checked):.1f} GiB for one length and mask "
+        "(its time is not measured: it shares the GPU with the pages recorded beside this one)."
     )
 
 

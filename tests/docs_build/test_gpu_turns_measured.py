@@ -633,3 +633,82 @@ def test_giving_way_can_be_switched_off_for_an_ab(tmp_path, monkeypatch, value, 
         collector.give_way_with(None)
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, gpu_turns._AfterImport)]
     assert seen == ([turn] if gives_way else [])
+
+
+# -- a page's own clock: the cells that read it hold the turn alone, the page's other cells share it ---------
+
+
+def _code_cells(page: Path) -> list[tuple[int, int, str]]:
+    from sphinx_gallery import py_source_parser
+
+    blocks = py_source_parser.split_code_and_text_blocks(str(page))[1]
+    return [(b.lineno, b.lineno + b.content.count("\n"), b.content) for b in blocks if b.type == "code"]
+
+
+@pytest.mark.parametrize("stem", ["plot_03_autotuning", "plot_07_kernel_cache", "plot_28_first_call"])
+def test_only_the_lesson_cell_of_a_page_that_times_its_build_holds_the_turn_alone(tmp_path, stem):
+    page = Path(__file__).resolve().parents[2] / "examples" / f"{stem}.py"
+    turn = gpu_turns.Turn(str(tmp_path / "t"), shared_cells=True)
+    turn.clock_lines = gpu_turns.clock_lines(page.read_text(encoding="utf-8"))
+    cells = _code_cells(page)
+    alone = [content for first, last, content in cells if turn.cell_is_alone(first, last)]
+    assert len(alone) == 1 and "perf_counter" in alone[0]  # the lesson's timed build, and nothing else
+    assert all(gpu_turns.reads_a_clock(c) == (c in alone) for _, _, c in cells)
+    assert gpu_turns.Turn(str(tmp_path / "u"), shared_cells=False).cell_is_alone(1, 1)  # cell scope: every cell
+
+
+def test_a_timer_defined_in_one_cell_and_called_in_later_ones_holds_every_cell_between():
+    page = textwrap.dedent(
+        """\
+        import time
+        def timed(f):
+            t0 = time.perf_counter()
+            f()
+            return time.perf_counter() - t0
+        def twice(f):
+            return timed(f) + timed(f)
+        x = 1
+        y = twice(work)
+        z = 2
+        w = timed(work)
+        plot()
+        """
+    )
+    assert gpu_turns.clock_lines(page) == (9, 11)  # twice (a timer through timed) to the last call of timed
+    assert gpu_turns.clock_lines("a = 1\nb = 2") is None
+    assert gpu_turns.clock_lines("a = 1\nt = end.elapsed_time(start)\nb = 2") == (2, 2)
+    lam = "clock = lambda: time.perf_counter()\nx = 1\ns = clock()\n"
+    assert gpu_turns.clock_lines(lam) == (3, 3)
+    klass = "class Timer:\n    def stop(self):\n        return time.perf_counter()\nx = 1\ny = 2"
+    assert gpu_turns.clock_lines(klass) == (1, 5)  # a class's instances cannot be followed: the whole page
+    assert gpu_turns.clock_lines("def broken(:\n  pass") == (1, 2)  # what cannot be read: the whole page
+
+
+def test_a_clock_cell_holds_the_turn_alone_and_sets_nothing_aside_and_other_cells_share_it(shared_turn, monkeypatch):
+    from sphinx_gallery import gen_rst
+    from sphinx_gallery.py_source_parser import Block
+
+    turn, lock = shared_turn
+    turn.clock_lines = (10, 12)
+    seen = []
+
+    def execute_code_block(compiler, block, *rest):
+        with turn.aside():  # e.g. FlashAttention-4 compiling inside the cell
+            seen.append((block.lineno, turn.mode, _probe(lock, shared=True)))
+        seen.append((block.lineno, turn.mode, _probe(lock, shared=True)))
+        return ""
+
+    monkeypatch.setattr(gen_rst, "execute_code_block", execute_code_block)
+    monkeypatch.setattr(gen_rst, "execute_script", lambda *a, **k: ([], 0.0))
+    gpu_turns.take_turns_per_cell(turn)
+    for first, lines in ((1, 3), (8, 3), (13, 2)):
+        gen_rst.execute_code_block(None, Block("code", "x = 1\n" * lines, first), None, {}, {}, {})
+    assert seen == [
+        (1, None, True),  # lines 1-4: shared, and set aside for the compile
+        (1, "shared", True),
+        (8, "exclusive", False),  # lines 8-11 overlap the clock's: alone, kept through the compile
+        (8, "exclusive", False),
+        (13, None, True),  # lines 13-15: after the clock's, shared again
+        (13, "shared", True),
+    ]
+    assert turn.mode is None and not turn._cell_alone

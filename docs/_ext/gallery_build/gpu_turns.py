@@ -10,8 +10,9 @@ on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU
   timing loop, fresh-process study, interpreter pool, timed plan build and first call whose wall
   time a page reports; an untimed build holds the shared turn); a lane waiting to measure goes
   before lanes that ask for a shared turn after it.
-  A page whose own code reads a clock (:func:`reads_a_clock`: the library cannot mark what it
-  times) keeps the cell-wide turn. This became the default when its second whole-site recording
+  The cells of a page whose own code reads a clock hold it alone, from the first reading's cell to
+  the last's (:func:`clock_lines`: the library cannot mark what a page's own code times); the page's
+  other cells share it (through dcab682's recording every cell of such a page held it alone). This became the default when its second whole-site recording
   (d51459d) met both bars and became the site's recording; its first (254ec0e) missed one;
 - with :data:`SCOPE_ENV` ``=cell`` each code cell holds the turn **alone**, and so every timed
   call, check and fresh-process study in it, as the site's recordings before d51459d's were made.
@@ -60,6 +61,7 @@ __all__ = [
     "CLOCK_CALLS",
     "is_clock_call",
     "reads_a_clock",
+    "clock_lines",
     "CPUS_ENV",
     "ASIDE_IMPORTS",
     "ASIDE_CALLERS",
@@ -142,6 +144,10 @@ class Turn:
         self.gated = shared_cells if gated is None else gated
         """Take the turn through the gate (every lane of a GPU whose other lanes may share it must)."""
         self._in_cell = False
+        self._cell_alone = False  # this cell reads a clock in the page's own code: alone, nothing set aside
+        self.clock_lines: tuple[int, int] | None = None
+        """Under ``shared_cells``: the page's lines from its first to its last own clock reading
+        (:func:`clock_lines`); a cell that overlaps them holds the turn alone (:meth:`cell_is_alone`)."""
         self._aside_depth = 0
         self._fd: int | None = None
         self._gate_fd: int | None = None
@@ -225,10 +231,24 @@ class Turn:
                 self.exclusive_seconds += seconds
         self.mode = None
 
+    def cell_is_alone(self, first: int, last: int) -> bool:
+        """Whether the cell on lines ``first`` to ``last`` of its page holds the turn alone for itself: with
+        the cell-wide turn every cell does; with cells sharing it, one that overlaps :attr:`clock_lines`.
+
+        Example
+        -------
+        >>> turn.clock_lines = (40, 95)
+        >>> turn.cell_is_alone(20, 39), turn.cell_is_alone(90, 120)
+        (False, True)
+        """
+        if not self.shared_cells:
+            return True
+        return self.clock_lines is not None and first <= self.clock_lines[1] and last >= self.clock_lines[0]
+
     def _cell_mode(self) -> str:
-        """How a cell holds the turn now: alone with the cell-wide turn or while a measured block is open
-        (one left open by an earlier cell), else shared."""
-        return "exclusive" if not self.shared_cells or _measuring_now() else "shared"
+        """How a cell holds the turn now: alone with the cell-wide turn, in a cell that reads a clock, or
+        while a measured block is open (one left open by an earlier cell), else shared."""
+        return "exclusive" if not self.shared_cells or self._cell_alone or _measuring_now() else "shared"
 
     def _cell_owner(self) -> str:
         """Whose turn a cell takes, for the trace: its own, or that of the measured block still open (one an
@@ -236,13 +256,16 @@ class Turn:
         return self._block if self.shared_cells and _measuring_now() else "cell"
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, alone: bool = False) -> Iterator[None]:
         """Hold the turn for the block, a code cell (taking it if not held, waiting for it if another lane
-        has it): shared with other lanes' cells under ``shared_cells``, else alone. Given up when it ends."""
+        has it): shared with other lanes' cells under ``shared_cells``, else alone. Given up when it ends.
+
+        ``alone``: this cell reads a clock in the page's own code (:meth:`cell_is_alone`): it holds the
+        turn alone from start to end and sets nothing aside, since its own timer would count the wait."""
         if self._in_cell or self._pid != os.getpid():
             yield
             return
-        self._in_cell = True
+        self._in_cell, self._cell_alone = True, alone
         try:
             if self.mode is None:
                 self._take(self._cell_mode(), self._cell_owner())
@@ -251,7 +274,7 @@ class Turn:
             with contextlib.suppress(Exception):  # a failed cell's CUDA error is its own to report
                 _drain()
             self._give()
-            self._in_cell = False
+            self._in_cell = self._cell_alone = False
 
     @contextlib.contextmanager
     def exclusive(self, owner: str | None = None) -> Iterator[None]:
@@ -289,7 +312,10 @@ class Turn:
         to get the turn back. ``compiling``: the block is Dynamo's compile, whose own clock counts
         that wait (:attr:`compile_waits` keeps it apart).
         """
-        if self.mode is None or self._pid != os.getpid() or self._measuring(compiling) or not _drain():
+        if self.mode is None or self._pid != os.getpid() or self._cell_alone or self._measuring(compiling):
+            yield
+            return
+        if not _drain():
             yield
             return
         mode = self.mode
@@ -367,7 +393,7 @@ class Turn:
                     os.close(fd)
         self._fd = self._gate_fd = self._alone_fd = None
         self.mode = None
-        self._in_cell, self._aside_depth = False, 0
+        self._in_cell, self._cell_alone, self._aside_depth = False, False, 0
 
 
 def _measuring_now() -> bool:
@@ -436,6 +462,76 @@ def reads_a_clock(source: str) -> bool:
     except SyntaxError:
         return True
     return any(isinstance(node, ast.Call) and is_clock_call(node.func) for node in ast.walk(tree))
+
+
+def clock_lines(source: str) -> tuple[int, int] | None:
+    """The lines of a page from its first to its last own clock reading: the cells that overlap them hold the
+    turn alone, the others share it.
+
+    A clock reading is a clock call (:func:`is_clock_call`), or a use of a function of the page whose body
+    reads a clock (found to a fixed point: a function calling such a function reads one too), so that a timer
+    defined in one cell and called in another counts where it is called. Everything between the first and the
+    last reading counts as well: a timer started in one cell and read in a later one holds every cell between.
+
+    Parameters
+    ----------
+    source
+        The page's Python source.
+
+    Returns
+    -------
+    tuple[int, int] | None
+        ``(first, last)`` line numbers (1-based), ``None`` when the page reads no clock, and ``(1, lines)``, the
+        whole page, when it does not parse or defines a class that reads a clock (its instances' method calls
+        could not be followed).
+
+    Example
+    -------
+    >>> clock_lines("x = 1\nt0 = time.perf_counter()\nwork()\ns = time.perf_counter() - t0\nplot()")
+    (2, 4)
+    """
+    import ast
+
+    whole = (1, max(1, source.count("\n") + 1))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return whole
+    defs: dict[str, ast.AST] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+            defs.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+
+    def reads(node: ast.AST, timers: set[str]) -> bool:
+        return any(
+            (isinstance(n, ast.Call) and is_clock_call(n.func))
+            or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in timers)
+            for n in ast.walk(node)
+        )
+
+    timers: set[str] = set()
+    while True:  # to a fixed point: a function that calls a timer is a timer
+        more = {name for name, node in defs.items() if name not in timers and reads(node, timers)}
+        if not more:
+            break
+        timers |= more
+    if any(isinstance(defs[name], ast.ClassDef) for name in timers):
+        return whole
+    inside = {id(n) for name in timers for n in ast.walk(defs[name])}  # a timer's own body is not a reading
+    lines = [
+        (n.lineno, getattr(n, "end_lineno", None) or n.lineno)
+        for n in ast.walk(tree)
+        if id(n) not in inside
+        and (
+            (isinstance(n, ast.Call) and is_clock_call(n.func))
+            or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in timers)
+        )
+    ]
+    if not lines:
+        return None
+    return min(a for a, _ in lines), max(b for _, b in lines)
 
 
 def _drain() -> bool:
@@ -568,8 +664,8 @@ def _cute_aside(turn: Turn) -> Callable[[Any], None]:
     """FlashAttention-4's kernel compiles set the turn aside. So do those of cuDNN's own CuTe kernels
     (``cudnn.flex_attention``, the open-source engines inside ``build_plans``) in a page whose cells
     share the turn: where the library times such a build, it is a measured block, inside which
-    nothing is set aside. A page that reads a clock itself (a cell-wide turn) keeps the turn through
-    them, since its own timer could count the wait to get it back."""
+    nothing is set aside. A cell that reads a clock itself (:meth:`Turn.cell_is_alone`) keeps the turn
+    through them, since its own timer could count the wait to get it back."""
 
     def hook(cute: Any) -> None:
         compile_ = getattr(cute, "compile", None)
@@ -708,7 +804,9 @@ def block_owner() -> str:
     return "?"
 
 
-def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn | None:
+def install(
+    path: str | None = None, page_reads_a_clock: bool = False, clock_span: tuple[int, int] | None = None
+) -> Turn | None:
     """In a page's process: make its :class:`Turn` and hook the CPU-only phases that set it aside.
 
     Takes :data:`TURN_ENV` when ``path`` is not given; without either, does nothing. Hooks run as
@@ -721,8 +819,13 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
     path
         The GPU's lock file.
     page_reads_a_clock
-        The page times something with its own code (:func:`reads_a_clock`): its cells hold the turn
-        alone whatever the scope, since the library cannot mark what the page's code measures.
+        Every cell of the page holds the turn alone whatever the scope (what every page that read a clock
+        had before its clock cells were found one by one; :data:`SCOPE_ENV` ``=cell`` does the same for
+        every page).
+    clock_span
+        Under the measured scope: the page's lines from its first to its last own clock reading
+        (:func:`clock_lines`); the cells overlapping them hold the turn alone, since the library cannot
+        mark what the page's own code times, and the page's other cells share it.
 
     Returns
     -------
@@ -741,6 +844,7 @@ def install(path: str | None = None, page_reads_a_clock: bool = False) -> Turn |
         return _CURRENT
     measured = turn_scope() == "measured"  # every lane goes through the gate, clock-reading pages too
     turn = _CURRENT = Turn(path, shared_cells=measured and not page_reads_a_clock, gated=measured)
+    turn.clock_lines = clock_span
     os.register_at_fork(after_in_child=turn.forget_in_child)
     if turn.shared_cells:
         from cudnn_guide import collector
@@ -779,7 +883,13 @@ def take_turns_per_cell(turn: Turn) -> None:
         return
 
     def in_turn(*args: Any, **kwargs: Any) -> Any:
-        with turn.held():
+        block = args[1] if len(args) > 1 else kwargs.get("block")
+        first = getattr(block, "lineno", None)
+        if first is None:  # a cell that cannot be placed in a page that reads a clock holds the turn alone
+            alone = not turn.shared_cells or turn.clock_lines is not None
+        else:
+            alone = turn.cell_is_alone(first, first + str(getattr(block, "content", "")).count("\n"))
+        with turn.held(alone=alone):
             return inner(*args, **kwargs)
 
     in_turn._cudnn_guide_turns = True  # type: ignore[attr-defined]

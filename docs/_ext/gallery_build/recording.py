@@ -103,9 +103,10 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
     cold_caches(Path(out_dir) / f"caches-{Path(example).stem}")
     args = ["-b", "dummy", "-q", docs_dir, out_dir]
     source = Path(docs_dir).parent / "examples" / example  # the stage's link to the examples
-    reads = not source.exists() or gpu_turns.reads_a_clock(source.read_text(encoding="utf-8"))
-    # lanes sharing a GPU (``--lanes``): conf.py makes each cell hold the turn
-    turn = gpu_turns.install(page_reads_a_clock=reads)
+    text = source.read_text(encoding="utf-8") if source.exists() else None
+    # lanes sharing a GPU (``--lanes``): conf.py makes each cell hold the turn, alone where the page's own
+    # code reads a clock (a page whose source is not found: every cell)
+    turn = gpu_turns.install(page_reads_a_clock=text is None, clock_span=gpu_turns.clock_lines(text or ""))
     if turn is not None:
         gpu_turns.pin_to_lane_cpus()
     if not os.environ.get(PROFILE_ENV):
