@@ -9,11 +9,12 @@ on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU
   and each **measured block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every
   timing loop, fresh-process study, interpreter pool, timed plan build and first call whose wall
   time a page reports; an untimed build holds the shared turn); a lane waiting to measure goes
-  before lanes that ask for a shared turn after it.
-  The cells of a page whose own code reads a clock hold it alone, from the first reading's cell to
-  the last's (:func:`clock_lines`: the library cannot mark what a page's own code times); the page's
-  other cells share it (through dcab682's recording every cell of such a page held it alone). This became the default when its second whole-site recording
-  (d51459d) met both bars and became the site's recording; its first (254ec0e) missed one;
+  before lanes that ask for a shared turn after it. This became the default when its second
+  whole-site recording (d51459d) met both bars and became the site's recording; its first (254ec0e)
+  missed one. The cells of a page whose own code reads a clock hold it alone, from the first
+  reading's cell to the last's (:func:`clock_lines`: the library cannot mark what a page's own code
+  times); the page's other cells share it (through dcab682's recording every cell of such a page
+  held it alone);
 - with :data:`SCOPE_ENV` ``=cell`` each code cell holds the turn **alone**, and so every timed
   call, check and fresh-process study in it, as the site's recordings before d51459d's were made.
 
