@@ -12,7 +12,8 @@ host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` 
 one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
 interpreter, with its imports done but nothing else; and no interpreter imports while another
 one measures. Importing needs no GPU, but a pool's imports (plot_06 starts 36 interpreters importing torch
-at once) load the whole host: in a page recorded in lanes, the wait for them holds the page's turn as
+at once) load the whole host (they import on every core, even where the caller is pinned to a few; each
+call then runs on the caller's cores): in a page recorded in lanes, the wait for them holds the page's turn as
 its cell does (shared), so no page beside it measures meanwhile. Set aside through 5d281fa, they ran
 beside another lane's timing loops: in that recording plot_06's pool imported during plot_04's first
 comparisons, whose ``torch.compile`` chain measured 101 µs (31 µs in 2cd522f's, 37 µs in eedf3ae's
@@ -104,6 +105,29 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def _cores() -> list[int] | None:
+    """The cores this process may run on (``None`` where the OS cannot say)."""
+    get = getattr(os, "sched_getaffinity", None)
+    return sorted(get(0)) if get is not None else None
+
+
+def _import_on_every_core(pid: int) -> None:
+    """Let a new interpreter import on every core of the machine, not only its caller's.
+
+    A page recorded in a lane is pinned to its lane's cores (a third of the builder's), and its
+    interpreters with it: plot_06's 36 imported on 5 cores for 13 s, holding the page's shared turn,
+    so that no other lane could measure meanwhile. Nothing is measured while they import (the pool's
+    measured block starts after), so they may use every core; each call then runs on its caller's
+    cores again (:func:`~cudnn_guide.studies.interpreter.worker_main` pins every thread of the
+    interpreter before it starts the call). Where the OS cannot pin, nothing changes.
+    """
+    set_affinity = getattr(os, "sched_setaffinity", None)
+    if set_affinity is None or (os.cpu_count() or 1) <= 1:
+        return
+    with contextlib.suppress(OSError):  # a process already gone, or cores outside this machine's cpuset
+        set_affinity(pid, range(os.cpu_count() or 1))
+
+
 class _Interpreter:
     def __init__(self, preload: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         read, write = os.pipe()
@@ -124,6 +148,7 @@ class _Interpreter:
             env={**os.environ, **(env or {})},
         )
         os.close(write)
+        _import_on_every_core(self.proc.pid)
         self.answers = read
         self.import_seconds: float | None = None
 
@@ -316,7 +341,7 @@ class InterpreterPool:
         try:
             send(
                 interp.proc.stdin.fileno(),
-                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast),
+                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast, _cores()),
             )
             interp.proc.stdin.close()
             status, t_started, value = receive(interp.answers, timeout)

@@ -67,8 +67,23 @@ def receive(fd: int, timeout: float | None) -> Any:
     return pickle.loads(body)
 
 
+def pin(cores: Sequence[int] | None) -> None:
+    """Pin every thread of this process to ``cores`` (the caller's: the interpreter imported on every core).
+
+    ``None``, or an OS that cannot pin: nothing changes."""
+    set_affinity = getattr(os, "sched_setaffinity", None)
+    if not cores or set_affinity is None:
+        return
+    tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]
+    for task in tasks:  # setaffinity(0) would pin the calling thread alone
+        try:
+            set_affinity(int(task), cores)
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
 def worker_main(answer_fd: int, preload: Sequence[str]) -> None:
-    """Body of each interpreter: import ``preload``, say ready, run one call, answer, exit.
+    """Body of each interpreter: import ``preload``, say ready, run one call on the caller's cores, answer, exit.
 
     It exits normally (``atexit`` handlers, CUDA teardown) unless the pool asked for a fast exit:
     then ``os._exit`` straight after the answer, skipping seconds of teardown nobody waits for.
@@ -84,7 +99,8 @@ def worker_main(answer_fd: int, preload: Sequence[str]) -> None:
         request = receive(0, None)
     except (EOFError, BrokenPipeError):
         return  # the pool closed without using this interpreter
-    environ, cwd, path, payload, exit_fast = request
+    environ, cwd, path, payload, exit_fast, cores = request
+    pin(cores)
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)

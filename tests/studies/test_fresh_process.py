@@ -258,3 +258,46 @@ def test_the_build_time_plot_draws_each_run_in_build_order_and_by_batch():
     assert [list(line.get_ydata()) for line in order.lines][0] == pytest.approx([500, 20, 10])
     assert list(by_batch.lines[0].get_xdata()) == [1, 2, 4] and by_batch.lines[0].get_linestyle() == "--"
     assert by_batch.lines[1].get_linestyle() == "-"
+
+
+def _cores_of_every_thread():
+    import threading
+
+    threading.Thread(target=time.sleep, args=(0.05,)).start()  # a thread started during the call, too
+    tasks = os.listdir("/proc/self/task")
+    return sorted(os.sched_getaffinity(0)), {tuple(sorted(os.sched_getaffinity(int(t)))) for t in tasks}
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 cores"
+)
+def test_a_pinned_callers_interpreters_import_on_every_core_and_run_the_call_on_its_cores(tmp_path, monkeypatch):
+    """plot_06's 36 interpreters imported on a lane's 5 cores for 13 s, holding the shared turn (dcab682)."""
+    seen = tmp_path / "import_cores.txt"
+    (tmp_path / "import_probe.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os, time
+            deadline = time.time() + 10  # the pool widens the new interpreter just after it starts
+            while len(os.sched_getaffinity(0)) < 2 and time.time() < deadline:
+                time.sleep(0.01)
+            open({str(seen)!r}, "w").write(" ".join(map(str, sorted(os.sched_getaffinity(0)))))
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    every = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, every[:1])  # a lane's cores: here one
+    try:
+        with InterpreterPool(1, preload=("import_probe",)) as pool:
+            cores, threads = pool.run(_cores_of_every_thread).value
+    finally:
+        os.sched_setaffinity(0, every)
+    assert [int(c) for c in seen.read_text().split()] == every  # imported on every core
+    assert cores == every[:1] and threads == {tuple(every[:1])}  # the call, every thread, on the caller's
+
+
+def test_a_caller_that_cannot_be_pinned_leaves_the_call_where_it_is(monkeypatch):
+    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+    interpreter.pin([0])  # nothing to pin with: no error
+    fresh_process._import_on_every_core(os.getpid())
