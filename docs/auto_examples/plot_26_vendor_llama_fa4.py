@@ -200,8 +200,8 @@ for s in SEQS:
 # %%
 # What was checked before each length and mask was timed, against the block fp32
 # reference (the largest relative L2 error of the four outputs, and the bf16
-# tolerance), and what the reference cost: its wall time and its peak memory on top
-# of the layer's tensors.
+# tolerance), and the reference's peak memory on top of the layer's tensors (its time
+# is not taken: a check shares the GPU with the pages recorded beside this one).
 import pandas as pd
 
 from cudnn_guide.report import html_table
