@@ -82,3 +82,56 @@ def test_ratio_changes_by_class_classes_every_pair_as_pair_class_does():
     ]
     assert drift_bands._ratio_changes_by_class([step], classes) == expected
     assert ("gpu", abs(0.01 - 0.03)) in expected and any(c == "host" for c, _ in expected)
+
+
+@pytest.mark.parametrize(
+    "n", [0, 1, 7, drift_bands.SELECT_FROM - 1, drift_bands.SELECT_FROM, 3 * drift_bands.SELECT_FROM]
+)
+def test_the_quantile_of_several_sorted_runs_is_the_one_of_their_values_together(n):
+    import random
+
+    rng = random.Random(n)
+    values = [rng.choice([0.0, 0.5, 1.0]) if rng.random() < 0.3 else rng.random() for _ in range(n)]
+    cuts = sorted(rng.sample(range(n + 1), min(4, n + 1)))
+    parts = [{"r": sorted(values[a:b])} for a, b in zip([0, *cuts], [*cuts, n])]
+    for q in (0.0, drift_bands.RATIO_FLOOR_QUANTILE, drift_bands.RATIO_QUANTILE, 1.0):
+        got = drift_bands._quantile_of_runs(parts, "r", q)
+        assert got == drift_bands._quantile_of(values, q) and type(got) is float
+        assert drift_bands._quantile_of_runs(parts, "r", q) == got  # again, from the arrays the parts keep
+
+
+def test_values_with_a_nan_are_sorted_as_before():
+    nan = float("nan")
+    parts = [{"r": [0.1] * drift_bands.SELECT_FROM}, {"r": [nan, 0.3, 0.2]}]
+    together = parts[0]["r"] + parts[1]["r"]
+    assert drift_bands._quantile_of_runs(parts, "r", 0.9) == drift_bands._quantile_of(together, 0.9)
+
+
+def test_the_sites_ratio_drift_is_the_quantile_of_every_pages_ratio_changes_together(committed):
+    _, recs = committed
+    parts = [drift_bands._example_drift(e) for e in history.by_example(recs).values()]
+    every = [v for p in parts if p["summary"] is not None for v in p["ratio_changes"]]
+    assert len(every) >= drift_bands.SELECT_FROM  # the selection, not the small case's sort
+    assert drift_bands.drift(recs)["global_ratio_p90"] == drift_bands._quantile_of(every, drift_bands.RATIO_QUANTILE)
+
+
+def test_the_backtest_takes_the_drift_of_each_number_of_recordings_once(committed, monkeypatch):
+    """Times with the same recordings made up to them (one side's "up to", the other's "before") share it."""
+    site, recs = committed
+    expected = drift_bands.headline_backtest(site, recs)
+    sizes = []
+    drift = drift_bands._drift
+
+    def counted(made, memo=None):
+        sizes.append(len(made))
+        return drift(made, memo)
+
+    monkeypatch.setattr(drift_bands, "_drift", counted)
+    assert drift_bands.headline_backtest(site, recs) == expected
+    asked = {
+        (str(e.get("recorded_utc", "")), upto)
+        for page, entries in history.by_example(site).items()
+        for a, b in zip(entries, entries[1:])
+        for e, upto in ((a, True), (b, False))
+    }
+    assert len(sizes) == len(set(sizes)) < len(asked)

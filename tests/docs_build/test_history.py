@@ -245,6 +245,36 @@ def test_a_history_line_holding_nan_is_refused_naming_file_line_and_field(tmp_pa
         history.load(path)
 
 
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ('"extra": {"deep": [1, {"x": 1e999}]}', r"extra\.deep\[1\]\.x is inf"),  # JSON's overflow: an infinity
+        ('"extra": [[[NaN]]]', r"extra\[0\]\[0\]\[0\] is nan"),
+        ('"extra": {"ok": [1, "a", null, true, 2.5], "bad": -Infinity}', r"extra\.bad is -inf"),
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused_wherever_it_sits(tmp_path, line, field):
+    entry = json.dumps(_entry("1", 1.0, 0.1))
+    path = _write_lines(tmp_path / "h.jsonl", [entry, entry[:-1] + ", " + line + "}"])
+    with pytest.raises(CorruptDataError, match=r"h\.jsonl:2: field " + field):
+        history.load(path)
+
+
+def test_an_entry_built_in_python_is_checked_as_a_parsed_one():
+    """Beyond what JSON parses to (a float subclass, a tuple), the check walks the entry as it always did."""
+    import numpy as np
+
+    entry = _entry("1", 1.0, 0.1)
+    entry["measurements"]["k"]["n"] = np.float64("nan")  # a float: refused
+    with pytest.raises(CorruptDataError, match=r"field measurements\.k\.n is nan"):
+        history.check_entry(entry, "h.jsonl", 1)
+    entry["measurements"]["k"]["n"] = (float("nan"),)  # a tuple is no JSON list: never read, as before
+    assert history.check_entry(entry, "h.jsonl", 1) is entry
+    assert not history._plainly_finite({"a": (1.0,)}) and not history._plainly_finite([np.float64(1.0)])
+    assert history._plainly_finite({"a": [1, "x", None, False, 2.5, {"b": -0.0}]})
+    assert not history._plainly_finite({"a": [1, {"b": float("inf")}]})
+
+
 def test_a_history_line_of_another_shape_is_refused_naming_file_and_line(tmp_path):
     good = json.dumps(_entry("1", 1.0, 0.1))
     no_median = _entry("2", 1.0, 0.1)

@@ -192,6 +192,36 @@ def _quantile_sorted(values: list[float], q: float) -> float:
     return values[int(q * (len(values) - 1))] if values else 0.0
 
 
+SELECT_FROM = 4096
+"""From this many values on, :func:`_quantile_of_runs` picks its quantile with NumPy's selection (the same
+value) instead of sorting them all in Python: the site's ratio changes are tens of thousands, at every
+recording time :func:`headline_backtest` takes the drift of."""
+
+
+def _quantile_of_runs(parts: list[dict[str, Any]], key: str, q: float) -> float:
+    """:func:`_quantile_of` of every part's ``key`` values taken together (each part's list sorted).
+
+    The value at the same place of the same values in ascending order: a selection returns it
+    without ordering the rest. Each part keeps its values as an array too, for the next call that
+    reuses it (:func:`_drift`'s memo); values with a NaN, whose order Python leaves undefined, are
+    sorted as before."""
+    n = sum(len(p[key]) for p in parts)
+    if n < SELECT_FROM:
+        return _quantile_of([v for p in parts for v in p[key]], q)
+    import numpy as np
+
+    arrays = []
+    for p in parts:
+        if f"{key}_array" not in p:
+            p[f"{key}_array"] = np.asarray(p[key], dtype=float)
+        arrays.append(p[f"{key}_array"])
+    values = np.concatenate(arrays)
+    if np.isnan(values).any():
+        return _quantile_of([v for p in parts for v in p[key]], q)
+    at = int(q * (n - 1))
+    return float(np.partition(values, at)[at])
+
+
 def _sorted_by_class(values: list[tuple[str, float]]) -> dict[str, list[float]]:
     """The values of each class, each class's in ascending order, from ``(class, value)`` pairs."""
     groups: dict[str, list[float]] = {}
@@ -402,6 +432,9 @@ def headline_backtest(
     out: dict[str, Any] = {"pairs": 0, "headlines": 0, "inside": 0, "verdicts": 0, "changed": 0, "flips": 0}
     outside: list[dict[str, Any]] = []
     cache: dict[tuple[str, bool], dict[str, Any]] = {}
+    # recordings in time order: the ones made up to a time are the first n, whatever the time and
+    # side (up to it, or before it) that asked: each n's drift is taken once
+    by_count: dict[int, dict[str, Any]] = {}
     # each stamp's drift differs from the last by a few recordings: an example whose recordings
     # are the same ones (the same entries, in the same order) reuses its changes (_example_drift)
     per_example: dict[tuple[int, ...], dict[str, Any]] = {}
@@ -412,7 +445,13 @@ def headline_backtest(
     def bands(stamp: str, upto: bool) -> dict[str, Any]:
         """:func:`drift` of the recordings made up to ``stamp`` (``upto``), or before it."""
         if (stamp, upto) not in cache:
-            cache[stamp, upto] = _drift(_made_until(recs, stamps, stamp, upto, in_order), per_example if memo else None)
+            made = _made_until(recs, stamps, stamp, upto, in_order)
+            if not in_order:
+                cache[stamp, upto] = _drift(made, per_example if memo else None)
+            elif len(made) in by_count:
+                cache[stamp, upto] = by_count[len(made)]
+            else:
+                cache[stamp, upto] = by_count[len(made)] = _drift(made, per_example if memo else None)
         return cache[stamp, upto]
 
     for page, entries in by_example(history).items():
@@ -494,7 +533,7 @@ def _drift(history: list[dict[str, Any]], memo: dict[tuple[int, ...], dict[str, 
     out: dict[str, Any] = {"global_p95": 0.0, "global_headline_p95": 0.0, "pairs": 0, "examples": {}}
     every: list[float] = []
     every_headline: list[float] = []
-    every_ratio: list[float] = []
+    ratio_parts: list[dict[str, Any]] = []  # their ratio changes, each part's sorted
 
     def part_of(entries: list[dict[str, Any]]) -> dict[str, Any]:
         key = tuple(map(id, entries))
@@ -513,7 +552,7 @@ def _drift(history: list[dict[str, Any]], memo: dict[tuple[int, ...], dict[str, 
             out["examples"][example] = dict(part["summary"])
             every += part["changes"]
             every_headline += part["head_changes"]
-            every_ratio += part["ratio_changes"]
+            ratio_parts.append(part)
     # a page split off another (or renamed) is banded by its recordings and its old page's together;
     # the site's quantiles above count each recording pair once, under the page that recorded it
     for example, entries in with_lineage(own).items():
@@ -523,7 +562,7 @@ def _drift(history: list[dict[str, Any]], memo: dict[tuple[int, ...], dict[str, 
                 out["examples"][example] = dict(part["summary"])
     out["global_p95"] = _p95(every)
     out["global_headline_p95"] = _p95(every_headline)
-    out["global_ratio_p90"] = _quantile_of(every_ratio, RATIO_QUANTILE)
+    out["global_ratio_p90"] = _quantile_of_runs(ratio_parts, "ratio_changes", RATIO_QUANTILE)
     return out
 
 
