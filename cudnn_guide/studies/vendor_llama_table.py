@@ -427,7 +427,7 @@ def block_reference(q: Any, k: Any, v: Any, d_o: Any, causal: bool, *, block: in
     """
     import torch
 
-    from cudnn_guide import check
+    from cudnn_guide import check, collector
 
     batch, s, h, d = q.shape
     group = h // k.shape[2]  # query heads per K/V head
@@ -437,6 +437,7 @@ def block_reference(q: Any, k: Any, v: Any, d_o: Any, causal: bool, *, block: in
     with check.full_precision():  # fp32 matmuls, TF32 off
         for b in range(batch):
             for g in range(k.shape[2]):
+                collector.between_steps()  # a page waiting to measure goes first (one K/V head's blocks at a time)
                 heads = slice(g * group, (g + 1) * group)
                 kg, vg = k[b, :, g].float(), v[b, :, g].float()  # S×D
                 dk, dv = torch.zeros_like(kg), torch.zeros_like(vg)

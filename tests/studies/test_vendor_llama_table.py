@@ -92,6 +92,24 @@ def test_the_block_reference_matches_dense_fp32_autograd(causal, block):
         torch.testing.assert_close(ref[n], b(want.detach()), atol=1e-5, rtol=1e-5)
 
 
+def test_the_block_reference_gives_way_between_kv_heads_and_not_inside_a_measured_block():
+    """Shared since it is no longer timed: plot_26's shared turns kept other pages' measurements waiting 13.3 s of
+    20c2571's call A (4.8 s of dcab682's, whose reference held the turn alone)."""
+    from cudnn_guide import collector
+
+    t = small_tensors(s=24)  # batch 2, 2 K/V heads
+    calls = []
+    collector.give_way_with(lambda: calls.append(1))
+    try:
+        study.block_reference(t["q"], t["k"], t["v"], t["d_o"], True)
+        assert len(calls) == 2 * 2  # one step per batch and K/V head
+        with collector.measuring():
+            study.block_reference(t["q"], t["k"], t["v"], t["d_o"], True)
+        assert len(calls) == 4
+    finally:
+        collector.give_way_with(None)
+
+
 def test_the_dense_reference_and_the_block_reference_agree_and_print_four_checks(capsys):
     t = small_tensors(s=20)
     ref_o, ref_grads = study.dense_reference(t)
