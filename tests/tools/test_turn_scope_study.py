@@ -110,6 +110,7 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
         "one_call_site.json",
         "pool_imports_site.json",
         "give_way_site.json",
+        "clock_cells_site.json",
     ],
 )
 def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
