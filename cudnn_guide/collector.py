@@ -14,7 +14,8 @@ so a slow page can be told apart from a slow measurement. :func:`measuring` mark
 wall time a page reports (a plan build, a first call), :func:`spending` blocks included. When pages
 are recorded side by side (lanes, with the default ``CUDNN_GUIDE_TURN_SCOPE=measured``), the docs
 build holds the GPU alone around each (:func:`hold_while_measuring`) while the pages share it for
-the rest (a page that reads a clock in its own code holds it alone throughout).
+the rest (a page that reads a clock in its own code holds it alone in the cells from its first own
+clock reading to its last).
 """
 
 from __future__ import annotations

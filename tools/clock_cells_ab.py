@@ -1,4 +1,4 @@
-"""An A/B in one lease of what 20c2571 changed in the turn, on the four pages it touches.
+"""An A/B in one lease of what 20c2571 and a0c1f68 changed in the turn, on the four pages they touch.
 
 plot_06, plot_07, plot_26 and plot_28 recorded in three lanes by dcab682's code (``old``), then by the
 new code (``new``), in one device call of one lease of one H200 after the CuTe parks (the old tree is

@@ -12,9 +12,10 @@ host), check that CUDA is untouched, and wait. Each :meth:`InterpreterPool.run` 
 one a function to call; it runs it, answers, and exits at once (``os._exit``). Every call thus gets a genuine new
 interpreter, with its imports done but nothing else; and no interpreter imports while another
 one measures. Importing needs no GPU, but a pool's imports (plot_06 starts 36 interpreters importing torch
-at once) load the whole host (they import on every core, even where the caller is pinned to a few; each
-call then runs on the caller's cores): in a page recorded in lanes, the wait for them holds the page's turn as
-its cell does (shared), so no page beside it measures meanwhile. Set aside through 5d281fa, they ran
+at once) load the whole host (in the recorder they import on every core of their GPU's lanes, even
+where the caller is pinned to a few; each call then runs on the caller's cores): in a page recorded in
+lanes, the wait for them holds the page's turn as its cell does (shared), so no page beside it
+measures meanwhile. Set aside through 5d281fa, they ran
 beside another lane's timing loops: in that recording plot_06's pool imported during plot_04's first
 comparisons, whose ``torch.compile`` chain measured 101 µs (31 µs in 2cd522f's, 37 µs in eedf3ae's
 with the imports holding the turn). That they caused it is not shown (the chain came out at 48-104 µs
@@ -111,21 +112,32 @@ def _cores() -> list[int] | None:
     return sorted(get(0)) if get is not None else None
 
 
-def _import_on_every_core(pid: int) -> None:
-    """Let a new interpreter import on every core of the machine, not only its caller's.
+IMPORT_CPUS_ENV = "CUDNN_GUIDE_IMPORT_CPUS"
+"""Cores a new interpreter may import on, beyond its caller's (``"0,1,2"``); unset: only the caller's."""
 
-    A page recorded in a lane is pinned to its lane's cores (a third of the builder's), and its
-    interpreters with it: plot_06's 36 imported on 5 cores for 13 s, holding the page's shared turn,
-    so that no other lane could measure meanwhile. Nothing is measured while they import (the pool's
-    measured block starts after), so they may use every core; each call then runs on its caller's
-    cores again (:func:`~cudnn_guide.studies.interpreter.worker_main` pins every thread of the
-    interpreter before it starts the call). Where the OS cannot pin, nothing changes.
+
+def _import_on_every_core(pid: int) -> None:
+    """Let a new interpreter import on the cores :data:`IMPORT_CPUS_ENV` names, not only its caller's.
+
+    The recorder names there the cores of every lane on the caller's GPU: a page recorded in a lane is pinned
+    to its lane's cores (a third of the builder's), and its interpreters with it; plot_06's 36 imported on 5
+    cores for 13 s, holding the page's shared turn, so that no other lane of its GPU could measure meanwhile.
+    Nothing is measured on that GPU while they import (the pool's measured block starts after), so they may use
+    those lanes' cores; each call then runs on its caller's cores again
+    (:func:`~cudnn_guide.studies.interpreter.worker_main` pins every thread of the interpreter before it starts
+    the call). Unset (a reader's build, any use outside the recorder), or where the OS cannot pin: nothing
+    changes.
     """
     set_affinity = getattr(os, "sched_setaffinity", None)
-    if set_affinity is None or (os.cpu_count() or 1) <= 1:
+    spec = os.environ.get(IMPORT_CPUS_ENV, "").strip()
+    if set_affinity is None or not spec:
         return
+    try:
+        cores = sorted({int(c) for c in spec.split(",") if c.strip()})
+    except ValueError:
+        return  # not a list of cores: the caller's, as without it
     with contextlib.suppress(OSError):  # a process already gone, or cores outside this machine's cpuset
-        set_affinity(pid, range(os.cpu_count() or 1))
+        set_affinity(pid, cores)
 
 
 class _Interpreter:

@@ -100,13 +100,13 @@ def worker_main(answer_fd: int, preload: Sequence[str]) -> None:
     except (EOFError, BrokenPipeError):
         return  # the pool closed without using this interpreter
     environ, cwd, path, payload, exit_fast, cores = request
-    pin(cores)
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
     sys.path[:] = path
     t_started = time.time()
     try:  # CUDA was checked untouched when the interpreter said it was ready; nothing ran since
+        pin(cores)  # the caller's cores, before anything is timed (a failure to pin is the call's error)
         fn, args, kwargs = pickle.loads(payload)
         message = ("ok", t_started, fn(*args, **kwargs))
     except BaseException:

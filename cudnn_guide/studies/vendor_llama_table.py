@@ -11,8 +11,9 @@ the frontend on ``B×S×H×D`` tensors seen as ``B×H×S×D``; this module holds
   references, dense (PyTorch autograd) and in blocks of query rows (exact, within 2 GiB of scores);
 * :func:`check_outputs` and :func:`fa4_outputs`: O, dQ, dK and dV of a contender checked, and
   FlashAttention-4's own forward and gradients;
-* :func:`lse_keywords`, :func:`timing`, :func:`reference_at`, :func:`worst_error` and
-  :func:`checked_contenders`: what is timed at each shape, every contender checked first;
+* :func:`lse_keywords`, :func:`timing`, :func:`reference_at` (the check's reference, untimed),
+  :func:`worst_error` and :func:`checked_contenders`: what is timed at each shape, every contender
+  checked first;
 * :data:`VENDOR_CSV` and :func:`vendor_times`: NVIDIA's numbers;
 * :func:`checked_formats`, :func:`beside_vendor`, :func:`plot_throughput`, :func:`vendor_pattern` and
   :func:`conclusions`: the page's tables, figure and sentences, from the comparisons.

@@ -682,6 +682,19 @@ def test_a_timer_defined_in_one_cell_and_called_in_later_ones_holds_every_cell_b
     klass = "class Timer:\n    def stop(self):\n        return time.perf_counter()\nx = 1\ny = 2"
     assert gpu_turns.clock_lines(klass) == (1, 5)  # a class's instances cannot be followed: the whole page
     assert gpu_turns.clock_lines("def broken(:\n  pass") == (1, 2)  # what cannot be read: the whole page
+    # a method of the same name does not hide the page's timer
+    same = "def timed():\n    return time.perf_counter()\nclass A:\n    def timed(self):\n        return 1\n"
+    same += "x = 1\ny = timed()"
+    assert gpu_turns.clock_lines(same) == (7, 7)
+    # a timer or a clock passed on, or imported under a name, is called where it cannot be placed: the whole page
+    assert gpu_turns.clock_lines("t = functools.partial(timed, f)\ndef timed(f):\n    return time.time()\nx = 1") == (
+        1,
+        4,
+    )
+    assert gpu_turns.clock_lines("c = time.perf_counter\nx = 1\ny = c()") == (1, 3)
+    assert gpu_turns.clock_lines("from time import perf_counter as pc\nx = 1\ny = pc()") == (1, 3)
+    # a CUDA event's record() starts a timer that a later elapsed_time() reads
+    assert gpu_turns.clock_lines("a.record()\nwork()\nb.record()\nms = b.elapsed_time(a)\nplot()") == (1, 4)
 
 
 def test_a_clock_cell_holds_the_turn_alone_and_sets_nothing_aside_and_other_cells_share_it(shared_turn, monkeypatch):
@@ -712,3 +725,35 @@ def test_a_clock_cell_holds_the_turn_alone_and_sets_nothing_aside_and_other_cell
         (13, "shared", True),
     ]
     assert turn.mode is None and not turn._cell_alone
+
+
+def test_under_the_cell_wide_turn_every_cell_is_alone_and_still_sets_compiles_aside(tmp_path, monkeypatch):
+    from sphinx_gallery import gen_rst
+    from sphinx_gallery.py_source_parser import Block
+
+    turn = gpu_turns.Turn(str(tmp_path / "t"), shared_cells=False)
+    seen = []
+
+    def execute_code_block(compiler, block, *rest):
+        seen.append(turn.mode)
+        with turn.aside():  # a compile outside a timing block: set aside, as before per-cell clocks
+            seen.append(turn.mode)
+        return ""
+
+    monkeypatch.setattr(gen_rst, "execute_code_block", execute_code_block)
+    monkeypatch.setattr(gen_rst, "execute_script", lambda *a, **k: ([], 0.0))
+    gpu_turns.take_turns_per_cell(turn)
+    gen_rst.execute_code_block(None, Block("code", "x = 1\n", 1), None, {}, {}, {})
+    assert seen == ["exclusive", None]
+
+
+def test_a_block_left_open_by_a_shared_cell_and_closed_in_a_clock_cell_leaves_the_cell_its_turn(shared_turn):
+    turn, lock = shared_turn
+    block = collector.measuring()
+    with turn.held():
+        block.__enter__()
+    with turn.held(alone=True):  # a cell that reads a clock: alone from start to end
+        assert turn.mode == "exclusive"
+        block.__exit__(None, None, None)
+        assert turn.mode == "exclusive" and not _probe(lock, shared=True)  # never let go inside the cell
+    assert turn.mode is None

@@ -268,36 +268,55 @@ def _cores_of_every_thread():
     return sorted(os.sched_getaffinity(0)), {tuple(sorted(os.sched_getaffinity(int(t)))) for t in tasks}
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 cores"
-)
-def test_a_pinned_callers_interpreters_import_on_every_core_and_run_the_call_on_its_cores(tmp_path, monkeypatch):
-    """plot_06's 36 interpreters imported on a lane's 5 cores for 13 s, holding the shared turn (dcab682)."""
-    seen = tmp_path / "import_cores.txt"
+def _probe_module(tmp_path, seen):
     (tmp_path / "import_probe.py").write_text(
         textwrap.dedent(
             f"""
             import os, time
-            deadline = time.time() + 10  # the pool widens the new interpreter just after it starts
+            deadline = time.time() + float(os.environ.get("PROBE_WAIT", "0"))
             while len(os.sched_getaffinity(0)) < 2 and time.time() < deadline:
-                time.sleep(0.01)
+                time.sleep(0.01)  # the pool widens the new interpreter just after it starts
             open({str(seen)!r}, "w").write(" ".join(map(str, sorted(os.sched_getaffinity(0)))))
             """
         )
     )
+
+
+PINNABLE = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 cores"
+)
+
+
+@PINNABLE
+def test_a_pinned_callers_interpreters_import_on_the_cores_named_and_run_the_call_on_its_cores(tmp_path, monkeypatch):
+    """plot_06's 36 interpreters imported on a lane's 5 cores for 13 s, holding the shared turn (dcab682)."""
+    seen = tmp_path / "import_cores.txt"
+    _probe_module(tmp_path, seen)
     monkeypatch.syspath_prepend(str(tmp_path))
-    every = sorted(os.sched_getaffinity(0))
+    every = sorted(os.sched_getaffinity(0))  # what this process may use (a cpuset or taskset included)
+    monkeypatch.setenv(fresh_process.IMPORT_CPUS_ENV, ",".join(map(str, every)))
+    monkeypatch.setenv("PROBE_WAIT", "10")
     os.sched_setaffinity(0, every[:1])  # a lane's cores: here one
     try:
         with InterpreterPool(1, preload=("import_probe",)) as pool:
             cores, threads = pool.run(_cores_of_every_thread).value
     finally:
         os.sched_setaffinity(0, every)
-    assert [int(c) for c in seen.read_text().split()] == every  # imported on every core
+    assert [int(c) for c in seen.read_text().split()] == every  # imported on every core named
     assert cores == every[:1] and threads == {tuple(every[:1])}  # the call, every thread, on the caller's
 
 
-def test_a_caller_that_cannot_be_pinned_leaves_the_call_where_it_is(monkeypatch):
-    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
-    interpreter.pin([0])  # nothing to pin with: no error
-    fresh_process._import_on_every_core(os.getpid())
+@PINNABLE
+def test_without_the_recorders_cores_an_interpreter_imports_and_runs_where_its_caller_may(tmp_path, monkeypatch):
+    seen = tmp_path / "import_cores.txt"
+    _probe_module(tmp_path, seen)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(fresh_process.IMPORT_CPUS_ENV, raising=False)
+    every = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, every[:1])
+    try:
+        with InterpreterPool(1, preload=("import_probe",)) as pool:
+            cores, _ = pool.run(_cores_of_every_thread).value
+    finally:
+        os.sched_setaffinity(0, every)
+    assert [int(c) for c in seen.read_text().split()] == every[:1] == cores  # a reader's taskset is kept

@@ -296,7 +296,9 @@ class Turn:
         try:
             yield
         finally:
-            if self.mode == "exclusive":  # not when the cell around it ended first (a block left open)
+            if self.mode == "exclusive" and not (self._in_cell and self._cell_alone):
+                # not when the cell around it ended first (a block left open), nor in a cell that holds the
+                # turn alone for its own clock (a block an earlier cell left open, closing here): it keeps it
                 with contextlib.suppress(Exception):
                     _drain()
                 self._give()
@@ -405,7 +407,8 @@ def _measuring_now() -> bool:
 
 
 CLOCK_CALLS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time_ns", "elapsed_time")
-"""Calls that read a clock (and ``time.time()``): a page whose own code makes one holds the turn alone."""
+"""Calls that read a clock (and ``time.time()``): the cells of a page whose own code makes one hold the turn alone
+(:func:`clock_lines`)."""
 
 
 def is_clock_call(func: Any) -> bool:
@@ -469,10 +472,12 @@ def clock_lines(source: str) -> tuple[int, int] | None:
     """The lines of a page from its first to its last own clock reading: the cells that overlap them hold the
     turn alone, the others share it.
 
-    A clock reading is a clock call (:func:`is_clock_call`), or a use of a function of the page whose body
-    reads a clock (found to a fixed point: a function calling such a function reads one too), so that a timer
-    defined in one cell and called in another counts where it is called. Everything between the first and the
-    last reading counts as well: a timer started in one cell and read in a later one holds every cell between.
+    A clock reading is a clock call (:func:`is_clock_call`), a CUDA event's ``record()``, or a call of a
+    function of the page whose body reads a clock (found to a fixed point: a function calling such a function
+    reads one too; any function of that name counts), so that a timer defined in one cell and called in
+    another counts where it is called. Every cell between the first and the last reading holds the turn alone
+    too (each cell takes its own turn), so that a timer started in one cell and read in a later one has no
+    other lane's work inside it but what runs between two cells.
 
     Parameters
     ----------
@@ -483,8 +488,9 @@ def clock_lines(source: str) -> tuple[int, int] | None:
     -------
     tuple[int, int] | None
         ``(first, last)`` line numbers (1-based), ``None`` when the page reads no clock, and ``(1, lines)``, the
-        whole page, when it does not parse or defines a class that reads a clock (its instances' method calls
-        could not be followed).
+        whole page, where a reading cannot be placed: the page does not parse, defines a class that reads a
+        clock, uses a timer other than by calling it (an alias, ``functools.partial``, an argument), or
+        names a clock without calling it (``clock = time.perf_counter``, ``from time import perf_counter as pc``).
 
     Example
     -------
@@ -498,37 +504,49 @@ def clock_lines(source: str) -> tuple[int, int] | None:
         tree = ast.parse(source)
     except SyntaxError:
         return whole
-    defs: dict[str, ast.AST] = {}
+    defs: dict[str, list[ast.AST]] = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defs[node.name] = node
+            defs.setdefault(node.name, []).append(node)
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
-            defs.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    defs.setdefault(t.id, []).append(node.value)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
-    def reads(node: ast.AST, timers: set[str]) -> bool:
-        return any(
-            (isinstance(n, ast.Call) and is_clock_call(n.func))
-            or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in timers)
-            for n in ast.walk(node)
-        )
+    def reading(n: ast.AST, timers: set[str]) -> bool:
+        if isinstance(n, ast.Call):
+            if is_clock_call(n.func):
+                return True
+            if isinstance(n.func, ast.Attribute) and n.func.attr == "record":  # a CUDA event starts or stops
+                return True
+        return isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in timers
 
     timers: set[str] = set()
     while True:  # to a fixed point: a function that calls a timer is a timer
-        more = {name for name, node in defs.items() if name not in timers and reads(node, timers)}
+        more = {
+            name
+            for name, nodes in defs.items()
+            if name not in timers and any(reading(n, timers) for node in nodes for n in ast.walk(node))
+        }
         if not more:
             break
         timers |= more
-    if any(isinstance(defs[name], ast.ClassDef) for name in timers):
+    if any(isinstance(node, ast.ClassDef) for name in timers for node in defs[name]):
         return whole
-    inside = {id(n) for name in timers for n in ast.walk(defs[name])}  # a timer's own body is not a reading
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and any(a.name in CLOCK_CALLS for a in n.names):
+            return whole  # a clock imported by name may be called under any name
+        clock_named = (isinstance(n, ast.Attribute) and n.attr in CLOCK_CALLS) or (
+            isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in timers
+        )
+        if clock_named and id(n) not in called:
+            return whole  # a clock or a timer passed on, not called here: where it is called cannot be placed
+    inside = {id(n) for name in timers for node in defs[name] for n in ast.walk(node)}  # a timer's own body
     lines = [
         (n.lineno, getattr(n, "end_lineno", None) or n.lineno)
         for n in ast.walk(tree)
-        if id(n) not in inside
-        and (
-            (isinstance(n, ast.Call) and is_clock_call(n.func))
-            or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in timers)
-        )
+        if id(n) not in inside and reading(n, timers)
     ]
     if not lines:
         return None
@@ -886,8 +904,10 @@ def take_turns_per_cell(turn: Turn) -> None:
     def in_turn(*args: Any, **kwargs: Any) -> Any:
         block = args[1] if len(args) > 1 else kwargs.get("block")
         first = getattr(block, "lineno", None)
-        if first is None:  # a cell that cannot be placed in a page that reads a clock holds the turn alone
-            alone = not turn.shared_cells or turn.clock_lines is not None
+        if not turn.shared_cells:  # the cell-wide turn: every cell alone already, asides as before
+            alone = False
+        elif first is None:  # a cell that cannot be placed in a page that reads a clock holds the turn alone
+            alone = turn.clock_lines is not None
         else:
             alone = turn.cell_is_alone(first, first + str(getattr(block, "content", "")).count("\n"))
         with turn.held(alone=alone):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudnn_guide import datafiles
+from cudnn_guide.studies.fresh_process import IMPORT_CPUS_ENV
 
 from . import gpu_turns
 from .manifest import read_manifest, write_manifest
@@ -419,6 +420,11 @@ def _record_on_gpus(
             share = gpu_turns.lane_cpus(index, len(lanes), cpus)
             env[gpu_turns.TURN_ENV] = str(stage_dir / f"gpu-{gpu}.turn")
             env[gpu_turns.CPUS_ENV] = ",".join(str(c) for c in share)
+            # a fresh-process pool imports on the cores of every lane of this GPU (none measures meanwhile)
+            siblings = [
+                c for i in range(len(lanes)) if i % gpu_count == gpu for c in gpu_turns.lane_cpus(i, len(lanes), cpus)
+            ]
+            env[IMPORT_CPUS_ENV] = ",".join(str(c) for c in siblings)
         return env
 
     def lane_worker(slot: int, lane: list[str]) -> None:
