@@ -68,7 +68,8 @@ def receive(fd: int, timeout: float | None) -> Any:
 
 
 def pin(cores: Sequence[int] | None) -> None:
-    """Pin every thread of this process to ``cores`` (the caller's: the interpreter imported on every core).
+    """Pin every thread of this process to ``cores`` (in a fresh interpreter, its caller's; the recorder's lanes
+    pin their page processes with it too).
 
     ``None``, or an OS that cannot pin: nothing changes."""
     set_affinity = getattr(os, "sched_setaffinity", None)

@@ -623,9 +623,9 @@ def pin_to_lane_cpus() -> list[int] | None:
     for part in spec.split(","):
         low, _, high = part.partition("-")
         cpus.extend(range(int(low), int(high or low) + 1))
-    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
-        with contextlib.suppress(ProcessLookupError):  # every thread: setaffinity(0) pins the caller alone
-            os.sched_setaffinity(int(task), cpus)
+    from cudnn_guide.studies.interpreter import pin
+
+    pin(cpus)  # every thread: setaffinity(0) pins the caller alone
     return cpus
 
 
