@@ -116,7 +116,7 @@ IMPORT_CPUS_ENV = "CUDNN_GUIDE_IMPORT_CPUS"
 """Cores a new interpreter may import on, beyond its caller's (``"0,1,2"``); unset: only the caller's."""
 
 
-def _import_on_every_core(pid: int) -> None:
+def _widen_for_imports(pid: int) -> None:
     """Let a new interpreter import on the cores :data:`IMPORT_CPUS_ENV` names, not only its caller's.
 
     The recorder names there the cores of every lane on the caller's GPU: a page recorded in a lane is pinned
@@ -160,7 +160,7 @@ class _Interpreter:
             env={**os.environ, **(env or {})},
         )
         os.close(write)
-        _import_on_every_core(self.proc.pid)
+        _widen_for_imports(self.proc.pid)
         self.answers = read
         self.import_seconds: float | None = None
 

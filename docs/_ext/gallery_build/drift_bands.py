@@ -448,10 +448,10 @@ def headline_backtest(
             made = _made_until(recs, stamps, stamp, upto, in_order)
             if not in_order or not memo:  # without the memo, every drift computed anew (the reference tests use)
                 cache[stamp, upto] = _drift(made, per_example if memo else None)
-            elif len(made) in by_count:
-                cache[stamp, upto] = by_count[len(made)]
             else:
-                cache[stamp, upto] = by_count[len(made)] = _drift(made, per_example if memo else None)
+                if len(made) not in by_count:
+                    by_count[len(made)] = _drift(made, per_example)
+                cache[stamp, upto] = by_count[len(made)]
         return cache[stamp, upto]
 
     for page, entries in by_example(history).items():

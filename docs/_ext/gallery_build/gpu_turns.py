@@ -315,10 +315,13 @@ class Turn:
         to get the turn back. ``compiling``: the block is Dynamo's compile, whose own clock counts
         that wait (:attr:`compile_waits` keeps it apart).
         """
-        if self.mode is None or self._pid != os.getpid() or self._cell_alone or self._measuring(compiling):
-            yield
-            return
-        if not _drain():
+        if (
+            self.mode is None
+            or self._pid != os.getpid()
+            or self._cell_alone
+            or self._measuring(compiling)
+            or not _drain()
+        ):
             yield
             return
         mode = self.mode
@@ -452,20 +455,15 @@ def reads_a_clock(source: str) -> bool:
     Returns
     -------
     bool
-        ``True`` when any call in it is a clock (:func:`is_clock_call`); a page that does not parse counts as one.
+        ``True`` when :func:`clock_lines` finds a reading in it (a clock call, a CUDA event's ``record()``, a
+        call of the page's own timer) or cannot place one (a page that does not parse counts as one).
 
     Example
     -------
     >>> reads_a_clock("t0 = time.perf_counter()"), reads_a_clock("print('hi')")
     (True, False)
     """
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return True
-    return any(isinstance(node, ast.Call) and is_clock_call(node.func) for node in ast.walk(tree))
+    return clock_lines(source) is not None  # one rule for what a reading is: clock_lines's
 
 
 def clock_lines(source: str) -> tuple[int, int] | None:
