@@ -395,7 +395,8 @@ def _first_call(fn: Callable[[], Any], label: str, options: BenchOptions) -> Non
 def _warm_up(fn: Callable[[], Any], flush: Any, label: str, warmup_ms: float) -> tuple[list[float], float]:
     """Warm up for ``warmup_ms`` of wall time *including the GPU* (at least two calls).
 
-    Calls go in batches that double, each ended by a synchronize. Timing only the enqueueing
+    Calls go in batches that double, each ended by a synchronize; a first call that already lasted ``warmup_ms``
+    is followed by one more, not two (until issue 34: three calls however long). Timing only the enqueueing
     would let a slow kernel behind a fast launch pile up seconds of queued work (a 120 ms plan
     launched for 5 ms of host time is 18 s of GPU time). Returns the host time of every call
     (which sizes the spin) and the last batch's wall time per call, an estimate of one call with
@@ -418,7 +419,8 @@ def _warm_up(fn: Callable[[], Any], flush: Any, label: str, warmup_ms: float) ->
         est = (now - t_batch) * 1e3 / batch
         if len(host) >= 2 and ((now - t_start) * 1e3 >= warmup_ms or len(host) >= 10_000):
             return host, est
-        batch = min(2 * batch, 1024)
+        long_first = len(host) == 1 and (now - t_start) * 1e3 >= warmup_ms  # then one more call is enough
+        batch = 1 if long_first else min(2 * batch, 1024)
 
 
 def _re_prime(fn: Callable[[], Any], flush: Any, label: str, calls: int) -> None:

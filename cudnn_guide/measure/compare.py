@@ -71,6 +71,9 @@ __all__ = [
     "compare_loops",
     "host_bound",
     "HOST_BOUND",
+    "LOOP_MS",
+    "MIN_LOOP_CALLS",
+    "loop_calls",
     "one_launch_rule",
     "rejudged",
 ]
@@ -480,6 +483,49 @@ def rejudged(cmp: Comparison, candidate: str, baselines: list[str]) -> Compariso
     return dataclasses.replace(cmp, candidate=candidate, versus=versus)
 
 
+LOOP_MS = 25.0
+"""How long one wall-clock loop of :func:`compare_loops` lasts, about: a contender's calls per loop are this over
+its ms per call (from a short loop before the rounds), at least :data:`MIN_LOOP_CALLS` and at most ``calls``.
+Until issue 34's loop A/B every loop made ``calls`` (50) calls, whatever they cost: a 3.6 ms call's loop lasted
+180 ms, and loops were about a third of the site's comparison time. ``loop_ms=0`` restores that rule."""
+MIN_LOOP_CALLS = 10
+"""The fewest calls in one wall-clock loop (:data:`LOOP_MS`): the synchronized start and end (tens of µs) stay
+under 0.1% of a loop of 10 calls of 2.5 ms or more."""
+_CALIBRATION_CALLS = 3
+
+
+def loop_calls(ms_per_call: float, cap: int, loop_ms: float = LOOP_MS) -> int:
+    """Calls in one wall-clock loop for a callable of ``ms_per_call``: ``loop_ms`` of them, from
+    :data:`MIN_LOOP_CALLS` (or ``cap``, if fewer) to ``cap``; ``cap`` itself when ``loop_ms`` is 0.
+
+    Parameters
+    ----------
+    ms_per_call
+        Wall time of one call in a back-to-back loop, in ms.
+    cap
+        The most calls (:func:`compare_loops`' ``calls``).
+    loop_ms
+        The loop's length to aim at, in ms; 0: always ``cap`` calls.
+
+    Returns
+    -------
+    int
+        Calls per loop.
+
+    Example
+    -------
+    >>> loop_calls(3.6, 50), loop_calls(0.3, 50), loop_calls(100.0, 50), loop_calls(3.6, 50, loop_ms=0)
+    (10, 50, 10, 50)
+    """
+    if cap < 1:
+        raise BenchmarkError(f"compare_loops: calls={cap} must be at least 1")
+    if not loop_ms:
+        return cap
+    if not (math.isfinite(ms_per_call) and ms_per_call > 0):
+        return cap  # no usable estimate: the most calls
+    return max(min(cap, MIN_LOOP_CALLS), min(cap, math.ceil(loop_ms / ms_per_call)))
+
+
 @collector.measuring()
 def _time_loop(fn: Callable[[], Any], calls: int) -> float:
     """Milliseconds per call of ``calls`` back-to-back calls, from a synchronized start to a synchronized end."""
@@ -505,13 +551,18 @@ def compare_loops(
     loops: int = 3,
     tag: str = "",
     seed: int = 0,
+    loop_ms: float = LOOP_MS,
+    min_rounds: int | None = None,
 ) -> Comparison:
     """Like :func:`compare`, for the **wall-clock** time per call of a back-to-back loop, host time included.
 
     What a training or serving loop sees: a path whose host cost exceeds its GPU time bounds the
-    loop by the CPU, which GPU-time verdicts do not show. Each round times every contender (and
-    the candidate twice) in a shuffled order: ``loops`` loops of ``calls`` calls, each from a
-    synchronized start to a synchronized end. Verdicts as in :func:`compare`.
+    loop by the CPU, which GPU-time verdicts do not show. Before the rounds, a short loop of each
+    contender (3 calls, untimed for the verdict) sizes its loops to about ``loop_ms``
+    (:func:`loop_calls`). Each round times every contender (and the candidate twice) in a shuffled
+    order: ``loops`` loops of that many calls, each from a synchronized start to a synchronized end.
+    Verdicts as in :func:`compare`, and so is the stop: from ``min_rounds`` on, once every verdict
+    is :func:`settled`.
 
     Parameters
     ----------
@@ -522,18 +573,24 @@ def compare_loops(
     rounds
         Rounds (at least :data:`MIN_ROUNDS`).
     calls
-        Calls per loop.
+        The most calls per loop.
     loops
         Timed loops per contender per round (the samples of its measurement).
     tag
         Appended to each measurement's label, after "wall-clock loop".
     seed
         Seed of the round orders and of the bootstrap.
+    loop_ms
+        About how long one loop lasts (:data:`LOOP_MS`); 0: every loop makes ``calls`` calls.
+    min_rounds
+        The fewest rounds (default ``min(rounds, ADAPTIVE_MIN_ROUNDS)``); ``min_rounds=rounds`` always
+        runs ``rounds``.
 
     Returns
     -------
     Comparison
-        Measurements in mode ``"wall-clock loop"`` (samples: ms per call), speed-ups, verdicts.
+        Measurements in mode ``"wall-clock loop"`` (samples: ms per call; ``params["loop_calls"]``: calls per
+        loop), speed-ups, verdicts.
 
     Example
     -------
@@ -541,15 +598,29 @@ def compare_loops(
     >>> print(c.describe())
     """
     _check_setup("compare_loops", contenders, candidate, rounds)
+    floor = min(rounds, ADAPTIVE_MIN_ROUNDS) if min_rounds is None else min_rounds
+    if not MIN_ROUNDS <= floor <= rounds:
+        raise BenchmarkError(f"compare_loops: min_rounds={floor} must lie between {MIN_ROUNDS} and rounds={rounds}")
     label = f"wall-clock loop {tag}".strip()
+    sized: dict[str, int] = {}
 
     def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
-        samples = [_time_loop(fn, calls) for _ in range(loops)]
-        return Measurement(f"{name} {label}", samples, "wall-clock loop", params={"impl": name})
+        n = sized[name.removesuffix(_REPEAT)]
+        samples = [_time_loop(fn, n) for _ in range(loops)]
+        return Measurement(f"{name} {label}", samples, "wall-clock loop", params={"impl": name, "loop_calls": n})
+
+    def enough(runs: dict[str, list[Measurement]]) -> bool:
+        medians = {n: [m.median_ms for m in ms] for n, ms in runs.items()}
+        if any(min(ms) <= 0 for ms in medians.values()):
+            return False  # _judged says why
+        band, _, versus = _ratios(medians, contenders, candidate, seed)
+        return all(settled(v, band) for v in versus.values())
 
     with collector.paused():
-        runs = _rounds(contenders, candidate, rounds, seed, time_one)
-    return _judged(runs, contenders, candidate, rounds, label, seed)
+        for name, fn in contenders.items():
+            sized[name] = loop_calls(_time_loop(fn, _CALIBRATION_CALLS) if loop_ms else 0.0, calls, loop_ms)
+        runs = _rounds(contenders, candidate, rounds, seed, time_one, floor=floor, enough=enough)
+    return _judged(runs, contenders, candidate, len(runs[candidate]), label, seed)
 
 
 RAW_EVENTS_NOTE = (

@@ -486,14 +486,14 @@ def test_rewarm_off_gives_every_round_the_full_warm_up(monkeypatch):
 
 
 def test_a_long_call_is_re_primed_with_one_call_not_a_warm_up(monkeypatch):
-    # 40 ms calls: the warm-up still needs two calls, in doubling batches three; min_reps 5 timed calls;
-    # from the second round on one call re-primes each (bench.LONG_CALL_MS)
+    # 40 ms calls: the warm-up needs two calls (three before issue 34's loop A/B: doubling batches 1 + 2);
+    # min_reps 5 timed calls; from the second round on one call re-primes each (bench.LONG_CALL_MS)
     gpu = _FakeClockGPU(monkeypatch, {"cudnn": 40.0, "fa4": 30.0})
     contenders = {n: gpu.contender(n) for n in ("cudnn", "fa4")}
     c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, host_reps=2, wall_clock=False)
-    assert _untimed_per_timing(gpu.log)["fa4"] == [1 + 3 + 2] + [1] * 4
+    assert _untimed_per_timing(gpu.log)["fa4"] == [1 + 2 + 2] + [1] * 4
     untimed = sum(phase == "untimed" for _, phase in gpu.log)
-    assert untimed == 3 * (1 + 3) + 2 * 2 + 1 * 3 * 4  # was 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4 (two calls a re-prime)
+    assert untimed == 3 * (1 + 2) + 2 * 2 + 1 * 3 * 4  # was 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4 (two calls a re-prime)
     assert {reps for _, reps in gpu.reps} == {5} and c.versus["fa4"]["value"] == pytest.approx(0.75)
 
 
@@ -608,3 +608,45 @@ def test_throttle_counters_are_read_in_each_contenders_first_round_only(monkeypa
     for m in c.measurements.values():
         assert m.clocks["power_capped_fraction"] == 0.0  # the first round's summary, counters and all
         assert any("software power cap held the clock down" in w for w in m.warnings)  # a later round's
+
+
+def test_a_loop_lasts_about_loop_ms_from_ten_calls_up_to_the_cap():
+    assert compare.loop_calls(3.6, 50) == 10  # 7 calls would make 25 ms: at least MIN_LOOP_CALLS
+    assert compare.loop_calls(1.0, 50) == 25 and compare.loop_calls(0.3, 50) == 50  # 84 wanted, capped
+    assert compare.loop_calls(1.0, 50, loop_ms=0) == 50  # the rule before: always the cap
+    assert compare.loop_calls(1.0, 4) == 4  # a cap under MIN_LOOP_CALLS wins
+    assert compare.loop_calls(float("nan"), 50) == 50 and compare.loop_calls(0.0, 50) == 50  # no estimate
+    with pytest.raises(BenchmarkError, match="calls=0"):
+        compare.loop_calls(1.0, 0)
+
+
+def test_each_contender_loops_for_about_loop_ms_and_its_repeat_as_long(monkeypatch):
+    per_call = {"cudnn": 0.3, "torch": 3.6}  # ms per call in a loop
+    seen = []
+
+    def fake_loop(fn, calls):
+        seen.append((fn(), calls))
+        return per_call[fn()]
+
+    monkeypatch.setattr(compare, "_time_loop", fake_loop)
+    contenders = {n: (lambda n=n: n) for n in per_call}
+    c = compare.compare_loops(contenders, candidate="cudnn", rounds=5)
+    assert seen[:2] == [("cudnn", 3), ("torch", 3)]  # one short loop each sizes the rest
+    timed = seen[2:]
+    assert {calls for name, calls in timed if name == "cudnn"} == {50}  # 0.3 ms: 84 wanted, the cap
+    assert {calls for name, calls in timed if name == "torch"} == {10}  # 3.6 ms: MIN_LOOP_CALLS
+    assert len(timed) == 5 * 3 * 3  # rounds × (contenders + the repeat) × loops
+    assert c.measurements["torch"].params["loop_calls"] == 10
+    assert c.versus["torch"]["verdict"] == "faster"
+    seen.clear()
+    compare.compare_loops(contenders, candidate="cudnn", rounds=5, loop_ms=0)
+    assert {calls for _, calls in seen} == {50} and len(seen) == 5 * 3 * 3  # no sizing loop, the cap
+
+
+def test_a_settled_loop_race_stops_at_five_rounds_unless_told_not_to(monkeypatch):
+    monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: {"cudnn": 1.0, "torch": 2.0}[fn()])
+    contenders = {n: (lambda n=n: n) for n in ("cudnn", "torch")}
+    assert compare.compare_loops(contenders, candidate="cudnn", rounds=7).rounds == 5
+    assert compare.compare_loops(contenders, candidate="cudnn", rounds=7, min_rounds=7).rounds == 7
+    with pytest.raises(BenchmarkError, match="min_rounds=4"):
+        compare.compare_loops(contenders, candidate="cudnn", rounds=7, min_rounds=4)
