@@ -111,6 +111,7 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
         "pool_imports_site.json",
         "give_way_site.json",
         "clock_cells_site.json",
+        "loop_sizing_site.json",
     ],
 )
 def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
@@ -210,3 +211,15 @@ def test_the_recorders_own_line_on_a_pages_turns_reads_back(tmp_path, gave_way):
             "gave_way": gave_way,
         }
     }
+
+
+def test_the_recording_that_made_sized_loops_the_default_met_both_bars():
+    # compare.LOOP_MS became the default on cc933e0's whole-site recording (measurement studies, "Loops of
+    # about 25 ms"), made with it
+    from cudnn_guide.measure import compare
+
+    site = json.loads((ROOT / "docs" / "data" / "loop_sizing_site.json").read_text())["site"]
+    rep = site["reproducibility"]
+    assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
+    assert rep["headlines_with_interval"] >= 100
+    assert site["commit"] == "cc933e0" and compare.LOOP_MS == 25.0 and compare.MIN_LOOP_CALLS == 10
