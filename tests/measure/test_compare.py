@@ -281,6 +281,28 @@ def test_host_comparison_tells_a_slow_path_from_a_fast_one():
     assert c.estimate("fast")["value"] > 0
 
 
+@pytest.mark.gpu
+def test_the_loop_race_on_the_gpu_sizes_each_loop_and_tells_a_host_bound_path():
+    from cudnn_guide.measure import compare
+
+    x = torch.zeros(16, device="cuda")
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+
+    def slow():  # fifty launches of a tiny kernel: host-bound
+        for _ in range(50):
+            x.add_(1)
+
+    contenders = {"one add": lambda: x.add_(1), "fifty adds": slow, "8k matmul": lambda: torch.matmul(a, a, out=out)}
+    c = compare.compare_loops(contenders, candidate="one add", rounds=5)
+    calls = {n: c.measurements[n].params["loop_calls"] for n in contenders}
+    assert calls["one add"] == calls["fifty adds"] == 50  # calls far under 0.5 ms: the cap
+    assert compare.MIN_LOOP_CALLS <= calls["8k matmul"] < 50  # about 1.1 TFLOP a call: a few ms
+    per_call = c.estimate("8k matmul", "ms")["value"]
+    assert 12 <= calls["8k matmul"] * per_call <= 60  # a loop of about LOOP_MS (sized by a 3-call loop)
+    assert c.versus["fifty adds"]["verdict"] == "faster" and c.versus["fifty adds"]["value"] > 5
+
+
 def test_printing_a_comparison_gives_one_line_per_baseline(monkeypatch):
     monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
     c = compare.compare({"cudnn": None, "torch": None, "eager": None}, candidate="cudnn", l2="cold", rounds=9)
