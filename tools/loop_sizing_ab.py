@@ -6,8 +6,9 @@ wall-clock loop 50 calls, three warm-up calls for a long call), then by cc933e0'
 warm-up calls for a call that outlasts the warm-up), in one device call of one lease of one H200 after the
 CuTe parks. Per arm, as :func:`clock_cells_ab.study` reads it: the recorder's seconds, the turns'
 timeline, each page's line of turns, the host loop before and after; and, from each arm's records, the
-wall-clock loops: how many measurements, the calls per loop, and the seconds their timed loops took (samples
-× calls per loop × ms per call; the 3-call sizing loops are not in it). One run of each, old first: where the
+wall-clock loops: how many measurements, the calls per loop (and how many loops made the most), the seconds their
+timed loops took, in all and by page (samples × calls per loop × ms per call; the sizing calls are not in it), and
+how long one loop lasted. One run of each, old first: where the
 seconds went, not an interval. Run from the repository root::
 
     PYTHONPATH=docs/_ext:.:tools python tools/loop_sizing_ab.py docs/data/loop_sizing_ab.json /tmp/ab
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +31,33 @@ OLD_CALLS = 50
 
 
 def loops(records: Path) -> dict[str, Any]:
-    """The wall-clock loop measurements of the ``*.record.json`` files in ``records``."""
-    count, seconds, calls = 0, 0.0, []
+    """The wall-clock loop measurements of the ``*.record.json`` files in ``records``: how many, their calls per loop,
+    the seconds their timed loops took (in all and by page), and how long one loop lasted (ms: calls × median ms per
+    call; shortest, median, longest)."""
+    calls, lengths, by_page = [], [], {}
     for path in sorted(records.glob("*.record.json")):
+        page = path.name.removesuffix(".record.json")
         for m in json.loads(path.read_text(encoding="utf-8"))["measurements"]:
             if m["mode"] != "wall-clock loop":
                 continue
             n = (m.get("params") or {}).get("loop_calls", OLD_CALLS)
-            count += 1
             calls.append(n)
-            seconds += sum(m["samples_ms"]) * n / 1e3
-    return {"measurements": count, "calls_per_loop": sorted(set(calls)), "seconds": round(seconds, 2)}
+            lengths.append(n * m["median_ms"])
+            by_page[page] = by_page.get(page, 0.0) + sum(m["samples_ms"]) * n / 1e3
+    return {
+        "measurements": len(calls),
+        "calls_per_loop": sorted(set(calls)),
+        "at_most_calls": sum(1 for n in calls if n == max(calls, default=0)),
+        "seconds": round(sum(by_page.values()), 2),
+        "by_page": {p: round(v, 2) for p, v in by_page.items()},
+        "loop_ms": {
+            "min": round(min(lengths), 2),
+            "median": round(statistics.median(lengths), 2),
+            "max": round(max(lengths), 2),
+        }
+        if lengths
+        else None,
+    }
 
 
 def study(folder: Path) -> dict[str, Any]:

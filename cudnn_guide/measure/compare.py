@@ -403,8 +403,14 @@ def compare(
     if wall_clock is None:
         wall_clock = bool(host_bound(result))
     if wall_clock:
-        result.wall = compare_loops(
-            contenders, candidate=candidate, rounds=max(MIN_ROUNDS, min(done, 7)), tag=tag, seed=seed
+        loop_rounds = max(MIN_ROUNDS, min(done, 7))
+        result.wall = compare_loops(  # min_rounds=rounds fixes the loop race's rounds too
+            contenders,
+            candidate=candidate,
+            rounds=loop_rounds,
+            min_rounds=loop_rounds if floor == rounds else None,
+            tag=tag,
+            seed=seed,
         )
     return result
 
@@ -484,13 +490,15 @@ def rejudged(cmp: Comparison, candidate: str, baselines: list[str]) -> Compariso
 
 
 LOOP_MS = 25.0
-"""How long one wall-clock loop of :func:`compare_loops` lasts, about: a contender's calls per loop are this over
-its ms per call (from a short loop before the rounds), at least :data:`MIN_LOOP_CALLS` and at most ``calls``.
+"""How long a wall-clock loop of :func:`compare_loops` lasts, about, where its calls allow: a contender's calls per
+loop are this over its ms per call (from a short loop before the rounds), at least :data:`MIN_LOOP_CALLS` and at
+most ``calls`` (so a call of 0.5 ms or less keeps 50 calls and a shorter loop).
 Until issue 34's loop A/B every loop made ``calls`` (50) calls, whatever they cost: a 3.6 ms call's loop lasted
 180 ms, and loops were about a third of the site's comparison time. ``loop_ms=0`` restores that rule."""
 MIN_LOOP_CALLS = 10
-"""The fewest calls in one wall-clock loop (:data:`LOOP_MS`): the synchronized start and end (tens of µs) stay
-under 0.1% of a loop of 10 calls of 2.5 ms or more."""
+"""The fewest calls in one wall-clock loop (:data:`LOOP_MS`): ten calls of 2.5 ms or more make a loop of at least
+25 ms, whose synchronized start and end (about 20 µs) are under 0.1% of it. A call under 0.5 ms keeps the cap of 50
+calls, as before, and its loop is shorter than :data:`LOOP_MS`."""
 _CALIBRATION_CALLS = 3
 
 
@@ -517,8 +525,14 @@ def loop_calls(ms_per_call: float, cap: int, loop_ms: float = LOOP_MS) -> int:
     >>> loop_calls(3.6, 50), loop_calls(0.3, 50), loop_calls(100.0, 50), loop_calls(3.6, 50, loop_ms=0)
     (10, 50, 10, 50)
     """
-    if cap < 1:
-        raise BenchmarkError(f"compare_loops: calls={cap} must be at least 1")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise BenchmarkError(f"compare_loops: calls={cap!r} must be a whole number of at least 1")
+    if (
+        isinstance(loop_ms, bool)
+        or not isinstance(loop_ms, (int, float))
+        or not (math.isfinite(loop_ms) and loop_ms >= 0)
+    ):
+        raise BenchmarkError(f"compare_loops: loop_ms={loop_ms!r} must be a finite number of ms, at least 0")
     if not loop_ms:
         return cap
     if not (math.isfinite(ms_per_call) and ms_per_call > 0):
@@ -557,8 +571,8 @@ def compare_loops(
     """Like :func:`compare`, for the **wall-clock** time per call of a back-to-back loop, host time included.
 
     What a training or serving loop sees: a path whose host cost exceeds its GPU time bounds the
-    loop by the CPU, which GPU-time verdicts do not show. Before the rounds, a short loop of each
-    contender (3 calls, untimed for the verdict) sizes its loops to about ``loop_ms``
+    loop by the CPU, which GPU-time verdicts do not show. Before the rounds, one call and then a
+    short loop of each contender (3 calls, neither in the verdict) size its loops to about ``loop_ms``
     (:func:`loop_calls`). Each round times every contender (and the candidate twice) in a shuffled
     order: ``loops`` loops of that many calls, each from a synchronized start to a synchronized end.
     Verdicts as in :func:`compare`, and so is the stop: from ``min_rounds`` on, once every verdict
@@ -616,11 +630,18 @@ def compare_loops(
         band, _, versus = _ratios(medians, contenders, candidate, seed)
         return all(settled(v, band) for v in versus.values())
 
+    loop_calls(1.0, calls, loop_ms)  # a bad calls or loop_ms fails here, before anything runs
     with collector.paused():
         for name, fn in contenders.items():
-            sized[name] = loop_calls(_time_loop(fn, _CALIBRATION_CALLS) if loop_ms else 0.0, calls, loop_ms)
+            if loop_ms and calls > MIN_LOOP_CALLS:  # otherwise every loop makes `calls` calls: nothing to size
+                _time_loop(fn, 1)  # untimed: a contender run here for the first time compiles or loads first
+                sized[name] = loop_calls(_time_loop(fn, _CALIBRATION_CALLS), calls, loop_ms)
+            else:
+                sized[name] = calls
         runs = _rounds(contenders, candidate, rounds, seed, time_one, floor=floor, enough=enough)
-    return _judged(runs, contenders, candidate, len(runs[candidate]), label, seed)
+    result = _judged(runs, contenders, candidate, len(runs[candidate]), label, seed)
+    result.rounds_cap = rounds
+    return result
 
 
 RAW_EVENTS_NOTE = (

@@ -643,7 +643,7 @@ def test_a_loop_lasts_about_loop_ms_from_ten_calls_up_to_the_cap():
 
 
 def test_each_contender_loops_for_about_loop_ms_and_its_repeat_as_long(monkeypatch):
-    per_call = {"cudnn": 0.3, "torch": 3.6}  # ms per call in a loop
+    per_call = {"cudnn": 3.6, "torch": 0.3}  # ms per call in a loop
     seen = []
 
     def fake_loop(fn, calls):
@@ -653,16 +653,42 @@ def test_each_contender_loops_for_about_loop_ms_and_its_repeat_as_long(monkeypat
     monkeypatch.setattr(compare, "_time_loop", fake_loop)
     contenders = {n: (lambda n=n: n) for n in per_call}
     c = compare.compare_loops(contenders, candidate="cudnn", rounds=5)
-    assert seen[:2] == [("cudnn", 3), ("torch", 3)]  # one short loop each sizes the rest
-    timed = seen[2:]
-    assert {calls for name, calls in timed if name == "cudnn"} == {50}  # 0.3 ms: 84 wanted, the cap
-    assert {calls for name, calls in timed if name == "torch"} == {10}  # 3.6 ms: MIN_LOOP_CALLS
+    assert seen[:4] == [("cudnn", 1), ("cudnn", 3), ("torch", 1), ("torch", 3)]  # one call, then a short loop
+    timed = seen[4:]
+    assert {calls for name, calls in timed if name == "cudnn"} == {10}  # 3.6 ms: MIN_LOOP_CALLS, its repeat too
+    assert {calls for name, calls in timed if name == "torch"} == {50}  # 0.3 ms: 84 wanted, the cap
     assert len(timed) == 5 * 3 * 3  # rounds × (contenders + the repeat) × loops
-    assert c.measurements["torch"].params["loop_calls"] == 10
-    assert c.versus["torch"]["verdict"] == "faster"
+    assert sum(1 for name, _ in timed if name == "cudnn") == 5 * 2 * 3  # the candidate and its repeat, 10 calls each
+    assert c.measurements["cudnn"].params["loop_calls"] == 10 and c.measurements["torch"].params["loop_calls"] == 50
+    assert c.versus["torch"]["verdict"] == "slower" and c.rounds_cap == 5  # the candidate's loop is slower
     seen.clear()
     compare.compare_loops(contenders, candidate="cudnn", rounds=5, loop_ms=0)
     assert {calls for _, calls in seen} == {50} and len(seen) == 5 * 3 * 3  # no sizing loop, the cap
+
+
+def test_the_loop_race_refuses_bad_sizes_before_it_runs_anything(monkeypatch):
+    monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: pytest.fail("nothing should run"))
+    contenders = {"a": lambda: "a", "b": lambda: "b"}
+    for bad in ({"calls": 0}, {"loop_ms": -1.0}, {"loop_ms": float("nan")}, {"loop_ms": float("inf")}):
+        with pytest.raises(BenchmarkError, match="calls=0|loop_ms="):
+            compare.compare_loops(contenders, candidate="a", rounds=5, **bad)
+
+
+def test_a_cap_of_ten_calls_or_fewer_needs_no_sizing_loop(monkeypatch):
+    seen = []
+    monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: seen.append(calls) or 1.0)
+    compare.compare_loops({"a": lambda: "a", "b": lambda: "b"}, candidate="a", rounds=5, calls=4)
+    assert set(seen) == {4}
+
+
+def test_min_rounds_equal_to_rounds_fixes_the_loop_race_too(monkeypatch):
+    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: 1.0)
+    contenders = {"cudnn": lambda: "cudnn", "torch": lambda: "torch"}
+    fixed = compare.compare(contenders, candidate="cudnn", l2="cold", rounds=7, min_rounds=7, wall_clock=True)
+    assert fixed.rounds == 7 and fixed.wall.rounds == 7
+    adaptive = compare.compare(contenders, candidate="cudnn", l2="cold", rounds=7, wall_clock=True)
+    assert adaptive.wall.rounds_cap == adaptive.wall.rounds == 5  # a tie, settled at five
 
 
 def test_a_settled_loop_race_stops_at_five_rounds_unless_told_not_to(monkeypatch):

@@ -28,12 +28,19 @@ def test_the_old_arm_looped_50_calls_and_the_new_one_sized_its_loops():
 
 
 def test_loops_reads_calls_per_loop_from_params_and_50_where_absent(tmp_path):
-    loop = {"mode": "wall-clock loop", "samples_ms": [2.0, 2.0]}
+    loop = {"mode": "wall-clock loop", "samples_ms": [2.0, 2.0], "median_ms": 2.0}
     record = {
         "measurements": [loop, {**loop, "params": {"loop_calls": 10}}, {"mode": "cold-L2 events", "samples_ms": [1]}]
     }
     (tmp_path / "p.record.json").write_text(json.dumps(record))
-    assert loop_sizing_ab.loops(tmp_path) == {"measurements": 2, "calls_per_loop": [10, 50], "seconds": 0.24}
+    assert loop_sizing_ab.loops(tmp_path) == {
+        "measurements": 2,
+        "calls_per_loop": [10, 50],
+        "at_most_calls": 1,
+        "seconds": 0.24,
+        "by_page": {"p": 0.24},
+        "loop_ms": {"min": 20.0, "median": 60.0, "max": 100.0},
+    }
 
 
 def test_the_benchmark_reports_both_arms_as_the_ab_has_them():
