@@ -45,24 +45,23 @@ def study(folder: Path) -> dict[str, Any]:
     return {"arms": arms, "host_loop_ns": host}
 
 
-def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli(argv: list[str] | None, doc: str, run: Any, about: str, old: str, new: str) -> None:  # pragma: no cover
+    """An A/B tool's command line: ``OUT FOLDER``; writes ``about``, ``old``, ``new`` and ``run(FOLDER)`` to ``OUT``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
-    found = study(args.folder)
-    found = {
-        "about": (
-            "plot_06, 07, 26 and 28 recorded in three lanes in one device call of one lease of one H200 after "
-            "the CuTe parks: first by dcab682's code (old), then by a0c1f68's (new: plot_26's fp32 reference not "
-            "timed and giving way between K/V heads, only the clock-reading cells of plot_07 and plot_28 held "
-            "alone, interpreter pools importing on every core). Written by tools/clock_cells_ab.py."
-        ),
-        "old": "dcab682",
-        "new": "a0c1f68",
-        **found,
-    }
-    datafiles.write_json(args.out, found)
+    datafiles.write_json(args.out, {"about": about, "old": old, "new": new, **run(args.folder)})
+
+
+def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
+    about = (
+        "plot_06, 07, 26 and 28 recorded in three lanes in one device call of one lease of one H200 after "
+        "the CuTe parks: first by dcab682's code (old), then by a0c1f68's (new: plot_26's fp32 reference not "
+        "timed and giving way between K/V heads, only the clock-reading cells of plot_07 and plot_28 held "
+        "alone, interpreter pools importing on every core). Written by tools/clock_cells_ab.py."
+    )
+    cli(argv, __doc__, study, about, "dcab682", "a0c1f68")
 
 
 if __name__ == "__main__":

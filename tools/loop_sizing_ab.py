@@ -16,15 +16,13 @@ seconds went, not an interval. Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from clock_cells_ab import cli
 from clock_cells_ab import study as turns_study
-
-from cudnn_guide import datafiles
 
 OLD_CALLS = 50
 """Calls per loop before cc933e0 (``compare_loops``' ``calls``): the old arm's records do not say it."""
@@ -69,22 +67,13 @@ def study(folder: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("folder", type=Path)
-    args = parser.parse_args(argv)
-    found = {
-        "about": (
-            "plot_05, 09, 17, 24 and 34 recorded in three lanes in one device call of one lease of one H200 after the "
-            "CuTe parks: first by 1fd9473's code (old: 50 calls in every wall-clock loop), then by cc933e0's (new: "
-            "loops of about 25 ms, 10 to 50 calls, stopping at five rounds once settled; two warm-up calls for a call "
-            "longer than the warm-up). Written by tools/loop_sizing_ab.py."
-        ),
-        "old": "1fd9473",
-        "new": "cc933e0",
-        **study(args.folder),
-    }
-    datafiles.write_json(args.out, found)
+    about = (
+        "plot_05, 09, 17, 24 and 34 recorded in three lanes in one device call of one lease of one H200 after the "
+        "CuTe parks: first by 1fd9473's code (old: 50 calls in every wall-clock loop), then by cc933e0's (new: "
+        "loops of about 25 ms of calls where a call is over 0.5 ms, 10 to 50 calls, stopping at five rounds once "
+        "settled; two warm-up calls for a call longer than the warm-up). Written by tools/loop_sizing_ab.py."
+    )
+    cli(argv, __doc__, study, about, "1fd9473", "cc933e0")
 
 
 if __name__ == "__main__":

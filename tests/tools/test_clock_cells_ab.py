@@ -1,4 +1,5 @@
-"""The committed A/B of 20c2571's turn changes is what its committed logs and traces give, and the benchmark says so."""
+"""Each committed A/B of one lease (20c2571's turn changes, cc933e0's loop sizing) is what its committed logs, traces
+and records give, and the benchmark says so."""
 
 from __future__ import annotations
 
@@ -7,21 +8,28 @@ import tarfile
 from pathlib import Path
 
 import clock_cells_ab
+import loop_sizing_ab
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data"
 
 
-def test_the_committed_ab_is_what_its_logs_and_traces_give(tmp_path):
-    with tarfile.open(DATA / "clock_cells_ab.tar.gz") as tar:
+ABS = [("clock_cells_ab", clock_cells_ab), ("loop_sizing_ab", loop_sizing_ab)]
+
+
+@pytest.mark.parametrize(("name", "tool"), ABS)
+def test_the_committed_ab_is_what_its_logs_and_traces_give(tmp_path, name, tool):
+    with tarfile.open(DATA / f"{name}.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
-    committed = json.loads((DATA / "clock_cells_ab.json").read_text())
-    found = json.loads(json.dumps(clock_cells_ab.study(tmp_path)))  # as written: tuples become lists
+    committed = json.loads((DATA / f"{name}.json").read_text())
+    found = json.loads(json.dumps(tool.study(tmp_path)))  # as written: tuples become lists
     assert {k: committed[k] for k in found} == found
 
 
-def test_the_benchmark_reports_both_arms_as_the_ab_has_them():
-    ab = json.loads((DATA / "clock_cells_ab.json").read_text())
+@pytest.mark.parametrize("name", [name for name, _ in ABS])
+def test_the_benchmark_reports_both_arms_as_the_ab_has_them(name):
+    ab = json.loads((DATA / f"{name}.json").read_text())
     bench = json.loads((DATA / "recording_benchmark.json").read_text())
     run = next(r for r in bench["runs"] if r.get("baseline_commit") == ab["old"] and r["commit"] == ab["new"])
     old, new = ab["arms"]["old"], ab["arms"]["new"]
