@@ -1,4 +1,4 @@
-"""cc933e0's loop-sizing A/B: the old arm looped 50 calls, the new one sized them (re-derived in test_clock_cells_ab)."""
+"""cc933e0's loop-sizing A/B: the old arm looped 50 calls, the new one sized them."""
 
 from __future__ import annotations
 
