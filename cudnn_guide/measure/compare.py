@@ -384,19 +384,17 @@ def compare(
             **bench_kwargs,
         )
 
-    floor = min(rounds, ADAPTIVE_MIN_ROUNDS) if min_rounds is None else min_rounds
-    if not MIN_ROUNDS <= floor <= rounds:
-        raise BenchmarkError(f"compare: min_rounds={floor} must lie between {MIN_ROUNDS} and rounds={rounds}")
-
-    def enough(runs: dict[str, list[Measurement]]) -> bool:
-        medians = {n: [m.median_ms for m in ms] for n, ms in one_launch_rule(runs).items()}
-        if any(min(ms) <= 0 for ms in medians.values()):
-            return False  # _judged says why
-        band, _, versus = _ratios(medians, contenders, candidate, seed)
-        return all(settled(v, band) for v in versus.values())
-
+    floor = _floor("compare", rounds, min_rounds)
     with collector.paused():
-        runs = _rounds(contenders, candidate, rounds, seed, time_one, floor=floor, enough=enough)
+        runs = _rounds(
+            contenders,
+            candidate,
+            rounds,
+            seed,
+            time_one,
+            floor=floor,
+            enough=_settled_stop(contenders, candidate, seed),
+        )
     done = len(runs[candidate])
     result = _judged(one_launch_rule(runs), contenders, candidate, done, tag, seed)
     result.rounds_cap = rounds
@@ -494,7 +492,7 @@ LOOP_MS = 25.0
 loop are this over its ms per call (from a short loop before the rounds), at least :data:`MIN_LOOP_CALLS` and at
 most ``calls`` (so a call of 0.5 ms or less keeps 50 calls and a shorter loop).
 Until issue 34's loop A/B every loop made ``calls`` (50) calls, whatever they cost: a 3.6 ms call's loop lasted
-180 ms, and loops were about a third of the site's comparison time. ``loop_ms=0`` restores that rule."""
+180 ms (the profile behind the change: ``docs/data/loop_profile.json``). ``loop_ms=0`` restores that rule."""
 MIN_LOOP_CALLS = 10
 """The fewest calls in one wall-clock loop (:data:`LOOP_MS`): ten calls of 2.5 ms or more make a loop of at least
 25 ms, whose synchronized start and end (about 20 µs) are under 0.1% of it. A call under 0.5 ms keeps the cap of 50
@@ -612,9 +610,7 @@ def compare_loops(
     >>> print(c.describe())
     """
     _check_setup("compare_loops", contenders, candidate, rounds)
-    floor = min(rounds, ADAPTIVE_MIN_ROUNDS) if min_rounds is None else min_rounds
-    if not MIN_ROUNDS <= floor <= rounds:
-        raise BenchmarkError(f"compare_loops: min_rounds={floor} must lie between {MIN_ROUNDS} and rounds={rounds}")
+    floor = _floor("compare_loops", rounds, min_rounds)
     label = f"wall-clock loop {tag}".strip()
     sized: dict[str, int] = {}
 
@@ -622,13 +618,6 @@ def compare_loops(
         n = sized[name.removesuffix(_REPEAT)]
         samples = [_time_loop(fn, n) for _ in range(loops)]
         return Measurement(f"{name} {label}", samples, "wall-clock loop", params={"impl": name, "loop_calls": n})
-
-    def enough(runs: dict[str, list[Measurement]]) -> bool:
-        medians = {n: [m.median_ms for m in ms] for n, ms in runs.items()}
-        if any(min(ms) <= 0 for ms in medians.values()):
-            return False  # _judged says why
-        band, _, versus = _ratios(medians, contenders, candidate, seed)
-        return all(settled(v, band) for v in versus.values())
 
     loop_calls(1.0, calls, loop_ms)  # a bad calls or loop_ms fails here, before anything runs
     with collector.paused():
@@ -638,7 +627,15 @@ def compare_loops(
                 sized[name] = loop_calls(_time_loop(fn, _CALIBRATION_CALLS), calls, loop_ms)
             else:
                 sized[name] = calls
-        runs = _rounds(contenders, candidate, rounds, seed, time_one, floor=floor, enough=enough)
+        runs = _rounds(
+            contenders,
+            candidate,
+            rounds,
+            seed,
+            time_one,
+            floor=floor,
+            enough=_settled_stop(contenders, candidate, seed),
+        )
     result = _judged(runs, contenders, candidate, len(runs[candidate]), label, seed)
     result.rounds_cap = rounds
     return result
@@ -715,6 +712,30 @@ def _rounds(
         if enough is not None and done >= (floor or rounds) and done < rounds and enough(runs):
             break
     return runs
+
+
+def _floor(who: str, rounds: int, min_rounds: int | None) -> int:
+    """The fewest rounds of an adaptive race: ``min_rounds``, or ``min(rounds, ADAPTIVE_MIN_ROUNDS)``."""
+    floor = min(rounds, ADAPTIVE_MIN_ROUNDS) if min_rounds is None else min_rounds
+    if not MIN_ROUNDS <= floor <= rounds:
+        raise BenchmarkError(f"{who}: min_rounds={floor} must lie between {MIN_ROUNDS} and rounds={rounds}")
+    return floor
+
+
+def _settled_stop(
+    contenders: Mapping[str, Any], candidate: str, seed: int
+) -> Callable[[dict[str, list[Measurement]]], bool]:
+    """The ``enough`` of :func:`_rounds` for :func:`compare` and :func:`compare_loops`: every verdict so far
+    :func:`settled` (under one launch-cost rule, which leaves wall-clock loops as they are)."""
+
+    def enough(runs: dict[str, list[Measurement]]) -> bool:
+        medians = {n: [m.median_ms for m in ms] for n, ms in one_launch_rule(runs).items()}
+        if any(min(ms) <= 0 for ms in medians.values()):
+            return False  # _judged says why
+        band, _, versus = _ratios(medians, contenders, candidate, seed)
+        return all(settled(v, band) for v in versus.values())
+
+    return enough
 
 
 def settled(speed_up: Mapping[str, float], band: float) -> bool:
