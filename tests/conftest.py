@@ -40,6 +40,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def fake_benchmark(monkeypatch, fake) -> list:
+    """Give ``compare`` a fake ``benchmark`` (no GPU); its first-call checks, made before the measured block
+    (``bench.first_call``), are only noted. Returns the list of ``(label, callable)`` they were asked for."""
+    from cudnn_guide.measure import compare
+
+    asked: list = []
+    monkeypatch.setattr(compare, "benchmark", fake)
+    monkeypatch.setattr(compare, "first_call", lambda fn, label, expect_shape=None: asked.append((label, fn)))
+    return asked
+
+
 SMALL_CONV = conv.ConvProblem(n=2, c=32, h=16, w=16, k=64)
 """The small convolution the GPU tests share (declaring it needs no GPU)."""
 

@@ -76,7 +76,16 @@ from cudnn_guide.measure.measurement import (
     spread_warnings,
 )
 
-__all__ = ["BenchOptions", "LONG_CALL_MS", "Rewarm", "SELF_PRIMING_MS", "benchmark", "measure", "peak_memory_mib"]
+__all__ = [
+    "BenchOptions",
+    "LONG_CALL_MS",
+    "Rewarm",
+    "SELF_PRIMING_MS",
+    "benchmark",
+    "first_call",
+    "measure",
+    "peak_memory_mib",
+]
 
 LONG_CALL_MS = 20.0
 """A call this long (wall time with its flush, from the first warm-up) is re-primed with one call, not
@@ -95,8 +104,8 @@ turn, by its record. Since dcab682 (issue 34)."""
 class Rewarm:
     """A callable's first full warm-up, kept for its later measurements in the same comparison.
 
-    :func:`measure` fills it in on the first measurement that carries it (the first-call check and
-    the timed warm-up of ``warmup_ms``, as without it); every later measurement that carries it
+    :func:`measure` fills it in on the first measurement that carries it (the first-call check, unless
+    :attr:`checked`, and the timed warm-up of ``warmup_ms``, as without it); every later measurement that carries it
     skips the check (the callable passed it), reads the clocks without NVML's throttle counters (no
     ``power_capped_fraction`` or ``thermal_fraction`` in its clock summary), runs ``calls`` calls (one
     for a call of at least :data:`LONG_CALL_MS`, none from :data:`SELF_PRIMING_MS`; flush before each,
@@ -119,6 +128,10 @@ class Rewarm:
     """Median host time per call in the full warm-up: sizes the spin before each timed call."""
     est_ms: float | None = None
     """Wall time per call (flush included) of the full warm-up's last batch: sizes the timed run."""
+    checked: bool = False
+    """Whether the callable's first-call check was made already (:func:`first_call`, as
+    :func:`~cudnn_guide.measure.compare.compare` makes it before its measured block): the first measurement
+    then skips it."""
 
     def __post_init__(self) -> None:
         if self.calls < 1:
@@ -259,9 +272,12 @@ def benchmark(fn: Callable[[], Any], *, label: str, l2: str, **settings: Any) ->
     return measure(fn, label, BenchOptions(l2=l2, **settings))
 
 
-@collector.spending("timing")
 def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measurement:
     """Time ``fn`` as ``options`` say: check it, warm it up, time it, read the clocks, note what went wrong.
+
+    The checked first call comes before the measured block (:func:`cudnn_guide.collector.spending`): nothing
+    of it is timed, so in the docs build's lanes it runs beside the other pages' cells (the shared turn), and
+    the GPU is held alone from the warm-up on (issue 34: the alone turns add up across the site).
 
     Parameters
     ----------
@@ -289,8 +305,15 @@ def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measure
     """
     rewarm = options.rewarm
     primed = rewarm is not None and rewarm.primed
-    if not primed:
-        _first_call(fn, label, options)
+    if not primed and not (rewarm is not None and rewarm.checked):
+        first_call(fn, label, options.expect_shape)
+    return _timed(fn, label, options, primed)
+
+
+@collector.spending("timing")
+def _timed(fn: Callable[[], Any], label: str, options: BenchOptions, primed: bool) -> Measurement:
+    """:func:`measure` after its first call: the measured block (warm-up, timed run, clocks, host times)."""
+    rewarm = options.rewarm
     flush = l2_flush_buffer() if options.l2 == "cold" else None
     subtract = options.subtract_launch_cost and not options.cuda_graph
     cost_ms = launch_cost()["overhead_us"] / 1e3 if subtract else 0.0
@@ -375,8 +398,31 @@ def peak_memory_mib(fn: Callable[[], Any]) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def _first_call(fn: Callable[[], Any], label: str, options: BenchOptions) -> None:
-    """One checked call before anything is timed: ``fn`` is callable, runs, and returns the expected shape."""
+def first_call(fn: Callable[[], Any], label: str, expect_shape: Sequence[int] | None = None) -> None:
+    """One checked call before anything is timed: ``fn`` is callable, runs, and returns ``expect_shape``.
+
+    Untimed, outside every measured block (:func:`measure` and
+    :func:`~cudnn_guide.measure.compare.compare` call it before theirs): in the docs build's lanes it runs
+    beside the other pages' cells.
+
+    Parameters
+    ----------
+    fn
+        Zero-argument callable that enqueues the work on torch's current stream.
+    label
+        Its name in errors.
+    expect_shape
+        The output's shape, when ``fn`` returns a tensor; ``None``: not checked.
+
+    Raises
+    ------
+    BenchmarkError
+        ``fn`` is not callable, raised, or returned another shape; or no GPU is present.
+
+    Example
+    -------
+    >>> first_call(launch, "cudnn fused", expect_shape=(8, 1024))
+    """
     import torch
 
     from cudnn_guide.environment import require_gpu
@@ -385,7 +431,7 @@ def _first_call(fn: Callable[[], Any], label: str, options: BenchOptions) -> Non
         raise BenchmarkError(f"benchmark {label!r}: expected a callable, got {type(fn).__name__}")
     require_gpu(f"benchmark {label!r}")
     out = call_checked(fn, label)
-    expect = options.expect_shape
+    expect = expect_shape
     if expect is not None and isinstance(out, torch.Tensor) and tuple(out.shape) != tuple(expect):
         raise BenchmarkError(f"benchmark {label!r}: output shape {tuple(out.shape)} != expected {tuple(expect)}")
     torch.cuda.synchronize()

@@ -52,7 +52,7 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure.bench import Rewarm, benchmark
+from cudnn_guide.measure.bench import Rewarm, benchmark, first_call
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
@@ -270,7 +270,6 @@ def _pooled(label: str, parts: list[Measurement]) -> Measurement:
     )
 
 
-@collector.spending("timing")
 def compare(
     contenders: Mapping[str, Callable[[], Any]],
     *,
@@ -350,6 +349,7 @@ def compare(
     >>> print(c.describe())
     """
     _check_setup("compare", contenders, candidate, rounds)
+    _floor("compare", rounds, min_rounds)  # a bad min_rounds is refused before anything runs
     if round_budget_ms is None:
         round_budget_ms = default_round_budget_ms()
     elif (
@@ -358,18 +358,61 @@ def compare(
         or not (math.isfinite(round_budget_ms) and round_budget_ms > 0)
     ):
         raise BenchmarkError(f"compare: round_budget_ms={round_budget_ms!r} must be a positive number of milliseconds")
+    checked = REWARM if rewarm is None else rewarm
+    if checked:  # each contender's checked first call, untimed: before the measured block (beside other lanes)
+        for name, fn in contenders.items():
+            collector.between_steps()  # a page waiting to measure goes first (docs build lanes)
+            first_call(fn, f"{name} {tag}".strip(), bench_kwargs.get("expect_shape"))
+    return _compare_timed(
+        contenders,
+        candidate=candidate,
+        l2=l2,
+        rounds=rounds,
+        min_rounds=min_rounds,
+        round_budget_ms=round_budget_ms,
+        flops=flops,
+        bytes=bytes,
+        params=params,
+        tag=tag,
+        seed=seed,
+        wall_clock=wall_clock,
+        rewarm=checked,
+        **bench_kwargs,
+    )
+
+
+@collector.spending("timing")
+def _compare_timed(
+    contenders: Mapping[str, Callable[[], Any]],
+    *,
+    candidate: str,
+    l2: str,
+    rounds: int,
+    min_rounds: int | None,
+    round_budget_ms: float,
+    flops: float | None,
+    bytes: float | None,
+    params: Mapping[str, Any] | None,
+    tag: str,
+    seed: int,
+    wall_clock: bool | None,
+    rewarm: bool,
+    **bench_kwargs: Any,
+) -> Comparison:
+    """:func:`compare` after the first-call checks: its measured block (the rounds, the loop race)."""
     bench_kwargs.setdefault("warmup_ms", 5.0)
     bench_kwargs.setdefault("min_reps", 5)
 
     host_reps = bench_kwargs.pop("host_reps", None)  # a caller's count applies to the first round
     hosted: set[str] = set()
     # one per contender (the repeat its own): a full warm-up in its first round, a few calls after
-    primed: dict[str, Rewarm] | None = {} if (REWARM if rewarm is None else rewarm) else None
+    # (the first-call check made by compare beforehand: a Rewarm that is already checked)
+    primed: dict[str, Rewarm] | None = {} if rewarm else None
 
     def time_one(name: str, fn: Callable[[], Any]) -> Measurement:
         first = name not in hosted and not name.endswith(_REPEAT)  # host time: first round only
         hosted.add(name)
-        warm = {} if primed is None else {"rewarm": primed.setdefault(name, Rewarm(REWARM_CALLS))}
+        warm = {} if primed is None else {"rewarm": primed.setdefault(name, Rewarm(REWARM_CALLS, checked=True))}
         return benchmark(
             fn,
             label=f"{name} {tag}".strip(),

@@ -12,6 +12,7 @@ import math
 import random
 
 import pytest
+from conftest import fake_benchmark
 from gallery_build import drift_bands, history, hooks, machine_dependence
 
 from cudnn_guide import check
@@ -93,7 +94,7 @@ def test_drift_keeps_each_labels_largest_change_and_the_pages_p95():
 
 
 def _comparison_record(monkeypatch, times=None):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU(times or {"cudnn": 0.080, "torch": 0.100}))
+    fake_benchmark(monkeypatch, _FakeGPU(times or {"cudnn": 0.080, "torch": 0.100}))
     c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
     rec = Record("plot_a")
     rec.comparison("speed-up", c)

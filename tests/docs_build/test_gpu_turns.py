@@ -217,6 +217,63 @@ def test_cute_compiles_and_flash_attn_imports_set_the_turn_aside_by_caller_and_s
             sys.modules.pop(name, None)
 
 
+def _stand_in_cudnn(site: Path) -> None:
+    """A stand-in ``cudnn`` package whose ``pygraph`` steps answer whether the page held the turn as they ran."""
+    (site / "cudnn").mkdir(parents=True)
+    (site / "cudnn" / "__init__.py").write_text(
+        "import gallery_build.gpu_turns as g\nHELD_AT_IMPORT = g.current().holding\n"
+        "from cudnn._pygraph import pygraph\n"
+    )
+    steps = "".join(
+        f"    def {step}(self, *args):\n        return g.current().holding\n"
+        for step in ("validate", "create_execution_plans", "check_support", "build_plans")
+    )
+    (site / "cudnn" / "_pygraph.py").write_text(f"import gallery_build.gpu_turns as g\nclass pygraph:\n{steps}")
+
+
+@pytest.mark.parametrize(
+    ("env", "reads_a_clock", "aside"), [(None, False, True), ("0", False, False), (None, True, False)]
+)
+def test_cudnn_plan_builds_and_its_import_set_the_turn_aside_where_cells_share_it(
+    tmp_path, monkeypatch, env, reads_a_clock, aside
+):
+    """Issue 34: while a page builds cuDNN plans (CPU work), another lane may measure. Not with
+    CUDNN_GUIDE_BUILDS_ASIDE=0, not in a page whose cells hold the turn alone, not inside a measured block,
+    not in a cell that reads a clock itself; validate (cheap) keeps the turn."""
+    site = tmp_path / "site"
+    _stand_in_cudnn(site)
+    monkeypatch.syspath_prepend(str(site))
+    for name in ("cudnn", "cudnn._pygraph"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    if env is None:
+        monkeypatch.delenv(gpu_turns.BUILDS_ASIDE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(gpu_turns.BUILDS_ASIDE_ENV, env)
+    monkeypatch.setattr(gpu_turns, "_CURRENT", None)
+    finders = list(sys.meta_path)
+    try:
+        turn = gpu_turns.install(str(tmp_path / "gpu-0.turn"), page_reads_a_clock=reads_a_clock)
+        assert gpu_turns.builds_aside(turn) is aside
+        with turn.held():
+            cudnn = importlib.import_module("cudnn")
+            assert cudnn.HELD_AT_IMPORT is not aside
+            graph = cudnn.pygraph()
+            assert graph.validate() is True
+            assert [graph.create_execution_plans([]), graph.check_support(), graph.build_plans()] == [not aside] * 3
+            assert turn.holding  # taken back after each
+            with collector.spending("timing"):  # a measured block: nothing set aside
+                assert graph.build_plans() is True
+        if turn.shared_cells:
+            with turn.held(alone=True):  # a cell that reads a clock: its builds keep the turn
+                assert graph.build_plans() is True
+    finally:
+        sys.meta_path[:] = finders
+        collector.hold_while_measuring(None)
+        collector.give_way_with(None)
+        for name in ("cudnn", "cudnn._pygraph"):
+            sys.modules.pop(name, None)
+
+
 def test_dynamo_compiles_set_the_turn_aside_also_after_a_reset_and_only_while_compiling(tmp_path, dynamo_callbacks):
     pytest.importorskip("torch")
     import torch

@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import HAS_GPU, SMALL_CONV
+from conftest import HAS_GPU, SMALL_CONV, fake_benchmark
 
 from cudnn_guide import check, report
 from cudnn_guide.errors import BenchmarkError, NoGPUError
@@ -322,7 +322,7 @@ def test_a_sweep_from_hand_made_comparisons_tables_plots_and_judges_them(monkeyp
         base = {"cudnn": 0.08, "flex": 0.10}[params["impl"].removesuffix(" (repeat)")] * (1 + 0.5 * params["w"] / 1024)
         return measurement.Measurement(label, [base] * 5, "fake", params=dict(params))
 
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     by_w = {
         w: compare.compare({"cudnn": None, "flex": None}, candidate="cudnn", l2="cold", rounds=5, params={"w": w})
         for w in (128, 1024)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
 import torch
+from conftest import fake_benchmark
 
 from cudnn_guide import report
 from cudnn_guide.errors import BenchmarkError
@@ -62,7 +64,7 @@ class _FakeGPU:
 
 def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
     fake = _FakeGPU({"cudnn": 0.080, "torch": 0.100, "twin": 0.1003})
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     c = compare.compare(
         {"cudnn": None, "torch": None, "twin": None}, candidate="cudnn", l2="cold", rounds=11, min_rounds=11
     )
@@ -83,12 +85,12 @@ def test_interleaved_paired_rounds_see_through_clock_drift(monkeypatch):
 def test_a_clear_verdict_stops_early_and_keeps_the_verdict_of_the_full_run(monkeypatch):
     times = {"cudnn": 0.080, "torch": 0.100, "eager": 0.2}
     fake = _FakeGPU(times)
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     early = compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=15)
     assert early.rounds == compare.ADAPTIVE_MIN_ROUNDS and early.rounds_cap == 15
     assert len(fake.calls) == compare.ADAPTIVE_MIN_ROUNDS * 4
     assert early.to_dict()["rounds_cap"] == 15 and f"{compare.ADAPTIVE_MIN_ROUNDS} rounds" in early.describe()
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU(times))
+    fake_benchmark(monkeypatch, _FakeGPU(times))
     full = compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=15, min_rounds=15)
     assert full.rounds == 15
     for b in ("torch", "eager"):
@@ -104,7 +106,7 @@ def test_an_interval_on_the_tie_band_edge_runs_to_the_cap(monkeypatch):
         t = 0.100 if label != "torch" else (0.100, 0.103)[seen.count("torch") % 2]  # 1.00× or 1.03×: astride 1.01
         return measurement.Measurement(label, [t] * 10, "cold-L2 events", flops, bytes, dict(params))
 
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=13)
     assert c.tie_band == verdicts.MIN_TIE_BAND and c.versus["torch"]["low"] < 1.01 < c.versus["torch"]["high"]
     assert c.rounds == 13 and len(seen) == 13 * 3
@@ -112,7 +114,7 @@ def test_an_interval_on_the_tie_band_edge_runs_to_the_cap(monkeypatch):
 
 @pytest.mark.parametrize("low", [4, 12])
 def test_a_floor_outside_five_to_the_cap_is_refused(monkeypatch, low):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1, "torch": 0.2}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.1, "torch": 0.2}))
     with pytest.raises(BenchmarkError, match="min_rounds"):
         compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11, min_rounds=low)
 
@@ -132,7 +134,7 @@ def test_host_times_are_taken_in_each_contenders_first_round_only(monkeypatch):
         asked.append((label, host_reps))
         return _FakeGPU({"cudnn": 0.08, "torch": 0.1})(fn, label=label, **kw)
 
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=5)
     measured = [(i, label) for i, (label, reps) in enumerate(asked) if reps is None]  # None: the default count
     assert sorted(label for _, label in measured) == ["cudnn", "torch"]  # once each; the candidate's repeat never
@@ -144,15 +146,13 @@ def test_host_times_are_taken_in_each_contenders_first_round_only(monkeypatch):
 
 
 def test_a_baseline_within_the_noise_is_a_tie(monkeypatch):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.1000, "torch": 0.1003}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.1000, "torch": 0.1003}))
     c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
     assert c.versus["torch"]["verdict"] == "tie" and c.describe().startswith("a tie with torch")
 
 
 def test_a_slower_candidate_is_described_with_its_speed_up_interval_and_controls_are_not_baselines(monkeypatch):
-    monkeypatch.setattr(
-        compare, "benchmark", _FakeGPU({"cudnn": 0.1, "torch": 0.08, "torch (control, no gather)": 0.05})
-    )
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.1, "torch": 0.08, "torch (control, no gather)": 0.05}))
     c = compare.compare(
         {"cudnn": None, "torch": None, "torch (control, no gather)": None}, candidate="cudnn", l2="cold", rounds=9
     )
@@ -165,7 +165,7 @@ def test_a_slower_candidate_is_described_with_its_speed_up_interval_and_controls
 
 
 def test_a_comparison_headline_carries_its_interval_and_verdict(monkeypatch):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"a": 0.05, "b": 0.10}))
+    fake_benchmark(monkeypatch, _FakeGPU({"a": 0.05, "b": 0.10}))
     c = compare.compare({"a": None, "b": None}, candidate="a", l2="cold")
     rec = Record("plot_x", title="x")
     rec.comparison("speed-up over b", c)
@@ -182,11 +182,11 @@ def test_a_comparison_reports_its_in_run_interval_whatever_the_environment(monke
 
     # the variables the docs build once used to widen intervals inside the library change nothing now
     (tmp_path / "drift.json").write_text(json.dumps({"global_p95": 0.5, "examples": {}}))
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
     plain = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
     monkeypatch.setenv("CUDNN_GUIDE_DRIFT", str(tmp_path / "drift.json"))
     monkeypatch.setenv("CUDNN_GUIDE_PAGE", "plot_a")
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
     again = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=11)
     assert again.versus == plain.versus and set(plain.versus["torch"]) == {"value", "low", "high", "verdict"}
     assert "in-run 95% interval" in again.describe() and "widened" not in again.describe()
@@ -225,7 +225,7 @@ def test_the_running_record_keeps_a_comparisons_pooled_measurements_not_its_roun
         collector.add_measurements(m)
         return m
 
-    monkeypatch.setattr(compare, "benchmark", benchmark_that_registers)
+    fake_benchmark(monkeypatch, benchmark_that_registers)
     records.begin()
     try:
         c = compare.compare({"a": None, "b": None}, candidate="a", l2="cold", rounds=5)
@@ -304,7 +304,7 @@ def test_the_loop_race_on_the_gpu_sizes_each_loop_and_tells_a_host_bound_path():
 
 
 def test_printing_a_comparison_gives_one_line_per_baseline(monkeypatch):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
     c = compare.compare({"cudnn": None, "torch": None, "eager": None}, candidate="cudnn", l2="cold", rounds=9)
     lines = str(c).splitlines()
     assert lines == [f"cudnn vs torch: {c.describe('torch')}", f"cudnn vs eager: {c.describe('eager')}"]
@@ -315,7 +315,7 @@ def test_the_comparison_plot_puts_the_best_first_with_its_interval_and_the_candi
     import matplotlib
 
     matplotlib.use("Agg")
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.080, "torch": 0.100, "eager": 0.2}))
     c = compare.compare(
         {"cudnn": None, "torch": None, "eager": None}, candidate="cudnn", l2="cold", rounds=9, flops=1e9
     )
@@ -345,7 +345,7 @@ def test_one_launch_cost_rule_applies_to_every_contender(monkeypatch):
             return measurement.Measurement(label, [0.0044] * 5, "cold-L2 events − launch cost", launch_cost_ms=0.0041)
         return measurement.Measurement(label, [0.0082] * 5, "cold-L2 events")  # too short: kept raw
 
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     c = compare.compare({"cudnn": None, "compiled": None}, candidate="cudnn", l2="cold", rounds=5)
     assert c.versus["compiled"]["verdict"] == "slower"  # 8.5 µs raw against 8.2 µs raw, not "1.86× faster"
     assert c.versus["compiled"]["value"] == pytest.approx(0.0082 / 0.0085)
@@ -364,7 +364,7 @@ def test_a_host_bound_contender_brings_a_wall_clock_loop_race_beside_the_gpu_ver
         return measurement.Measurement(label, [gpu] * 5, "cold-L2 events", host_samples_ms=[host] * 3)
 
     loops = {"cudnn": 0.121, "compiled": 0.152}  # a loop runs at the larger of host and GPU time
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: loops[fn()])
     c = compare.compare(
         {"cudnn": lambda: "cudnn", "compiled": lambda: "compiled"}, candidate="cudnn", l2="cold", rounds=5
@@ -384,7 +384,7 @@ def test_a_host_bound_contender_brings_a_wall_clock_loop_race_beside_the_gpu_ver
 
 
 def test_no_loop_race_when_no_contender_is_host_bound(monkeypatch):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
     monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: pytest.fail("no loop race was needed"))
     c = compare.compare({"cudnn": None, "torch": None}, candidate="cudnn", l2="cold", rounds=5)
     assert c.wall is None and "loop" not in c.describe()
@@ -452,7 +452,7 @@ class _FakeClockGPU:
             self.log.append((label.removesuffix(" (repeat)"), "begin"))
             return real(fn, label=label, **kw)
 
-        monkeypatch.setattr(compare, "benchmark", benchmark)
+        monkeypatch.setattr(compare, "benchmark", benchmark)  # the real first-call checks, on the fake clock
 
     def contender(self, name):
         def call():
@@ -469,27 +469,30 @@ class _FakeClockGPU:
 
 
 def _untimed_per_timing(log):
-    """Each contender's untimed calls in each of its measurements (check, warm-up, host time), in order."""
+    """Each contender's untimed calls in each of its measurements (check, warm-up, host time), in order; the
+    checks compare makes before its measured block, when there are, come first, as a count of their own."""
     out = {}
     for name, phase in log:
         if phase == "begin":
             out.setdefault(name, []).append(0)
         elif phase == "untimed":
-            out[name][-1] += 1
+            out.setdefault(name, [0])[-1] += 1
     return out
 
 
 def test_a_contender_warms_up_in_full_in_its_first_round_only(monkeypatch):
-    # 1 ms calls: the first-call check (1), the warm-up of warmup_ms=5 in doubling batches (1 + 2 + 4),
-    # and in its first round the host time (one call per timed call, at most 20: 5 here, min_reps within the
-    # default 12.5 ms budget) - then 2 calls a round
+    # 1 ms calls: the first-call check (1, before the measured block, once per contender), then the warm-up of
+    # warmup_ms=5 in doubling batches (1 + 2 + 4), and in its first round the host time (one call per timed call,
+    # at most 20: 5 here, min_reps within the default 12.5 ms budget) - then 2 calls a round
     gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
     contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
     c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
     untimed = _untimed_per_timing(gpu.log)
-    # the candidate runs twice a round (its repeat: its own first round, no host time)
-    assert untimed["torch"] == [1 + 7 + 5] + [compare.REWARM_CALLS] * 4
-    assert sorted(untimed["cudnn"][:2]) == [1 + 7, 1 + 7 + 5] and untimed["cudnn"][2:] == [compare.REWARM_CALLS] * 8
+    assert gpu.log[:2] == [("cudnn", "untimed"), ("torch", "untimed")]  # both checked before anything is timed
+    # the candidate runs twice a round (its repeat: its own first round, no check again, no host time)
+    assert untimed["torch"] == [1, 7 + 5] + [compare.REWARM_CALLS] * 4
+    assert untimed["cudnn"][0] == 1 and sorted(untimed["cudnn"][1:3]) == [7, 7 + 5]
+    assert untimed["cudnn"][3:] == [compare.REWARM_CALLS] * 8
     # what each round times is unchanged: the same number of calls every round, sized from the first warm-up
     assert {reps for _, reps in gpu.reps} == {5}
     assert [len(c.measurements[n].samples_ms) for n in contenders] == [25, 25]
@@ -513,9 +516,12 @@ def test_a_long_call_is_re_primed_with_one_call_not_a_warm_up(monkeypatch):
     gpu = _FakeClockGPU(monkeypatch, {"cudnn": 40.0, "fa4": 30.0})
     contenders = {n: gpu.contender(n) for n in ("cudnn", "fa4")}
     c = compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, host_reps=2, wall_clock=False)
-    assert _untimed_per_timing(gpu.log)["fa4"] == [1 + 2 + 2] + [1] * 4
+    assert _untimed_per_timing(gpu.log)["fa4"] == [1, 2 + 2] + [1] * 4
     untimed = sum(phase == "untimed" for _, phase in gpu.log)
-    assert untimed == 3 * (1 + 2) + 2 * 2 + 1 * 3 * 4  # was 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4 (two calls a re-prime)
+    # two checks (not three: the repeat is the candidate, checked once), three warm-ups of two calls, the host
+    # times, one call a re-prime; was 3 * (1 + 2) + ... until the checks left the measured block (issue 34),
+    # and 3 * (1 + 3) + 2 * 2 + 2 * 3 * 4 with two calls a re-prime
+    assert untimed == 2 * 1 + 3 * 2 + 2 * 2 + 1 * 3 * 4
     assert {reps for _, reps in gpu.reps} == {5} and c.versus["fa4"]["value"] == pytest.approx(0.75)
 
 
@@ -538,8 +544,9 @@ def test_a_long_call_is_re_primed_once_a_round_and_a_short_one_twice(monkeypatch
     compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
     untimed = _untimed_per_timing(gpu.log)
     assert bench.LONG_CALL_MS <= 25.0
-    assert untimed["cudnn"][2:] == [1] * 8  # the candidate and its repeat, rounds 2-5
-    assert untimed["torch"][1:] == [compare.REWARM_CALLS] * 4
+    # the check before the measured block, the candidate's and its repeat's first rounds, then rounds 2-5
+    assert untimed["cudnn"][3:] == [1] * 8
+    assert untimed["torch"][2:] == [compare.REWARM_CALLS] * 4
     assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=bench.LONG_CALL_MS).prime_calls == 1
     assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=bench.LONG_CALL_MS * 0.99).prime_calls == 2
     assert bench.Rewarm(calls=3).prime_calls == 3  # not yet primed: its own count
@@ -551,7 +558,7 @@ def test_a_call_of_50_ms_or_more_is_not_re_primed(monkeypatch):
     contenders = {n: gpu.contender(n) for n in ("cudnn", "torch")}
     compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, min_rounds=5, wall_clock=False)
     untimed = _untimed_per_timing(gpu.log)
-    assert untimed["cudnn"][2:] == [0] * 8 and untimed["torch"][1:] == [compare.REWARM_CALLS] * 4
+    assert untimed["cudnn"][3:] == [0] * 8 and untimed["torch"][2:] == [compare.REWARM_CALLS] * 4
     assert {reps for label, reps in gpu.reps if label.startswith("cudnn")} == {5}  # what is timed: unchanged
     at = bench.SELF_PRIMING_MS
     assert bench.Rewarm(calls=2, host_ms=0.1, est_ms=at).prime_calls == 0
@@ -574,7 +581,7 @@ class _BudgetSeen(_FakeGPU):
 def test_the_round_budget_comes_from_the_call_then_the_environment_then_the_default(monkeypatch, env, passed, want):
     times = {"cudnn": 0.080, "torch": 0.100}
     fake = _BudgetSeen(times)
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     if env is None:
         monkeypatch.delenv(compare.BUDGET_ENV, raising=False)
     else:
@@ -587,7 +594,7 @@ def test_the_round_budget_comes_from_the_call_then_the_environment_then_the_defa
 def test_a_round_budget_in_the_environment_that_is_not_a_positive_number_is_refused_by_name(monkeypatch, bad):
     times = {"cudnn": 0.080, "torch": 0.100}
     fake = _BudgetSeen(times)
-    monkeypatch.setattr(compare, "benchmark", fake)
+    fake_benchmark(monkeypatch, fake)
     monkeypatch.setenv(compare.BUDGET_ENV, bad)
     with pytest.raises(BenchmarkError, match=rf"CUDNN_GUIDE_ROUND_BUDGET_MS='{bad}' is not a positive number"):
         compare.compare(dict.fromkeys(times), candidate="cudnn", l2="cold", rounds=5)
@@ -682,7 +689,7 @@ def test_a_cap_of_ten_calls_or_fewer_needs_no_sizing_loop(monkeypatch):
 
 
 def test_min_rounds_equal_to_rounds_fixes_the_loop_race_too(monkeypatch):
-    monkeypatch.setattr(compare, "benchmark", _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
+    fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.080, "torch": 0.100}))
     monkeypatch.setattr(compare, "_time_loop", lambda fn, calls: 1.0)
     contenders = {"cudnn": lambda: "cudnn", "torch": lambda: "torch"}
     fixed = compare.compare(contenders, candidate="cudnn", l2="cold", rounds=7, min_rounds=7, wall_clock=True)
@@ -698,3 +705,24 @@ def test_a_settled_loop_race_stops_at_five_rounds_unless_told_not_to(monkeypatch
     assert compare.compare_loops(contenders, candidate="cudnn", rounds=7, min_rounds=7).rounds == 7
     with pytest.raises(BenchmarkError, match="min_rounds=4"):
         compare.compare_loops(contenders, candidate="cudnn", rounds=7, min_rounds=4)
+
+
+def test_the_first_call_checks_run_before_the_measured_block_and_a_broken_contender_stops_it(monkeypatch):
+    # issue 34: the untimed checks hold no alone turn in the docs build's lanes (collector.measuring is that turn)
+    from cudnn_guide import collector
+
+    gpu = _FakeClockGPU(monkeypatch, {"cudnn": 1.0, "torch": 1.0})
+    seen = []
+    contenders = {n: (lambda n=n: seen.append((n, collector.measuring_now())) or gpu.contender(n)()) for n in gpu.times}
+    compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, wall_clock=False)
+    assert seen[:2] == [("cudnn", False), ("torch", False)] and all(m for _, m in seen[2:])
+
+    opened = []
+    monkeypatch.setattr(collector, "_HOLDERS", [lambda: opened.append(1) or contextlib.nullcontext()])
+
+    def broken():
+        raise RuntimeError("bad plan")
+
+    with pytest.raises(BenchmarkError, match="bad plan"):
+        compare.compare({"cudnn": broken, "torch": gpu.contender("torch")}, candidate="cudnn", l2="hot", rounds=5)
+    assert opened == []  # refused before any measured block (the alone turn) was entered

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import fake_benchmark
 
 from cudnn_guide.report.prose import Prose, verdict_text
 
@@ -173,7 +174,7 @@ def test_a_real_comparisons_loop_tie_band_is_said_once():
 
     loops = {"cudnn": 0.121, "compiled": 0.152}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compare, "benchmark", fake)
+        fake_benchmark(mp, fake)
         mp.setattr(compare, "_time_loop", lambda fn, calls: loops[fn()])
         c = compare.compare(
             {"cudnn": lambda: "cudnn", "compiled": lambda: "compiled"}, candidate="cudnn", l2="cold", rounds=5

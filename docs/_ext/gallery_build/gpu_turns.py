@@ -27,16 +27,22 @@ measures meanwhile:
   GPU benchmarks of Inductor's autotuning, which hold the turn alone while they run;
 - FlashAttention-4's CuTe DSL kernel compiles (``cutlass.cute.compile`` called from ``flash_attn``);
 - importing ``flash_attn`` (the CuTe DSL with it: seconds of Python);
+- in a page whose cells share the turn, cuDNN's plan building (:data:`BUILD_STEPS` of ``cudnn.pygraph``:
+  heuristics and run-time kernel compiles on the CPU) and the ``cudnn`` import (:data:`BUILD_IMPORTS`),
+  unless :data:`BUILDS_ASIDE_ENV` is ``0``: a timed build is a measured block, and a cell that reads a
+  clock itself keeps the turn through its builds;
 - Sphinx's own work before, between and after the cells.
 
 Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.measuring_now`): the
 wait to take the turn back would be counted. (Setting the builds, the ``cudnn`` import and a
-fresh-process study's imports aside was tried at a7ca1c8: the recording was no faster, and its
-host-bound measurements moved more; the measurement studies' "More work beside the turn, and five
-rounds" has the numbers. An untimed build holds the shared turn instead, a timed one the turn
-alone.) A compile's example inputs still run on the GPU while its turn is aside. Each lane is
-pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of the page's process and what it
-starts), so another lane's compile workers do not share the cores of the lane that measures.
+fresh-process study's imports aside was first tried at a7ca1c8, when every cell held the turn alone:
+the recording was no faster, and its host-bound measurements moved more; the measurement studies'
+"More work beside the turn, and five rounds" has the numbers. With cells that share the turn, an
+untimed build held the shared turn from 5d281fa until issue 34's one-call recordings set builds aside
+again: while a page builds, another may measure.) A compile's example inputs still run on the GPU
+while its turn is aside. Each lane is pinned to its own CPU cores (:data:`CPUS_ENV`, every thread of
+the page's process and what it starts), so another lane's compile workers do not share the cores of
+the lane that measures.
 Without :data:`TURN_ENV` (one lane, or a reader's own build) nothing here does anything.
 """
 
@@ -65,6 +71,10 @@ __all__ = [
     "clock_lines",
     "CPUS_ENV",
     "ASIDE_IMPORTS",
+    "BUILDS_ASIDE_ENV",
+    "BUILD_STEPS",
+    "BUILD_IMPORTS",
+    "builds_aside",
     "ASIDE_CALLERS",
     "SHARED_ASIDE_CALLERS",
     "COMPILE_TRIGGERS",
@@ -96,6 +106,15 @@ CPUS_ENV = "CUDNN_GUIDE_LANE_CPUS"
 ASIDE_IMPORTS = ("flash_attn",)
 """Packages whose import runs with the turn set aside: Python, seconds, no GPU work (not ``cutlass``:
 cuDNN's own engines import it inside ``build_plans``, which pages time)."""
+BUILDS_ASIDE_ENV = "CUDNN_GUIDE_BUILDS_ASIDE"
+"""``0``: cuDNN's plan building and the ``cudnn`` import keep the page's shared turn (as from 5d281fa until issue
+34's one-call recordings), for an A/B inside one lease (every lane of a recorder call inherits it). Unset or
+anything else: a page whose cells share the turn sets it aside for them (:data:`BUILD_STEPS`, :data:`BUILD_IMPORTS`)."""
+BUILD_STEPS = ("create_execution_plans", "check_support", "build_plans")
+"""The ``cudnn.pygraph`` methods run with the turn set aside, in a page whose cells share it: CPU work
+(heuristics, run-time kernel compiles), untimed there unless inside a measured block."""
+BUILD_IMPORTS = ("cudnn",)
+"""Packages imported with the turn set aside under the rule of :data:`BUILD_STEPS` (loading libcudnn: CPU work)."""
 ASIDE_CALLERS = ("flash_attn",)
 """Packages whose ``cute.compile`` calls set the turn aside."""
 SHARED_ASIDE_CALLERS = ("cudnn",)
@@ -627,14 +646,38 @@ def pin_to_lane_cpus() -> list[int] | None:
     return cpus
 
 
+def builds_aside(turn: Turn) -> bool:
+    """Whether ``turn``'s page sets its cuDNN builds and the ``cudnn`` import aside: its cells share the turn and
+    :data:`BUILDS_ASIDE_ENV` is not ``0``.
+
+    Parameters
+    ----------
+    turn
+        The page's turn.
+
+    Returns
+    -------
+    bool
+        ``False`` for a page whose every cell holds the turn alone, whose own timer could count the wait.
+
+    Example
+    -------
+    >>> builds_aside(Turn("/tmp/gpu-0.turn", shared_cells=True))
+    True
+    """
+    return turn.shared_cells and os.environ.get(BUILDS_ASIDE_ENV, "").strip() != "0"
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a hook once a watched module is imported, and imports :data:`ASIDE_IMPORTS` aside."""
+    """Runs a hook once a watched module is imported, and imports :data:`ASIDE_IMPORTS` (and
+    :data:`BUILD_IMPORTS` where :func:`builds_aside`) aside."""
 
     def __init__(self, turn: Turn, hooks: dict[str, Callable[[Any], None]]) -> None:
         self.turn, self.hooks, self._busy = turn, hooks, set()
+        self.aside_imports = ASIDE_IMPORTS + (BUILD_IMPORTS if builds_aside(turn) else ())
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name in self._busy or (name not in self.hooks and name not in ASIDE_IMPORTS):
+        if name in self._busy or (name not in self.hooks and name not in self.aside_imports):
             return None
         self._busy.add(name)
         try:
@@ -647,9 +690,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return spec
         loader, hook, turn = spec.loader, self.hooks.get(name), self.turn
         run = loader.exec_module
+        aside = name in self.aside_imports
 
         def exec_module(module: Any) -> None:
-            with turn.aside() if name in ASIDE_IMPORTS else contextlib.nullcontext():
+            with turn.aside() if aside else contextlib.nullcontext():
                 run(module)
             if hook is not None:
                 hook(module)
@@ -728,6 +772,33 @@ def _dynamo_aside(turn: Turn) -> Callable[[Any], None]:
         register()
 
     return hook
+
+
+def _builds_aside(turn: Turn) -> Callable[[Any], None]:
+    """cuDNN's plan-building steps (:data:`BUILD_STEPS` of ``cudnn.pygraph``) set the turn aside (:meth:`Turn.aside`:
+    not inside a measured block, nor in a cell that holds the turn alone for its own clock)."""
+
+    def hook(module: Any) -> None:
+        cls = getattr(module, "pygraph", None)
+        for step in BUILD_STEPS:
+            fn = cls.__dict__.get(step) if isinstance(cls, type) else None
+            if fn is None or getattr(fn, "_cudnn_guide_turn", False):
+                continue
+            setattr(cls, step, _setting_aside(fn, turn))
+
+    return hook
+
+
+def _setting_aside(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
+    import functools
+
+    @functools.wraps(fn)
+    def aside(*args: Any, **kwargs: Any) -> Any:
+        with turn.aside():
+            return fn(*args, **kwargs)
+
+    aside._cudnn_guide_turn = True  # type: ignore[attr-defined]
+    return aside
 
 
 COMPILE_TRIGGERS = ("DYNAMO", "LAZY_BACKWARD")
@@ -828,8 +899,9 @@ def install(
 
     Takes :data:`TURN_ENV` when ``path`` is not given; without either, does nothing. Hooks run as
     their module is imported (at once when it already is): Dynamo's compile callbacks
-    (``torch._dynamo``), Inductor's benchmarks (``torch._inductor.runtime.benchmarking``) and
-    ``cutlass.cute.compile``; :data:`ASIDE_IMPORTS` are imported aside.
+    (``torch._dynamo``), Inductor's benchmarks (``torch._inductor.runtime.benchmarking``),
+    ``cutlass.cute.compile`` and, where :func:`builds_aside`, ``cudnn.pygraph``'s :data:`BUILD_STEPS`;
+    :data:`ASIDE_IMPORTS` (and there :data:`BUILD_IMPORTS`) are imported aside.
 
     Parameters
     ----------
@@ -873,6 +945,8 @@ def install(
         "torch._inductor.runtime.benchmarking": _benchmarks_hold(turn),
         "cutlass.cute": _cute_aside(turn),
     }
+    if builds_aside(turn):
+        hooks["cudnn._pygraph"] = _builds_aside(turn)
     for name, hook in hooks.items():
         if name in sys.modules:
             hook(sys.modules[name])
