@@ -277,7 +277,8 @@ def measure(fn: Callable[[], Any], label: str, options: BenchOptions) -> Measure
 
     The checked first call comes before the measured block (:func:`cudnn_guide.collector.spending`): nothing
     of it is timed, so in the docs build's lanes it runs beside the other pages' cells (the shared turn), and
-    the GPU is held alone from the warm-up on (issue 34: the alone turns add up across the site).
+    the GPU is held alone from the warm-up on (issue 34: the alone turns add up across the site). Inside an
+    outer measured block (a comparison's rounds with ``rewarm=False``) it runs there, as before.
 
     Parameters
     ----------
@@ -401,9 +402,9 @@ def peak_memory_mib(fn: Callable[[], Any]) -> float:
 def first_call(fn: Callable[[], Any], label: str, expect_shape: Sequence[int] | None = None) -> None:
     """One checked call before anything is timed: ``fn`` is callable, runs, and returns ``expect_shape``.
 
-    Untimed, outside every measured block (:func:`measure` and
-    :func:`~cudnn_guide.measure.compare.compare` call it before theirs): in the docs build's lanes it runs
-    beside the other pages' cells.
+    Untimed: :func:`measure` and :func:`~cudnn_guide.measure.compare.compare` call it before their measured
+    blocks, so in the docs build's lanes it runs beside the other pages' cells (but inside a comparison's
+    rounds with ``rewarm=False``, each round's own check, as before).
 
     Parameters
     ----------

@@ -19,9 +19,11 @@ value. An interval that straddles a band edge runs to the cap. ``min_rounds=roun
 Each contender's host time per call is measured in its first round only (it does not change
 between rounds, and each such call waits for the GPU).
 
-**Warm-up once per comparison.** A contender's first round checks it, warms it up for
-``warmup_ms`` (GPU time included) and sizes its run, as :func:`~cudnn_guide.measure.bench.benchmark`
-does alone. From its second round on it is re-primed with :data:`REWARM_CALLS` calls (one for a call
+**Warm-up once per comparison.** Each contender's checked first call comes before the rounds, outside
+the measured block (:func:`~cudnn_guide.measure.bench.first_call`: in the docs build's lanes, beside
+other pages). A contender's first round warms it up for ``warmup_ms`` (GPU time included) and sizes its
+run, as :func:`~cudnn_guide.measure.bench.benchmark` does alone.
+From its second round on it is re-primed with :data:`REWARM_CALLS` calls (one for a call
 of at least :data:`~cudnn_guide.measure.bench.LONG_CALL_MS`, none from
 :data:`~cudnn_guide.measure.bench.SELF_PRIMING_MS`; after the other contenders ran)
 instead: no first-call check, no timed warm-up, and its spin and number of timed calls are sized
@@ -52,7 +54,7 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import BenchmarkError
-from cudnn_guide.measure.bench import Rewarm, benchmark, first_call
+from cudnn_guide.measure.bench import BenchOptions, Rewarm, benchmark, first_call
 from cudnn_guide.measure.measurement import Measurement, estimate
 from cudnn_guide.measure.verdicts import MIN_ROUNDS, MIN_TIE_BAND, bootstrap_median_ci, judge
 
@@ -358,6 +360,7 @@ def compare(
         or not (math.isfinite(round_budget_ms) and round_budget_ms > 0)
     ):
         raise BenchmarkError(f"compare: round_budget_ms={round_budget_ms!r} must be a positive number of milliseconds")
+    bench_options(l2, flops, bytes, round_budget_ms, bench_kwargs)  # a bad setting is refused before anything runs
     checked = REWARM if rewarm is None else rewarm
     if checked:  # each contender's checked first call, untimed: before the measured block (beside other lanes)
         for name, fn in contenders.items():
@@ -379,6 +382,14 @@ def compare(
         rewarm=checked,
         **bench_kwargs,
     )
+
+
+def bench_options(
+    l2: str, flops: float | None, bytes: float | None, budget_ms: float, bench_kwargs: Mapping[str, Any]
+) -> BenchOptions:
+    """The options :func:`compare`'s measurements will be made with, checked (``BenchOptions`` refuses a bad
+    ``l2``, a CUDA graph with a cold L2, an unknown keyword) before any first call runs."""
+    return BenchOptions(l2=l2, flops=flops, bytes=bytes, budget_ms=budget_ms, precision=None, **bench_kwargs)
 
 
 @collector.spending("timing")

@@ -701,7 +701,9 @@ def test_the_trace_names_the_measured_block_that_held_the_turn_alone(tmp_path, m
 def test_inductor_autotuning_is_traced_as_such(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
     turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"), shared_cells=True)
-    benchmark = gpu_turns._holding(lambda: turn.mode, turn)
+    benchmarking = type("benchmarking", (), {})()
+    benchmarking.Benchmarker = type("Benchmarker", (), {"benchmark_gpu": lambda self: turn.mode})
+    gpu_turns._benchmarks_hold(turn)(benchmarking)
     with turn.held():
-        assert benchmark() == "exclusive"
+        assert benchmarking.Benchmarker().benchmark_gpu() == "exclusive"
     assert [(t[0], t[4]) for t in turn.trace][1] == ("exclusive", "torch._inductor autotuning")

@@ -726,3 +726,27 @@ def test_the_first_call_checks_run_before_the_measured_block_and_a_broken_conten
     with pytest.raises(BenchmarkError, match="bad plan"):
         compare.compare({"cudnn": broken, "torch": gpu.contender("torch")}, candidate="cudnn", l2="hot", rounds=5)
     assert opened == []  # refused before any measured block (the alone turn) was entered
+
+
+@pytest.mark.parametrize(
+    "bad", [{"min_rounds": 4}, {"round_budget_ms": 0}, {"l2": "warm"}, {"cuda_graph": True}, {"no_such_setting": 1}]
+)
+def test_a_bad_setting_is_refused_before_any_contender_is_called(monkeypatch, bad):
+    asked = fake_benchmark(monkeypatch, _FakeGPU({"cudnn": 0.1, "torch": 0.2}))
+    settings = {"l2": "cold", "rounds": 5, **bad}
+    with pytest.raises((BenchmarkError, TypeError, ValueError)):
+        compare.compare({"cudnn": lambda: None, "torch": lambda: None}, candidate="cudnn", **settings)
+    assert asked == []  # no first call, no plan build, no compile before the refusal
+
+
+def test_compare_checks_each_contenders_output_shape_before_timing(monkeypatch):
+    from cudnn_guide import environment
+
+    monkeypatch.setattr(environment, "require_gpu", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    timed = []
+    monkeypatch.setattr(compare, "benchmark", lambda fn, **kw: timed.append(kw["label"]))
+    contenders = {"cudnn": lambda: torch.empty(2, 3), "torch": lambda: torch.empty(3, 3)}
+    with pytest.raises(BenchmarkError, match=r"output shape \(3, 3\) != expected \(2, 3\)"):
+        compare.compare(contenders, candidate="cudnn", l2="hot", rounds=5, expect_shape=(2, 3))
+    assert timed == []

@@ -8,7 +8,7 @@ on one GPU"), so lanes take **turns** on a ``flock`` that every lane of that GPU
   that the cells of other lanes run beside it (their checks, references, tables and figures),
   and each **measured block** holds it **alone** (:func:`cudnn_guide.collector.measuring`: every
   timing loop, fresh-process study, interpreter pool, timed plan build and first call whose wall
-  time a page reports; an untimed build holds the shared turn); a lane waiting to measure goes
+  time a page reports; an untimed build sets the shared turn aside, below); a lane waiting to measure goes
   before lanes that ask for a shared turn after it. This became the default when its second
   whole-site recording (d51459d) met both bars and became the site's recording; its first (254ec0e)
   missed one. The cells of a page whose own code reads a clock hold it alone, from the first
@@ -779,26 +779,27 @@ def _builds_aside(turn: Turn) -> Callable[[Any], None]:
     not inside a measured block, nor in a cell that holds the turn alone for its own clock)."""
 
     def hook(module: Any) -> None:
-        cls = getattr(module, "pygraph", None)
-        for step in BUILD_STEPS:
-            fn = cls.__dict__.get(step) if isinstance(cls, type) else None
-            if fn is None or getattr(fn, "_cudnn_guide_turn", False):
-                continue
-            setattr(cls, step, _setting_aside(fn, turn))
+        _patch_methods(getattr(module, "pygraph", None), BUILD_STEPS, turn.aside)
 
     return hook
 
 
-def _setting_aside(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
+def _patch_methods(cls: Any, methods: tuple[str, ...], around: Callable[[], Any]) -> None:
+    """Run each of ``cls``'s own ``methods`` inside ``around()`` (a context manager), once."""
     import functools
 
-    @functools.wraps(fn)
-    def aside(*args: Any, **kwargs: Any) -> Any:
-        with turn.aside():
-            return fn(*args, **kwargs)
+    for method in methods:
+        fn = cls.__dict__.get(method) if isinstance(cls, type) else None
+        if fn is None or getattr(fn, "_cudnn_guide_turn", False):
+            continue
 
-    aside._cudnn_guide_turn = True  # type: ignore[attr-defined]
-    return aside
+        def wrapped(*args: Any, _fn: Callable[..., Any] = fn, **kwargs: Any) -> Any:
+            with around():
+                return _fn(*args, **kwargs)
+
+        functools.update_wrapper(wrapped, fn)
+        wrapped._cudnn_guide_turn = True  # type: ignore[attr-defined]
+        setattr(cls, method, wrapped)
 
 
 COMPILE_TRIGGERS = ("DYNAMO", "LAZY_BACKWARD")
@@ -810,26 +811,13 @@ def _benchmarks_hold(turn: Turn) -> Callable[[Any], None]:
 
     def hook(benchmarking: Any) -> None:
         for cls_name in ("Benchmarker", "TritonBenchmarker", "InductorBenchmarker"):
-            cls = getattr(benchmarking, cls_name, None)
-            for method in ("benchmark_gpu",):
-                fn = cls and cls.__dict__.get(method)
-                if fn is None or getattr(fn, "_cudnn_guide_turn", False):
-                    continue
-                setattr(cls, method, _holding(fn, turn))
+            _patch_methods(
+                getattr(benchmarking, cls_name, None),
+                ("benchmark_gpu",),
+                lambda: turn.exclusive(owner="torch._inductor autotuning"),
+            )
 
     return hook
-
-
-def _holding(fn: Callable[..., Any], turn: Turn) -> Callable[..., Any]:
-    import functools
-
-    @functools.wraps(fn)
-    def held(*args: Any, **kwargs: Any) -> Any:
-        with turn.exclusive(owner="torch._inductor autotuning"):
-            return fn(*args, **kwargs)
-
-    held._cudnn_guide_turn = True  # type: ignore[attr-defined]
-    return held
 
 
 def turn_scope() -> str:
