@@ -49,7 +49,7 @@ DOCS_MODULES = (
     "torch",
     "cudnn",
 )
-TEST_MODULES = ("pytest", "hypothesis", "selenium", "ruff", *DOCS_MODULES)
+TEST_MODULES = ("pytest", "pytest_timeout", "hypothesis", "selenium", "ruff", *DOCS_MODULES)
 
 
 def _no_venv(session: nox.Session) -> bool:

@@ -31,6 +31,17 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_put_back():
+    """A test that runs a CLI in process (``recording.stop_on_sigterm``) leaves no handler to the next."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return

@@ -34,6 +34,46 @@ def test_a_source_whose_highlighting_warns_is_left_to_the_main_process():
     assert broken not in got and got[SOURCES[2]] == bridge.highlight_block(SOURCES[2], "python", linenos="")
 
 
+class SignalReporter:
+    """A highlighter whose 'highlighted source' is the worker's SIGTERM and SIGINT dispositions."""
+
+    def highlight_block(self, source, lang, **kwargs):
+        import signal
+
+        return f"{signal.getsignal(signal.SIGTERM)!r} {signal.getsignal(signal.SIGINT)!r}"
+
+
+def test_a_worker_dies_on_sigterm_and_leaves_ctrl_c_to_the_main_process_whatever_the_main_process_set():
+    """The recorder's SIGTERM handler raises KeyboardInterrupt; a worker running it when the pool
+    ended could hang in its exit code, and the main process with it in ``Pool.terminate``."""
+    import signal
+
+    from gallery_build import recording
+
+    recording.stop_on_sigterm()  # conftest puts the handlers back after each test
+    got = write_phase.highlight_in_workers(SignalReporter(), ["a", "b"], "python", 2)
+    assert got == dict.fromkeys(["a", "b"], f"{signal.SIG_DFL!r} {signal.SIG_IGN!r}")
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the main process's own are untouched
+
+
+class Stuck:
+    def highlight_block(self, source, lang, **kwargs):
+        import time
+
+        time.sleep(120)
+
+
+def test_stuck_workers_are_ended_and_the_main_process_highlights_everything(monkeypatch):
+    import multiprocessing
+    import time
+
+    monkeypatch.setattr(write_phase, "WORKER_TIMEOUT_S", 1.0)
+    start = time.monotonic()
+    assert write_phase.highlight_in_workers(Stuck(), SOURCES, "python", 2) == {}
+    assert time.monotonic() - start < 30
+    assert multiprocessing.active_children() == []
+
+
 def test_viewcodes_call_is_answered_once_from_the_ready_ones_and_any_other_goes_to_the_highlighter():
     calls = []
 

@@ -76,12 +76,39 @@ def highlight_in_workers(
     if not unique:
         return {}
     _WORKER.update(highlighter=highlighter, lang=lang, kwargs=kwargs)
+    workers = max(1, min(processes, len(unique)))
     try:
-        with multiprocessing.get_context("fork").Pool(max(1, min(processes, len(unique)))) as pool:
-            done = pool.map(_highlight_in_worker, unique, chunksize=1)
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_default_signals) as pool:
+            try:
+                done = pool.map_async(_highlight_in_worker, unique, chunksize=1).get(timeout=WORKER_TIMEOUT_S)
+            except multiprocessing.TimeoutError:  # the main process highlights them all, as without workers
+                return {}
+            pool.close()
+            pool.join()
     finally:
         _WORKER.clear()
     return {source: html for source, html in zip(unique, done) if html is not None}
+
+
+WORKER_TIMEOUT_S = 600.0
+"""How long the workers may take in all before the main process highlights every module itself.
+
+The package's modules take well under a second each; only a stuck worker reaches this.
+"""
+
+
+def _default_signals() -> None:
+    """A worker's start: SIGTERM ends it and Ctrl-C is left to the main process.
+
+    A forked worker inherits the main process's handlers. The recorder's CLI turns SIGTERM into
+    ``KeyboardInterrupt`` (``recording.stop_on_sigterm``); a worker running that handler when the
+    pool is ended ran its exit code instead of dying, and could hang in it with the main process
+    waiting in ``Pool.terminate`` for ever (seen: a CI run stopped at its time limit).
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _viewcode_writes(app: Any) -> bool:
