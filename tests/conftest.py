@@ -39,7 +39,8 @@ def _signal_handlers_put_back():
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     yield
     for sig, handler in saved.items():
-        signal.signal(sig, handler)
+        if handler is not None:  # None: set from C, which Python cannot set back
+            signal.signal(sig, handler)
 
 
 def pytest_collection_modifyitems(config, items):

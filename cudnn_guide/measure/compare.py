@@ -344,6 +344,10 @@ def compare(
     BenchmarkError
         Fewer than :data:`MIN_ROUNDS` rounds, an unknown candidate, no baseline, or a round
         median that is not positive (a call too short to time this way).
+    ValueError
+        A bad ``l2``, or ``cuda_graph`` with a cold L2 (before any contender is called).
+    TypeError
+        A keyword the benchmark does not take (before any contender is called).
 
     Example
     -------
@@ -360,7 +364,7 @@ def compare(
         or not (math.isfinite(round_budget_ms) and round_budget_ms > 0)
     ):
         raise BenchmarkError(f"compare: round_budget_ms={round_budget_ms!r} must be a positive number of milliseconds")
-    bench_options(l2, flops, bytes, round_budget_ms, bench_kwargs)  # a bad setting is refused before anything runs
+    _check_bench_options(l2, flops, bytes, round_budget_ms, bench_kwargs)  # refused before anything runs
     checked = REWARM if rewarm is None else rewarm
     if checked:  # each contender's checked first call, untimed: before the measured block (beside other lanes)
         for name, fn in contenders.items():
@@ -384,12 +388,14 @@ def compare(
     )
 
 
-def bench_options(
+def _check_bench_options(
     l2: str, flops: float | None, bytes: float | None, budget_ms: float, bench_kwargs: Mapping[str, Any]
-) -> BenchOptions:
-    """The options :func:`compare`'s measurements will be made with, checked (``BenchOptions`` refuses a bad
-    ``l2``, a CUDA graph with a cold L2, an unknown keyword) before any first call runs."""
-    return BenchOptions(l2=l2, flops=flops, bytes=bytes, budget_ms=budget_ms, precision=None, **bench_kwargs)
+) -> None:
+    """Refuse :func:`compare`'s benchmark settings before any first call runs: ``BenchOptions`` raises
+    ``ValueError`` for a bad ``l2`` or a CUDA graph with a cold L2, ``TypeError`` for an unknown keyword.
+
+    Only a check: the measured block then sets its own warm-up and repetition defaults."""
+    BenchOptions(l2=l2, flops=flops, bytes=bytes, budget_ms=budget_ms, precision=None, **bench_kwargs)
 
 
 @collector.spending("timing")

@@ -7,6 +7,7 @@ stem kept for the build is the stem of its word.
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -57,21 +58,54 @@ def test_a_worker_dies_on_sigterm_and_leaves_ctrl_c_to_the_main_process_whatever
 
 
 class Stuck:
+    """A highlighter that notes its worker's pid, then never finishes."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
     def highlight_block(self, source, lang, **kwargs):
+        import os
         import time
 
+        (self.pids / str(os.getpid())).touch()
         time.sleep(120)
 
 
-def test_stuck_workers_are_ended_and_the_main_process_highlights_everything(monkeypatch):
-    import multiprocessing
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_stuck_workers_are_ended_and_the_main_process_highlights_everything(monkeypatch, tmp_path):
     import time
 
     monkeypatch.setattr(write_phase, "WORKER_TIMEOUT_S", 1.0)
     start = time.monotonic()
-    assert write_phase.highlight_in_workers(Stuck(), SOURCES, "python", 2) == {}
+    assert write_phase.highlight_in_workers(Stuck(tmp_path), SOURCES, "python", 2) == {}
     assert time.monotonic() - start < 30
-    assert multiprocessing.active_children() == []
+    pids = [int(p.name) for p in tmp_path.iterdir()]
+    assert len(pids) == 2 and not any(map(_alive, pids))  # both workers were stuck, and are gone (reaped)
+
+
+def test_ending_the_pool_kills_each_worker_whatever_its_exit_code_would_do():
+    """A worker never runs its exit code: one that would hang in it (a finalizer) does not hold the build."""
+    import time
+
+    start = time.monotonic()
+    got = write_phase.highlight_in_workers(HangsOnExit(), ["a", "b"], "python", 2)
+    assert got == {"a": "a", "b": "b"} and time.monotonic() - start < 30
+
+
+class HangsOnExit:
+    def highlight_block(self, source, lang, **kwargs):
+        import time
+        from multiprocessing import util
+
+        util.Finalize(None, time.sleep, (3600,), exitpriority=0)  # would run as the worker exits normally
+        return source
 
 
 def test_viewcodes_call_is_answered_once_from_the_ready_ones_and_any_other_goes_to_the_highlighter():

@@ -78,13 +78,12 @@ def highlight_in_workers(
     _WORKER.update(highlighter=highlighter, lang=lang, kwargs=kwargs)
     workers = max(1, min(processes, len(unique)))
     try:
+        # leaving the pool ends its workers (SIGTERM, which a worker does not handle: it dies at once)
         with multiprocessing.get_context("fork").Pool(workers, initializer=_default_signals) as pool:
             try:
                 done = pool.map_async(_highlight_in_worker, unique, chunksize=1).get(timeout=WORKER_TIMEOUT_S)
             except multiprocessing.TimeoutError:  # the main process highlights them all, as without workers
                 return {}
-            pool.close()
-            pool.join()
     finally:
         _WORKER.clear()
     return {source: html for source, html in zip(unique, done) if html is not None}
@@ -98,12 +97,13 @@ The package's modules take well under a second each; only a stuck worker reaches
 
 
 def _default_signals() -> None:
-    """A worker's start: SIGTERM ends it and Ctrl-C is left to the main process.
+    """A worker's start: SIGTERM ends it at once, and Ctrl-C is left to the main process.
 
     A forked worker inherits the main process's handlers. The recorder's CLI turns SIGTERM into
     ``KeyboardInterrupt`` (``recording.stop_on_sigterm``); a worker running that handler when the
-    pool is ended ran its exit code instead of dying, and could hang in it with the main process
-    waiting in ``Pool.terminate`` for ever (seen: a CI run stopped at its time limit).
+    pool was ended ran its exit code instead of dying, and could hang in it, with the main process
+    waiting in ``Pool.terminate`` for ever (a CI run's test suite, which had left that handler
+    installed, stopped at its time limit). No exit code runs in a worker now: ending the pool kills it.
     """
     import signal
 
