@@ -64,7 +64,6 @@ class Stuck:
         self.pids = pids
 
     def highlight_block(self, source, lang, **kwargs):
-        import os
         import time
 
         (self.pids / str(os.getpid())).touch()
