@@ -125,17 +125,16 @@ def docs(session: nox.Session) -> None:
     records page 5 only (any page names or numbers; see the module's docstring)."""
     pages, sphinx_args = _pages_and_sphinx_args(session)
     python = _prepare(session, "docs", DOCS_MODULES)
-    mode = (
-        session.run(
-            python,
-            "-c",
-            "from gallery_build.staleness import docs_mode; print(docs_mode())",
-            silent=True,
-            external=True,
-        )
-        .strip()
-        .splitlines()[-1]
+    said = session.run(
+        python,
+        "-c",
+        "from gallery_build.staleness import docs_mode; print(docs_mode())",
+        silent=True,
+        external=True,
     )
+    if said is None:  # --install-only: nox ran nothing, so there is no mode and nothing to record or build
+        return
+    mode = said.strip().splitlines()[-1]
     if mode == "record":
         what = ", ".join(pages) + " (the other pages keep their recording)" if pages else "every example"
         session.log(f"CUDA GPU found: recording {what} afresh, each in its own process")

@@ -112,8 +112,9 @@ class _FakeSession:
     venv_backend = "virtualenv"
     virtualenv = types.SimpleNamespace(is_sandboxed=True)
 
-    def __init__(self, posargs, mode):
+    def __init__(self, posargs, mode, install_only=False):
         self.posargs, self.mode, self.env = list(posargs), mode, {}
+        self.install_only = install_only  # nox --install-only: every run is skipped and returns None
         self.calls, self.logs, self.warnings = [], [], []
 
     def install(self, *args, **kwargs):
@@ -121,6 +122,8 @@ class _FakeSession:
 
     def run(self, *args, silent=False, **kwargs):
         self.calls.append(("run", *args))
+        if self.install_only:
+            return None
         if "-c" in args:  # the mode query
             return f"{self.mode}\n"
         if "sphinx" in args:  # the build writes its output folder
@@ -198,3 +201,10 @@ def test_nox_docs_without_a_gpu_says_nothing_is_recorded_and_renders_the_recordi
     assert [r for r in runs if "sphinx" in r], "the committed recording must still be rendered"
     warning = " ".join(session.warnings)
     assert "nothing can be recorded without" in warning and "plot_05_sdpa_causal.py" in warning
+
+
+def test_nox_docs_install_only_installs_and_stops_without_recording_or_building(noxfile):
+    session = _FakeSession(["5"], mode="record", install_only=True)
+    noxfile.docs(session)  # nox returns None from a skipped run: the session must not fail on it
+    assert [c for c in session.calls if c[0] == "install"], "the environment is still installed"
+    assert _runs(session) == []  # only the (skipped) mode query: no recording, no build
