@@ -12,7 +12,10 @@ GPU machine from the repository root::
     PYTHONPATH=. python tools/parallel_fresh_probe.py OUT.json [--blocks 3] [--per-block 4] [--backends cudnn,fa4]
 
 The summary per arm is each part's median and min-max over its processes; it is a probe of one lease, not
-a rule: the measurement studies say what it does and does not show.
+a rule: the measurement studies say what it does and does not show. On a machine where Python may not
+write bytecode (the GPU builder), every process compiles its imports from source unless it is given the
+recorder's shared bytecode (``PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=/tmp/bytecode``, after one
+process has filled it); the committed runs were not.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from cudnn_guide import collector
 
 __all__ = [
+    "AT_ONCE_ENV",
     "CHILD",
     "PARTS",
     "conclusions",
@@ -146,7 +147,64 @@ def fresh_process(backend: str, timeout: float = 300) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def fresh_processes(backends: Sequence[str], rounds: int = 3) -> dict[str, list[dict[str, Any]]]:
+AT_ONCE_ENV = "CUDNN_GUIDE_FIRST_CALLS_AT_ONCE"
+"""Set to ``2``: :func:`fresh_processes` starts each round's backends at once, each on its own share of the
+caller's cores (an A/B switch for the recorder's speed, issue 34; unset or ``1``: one process at a time, as
+every recording so far). In ``tools/parallel_fresh_probe.py``'s two runs on one H200 a cuDNN and a
+FlashAttention-4 process started together measured what each did alone, within their spread, but in
+processes that compiled their imports from source, not with the recorder's shared bytecode
+(``docs/data/parallel_fresh_probe.json``); no recording has used it yet."""
+
+
+def _at_once() -> int:
+    raw = os.environ.get(AT_ONCE_ENV, "").strip() or "1"
+    if raw not in ("1", "2"):
+        raise ValueError(f"{AT_ONCE_ENV} takes 1 (one process at a time) or 2 (a round's two at once), got {raw!r}")
+    return int(raw)
+
+
+def _shares(cores: Sequence[int], parts: int) -> list[set[int]] | None:
+    """``cores`` cut into ``parts`` contiguous shares of (nearly) equal size, or ``None`` when there are too few."""
+    ordered = sorted(cores)
+    if parts < 2 or len(ordered) < parts:
+        return None
+    size, extra = divmod(len(ordered), parts)
+    shares, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        shares.append(set(ordered[start:end]))
+        start = end
+    return shares
+
+
+def _round_at_once(backends: Sequence[str], shares: Sequence[set[int]]) -> list[dict[str, Any]]:
+    """One round: each backend's process started at once, each from a thread pinned to its share of the cores."""
+    import threading
+
+    answers: list[dict[str, Any] | None] = [None] * len(backends)
+    failures: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            os.sched_setaffinity(0, shares[i])  # this thread's cores: the process it starts inherits them
+            answers[i] = fresh_process(backends[i])
+        except BaseException as exc:  # raised again in the caller's thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,), name=f"first call {b}") for i, b in enumerate(backends)]
+    # fresh_process's own measured block opens inside the caller's (collector.spending nests): one turn for both
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+    return [a for a in answers if a is not None]
+
+
+def fresh_processes(
+    backends: Sequence[str], rounds: int = 3, at_once: int | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """:func:`fresh_process` for each backend, ``rounds`` times, interleaved (one of each per round).
 
     Parameters
@@ -155,20 +213,40 @@ def fresh_processes(backends: Sequence[str], rounds: int = 3) -> dict[str, list[
         The backends, in the order each round runs them.
     rounds
         Processes per backend.
+    at_once
+        ``1``: one process at a time; ``2``: a round's two backends started together, each on half of the
+        caller's cores (a round of one backend, or fewer cores than backends, runs one at a time).
+        ``None``: :data:`AT_ONCE_ENV`, else 1.
 
     Returns
     -------
     dict[str, list[dict[str, Any]]]
         Backend → what each of its processes returned, in order.
 
+    Raises
+    ------
+    ValueError
+        ``at_once`` (or :data:`AT_ONCE_ENV`) is not 1 or 2, or it is 2 for more than two backends.
+
     Example
     -------
     >>> first_calls = fresh_processes(["cudnn", "fa4"], rounds=3)
     """
+    at_once = _at_once() if at_once is None else at_once
+    if at_once not in (1, 2):
+        raise ValueError(f"at_once takes 1 or 2, got {at_once!r}")
+    if at_once == 2 and len(backends) > 2:
+        raise ValueError(f"two at once runs a round of two backends, got {len(backends)}: {list(backends)}")
+    shares = _shares(os.sched_getaffinity(0), len(backends)) if at_once == 2 else None
     runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
     for _ in range(rounds):
-        for b in backends:
-            runs[b].append(fresh_process(b))
+        if shares:
+            with collector.spending("fresh processes"):  # one measured block: the round's processes inside it
+                answers = _round_at_once(backends, shares)
+        else:  # each process its own measured block, as before
+            answers = [fresh_process(b) for b in backends]
+        for b, answer in zip(backends, answers):
+            runs[b].append(answer)
     return runs
 
 

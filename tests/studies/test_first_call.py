@@ -6,10 +6,14 @@ a real child would, and the data are those of a recorded run (plot_28 at bc4f7a2
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 
 import pytest
 
+from cudnn_guide import collector
 from cudnn_guide.studies import first_call
 from cudnn_guide.studies.first_call import PARTS
 
@@ -227,3 +231,95 @@ def test_a_fresh_cudnn_process_builds_and_runs_the_lessons_graph():
     got = first_call.fresh_process("cudnn")
     assert "error" not in got, got
     assert set(got) == {*PARTS, "second_call_s"} and got["first_call_s"] > got["second_call_s"] > 0
+
+
+# -- two at once (CUDNN_GUIDE_FIRST_CALLS_AT_ONCE=2): an A/B switch, off by default ------------------------------
+
+two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two at once needs two cores to share")
+
+
+def _stand_in(monkeypatch, barrier=None, fail=None):
+    """A fresh_process that records its thread's cores and, with a barrier, proves two ran at the same time.
+
+    Like the real one it is a measured block of its own (``collector.spending``)."""
+    seen = []
+
+    @collector.spending("fresh processes")
+    def fake(backend):
+        seen.append((backend, frozenset(os.sched_getaffinity(0))))
+        if backend == fail:
+            raise RuntimeError(f"{backend} broke")
+        if barrier is not None:
+            barrier.wait()  # both processes of a round must be running to pass
+        return {"backend": backend}
+
+    monkeypatch.setattr(first_call, "fresh_process", fake)
+    return seen
+
+
+def test_by_default_one_process_at_a_time_each_its_own_measured_block(monkeypatch):
+    monkeypatch.delenv(first_call.AT_ONCE_ENV, raising=False)
+    seen = _stand_in(monkeypatch)
+    blocks = []
+
+    @contextlib.contextmanager
+    def holder():
+        blocks.append(len(seen))
+        yield
+
+    collector.hold_while_measuring(holder)
+    try:
+        runs = first_call.fresh_processes(["cudnn", "fa4"], rounds=2)
+    finally:
+        collector.hold_while_measuring(None)
+    assert [b for b, _ in seen] == ["cudnn", "fa4"] * 2
+    assert runs == {"cudnn": [{"backend": "cudnn"}] * 2, "fa4": [{"backend": "fa4"}] * 2}
+    assert blocks == [0, 1, 2, 3], "each process is its own measured block (its own alone turn), as before"
+
+
+@two_cores
+def test_two_at_once_start_a_rounds_processes_together_on_disjoint_cores(monkeypatch):
+    monkeypatch.setenv(first_call.AT_ONCE_ENV, "2")
+    seen = _stand_in(monkeypatch, barrier=threading.Barrier(2, timeout=10))
+    entered = []
+
+    @contextlib.contextmanager
+    def holder():
+        entered.append(len(seen))
+        yield
+
+    collector.hold_while_measuring(holder)
+    try:
+        runs = first_call.fresh_processes(["cudnn", "fa4"], rounds=3)
+    finally:
+        collector.hold_while_measuring(None)
+    assert runs == {"cudnn": [{"backend": "cudnn"}] * 3, "fa4": [{"backend": "fa4"}] * 3}  # in backend order
+    assert entered == [0, 2, 4], "each round is one measured block (one alone turn), entered before it starts"
+    by_backend = {b: cores for b, cores in seen}
+    assert not by_backend["cudnn"] & by_backend["fa4"], "each process on its own share of the cores"
+    assert by_backend["cudnn"] | by_backend["fa4"] == set(os.sched_getaffinity(0))
+    assert os.sched_getaffinity(0) == set().union(*by_backend.values()), "the caller's own cores are untouched"
+
+
+@two_cores
+def test_a_failure_in_one_of_two_at_once_reaches_the_caller(monkeypatch):
+    _stand_in(monkeypatch, fail="fa4")
+    with pytest.raises(RuntimeError, match="fa4 broke"):
+        first_call.fresh_processes(["cudnn", "fa4"], rounds=1, at_once=2)
+
+
+def test_two_at_once_refuses_bad_settings_before_any_process(monkeypatch):
+    seen = _stand_in(monkeypatch)
+    monkeypatch.setenv(first_call.AT_ONCE_ENV, "3")
+    with pytest.raises(ValueError, match=f"{first_call.AT_ONCE_ENV} takes 1 .* got '3'"):
+        first_call.fresh_processes(["cudnn", "fa4"])
+    with pytest.raises(ValueError, match="at_once takes 1 or 2"):
+        first_call.fresh_processes(["cudnn", "fa4"], at_once=0)
+    with pytest.raises(ValueError, match="more than two|got 3"):
+        first_call.fresh_processes(["cudnn", "fa4", "cudnn"], at_once=2)
+    assert seen == []
+
+
+def test_core_shares_are_contiguous_and_cover_every_core():
+    assert first_call._shares([3, 0, 1, 2, 4], 2) == [{0, 1, 2}, {3, 4}]
+    assert first_call._shares([7], 2) is None and first_call._shares([0, 1], 1) is None
