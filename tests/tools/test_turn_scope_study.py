@@ -113,6 +113,7 @@ def test_the_committed_study_agrees_with_the_benchmark_and_with_itself():
         "clock_cells_site.json",
         "loop_sizing_site.json",
         "one_call_lanes4_site.json",
+        "three_lanes_site.json",
     ],
 )
 def test_each_committed_whole_site_study_agrees_with_its_benchmark_run(name):
