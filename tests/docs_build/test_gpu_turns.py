@@ -386,7 +386,9 @@ def test_a_page_process_pins_itself_to_its_lanes_cores(monkeypatch):
     [
         (["--lanes", "3", "5", "--keep-going"], 3, ["5", "--keep-going"]),
         (["--lanes=2", "plot_05"], 2, ["plot_05"]),
-        (["plot_05"], 1, ["plot_05"]),
+        (["plot_05"], None, ["plot_05"]),  # nobody said: the recorder chooses (gallery_build.auto_lanes)
+        (["--lanes", "auto", "plot_05"], None, ["plot_05"]),
+        (["--lanes", "1", "plot_05"], 1, ["plot_05"]),
     ],
 )
 def test_the_lanes_option_is_taken_out_of_the_command_line(args, lanes, rest, monkeypatch):
@@ -398,15 +400,19 @@ def test_the_lanes_variable_sets_the_default_and_the_command_line_wins(monkeypat
     monkeypatch.setenv(recording.LANES_ENV, "3")
     assert recording.lanes_option(["plot_05"]) == (3, ["plot_05"])
     assert recording.lanes_option(["--lanes", "2", "plot_05"]) == (2, ["plot_05"])
+    monkeypatch.setenv(recording.LANES_ENV, "1")  # one at a time, whatever the machine
+    assert recording.lanes_option(["plot_05"]) == (1, ["plot_05"])
+    monkeypatch.setenv(recording.LANES_ENV, "auto")
+    assert recording.lanes_option(["plot_05"]) == (None, ["plot_05"])
     monkeypatch.setenv(recording.LANES_ENV, "many")
-    with pytest.raises(recording.LanesError, match=r"CUDNN_GUIDE_LANES\) takes .* got 'many'"):
+    with pytest.raises(recording.LanesError, match=r"CUDNN_GUIDE_LANES\) takes .* or auto; got 'many'"):
         recording.lanes_option([])
 
 
 @pytest.mark.parametrize("args", [["--lanes"], ["--lanes", "0"], ["--lanes", "two"], ["--lanes=9"]])
 def test_a_bad_lanes_value_is_refused_with_the_range(args, monkeypatch):
     monkeypatch.delenv(recording.LANES_ENV, raising=False)
-    with pytest.raises(recording.LanesError, match=r"a whole number from 1 to 8; got"):
+    with pytest.raises(recording.LanesError, match=r"a whole number from 1 to 8, or auto; got"):
         recording.lanes_option(args)
 
 
@@ -450,6 +456,29 @@ def test_lanes_on_one_gpu_share_its_turn_and_get_their_own_cores(tmp_path, root,
     out = capsys.readouterr().out
     assert "3 page(s) on 3 lane(s) of 1 GPU(s), taking turns on each" in out
     assert "in a fresh interpreter on lane " in out
+
+
+@pytest.mark.parametrize(("memory", "lanes"), [([139.8], 3), ([79.2], 1), ([], 1)])
+def test_lanes_nobody_gave_are_chosen_from_the_machine_and_said(tmp_path, root, monkeypatch, capsys, memory, lanes):
+    """``lanes=None`` (the command lines' default): three lanes on an H200-sized GPU with cores enough, else one."""
+    from gallery_build import auto_lanes
+    from test_progress import PAGE_A, PAGE_B, FakePool, _project
+
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    third = "plot_05_sdpa_causal.py"
+    import shutil
+
+    shutil.copy(root / "examples" / third, examples / third)
+    envs = _record_envs(gallery, monkeypatch, FakePool)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(auto_lanes, "gpu_memory_gib", lambda: memory)
+    seconds = recording.record_examples(docs, examples, gallery, gpus=1, lanes=None)
+    assert set(seconds) == {PAGE_A, PAGE_B, third}
+    assert len(envs) == lanes
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if "CUDNN_GUIDE_LANES=N sets it" in line]
+    assert len(said) == 1, out  # one line, naming the choice and how to change it
+    assert ("3 pages at a time" if lanes == 3 else "one page at a time") in said[0]
 
 
 def test_one_lane_records_as_before_without_turns(tmp_path, root, monkeypatch):

@@ -19,7 +19,7 @@ from typing import Any
 from cudnn_guide import datafiles
 from cudnn_guide.studies.fresh_process import IMPORT_CPUS_ENV
 
-from . import gpu_turns
+from . import auto_lanes, gpu_turns
 from .manifest import read_manifest, write_manifest
 from .progress import Progress, UnknownPageError, changed_verdicts, page_verdicts, resolve_pages, summary_line
 from .restamp import restamp_text_edit
@@ -168,7 +168,7 @@ def record_examples(
     shard: Path | None = None,
     gpus: int | None = None,
     keep_going: bool = False,
-    lanes: int = 1,
+    lanes: int | None = 1,
 ) -> dict[str, float]:
     """Record each example in its own fresh process, into a staging copy; keep only pages that succeed.
 
@@ -210,7 +210,9 @@ def record_examples(
         Pages recorded at once on each GPU, taking turns on it (:mod:`gallery_build.gpu_turns`):
         what a page measures runs with the GPU to itself, while the other pages check, plot,
         compile, import or run Sphinx beside it (``CUDNN_GUIDE_TURN_SCOPE=cell``: one page's code
-        cell at a time). Each lane has its own share of the CPU cores. 1: one page at a time.
+        cell at a time). Each lane has its own share of the CPU cores. 1: one page at a time. ``None``:
+        chosen from the GPUs' memory, the host's cores and the pages (:func:`gallery_build.auto_lanes.choose`),
+        the choice printed in one line; the command lines' default.
 
     Returns
     -------
@@ -240,6 +242,10 @@ def record_examples(
         refuse_round_budget_ab("recording the site's pages")  # nox -s docs, or a direct call
     if names:  # page numbers and stems too; an unknown one stops the run before anything starts
         names = resolve_pages(names, [s.name for s in Path(examples_dir).glob("plot_*.py")])
+    if lanes is None:  # nobody said: lanes only on a machine like the one they were measured on
+        count = len(names) if names else len(list(Path(examples_dir).glob("plot_*.py")))
+        lanes, why = auto_lanes.choose(auto_lanes.gpu_memory_gib(), auto_lanes.host_cores(), count)
+        print(f"cudnn-guide: {why}", flush=True)
     if shard is not None:  # record into a private copy of the gallery and history, then keep the pages as a shard
         from . import shards
 
@@ -534,7 +540,8 @@ def _recorded_in(gallery_dir: Path) -> dict[str, float]:
 MAX_LANES = 8
 """The most pages one GPU records at once (``--lanes``)."""
 LANES_ENV = "CUDNN_GUIDE_LANES"
-"""Pages each GPU records at once when ``--lanes`` is not given (``CUDNN_GUIDE_LANES=3 nox -s docs``)."""
+"""Pages each GPU records at once when ``--lanes`` is not given (``CUDNN_GUIDE_LANES=1 nox -s docs``: one at a
+time); unset or ``auto``, the recorder chooses (:mod:`gallery_build.auto_lanes`)."""
 
 
 class LanesError(ValueError):
@@ -598,8 +605,8 @@ def refuse_round_budget_ab(what: str) -> None:
         )
 
 
-def lanes_option(args: list[str]) -> tuple[int, list[str]]:
-    """Take ``--lanes N`` (or ``--lanes=N``) out of a command line: (lanes, the other arguments).
+def lanes_option(args: list[str]) -> tuple[int | None, list[str]]:
+    """Take ``--lanes N`` (or ``--lanes=N``, ``--lanes auto``) out of a command line: (lanes, the other arguments).
 
     Parameters
     ----------
@@ -608,31 +615,38 @@ def lanes_option(args: list[str]) -> tuple[int, list[str]]:
 
     Returns
     -------
-    tuple[int, list[str]]
-        Pages each GPU records at once (:data:`LANES_ENV`, else 1, when not given), and the rest of ``args``.
+    tuple[int | None, list[str]]
+        Pages each GPU records at once (:data:`LANES_ENV` when ``--lanes`` is not given), ``None`` when
+        neither names a number (or both say ``auto``): :func:`record_examples` then chooses
+        (:func:`gallery_build.auto_lanes.choose`); and the rest of ``args``.
 
     Raises
     ------
     LanesError
-        The value (given, or in :data:`LANES_ENV`) is missing or not a whole number from 1 to :data:`MAX_LANES`.
+        The value (given, or in :data:`LANES_ENV`) is missing, or neither ``auto`` nor a whole number from 1
+        to :data:`MAX_LANES`.
 
     Example
     -------
     >>> lanes_option(["--lanes", "3", "plot_05"])
     (3, ['plot_05'])
     """
-    lanes, rest, i = 1, [], 0
-    if os.environ.get(LANES_ENV):
-        args = ["--lanes", os.environ[LANES_ENV], *args]  # a later --lanes on the command line wins
+    lanes: int | None = None
+    rest, i = [], 0
+    if os.environ.get(LANES_ENV, "").strip():
+        args = ["--lanes", os.environ[LANES_ENV].strip(), *args]  # a later --lanes on the command line wins
     while i < len(args):
         arg = args[i]
         if arg == "--lanes" or arg.startswith("--lanes="):
             value = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
             i += 1 if "=" in arg else 2
+            if value == "auto":
+                lanes = None
+                continue
             if not value.isdigit() or not 1 <= int(value) <= MAX_LANES:
                 raise LanesError(
                     f"--lanes (or {LANES_ENV}) takes how many pages each GPU records at once, a whole number "
-                    f"from 1 to {MAX_LANES}; got {value or 'nothing'!r}"
+                    f"from 1 to {MAX_LANES}, or auto; got {value or 'nothing'!r}"
                 )
             lanes = int(value)
             continue
