@@ -90,6 +90,12 @@ def main() -> None:
     pair = tuple(args.backends.split(","))
     if len(pair) != 2 or not set(pair) <= {"cudnn", "fa4"}:
         parser.error(f"--backends takes two of cudnn and fa4, comma-separated, got {args.backends!r}")
+    missing = set().union(*CORES) - os.sched_getaffinity(0)
+    if missing:  # a thread's affinity would fail and its processes go missing from the paired arm
+        parser.error(
+            f"the probe pins its two slots to cores {sorted(set().union(*CORES))}; this process may not use "
+            f"{sorted(missing)}: run it on a machine with ten cores or more"
+        )
     wall = time.perf_counter()
     runs = run(args.blocks, args.per_block, pair)
     from cudnn_guide import environment

@@ -148,12 +148,13 @@ def fresh_process(backend: str, timeout: float = 300) -> dict[str, Any]:
 
 
 AT_ONCE_ENV = "CUDNN_GUIDE_FIRST_CALLS_AT_ONCE"
-"""Set to ``2``: :func:`fresh_processes` starts each round's backends at once, each on its own share of the
+"""Set to ``2``: :func:`fresh_processes` starts each round's backends at once, each on its own half of the
 caller's cores (an A/B switch for the recorder's speed, issue 34; unset or ``1``: one process at a time, as
-every recording so far). In ``tools/parallel_fresh_probe.py``'s two runs on one H200 a cuDNN and a
-FlashAttention-4 process started together measured what each did alone, within their spread, but in
-processes that compiled their imports from source, not with the recorder's shared bytecode
-(``docs/data/parallel_fresh_probe.json``); no recording has used it yet."""
+every recording so far). ``tools/parallel_fresh_probe.py`` is its only evidence, and it measured other
+conditions: two processes at once on five cores each (in a three-lane recording on 16 cores a page has five
+or six, so each would get two or three), compiling their imports from source rather than reading the
+recorder's shared bytecode; there a cuDNN and a FlashAttention-4 process started together measured what each
+did alone, within their spread (``docs/data/parallel_fresh_probe.json``). No recording has used it yet."""
 
 
 def _at_once() -> int:
@@ -191,7 +192,9 @@ def _round_at_once(backends: Sequence[str], shares: Sequence[set[int]]) -> list[
         except BaseException as exc:  # raised again in the caller's thread below
             failures.append(exc)
 
-    threads = [threading.Thread(target=one, args=(i,), name=f"first call {b}") for i, b in enumerate(backends)]
+    threads = [  # daemons: Ctrl-C during the round does not wait for them (their processes end by themselves)
+        threading.Thread(target=one, args=(i,), name=f"first call {b}", daemon=True) for i, b in enumerate(backends)
+    ]
     # fresh_process's own measured block opens inside the caller's (collector.spending nests): one turn for both
     for t in threads:
         t.start()

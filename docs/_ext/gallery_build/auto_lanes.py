@@ -4,7 +4,7 @@
 the site since 3a6f174 used lanes that take turns on the GPU (:mod:`gallery_build.gpu_turns`; three,
 23bd784's four), on an H200, with the site's verdicts and intervals holding, and the last whole-site
 recordings one page at a time (612c244 and the four before it) took 1106-1327 s of recorder time to
-those recordings' 498-808 s (``docs/data/recording_benchmark.json``; the code changed between them too).
+the three-lane ones' 498-778 s (``docs/data/recording_benchmark.json``; the code changed between them too).
 Lanes keep several pages' tensors on the GPU at once and give each page a share of the CPU cores, so
 the recorder chooses them by itself only on a machine like the one they were measured on:
 
@@ -28,37 +28,43 @@ __all__ = ["AUTO_LANES", "MIN_GPU_GIB", "CORES_PER_LANE", "choose", "gpu_memory_
 AUTO_LANES = 3
 """Lanes per GPU on a machine that qualifies: the site's recordings since 3a6f174 used three (23bd784's four)."""
 MIN_GPU_GIB = 120.0
-"""The least memory (GiB) of each GPU for lanes chosen by themselves: above an 80 GB card, at an H200's 131 GiB."""
-CORES_PER_LANE = 4
-"""Host cores each lane needs: four lanes on the H200 builder's 16 cores held the turn alone longer than three."""
+"""The least memory (GiB) of each GPU for lanes chosen by themselves: above an 80 GB card, under an H200's 140 GiB."""
+CORES_PER_LANE = 5
+"""Host cores each lane needs: three lanes on the H200 builder's 16 cores have five or six each, as measured; with
+four lanes (four cores each) the turn was held alone longer (measurement studies, "One call, four lanes")."""
 
 HOW_TO_CHANGE = "--lanes N or CUDNN_GUIDE_LANES=N sets it"
 
 
-def gpu_memory_gib(visible: str | None = None) -> list[float]:
+def gpu_memory_gib(visible: str | None = None, order: str | None = None) -> list[float]:
     """Each GPU's memory in GiB, as ``nvidia-smi`` reports it, for the GPUs CUDA will use.
 
     Parameters
     ----------
     visible
-        ``CUDA_VISIBLE_DEVICES`` (default: the environment's). Indices keep those GPUs, in that order; an
-        empty value means none; UUIDs or MIG names give no reading.
+        ``CUDA_VISIBLE_DEVICES`` (default: the environment's). Indices keep those GPUs; an empty value means
+        none; UUIDs or MIG names give no reading.
+    order
+        ``CUDA_DEVICE_ORDER`` (default: the environment's). ``nvidia-smi`` numbers GPUs in PCI order, CUDA by
+        default fastest first: unless it is ``PCI_BUS_ID``, an index may name another GPU, so each visible GPU
+        is given the smallest memory of all.
 
     Returns
     -------
     list[float]
-        One value per GPU; empty when ``nvidia-smi`` is missing, fails, prints what cannot be read, or
-        ``visible`` names GPUs other than by index.
+        One value per GPU; empty when ``nvidia-smi`` is missing, fails, prints what cannot be read, a GPU is
+        split by MIG (CUDA sees slices, ``nvidia-smi`` the whole), or ``visible`` names GPUs other than by index.
 
     Example
     -------
     >>> gpu_memory_gib()  # an H200
-    [139.8]
+    [140.4]
     """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    order = os.environ.get("CUDA_DEVICE_ORDER", "") if order is None else order
     try:
         done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            ["nvidia-smi", "--query-gpu=index,memory.total,mig.mode.current", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=20,
@@ -70,7 +76,7 @@ def gpu_memory_gib(visible: str | None = None) -> list[float]:
     memory: dict[int, float] = {}
     for line in done.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 2 or not parts[0].isdigit():
+        if len(parts) != 3 or not parts[0].isdigit() or parts[2] == "Enabled":
             return []
         try:
             memory[int(parts[0])] = float(parts[1]) / 1024  # MiB
@@ -81,6 +87,8 @@ def gpu_memory_gib(visible: str | None = None) -> list[float]:
     chosen = [v.strip() for v in visible.split(",") if v.strip()]
     if not all(v.isdigit() and int(v) in memory for v in chosen):
         return []
+    if order.strip() != "PCI_BUS_ID":
+        return [min(memory.values())] * len(chosen)
     return [memory[int(v)] for v in chosen]
 
 

@@ -244,7 +244,8 @@ def record_examples(
         names = resolve_pages(names, [s.name for s in Path(examples_dir).glob("plot_*.py")])
     if lanes is None:  # nobody said: lanes only on a machine like the one they were measured on
         count = len(names) if names else len(list(Path(examples_dir).glob("plot_*.py")))
-        lanes, why = auto_lanes.choose(auto_lanes.gpu_memory_gib(), auto_lanes.host_cores(), count)
+        memory = auto_lanes.gpu_memory_gib()
+        lanes, why = auto_lanes.choose(memory[:gpus] if gpus else memory, auto_lanes.host_cores(), count)
         print(f"cudnn-guide: {why}", flush=True)
     if shard is not None:  # record into a private copy of the gallery and history, then keep the pages as a shard
         from . import shards
