@@ -13,9 +13,9 @@ GPU machine from the repository root::
 
 The summary per arm is each part's median and min-max over its processes; it is a probe of one lease, not
 a rule: the measurement studies say what it does and does not show. On a machine where Python may not
-write bytecode (the GPU builder), every process compiles its imports from source unless it is given the
-recorder's shared bytecode (``PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=/tmp/bytecode``, after one
-process has filled it); the committed runs were not.
+write bytecode (the GPU builder), every process compiles its imports from source unless the packages'
+bytecode was compiled first (``source tools/builder/env.sh`` does it once per lease); the committed runs
+were made without it.
 """
 
 from __future__ import annotations
