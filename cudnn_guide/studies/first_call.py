@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cudnn_guide import collector
+from cudnn_guide.studies import interpreter
 
 __all__ = [
     "AT_ONCE_ENV",
@@ -164,20 +165,6 @@ def _at_once() -> int:
     return int(raw)
 
 
-def _shares(cores: Sequence[int], parts: int) -> list[set[int]] | None:
-    """``cores`` cut into ``parts`` contiguous shares of (nearly) equal size, or ``None`` when there are too few."""
-    ordered = sorted(cores)
-    if parts < 2 or len(ordered) < parts:
-        return None
-    size, extra = divmod(len(ordered), parts)
-    shares, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        shares.append(set(ordered[start:end]))
-        start = end
-    return shares
-
-
 def _round_at_once(backends: Sequence[str], shares: Sequence[set[int]]) -> list[dict[str, Any]]:
     """One round: each backend's process started at once, each from a thread pinned to its share of the cores."""
     import threading
@@ -240,7 +227,9 @@ def fresh_processes(
         raise ValueError(f"at_once takes 1 or 2, got {at_once!r}")
     if at_once == 2 and len(backends) > 2:
         raise ValueError(f"two at once runs a round of two backends, got {len(backends)}: {list(backends)}")
-    shares = _shares(os.sched_getaffinity(0), len(backends)) if at_once == 2 else None
+    cores = sorted(os.sched_getaffinity(0))
+    split = at_once == 2 and len(backends) == 2 and len(cores) >= 2  # else one at a time
+    shares = [set(interpreter.core_share(i, 2, cores)) for i in range(2)] if split else None
     runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
     for _ in range(rounds):
         if shares:

@@ -67,6 +67,16 @@ def receive(fd: int, timeout: float | None) -> Any:
     return pickle.loads(body)
 
 
+def core_share(index: int, parts: int, cores: Sequence[int]) -> list[int]:
+    """Share ``index`` of ``parts``: contiguous, near-equal slices of ``cores`` (all of them when there are fewer
+    cores than parts). The recorder's lanes (``gallery_build.gpu_turns.lane_cpus``) and two first-call processes
+    at once (:func:`cudnn_guide.studies.first_call.fresh_processes`) split cores by this one rule."""
+    cores = list(cores)
+    if parts <= 1 or len(cores) < parts:
+        return cores
+    return cores[len(cores) * index // parts : len(cores) * (index + 1) // parts]
+
+
 def pin(cores: Sequence[int] | None) -> None:
     """Pin every thread of this process to ``cores`` (in a fresh interpreter, its caller's; the recorder's lanes
     pin their page processes with it too).

@@ -324,5 +324,26 @@ def test_two_at_once_refuses_bad_settings_before_any_process(monkeypatch):
 
 
 def test_core_shares_are_contiguous_and_cover_every_core():
-    assert first_call._shares([3, 0, 1, 2, 4], 2) == [{0, 1, 2}, {3, 4}]
-    assert first_call._shares([7], 2) is None and first_call._shares([0, 1], 1) is None
+    from cudnn_guide.studies.interpreter import core_share
+
+    assert [core_share(i, 2, [0, 1, 2, 3, 4]) for i in range(2)] == [[0, 1], [2, 3, 4]]
+    assert core_share(0, 2, [7]) == [7] and core_share(0, 1, [0, 1]) == [0, 1]  # too few to split: all of them
+
+
+def test_one_core_gives_no_pair_but_one_process_at_a_time(monkeypatch):
+    seen = _stand_in(monkeypatch)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    entered = []
+
+    @contextlib.contextmanager
+    def holder():
+        entered.append(len(seen))
+        yield
+
+    collector.hold_while_measuring(holder)
+    try:
+        first_call.fresh_processes(["cudnn", "fa4"], rounds=1, at_once=2)
+    finally:
+        collector.hold_while_measuring(None)
+    assert [b for b, _ in seen] == ["cudnn", "fa4"]
+    assert entered == [0, 1], "one measured block a process: they ran one at a time, not as a pair"

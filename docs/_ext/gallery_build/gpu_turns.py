@@ -615,10 +615,9 @@ def lane_cpus(lane: int, lanes: int, cpus: list[int]) -> list[int]:
     >>> lane_cpus(1, 3, list(range(16)))
     [5, 6, 7, 8, 9]
     """
-    if lanes <= 1 or len(cpus) < lanes:
-        return list(cpus)
-    start, stop = len(cpus) * lane // lanes, len(cpus) * (lane + 1) // lanes
-    return list(cpus[start:stop])
+    from cudnn_guide.studies.interpreter import core_share
+
+    return core_share(lane, lanes, cpus)
 
 
 def pin_to_lane_cpus() -> list[int] | None:
