@@ -25,6 +25,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "first_result_speedups",
     "plot_first_results",
     "run_fresh",
+    "run_fresh_all",
     "flex_attention_first_call",
     "flex_attention_fresh",
 ]
@@ -263,10 +265,63 @@ def run_fresh(
             done = pool.run(measure, graph, mode, str(cache_dir), jit_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
         raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
+    return _answered(graph, mode, done)
+
+
+def _answered(graph: str, mode: str, done: Any) -> dict[str, Any]:
     from cudnn_guide import check
 
     check.from_child(done.value["check"], name=f"{graph} {mode} in a fresh process")
     return {**done.value, "process_s": done.seconds}
+
+
+def run_fresh_all(
+    runs: Sequence[tuple[str, str, str | Path | None]], cache_dir: str | Path, pool: Any, timeout: float = 300
+) -> list[dict[str, Any]]:
+    """:func:`run_fresh` for each ``(graph, mode, jit_cache)`` of ``runs``, through the pool's
+    :meth:`~cudnn_guide.studies.fresh_process.InterpreterPool.run_all`: one at a time, or in consecutive pairs
+    (``at_once=2``), each run in its own interpreter. A run may rely on what the runs two places or more before it
+    left on disk (a plan stored, a JIT cache filled), not on the run just before it.
+
+    Parameters
+    ----------
+    runs
+        ``(graph, mode, jit_cache)`` each, as :func:`run_fresh` takes them.
+    cache_dir
+        Directory of the plan cache.
+    pool
+        An :class:`~cudnn_guide.studies.fresh_process.InterpreterPool` preloaded with :data:`PRELOAD`, with an
+        interpreter for each run.
+    timeout
+        Seconds before each interpreter is killed.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        :func:`run_fresh`'s result for each run, in order; the output checks join the running example's record in
+        that order.
+
+    Raises
+    ------
+    RuntimeError
+        An interpreter failed; its traceback is in the message.
+    CheckFailedError
+        An interpreter's output failed its check.
+
+    Example
+    -------
+    >>> with fresh_process.InterpreterPool(4, preload=PRELOAD, at_once=2) as pool:
+    ...     cold, cold2, warm, warm2 = run_fresh_all([("conv", "build", j1), ("conv", "build", j2),
+    ...                                               ("conv", "cache", j1), ("conv", "cache", j1)], cache, pool)
+    """
+    from cudnn_guide.studies import fresh_process
+
+    calls = [(measure, (graph, mode, str(cache_dir), jit), {}) for graph, mode, jit in runs]
+    try:
+        done = pool.run_all(calls, timeout=timeout)
+    except fresh_process.FreshProcessError as exc:
+        raise RuntimeError(f"coldstart run failed:\n{exc.detail[-2000:]}") from None
+    return [_answered(graph, mode, d) for (graph, mode, _), d in zip(runs, done, strict=True)]
 
 
 def first_result_speedups(

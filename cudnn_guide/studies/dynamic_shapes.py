@@ -22,7 +22,7 @@ from typing import Any
 
 from cudnn_guide import collector
 
-__all__ = ["PRELOAD", "run_fresh_sequence", "plot_build_times"]
+__all__ = ["PRELOAD", "run_fresh_sequence", "run_fresh_sequences", "plot_build_times"]
 
 
 @collector.measuring()
@@ -199,10 +199,58 @@ def run_fresh_sequence(
             done = pool.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
         raise RuntimeError(f"dynamic-shapes run failed:\n{exc.detail[-2000:]}") from None
+    return _answered(done, label or ("cache" if kernel_cache else "no cache"))
+
+
+def run_fresh_sequences(
+    runs: Sequence[tuple[Sequence[int], bool, str]], pool: Any, timeout: float = 600
+) -> list[list[dict[str, Any]]]:
+    """:func:`run_fresh_sequence` for each ``(batches, kernel_cache, label)`` of ``runs``, through the pool's
+    :meth:`~cudnn_guide.studies.fresh_process.InterpreterPool.run_all` (one at a time, or two at once with
+    ``at_once=2``, each run in its own interpreter on its share of the caller's cores).
+
+    Parameters
+    ----------
+    runs
+        Batch sizes in build order, whether to use the kernel cache, and the run's name, for each run.
+    pool
+        An :class:`~cudnn_guide.studies.fresh_process.InterpreterPool` preloaded with :data:`PRELOAD`, with an
+        interpreter for each run.
+    timeout
+        Seconds before each interpreter is killed.
+
+    Returns
+    -------
+    list[list[dict[str, Any]]]
+        Each run's rows, in the order of ``runs``; checks and measurements join the running example's record in
+        that order, as :func:`run_fresh_sequence`'s do.
+
+    Raises
+    ------
+    RuntimeError
+        An interpreter failed; its traceback is in the message.
+    CheckFailedError
+        A graph's output failed its check.
+
+    Example
+    -------
+    >>> with fresh_process.InterpreterPool(2, preload=PRELOAD, at_once=2) as pool:
+    ...     cached, plain = run_fresh_sequences([([1, 2], True, "cache"), ([1, 2], False, "no cache")], pool)
+    """
+    from cudnn_guide.studies import fresh_process
+
+    calls = [(build_sequence, (list(batches),), {"kernel_cache": cache}) for batches, cache, _ in runs]
+    try:
+        done = pool.run_all(calls, timeout=timeout)
+    except fresh_process.FreshProcessError as exc:
+        raise RuntimeError(f"dynamic-shapes run failed:\n{exc.detail[-2000:]}") from None
+    return [_answered(d, label) for (_, _, label), d in zip(runs, done, strict=True)]
+
+
+def _answered(done: Any, label: str) -> list[dict[str, Any]]:
     from cudnn_guide import check, collector
     from cudnn_guide.measure.measurement import Measurement
 
-    label = label or ("cache" if kernel_cache else "no cache")
     for row in done.value:
         check.from_child(row["check"], name=f"{label}, batch {row['batch']} (fresh process)")
         if "exec" in row:

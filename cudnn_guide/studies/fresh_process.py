@@ -37,6 +37,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,9 +45,15 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import GuideError
-from cudnn_guide.studies.interpreter import receive, send
+from cudnn_guide.studies.interpreter import core_share, receive, send
 
-__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool"]
+__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "AT_ONCE_ENV"]
+
+AT_ONCE_ENV = "CUDNN_GUIDE_POOL_AT_ONCE"
+"""``2``: :meth:`InterpreterPool.run_all` runs its calls two at a time, each interpreter on its own half of the
+caller's cores; unset or ``1``: one at a time. The recorder sets it to ``2`` for pages recorded in lanes unless it is
+set (issue 34: a pool's calls hold the GPU's turn alone, so two at once halve that wait); a reader's plain run of a
+page keeps one at a time. ``run`` is always one call."""
 
 PRELOAD: tuple[str, ...] = ("torch", "numpy")
 """Modules each interpreter imports before it is ready, unless it is given others."""
@@ -110,6 +117,13 @@ def _cores() -> list[int] | None:
     """The cores this process may run on (``None`` where the OS cannot say)."""
     get = getattr(os, "sched_getaffinity", None)
     return sorted(get(0)) if get is not None else None
+
+
+def _at_once() -> int:
+    raw = os.environ.get(AT_ONCE_ENV, "").strip() or "1"
+    if raw not in ("1", "2"):
+        raise ValueError(f"{AT_ONCE_ENV} takes 1 (one call at a time) or 2 (two at once), got {raw!r}")
+    return int(raw)
 
 
 IMPORT_CPUS_ENV = "CUDNN_GUIDE_IMPORT_CPUS"
@@ -236,9 +250,13 @@ class InterpreterPool:
         ready_timeout: float = 300.0,
         env: Mapping[str, str] | None = None,
         exit_fast: bool = True,
+        at_once: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
+        self.at_once = _at_once() if at_once is None else at_once
+        if self.at_once not in (1, 2):
+            raise ValueError(f"an InterpreterPool runs 1 or 2 calls at once, got {self.at_once!r}")
         self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
         self.exit_fast = exit_fast
         self._alone = contextlib.ExitStack()  # a measuring block, from the interpreters' readiness to close
@@ -347,13 +365,113 @@ class InterpreterPool:
     def _call(
         self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> FreshResult:
-        interp = self._idle.pop(0)
+        return self._exchange(self._idle.pop(0), what, fn, args, kwargs, timeout, _cores())
+
+    def run_all(
+        self, calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]], timeout: float | None = 600
+    ) -> list[FreshResult]:
+        """Each ``(fn, args, kwargs)`` of ``calls`` in its own interpreter, :attr:`at_once` at a time, in order.
+
+        With ``at_once=2`` the calls run in consecutive pairs (the first two, then the next two...): both
+        interpreters of a pair get their call at once, each pinned to its own half of the caller's cores
+        (:func:`~cudnn_guide.studies.interpreter.core_share`), and the next pair starts when both have answered, so
+        a call may depend on anything done two places or more before it. A caller with one core runs one at a time.
+
+        Parameters
+        ----------
+        calls
+            Module-level functions with their positional and keyword arguments (all picklable).
+        timeout
+            Seconds before each interpreter is killed; ``None`` waits forever.
+
+        Returns
+        -------
+        list[FreshResult]
+            One per call, in the order of ``calls``.
+
+        Raises
+        ------
+        FreshProcessError
+            As :meth:`run`; with two at once, the first failing call's, once its pair has ended.
+
+        Example
+        -------
+        >>> with InterpreterPool(4, at_once=2) as pool:
+        ...     pids = [r.value for r in pool.run_all([(os.getpid, (), {})] * 4)]
+        """
+        calls = list(calls)
+        for fn, _, _ in calls:
+            if getattr(fn, "__module__", None) == "__main__":
+                raise FreshProcessError(
+                    _qualname(fn),
+                    "a function defined in __main__ cannot be found by name in a "
+                    "new interpreter; define it in an importable module",
+                )
+        if len(calls) > len(self._idle):
+            raise FreshProcessError(
+                _qualname(calls[0][0]) if calls else "run_all",
+                f"this InterpreterPool has {len(self._idle)} interpreter(s) left for {len(calls)} calls",
+            )
+        if not calls:
+            return []
+        self.wait_ready()
+        cores = _cores()
+        width = self.at_once if cores is None or len(cores) >= self.at_once else 1
+        results: list[FreshResult] = []
+        with collector.spending("fresh processes"):
+            for start in range(0, len(calls), width):
+                results.extend(self._group(calls[start : start + width], timeout, cores))
+        return results
+
+    def _group(
+        self,
+        calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]],
+        timeout: float | None,
+        cores: list[int] | None,
+    ) -> list[FreshResult]:
+        """Calls started together, each in the next interpreter on its share of ``cores``; their results in order."""
+        if len(calls) == 1:
+            fn, args, kwargs = calls[0]
+            return [self._exchange(self._idle.pop(0), _qualname(fn), fn, args, kwargs, timeout, cores)]
+        interps = [self._idle.pop(0) for _ in calls]
+        shares = [None if cores is None else core_share(i, len(calls), cores) for i in range(len(calls))]
+        answers: list[FreshResult | BaseException | None] = [None] * len(calls)
+
+        def one(i: int) -> None:
+            fn, args, kwargs = calls[i]
+            try:
+                answers[i] = self._exchange(interps[i], _qualname(fn), fn, args, kwargs, timeout, shares[i])
+            except BaseException as exc:  # raised in the caller's thread, below
+                answers[i] = exc
+
+        threads = [
+            threading.Thread(target=one, args=(i,), name=f"fresh process {i}", daemon=True) for i in range(len(calls))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return [a for a in answers if isinstance(a, FreshResult)]
+
+    def _exchange(
+        self,
+        interp: _Interpreter,
+        what: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+        cores: list[int] | None,
+    ) -> FreshResult:
         payload = pickle.dumps((fn, args, kwargs))
         t_asked, t0 = time.time(), time.perf_counter()
         try:
             send(
                 interp.proc.stdin.fileno(),
-                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast, _cores()),
+                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast, cores),
             )
             interp.proc.stdin.close()
             status, t_started, value = receive(interp.answers, timeout)

@@ -88,7 +88,9 @@ def fresh_runs(batches: Sequence[int]) -> dict[str, list[dict[str, Any]]]:
     the graph for each batch size in order, checks each output against PyTorch (a failed check raises), and times
     each build and execution. The interpreters come from one
     :class:`~cudnn_guide.studies.fresh_process.InterpreterPool` of four, preloaded with
-    :data:`~cudnn_guide.studies.dynamic_shapes.PRELOAD`, with :data:`NO_JIT_CACHE` in their environment.
+    :data:`~cudnn_guide.studies.dynamic_shapes.PRELOAD`, with :data:`NO_JIT_CACHE` in their environment. Where the
+    pool runs two at once (:data:`~cudnn_guide.studies.fresh_process.AT_ONCE_ENV`, set by the recorder's lanes),
+    each order's run with the cache and its run without start together, each on half of the caller's cores.
 
     Parameters
     ----------
@@ -109,8 +111,11 @@ def fresh_runs(batches: Sequence[int]) -> dict[str, list[dict[str, Any]]]:
     plan = run_plan(batches)
     runs = {}
     with fresh_process.InterpreterPool(len(plan), preload=dynamic_shapes.PRELOAD, env=NO_JIT_CACHE) as pool:
-        for name, order, use_cache in plan:
-            runs[name] = dynamic_shapes.run_fresh_sequence(order, kernel_cache=use_cache, label=name, pool=pool)
+        rows = dynamic_shapes.run_fresh_sequences([(order, use_cache, name) for name, order, use_cache in plan], pool)
+        if getattr(pool, "at_once", 1) == 2:
+            print("each order's two runs (with the cache, without) ran at once, on half of this process's cores each")
+    for (name, _, _), run_rows in zip(plan, rows, strict=True):
+        runs[name] = run_rows
     return runs
 
 

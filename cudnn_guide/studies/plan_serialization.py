@@ -117,9 +117,11 @@ def fresh_first_results(
     graph, in order: ``reps`` cold builds, each with a new, empty JIT cache (the first one's
     cache is the warm one; each build stores its plan in the plan cache); ``reps`` builds with
     the warm JIT cache; ``reps`` loads of the saved plan with the warm JIT cache; ``reps`` loads,
-    each with a new, empty JIT cache. Once the runs are done, one line says how long the
-    interpreters took to be ready. The plan cache and the JIT caches are temporary folders,
-    removed at the end.
+    each with a new, empty JIT cache. Where the pool runs two at once
+    (:data:`~cudnn_guide.studies.fresh_process.AT_ONCE_ENV`, set by the recorder's lanes), the runs go in
+    consecutive pairs of that order, each on half of the caller's cores (with ``reps=1``, one at a time). Once the
+    runs are done, one line says how long the interpreters took to be ready, and whether they ran two at a time.
+    The plan cache and the JIT caches are temporary folders, removed at the end.
 
     Parameters
     ----------
@@ -143,22 +145,27 @@ def fresh_first_results(
     fresh: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="cudnn-guide-") as work:
         cache_dir = tempfile.mkdtemp(prefix="plans-", dir=work)
-
-        def run(graph: str, mode: str, jit: str, pool: Any) -> dict[str, Any]:
-            return coldstart.run_fresh(graph, mode, cache_dir, jit_cache=jit, pool=pool)
-
-        with fresh_process.InterpreterPool(runs, preload=coldstart.PRELOAD) as pool:
-            for graph in graphs:
-                # the first cold build fills warm_jit; each build stores its plan in the cache
-                jits = [tempfile.mkdtemp(prefix="jit-", dir=work) for _ in range(reps)]
-                warm_jit = jits[0]
-                fresh[(graph, "cold")] = [run(graph, "build", jit, pool) for jit in jits]
-                fresh[(graph, "warm JIT")] = [run(graph, "build", warm_jit, pool) for _ in range(reps)]
-                fresh[(graph, "plan from disk")] = [run(graph, "cache", warm_jit, pool) for _ in range(reps)]
-                fresh[(graph, COLD_LOAD)] = [  # each with a new, empty JIT cache
-                    run(graph, "cache", tempfile.mkdtemp(prefix="jit-", dir=work), pool) for _ in range(reps)
-                ]
-            print(f"{runs} interpreters, started together, were ready in {pool.start_seconds:.1f} s")
+        plan: list[tuple[str, str, str, str]] = []  # (graph, case, mode, JIT cache), in the order they run
+        for graph in graphs:
+            # the first cold build fills warm_jit; each build stores its plan in the cache
+            jits = [tempfile.mkdtemp(prefix="jit-", dir=work) for _ in range(reps)]
+            warm_jit = jits[0]
+            plan += [(graph, "cold", "build", jit) for jit in jits]
+            plan += [(graph, "warm JIT", "build", warm_jit)] * reps
+            plan += [(graph, "plan from disk", "cache", warm_jit)] * reps
+            plan += [(graph, COLD_LOAD, "cache", tempfile.mkdtemp(prefix="jit-", dir=work)) for _ in range(reps)]
+        # two at once (the pool's at_once=2) pairs neighbours: a warm build then runs after the cold build that
+        # filled its JIT cache, and a load after a build that stored its plan (each two places or more before it)
+        # (with one run of each case, the warm build would run beside the cold one: one at a time)
+        with fresh_process.InterpreterPool(runs, preload=coldstart.PRELOAD, at_once=None if reps > 1 else 1) as pool:
+            results = coldstart.run_fresh_all([(g, mode, jit) for g, _, mode, jit in plan], cache_dir, pool)
+            at_once = pool.at_once
+        for (graph, case, _, _), result in zip(plan, results, strict=True):
+            fresh.setdefault((graph, case), []).append(result)
+        print(
+            f"{runs} interpreters, started together, were ready in {pool.start_seconds:.1f} s"
+            + ("; they ran two at a time, each on half of this process's cores" if at_once == 2 else "")
+        )
     return fresh
 
 

@@ -453,9 +453,29 @@ def test_lanes_on_one_gpu_share_its_turn_and_get_their_own_cores(tmp_path, root,
     cores = [set(env[gpu_turns.CPUS_ENV].split(",")) for env in envs]
     assert sorted(len(c) for c in cores) == [4, 4, 4] and not (cores[0] & cores[1] or cores[1] & cores[2])
     assert all("CUDA_VISIBLE_DEVICES" not in env for env in envs)
+    assert all(env["CUDNN_GUIDE_POOL_AT_ONCE"] == env["CUDNN_GUIDE_FIRST_CALLS_AT_ONCE"] == "2" for env in envs)
     out = capsys.readouterr().out
     assert "3 page(s) on 3 lane(s) of 1 GPU(s), taking turns on each" in out
     assert "in a fresh interpreter on lane " in out
+    assert (
+        "fresh processes two at once in each lane (CUDNN_GUIDE_POOL_AT_ONCE=2, CUDNN_GUIDE_FIRST_CALLS_AT_ONCE=2" in out
+    )
+
+
+def test_a_callers_own_setting_of_the_pairs_wins_in_lanes_and_one_lane_gets_none(tmp_path, root, monkeypatch):
+    from test_progress import FakePool, _project
+
+    docs, examples, gallery = _project(tmp_path, root, monkeypatch)
+    envs = _record_envs(gallery, monkeypatch, FakePool)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
+    monkeypatch.setenv("CUDNN_GUIDE_POOL_AT_ONCE", "1")
+    monkeypatch.delenv("CUDNN_GUIDE_FIRST_CALLS_AT_ONCE", raising=False)
+    recording.record_examples(docs, examples, gallery, gpus=1, lanes=2)
+    assert envs and all("CUDNN_GUIDE_POOL_AT_ONCE" not in env for env in envs)  # the caller's 1 reaches the pages
+    assert all(env["CUDNN_GUIDE_FIRST_CALLS_AT_ONCE"] == "2" for env in envs)
+    envs.clear()
+    recording.record_examples(docs, examples, gallery, gpus=1)
+    assert len(envs) == 1 and not set(recording.PAIRED_IN_LANES) & set(envs[0])
 
 
 @pytest.mark.parametrize(("memory", "lanes"), [([139.8], 3), ([79.2], 1), ([], 1)])

@@ -320,3 +320,50 @@ def test_without_the_recorders_cores_an_interpreter_imports_and_runs_where_its_c
     finally:
         os.sched_setaffinity(0, every)
     assert [int(c) for c in seen.read_text().split()] == every[:1] == cores  # a reader's taskset is kept
+
+
+def _stamp_and_wait(seconds):
+    start = time.time()
+    time.sleep(seconds)
+    return os.getpid(), start, time.time(), sorted(os.sched_getaffinity(0))
+
+
+@PINNABLE
+def test_two_at_once_run_consecutive_pairs_together_each_on_its_half_of_the_cores():
+    every = sorted(os.sched_getaffinity(0))
+    with InterpreterPool(4, preload=(), at_once=2) as pool:
+        done = pool.run_all([(_stamp_and_wait, (0.6,), {})] * 4)
+    assert len({d.value[0] for d in done}) == 4 and os.getpid() not in {d.value[0] for d in done}
+    (_, s0, e0, c0), (_, s1, e1, c1), (_, s2, e2, c2), (_, s3, e3, c3) = (d.value for d in done)
+    assert max(s0, s1) < min(e0, e1) and max(s2, s3) < min(e2, e3)  # each pair ran together
+    assert min(s2, s3) >= max(e0, e1)  # the next pair started once both had ended
+    half = len(every) // 2
+    assert c0 == c2 == every[:half] and c1 == c3 == every[half:]  # disjoint halves, in order
+
+
+def test_one_at_a_time_by_default_and_a_bad_setting_is_refused(monkeypatch):
+    monkeypatch.delenv(fresh_process.AT_ONCE_ENV, raising=False)
+    with InterpreterPool(2, preload=()) as pool:
+        assert pool.at_once == 1
+        (_, s0, e0, _), (_, s1, _, _) = (d.value for d in pool.run_all([(_stamp_and_wait, (0.3,), {})] * 2))
+    assert s1 >= e0  # one after the other
+    monkeypatch.setenv(fresh_process.AT_ONCE_ENV, "2")
+    with InterpreterPool(1, preload=()) as pool:
+        assert pool.at_once == 2
+    monkeypatch.setenv(fresh_process.AT_ONCE_ENV, "3")
+    with pytest.raises(ValueError, match="CUDNN_GUIDE_POOL_AT_ONCE takes 1 .* or 2"):
+        InterpreterPool(1, preload=())
+    with pytest.raises(ValueError, match="1 or 2 calls at once"):
+        InterpreterPool(1, preload=(), at_once=4)
+
+
+def test_run_all_says_when_the_pool_is_too_small_and_raises_a_pairs_failure_after_both_ended():
+    with InterpreterPool(1, preload=()) as pool:
+        with pytest.raises(FreshProcessError, match="1 interpreter\\(s\\) left for 2 calls"):
+            pool.run_all([(os.getpid, (), {})] * 2)
+    with InterpreterPool(2, preload=(), at_once=2) as pool:
+        t0 = time.perf_counter()
+        with pytest.raises(FreshProcessError, match="died without an answer"):
+            pool.run_all([(_die, (), {}), (_stamp_and_wait, (0.5,), {})])
+        assert time.perf_counter() - t0 >= 0.5  # its neighbour was waited for, not left running
+        assert pool.left == 0

@@ -61,13 +61,13 @@ def test_each_run_gets_its_own_interpreter_of_one_pool_without_the_jit_disk_cach
         def __exit__(self, *exc):
             made.append("closed")
 
-    def run_fresh_sequence(order, *, kernel_cache, label, pool):
+    def run_fresh_sequences(specs, pool):
         assert isinstance(pool, Pool) and made[-1] != "closed"
-        ran.append((label, order, kernel_cache))
-        return [{"batch": b} for b in order]
+        ran.extend((label, order, kernel_cache) for order, kernel_cache, label in specs)
+        return [[{"batch": b} for b in order] for order, _, _ in specs]
 
     monkeypatch.setattr(fresh_process, "InterpreterPool", Pool)
-    monkeypatch.setattr(dynamic_shapes, "run_fresh_sequence", run_fresh_sequence)
+    monkeypatch.setattr(dynamic_shapes, "run_fresh_sequences", run_fresh_sequences)
     runs = study.fresh_runs(BATCHES)
     assert made == [(4, dynamic_shapes.PRELOAD, {"CUDA_CACHE_DISABLE": "1"}), "closed"]
     assert ran == [(name, order, cache) for name, order, cache in study.run_plan(BATCHES)]

@@ -38,8 +38,9 @@ class FakePool:
 
     made: list[FakePool] = []
 
-    def __init__(self, size, preload):
+    def __init__(self, size, preload, at_once=None):
         self.size, self.preload, self.start_seconds, self.closed = size, preload, 2.25, False
+        self.at_once = FakePool.at_once if at_once is None else at_once
         FakePool.made.append(self)
 
     def __enter__(self):
@@ -52,14 +53,17 @@ class FakePool:
 def _fake_runs(monkeypatch):
     runs = []
 
-    def run_fresh(graph, mode, cache_dir, *, jit_cache=None, pool=None):
-        assert os.path.isdir(cache_dir) and os.path.isdir(jit_cache) and not pool.closed
-        assert os.path.dirname(cache_dir) == os.path.dirname(jit_cache)  # one temporary folder holds both
-        runs.append((graph, mode, cache_dir, jit_cache))
-        return {"graph": graph, "mode": mode, "jit_cache": jit_cache, "n": len(runs)}
+    def run_fresh_all(specs, cache_dir, pool):
+        out = []
+        for graph, mode, jit_cache in specs:
+            assert os.path.isdir(cache_dir) and os.path.isdir(jit_cache) and not pool.closed
+            assert os.path.dirname(cache_dir) == os.path.dirname(jit_cache)  # one temporary folder holds both
+            runs.append((graph, mode, cache_dir, jit_cache))
+            out.append({"graph": graph, "mode": mode, "jit_cache": jit_cache, "n": len(runs)})
+        return out
 
-    FakePool.made = []
-    monkeypatch.setattr(coldstart, "run_fresh", run_fresh)
+    FakePool.made, FakePool.at_once = [], 1
+    monkeypatch.setattr(coldstart, "run_fresh_all", run_fresh_all)
     monkeypatch.setattr(fresh_process, "InterpreterPool", FakePool)
     return runs
 
@@ -85,6 +89,25 @@ def test_fresh_first_results_run_each_case_with_its_jit_cache_in_one_pool(monkey
             r["n"] for r in cold + warm + loaded + cold_loaded
         )  # the cases run in the order of CASES
     assert not any(os.path.exists(p) for _, _, cache, jit in runs for p in (cache, jit))  # removed at the end
+
+
+def test_two_at_once_pair_each_run_with_its_neighbour_never_with_what_it_needs(monkeypatch, capsys):
+    runs = _fake_runs(monkeypatch)
+    FakePool.at_once = 2
+    fresh = plan_serialization.fresh_first_results(("matmul", "sdpa"), reps=3)
+    assert "; they ran two at a time, each on half of this process's cores" in capsys.readouterr().out
+    for graph in ("matmul", "sdpa"):
+        order = [r["n"] for c in CASES for r in fresh[(graph, c)]]
+        first_cold, warm, loads = order[0], order[3:6], order[6:]
+        pair = lambda n: (n - 1) // 2  # run_all pairs consecutive runs
+        # the warm builds read the first cold build's JIT cache and the loads a stored plan: never beside those
+        assert all(pair(n) > pair(first_cold) for n in warm + loads)
+        assert all(pair(n) > pair(order[1]) for n in loads)  # every load starts after two builds ended
+    assert len(runs) == 24
+    # with one run of each case, the warm build would sit beside the cold one: one at a time
+    FakePool.made = []
+    plan_serialization.fresh_first_results(("matmul",), reps=1)
+    assert [p.at_once for p in FakePool.made] == [1]
 
 
 def test_fresh_first_results_default_to_every_graph_three_times(monkeypatch, capsys):

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cudnn_guide import datafiles
+from cudnn_guide.studies import first_call, fresh_process
 from cudnn_guide.studies.fresh_process import IMPORT_CPUS_ENV
 
 from . import auto_lanes, gpu_turns
@@ -39,6 +41,8 @@ __all__ = [
     "lanes_option",
     "recording_preload",
     "record_examples",
+    "PAIRED_IN_LANES",
+    "paired_in_lanes",
 ]
 
 ONLY_ENV = "CUDNN_GUIDE_RECORD_ONLY"
@@ -157,6 +161,23 @@ def turn_summary(example: str, turn: gpu_turns.Turn) -> str:
         f"{turn.held_seconds:.1f} s holding the GPU ({turn.exclusive_seconds:.1f} s of it alone), "
         f"gave way {turn.gave_way} time{'' if turn.gave_way == 1 else 's'} to a lane waiting to measure"
     )
+
+
+PAIRED_IN_LANES = (fresh_process.AT_ONCE_ENV, first_call.AT_ONCE_ENV)
+"""Switches a page recorded in lanes gets set to ``2`` unless the caller set them: a fresh-process pool's calls
+(``InterpreterPool.run_all``) and plot_28's first-call processes run two at once, each on half of the page's cores,
+so that they hold the GPU's turn alone for less time (issue 34). One page at a time (no lanes) keeps them at one."""
+
+
+def paired_in_lanes(environ: Mapping[str, str]) -> dict[str, str]:
+    """The :data:`PAIRED_IN_LANES` switches a lane's pages get: ``2`` for each the caller did not set.
+
+    Example
+    -------
+    >>> paired_in_lanes({"CUDNN_GUIDE_POOL_AT_ONCE": "1"})
+    {'CUDNN_GUIDE_FIRST_CALLS_AT_ONCE': '2'}
+    """
+    return {name: "2" for name in PAIRED_IN_LANES if not environ.get(name, "").strip()}
 
 
 def record_examples(
@@ -418,6 +439,12 @@ def _record_on_gpus(
         flush=True,
     )
     print(progress.plan(alone, lanes), flush=True)
+    if shared and (paired := paired_in_lanes(os.environ)):
+        print(
+            f"cudnn-guide: fresh processes two at once in each lane ({', '.join(f'{k}=2' for k in paired)}; "
+            "set 1 for one at a time)",
+            flush=True,
+        )
 
     def lane_env(index: int) -> dict[str, str]:
         """Lane ``index`` runs on GPU ``index % gpu_count``; lanes sharing a GPU take turns on it."""
@@ -432,6 +459,7 @@ def _record_on_gpus(
                 c for i in range(len(lanes)) if i % gpu_count == gpu for c in gpu_turns.lane_cpus(i, len(lanes), cpus)
             ]
             env[IMPORT_CPUS_ENV] = ",".join(str(c) for c in siblings)
+            env.update(paired_in_lanes(os.environ))
         return env
 
     def lane_worker(slot: int, lane: list[str]) -> None:
