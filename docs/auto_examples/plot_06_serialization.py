@@ -159,6 +159,9 @@ print(
 # this package, then waits for its turn, so none spends seconds importing while the page
 # waits, and none imports while another measures. A control (:doc:`measurement studies
 # </maintainers/measurement_studies>`) compares them with ones started on demand.
+# Recorded in lanes, they run in consecutive pairs, each on half of the page's cores
+# (``CUDNN_GUIDE_POOL_AT_ONCE``), never beside the build whose cache they read; the
+# printed line says how they ran.
 import pandas as pd
 
 from cudnn_guide.report import html_table

@@ -111,7 +111,9 @@ print(f"build time, batch 128 / batch 64: {ratio:.2f}× (the second build was {f
 # check stops the page), and times each build and execution. Each run is a new
 # interpreter (:class:`~cudnn_guide.studies.fresh_process.InterpreterPool`) with the
 # CUDA JIT disk cache off (``CUDA_CACHE_DISABLE=1``): no run reuses kernels the lesson
-# or an earlier run compiled: run order cannot pose as build order.
+# or an earlier run compiled: run order cannot pose as build order. Recorded in lanes,
+# each order's two runs start together, each on half of the page's cores
+# (``CUDNN_GUIDE_POOL_AT_ONCE``); a line below says so when they did.
 from cudnn_guide import check
 from cudnn_guide.studies import kernel_cache_builds
 
