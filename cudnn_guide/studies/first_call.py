@@ -150,12 +150,14 @@ def fresh_process(backend: str, timeout: float = 300) -> dict[str, Any]:
 
 AT_ONCE_ENV = "CUDNN_GUIDE_FIRST_CALLS_AT_ONCE"
 """Set to ``2``: :func:`fresh_processes` starts each round's backends at once, each on its own half of the
-caller's cores (an A/B switch for the recorder's speed, issue 34; unset or ``1``: one process at a time, as
-every recording so far). ``tools/parallel_fresh_probe.py`` is its only evidence, and it measured other
-conditions: two processes at once on five cores each (in a three-lane recording on 16 cores a page has five
-or six, so each would get two or three), compiling their imports from source rather than reading the
-recorder's shared bytecode; there a cuDNN and a FlashAttention-4 process started together measured what each
-did alone, within their spread (``docs/data/parallel_fresh_probe.json``). No recording has used it yet."""
+caller's cores (issue 34: the recorder's speed); unset or ``1``: one process at a time, as in every recording
+before 5a51bec's. Since 5a51bec the recorder sets it to ``2`` for pages recorded in lanes unless the caller set it
+(``gallery_build.recording.paired_in_lanes``), with the pools'
+:data:`~cudnn_guide.studies.fresh_process.AT_ONCE_ENV`; its recording with both met the bars and became the
+site's (``docs/data/pairs_site.json``). The first evidence was ``tools/parallel_fresh_probe.py``, under other
+conditions: two processes at once on five cores each (a three-lane page on 16 cores has five or six, so two or
+three each), compiling their imports from source; there a cuDNN and a FlashAttention-4 process started together
+measured what each did alone, within their spread (``docs/data/parallel_fresh_probe.json``)."""
 
 
 def _at_once() -> int:
