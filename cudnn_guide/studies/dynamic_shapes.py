@@ -39,7 +39,9 @@ def build_sequence(
 
     With ``kernel_cache=True`` all graphs share one ``cudnn.create_kernel_cache()`` and are
     built with ``is_dynamic_shape_enabled=True``. Each graph's output is checked against PyTorch
-    and, if ``time_execution``, its execution is timed (cold L2).
+    and, if ``time_execution``, its execution is timed (cold L2). Run beside another interpreter by
+    :meth:`~cudnn_guide.studies.fresh_process.InterpreterPool.run_all`, everything but the builds holds the pair's
+    lock (:func:`~cudnn_guide.studies.fresh_process.timing_alone`): the builds overlap, the GPU work never does.
 
     Parameters
     ----------
@@ -72,6 +74,7 @@ def build_sequence(
     from cudnn_guide import check, graphs
     from cudnn_guide.graphs import matmul, tensors
     from cudnn_guide.measure import bench
+    from cudnn_guide.studies import fresh_process
 
     handle = graphs.handle_for_current_device()
     cache = cudnn.create_kernel_cache() if kernel_cache else None
@@ -79,37 +82,39 @@ def build_sequence(
     rows = []
     for batch in batches:
         problem = matmul.MatmulProblem(batch=batch, m=m, k=k, n=n)
-        inputs = problem.make_inputs(seed=batch)
-        torch.cuda.synchronize()
+        with fresh_process.timing_alone():  # beside a paired run: none of its GPU work runs while this runs
+            inputs = problem.make_inputs(seed=batch)
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         fused = matmul.matmul_epilogue_graph(problem, inputs, handle=handle, amax=False, **extra)
         build_s = time.perf_counter() - t0
-        pack = fused.pack(
-            **{k_: v for k_, v in inputs.items() if k_ != "amax"}, alpha=tensors.scalar_value(problem.alpha)
-        )
-        check.poison(inputs["y"])
-        fused.execute(pack)
-        ref, _ = check.reference(problem.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
-        result = check.compare(inputs["y"], ref, name=f"batch {batch}")
-        row = {
-            "batch": batch,
-            "build_s": build_s,
-            "steps_s": fused.report.step_seconds,
-            "plan": fused.report.plan_name,
-            "rel_error": result.rel_error,
-            "check": result.to_dict(),
-        }
-        if time_execution:
-            m_ = bench.benchmark(
-                fused.bind(pack),
-                label=f"batch {batch}",
-                l2="cold",
-                flops=problem.flops,
-                budget_ms=60,
-                min_reps=20,
+        with fresh_process.timing_alone():
+            pack = fused.pack(
+                **{k_: v for k_, v in inputs.items() if k_ != "amax"}, alpha=tensors.scalar_value(problem.alpha)
             )
-            row["exec_median_ms"] = m_.median_ms
-            row["exec"] = m_.to_dict()
+            check.poison(inputs["y"])
+            fused.execute(pack)
+            ref, _ = check.reference(problem.torch_forward, inputs["a"], inputs["b"], inputs["bias"])
+            result = check.compare(inputs["y"], ref, name=f"batch {batch}")
+            row = {
+                "batch": batch,
+                "build_s": build_s,
+                "steps_s": fused.report.step_seconds,
+                "plan": fused.report.plan_name,
+                "rel_error": result.rel_error,
+                "check": result.to_dict(),
+            }
+            if time_execution:
+                m_ = bench.benchmark(
+                    fused.bind(pack),
+                    label=f"batch {batch}",
+                    l2="cold",
+                    flops=problem.flops,
+                    budget_ms=60,
+                    min_reps=20,
+                )
+                row["exec_median_ms"] = m_.median_ms
+                row["exec"] = m_.to_dict()
         rows.append(row)
     return rows
 

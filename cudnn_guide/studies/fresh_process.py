@@ -37,9 +37,10 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +48,13 @@ from cudnn_guide import collector
 from cudnn_guide.errors import GuideError
 from cudnn_guide.studies.interpreter import core_share, receive, send
 
-__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "AT_ONCE_ENV"]
+__all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "AT_ONCE_ENV", "PAIR_LOCK_ENV", "timing_alone"]
 
 AT_ONCE_ENV = "CUDNN_GUIDE_POOL_AT_ONCE"
 """``2``: :meth:`InterpreterPool.run_all` runs its calls two at a time, each interpreter on its own half of the
 caller's cores; unset or ``1``: one at a time. The recorder sets it to ``2`` for pages recorded in lanes unless it is
-set (issue 34: a pool's calls hold the GPU's turn alone, so two at once halve that wait); a reader's plain run of a
-page keeps one at a time. ``run`` is always one call."""
+set (issue 34: a pool's calls hold the GPU's turn alone, and two at once shorten that hold); a reader's plain run of
+a page keeps one at a time. ``run`` is always one call."""
 
 PRELOAD: tuple[str, ...] = ("torch", "numpy")
 """Modules each interpreter imports before it is ready, unless it is given others."""
@@ -176,6 +177,7 @@ class _Interpreter:
         os.close(write)
         _widen_for_imports(self.proc.pid)
         self.answers = read
+        self._closing = threading.Lock()
         self.import_seconds: float | None = None
 
     def wait_ready(self, timeout: float | None) -> None:
@@ -201,11 +203,14 @@ class _Interpreter:
         self.close()
 
     def close(self) -> None:
-        if self.proc.stdin and not self.proc.stdin.closed:
-            self.proc.stdin.close()
-        if self.answers >= 0:
-            os.close(self.answers)
-            self.answers = -1
+        # a pair's caller may kill an interpreter while the thread that talks to it closes it too: once, under a lock
+        with self._closing:
+            if self.proc.stdin and not self.proc.stdin.closed:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
+            if self.answers >= 0:
+                answers, self.answers = self.answers, -1
+                os.close(answers)
 
 
 class InterpreterPool:
@@ -262,6 +267,7 @@ class InterpreterPool:
         self._alone = contextlib.ExitStack()  # a measuring block, from the interpreters' readiness to close
         self._t0 = time.perf_counter()
         self._idle = [_Interpreter(self.preload, self.env) for _ in range(size)]
+        self._busy: list[_Interpreter] = []
         self.start_seconds: float | None = None
         """Wall time from creating the pool until all its interpreters were ready."""
 
@@ -285,6 +291,9 @@ class InterpreterPool:
             except subprocess.TimeoutExpired:
                 interp.kill()
         self._idle = []
+        for interp in list(self._busy):  # a call still running (its caller was interrupted): it ends here
+            interp.kill()
+        self._busy = []
         self._alone.close()
 
     def wait_ready(self) -> None:
@@ -365,7 +374,7 @@ class InterpreterPool:
     def _call(
         self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> FreshResult:
-        return self._exchange(self._idle.pop(0), what, fn, args, kwargs, timeout, _cores())
+        return self._exchange(self._idle.pop(0), what, pickle.dumps((fn, args, kwargs)), timeout, _cores())
 
     def run_all(
         self, calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]], timeout: float | None = 600
@@ -374,8 +383,12 @@ class InterpreterPool:
 
         With ``at_once=2`` the calls run in consecutive pairs (the first two, then the next two...): both
         interpreters of a pair get their call at once, each pinned to its own half of the caller's cores
-        (:func:`~cudnn_guide.studies.interpreter.core_share`), and the next pair starts when both have answered, so
-        a call may depend on anything done two places or more before it. A caller with one core runs one at a time.
+        (:func:`~cudnn_guide.studies.interpreter.core_share`; where the OS cannot say which cores the caller has,
+        both run unpinned), and the next pair starts when both have answered, so a call may depend on anything
+        done two places or more before it, never on its neighbour. A caller with one core runs one at a time. A
+        pair's two interpreters share a lock for the GPU work they time (:func:`timing_alone`), so that neither
+        times its kernels while the other runs its own. When one call of a pair fails, its neighbour is stopped
+        (its result would be thrown away); an interrupt (Ctrl-C, the recorder's SIGTERM) stops both.
 
         Parameters
         ----------
@@ -392,7 +405,9 @@ class InterpreterPool:
         Raises
         ------
         FreshProcessError
-            As :meth:`run`; with two at once, the first failing call's, once its pair has ended.
+            As :meth:`run`, or a call that cannot be pickled (before any interpreter starts its call); with two
+            at once, the first failing call's, once its neighbour has been stopped (a second failure is noted on
+            it).
 
         Example
         -------
@@ -400,13 +415,18 @@ class InterpreterPool:
         ...     pids = [r.value for r in pool.run_all([(os.getpid, (), {})] * 4)]
         """
         calls = list(calls)
-        for fn, _, _ in calls:
+        payloads = []
+        for fn, args, kwargs in calls:
             if getattr(fn, "__module__", None) == "__main__":
                 raise FreshProcessError(
                     _qualname(fn),
                     "a function defined in __main__ cannot be found by name in a "
                     "new interpreter; define it in an importable module",
                 )
+            try:
+                payloads.append(pickle.dumps((fn, args, kwargs)))
+            except Exception as exc:  # any pickling error, named for the caller
+                raise FreshProcessError(_qualname(fn), f"its call cannot be sent to an interpreter: {exc!r}") from None
         if len(calls) > len(self._idle):
             raise FreshProcessError(
                 _qualname(calls[0][0]) if calls else "run_all",
@@ -417,68 +437,95 @@ class InterpreterPool:
         self.wait_ready()
         cores = _cores()
         width = self.at_once if cores is None or len(cores) >= self.at_once else 1
+        whats = [_qualname(fn) for fn, _, _ in calls]
         results: list[FreshResult] = []
-        with collector.spending("fresh processes"):
+        with collector.spending("fresh processes"), tempfile.TemporaryDirectory(prefix="cudnn-guide-pair-") as work:
+            lock = os.path.join(work, "timing.lock")
             for start in range(0, len(calls), width):
-                results.extend(self._group(calls[start : start + width], timeout, cores))
+                group = range(start, min(start + width, len(calls)))
+                results.extend(
+                    self._group([whats[k] for k in group], [payloads[k] for k in group], timeout, cores, lock)
+                )
         return results
 
     def _group(
-        self,
-        calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]],
-        timeout: float | None,
-        cores: list[int] | None,
+        self, whats: list[str], payloads: list[bytes], timeout: float | None, cores: list[int] | None, lock: str
     ) -> list[FreshResult]:
         """Calls started together, each in the next interpreter on its share of ``cores``; their results in order."""
-        if len(calls) == 1:
-            fn, args, kwargs = calls[0]
-            return [self._exchange(self._idle.pop(0), _qualname(fn), fn, args, kwargs, timeout, cores)]
-        interps = [self._idle.pop(0) for _ in calls]
-        shares = [None if cores is None else core_share(i, len(calls), cores) for i in range(len(calls))]
-        answers: list[FreshResult | BaseException | None] = [None] * len(calls)
+        if len(payloads) == 1:
+            return [self._exchange(self._idle.pop(0), whats[0], payloads[0], timeout, cores)]
+        interps = [self._idle.pop(0) for _ in payloads]
+        self._busy.extend(interps)
+        shares = [None if cores is None else core_share(i, len(payloads), cores) for i in range(len(payloads))]
+        answers: list[FreshResult | BaseException | None] = [None] * len(payloads)
+        stopped: set[int] = set()
 
         def one(i: int) -> None:
-            fn, args, kwargs = calls[i]
             try:
-                answers[i] = self._exchange(interps[i], _qualname(fn), fn, args, kwargs, timeout, shares[i])
+                answers[i] = self._exchange(
+                    interps[i], whats[i], payloads[i], timeout, shares[i], {PAIR_LOCK_ENV: lock}
+                )
             except BaseException as exc:  # raised in the caller's thread, below
                 answers[i] = exc
 
-        threads = [
-            threading.Thread(target=one, args=(i,), name=f"fresh process {i}", daemon=True) for i in range(len(calls))
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer
+        threads = [threading.Thread(target=one, args=(i,), name=f"fresh process {i}", daemon=True) for i in range(2)]
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.05)
+                for i, answer in enumerate(answers):  # a failed call: its neighbour's result would be thrown away
+                    if isinstance(answer, BaseException) and threads[1 - i].is_alive() and 1 - i not in stopped:
+                        stopped.add(1 - i)
+                        interps[1 - i].kill()
+        except BaseException:  # an interrupt: no interpreter of the pair runs on after it
+            for interp in interps:
+                interp.kill()
+            for t in threads:
+                t.join(5)
+            raise
+        finally:
+            for interp in interps:
+                self._busy.remove(interp)
+        failures = [(i, a) for i, a in enumerate(answers) if isinstance(a, BaseException)]
+        if failures:
+            first = next((a for i, a in failures if i not in stopped), failures[0][1])
+            for i, other in failures:
+                if other is not first and i not in stopped:
+                    first.add_note(f"its neighbour {whats[i]} failed too: {other}")
+            raise first
         return [a for a in answers if isinstance(a, FreshResult)]
 
     def _exchange(
         self,
         interp: _Interpreter,
         what: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        payload: bytes,
         timeout: float | None,
         cores: list[int] | None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> FreshResult:
-        payload = pickle.dumps((fn, args, kwargs))
+        # called only inside a measured block (_call's spending, run_all's), which holds the GPU's turn alone
         t_asked, t0 = time.time(), time.perf_counter()
         try:
             send(
                 interp.proc.stdin.fileno(),
-                ({**os.environ, **self.env}, os.getcwd(), list(sys.path), payload, self.exit_fast, cores),
+                (
+                    {**os.environ, **self.env, **(extra_env or {})},
+                    os.getcwd(),
+                    list(sys.path),
+                    payload,
+                    self.exit_fast,
+                    cores,
+                ),
             )
             interp.proc.stdin.close()
             status, t_started, value = receive(interp.answers, timeout)
         except TimeoutError:
             interp.kill()
             raise FreshProcessError(what, f"no answer within {timeout} s; the interpreter was killed") from None
-        except (EOFError, BrokenPipeError):
+        except (EOFError, BrokenPipeError, OSError):
             interp.kill()
             raise FreshProcessError(
                 what, f"the interpreter died without an answer (exit code {interp.proc.returncode})"
@@ -498,6 +545,42 @@ class InterpreterPool:
             import_seconds=interp.import_seconds or 0.0,
             pid=interp.proc.pid,
         )
+
+
+PAIR_LOCK_ENV = "CUDNN_GUIDE_PAIR_LOCK"
+"""Set by :meth:`InterpreterPool.run_all` in the two interpreters of a pair: the lock :func:`timing_alone` takes."""
+
+
+@contextlib.contextmanager
+def timing_alone() -> Iterator[None]:
+    """Inside a call that :meth:`InterpreterPool.run_all` runs beside another: hold the pair's lock around GPU work
+    that is timed, so that the neighbour's kernels do not run meanwhile (its CPU work, a plan build, goes on).
+    Anywhere else, or where the OS has no ``flock``: nothing.
+
+    Returns
+    -------
+    Iterator[None]
+        A context manager.
+
+    Example
+    -------
+    >>> with timing_alone():
+    ...     m = bench.benchmark(graph_call)
+    """
+    path = os.environ.get(PAIR_LOCK_ENV, "")
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        path = ""
+    if not path:
+        yield
+        return
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the file releases the lock
 
 
 def run(

@@ -82,7 +82,7 @@ def run_plan(batches: Sequence[int]) -> list[tuple[str, list[int], bool]]:
 
 
 def fresh_runs(batches: Sequence[int]) -> dict[str, list[dict[str, Any]]]:
-    """The four runs of :func:`run_plan`, each in a new interpreter, one after another.
+    """The four runs of :func:`run_plan`, each in a new interpreter: one after another, or in pairs.
 
     Each run is :func:`~cudnn_guide.studies.dynamic_shapes.run_fresh_sequence` (labelled with its name): it builds
     the graph for each batch size in order, checks each output against PyTorch (a failed check raises), and times
@@ -90,7 +90,10 @@ def fresh_runs(batches: Sequence[int]) -> dict[str, list[dict[str, Any]]]:
     :class:`~cudnn_guide.studies.fresh_process.InterpreterPool` of four, preloaded with
     :data:`~cudnn_guide.studies.dynamic_shapes.PRELOAD`, with :data:`NO_JIT_CACHE` in their environment. Where the
     pool runs two at once (:data:`~cudnn_guide.studies.fresh_process.AT_ONCE_ENV`, set by the recorder's lanes),
-    each order's run with the cache and its run without start together, each on half of the caller's cores.
+    each order's run with the cache and its run without start together, each on half of the caller's cores; their
+    builds overlap, their GPU work (checks and timed executions) takes turns
+    (:func:`~cudnn_guide.studies.fresh_process.timing_alone`). 5a51bec's recording ran before that lock: its pairs'
+    execution timings may have overlapped the neighbour's kernels.
 
     Parameters
     ----------
@@ -112,7 +115,7 @@ def fresh_runs(batches: Sequence[int]) -> dict[str, list[dict[str, Any]]]:
     runs = {}
     with fresh_process.InterpreterPool(len(plan), preload=dynamic_shapes.PRELOAD, env=NO_JIT_CACHE) as pool:
         rows = dynamic_shapes.run_fresh_sequences([(order, use_cache, name) for name, order, use_cache in plan], pool)
-        if getattr(pool, "at_once", 1) == 2:
+        if pool.at_once == 2:
             print("each order's two runs (with the cache, without) ran at once, on half of this process's cores each")
     for (name, _, _), run_rows in zip(plan, rows, strict=True):
         runs[name] = run_rows

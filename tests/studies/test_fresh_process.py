@@ -328,17 +328,60 @@ def _stamp_and_wait(seconds):
     return os.getpid(), start, time.time(), sorted(os.sched_getaffinity(0))
 
 
+def _meet(folder, name, wait=30.0):
+    """Say this call started, then wait until its pair's other call has too: True if it came within ``wait`` s."""
+    from pathlib import Path
+
+    Path(folder, name).write_text(str(os.getpid()))
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        if len(list(Path(folder).glob("*"))) >= 2:
+            return os.getpid(), time.time(), sorted(os.sched_getaffinity(0)), True
+        time.sleep(0.01)
+    return os.getpid(), time.time(), sorted(os.sched_getaffinity(0)), False
+
+
+def _pid_then_sleep(folder, name, seconds):
+    from pathlib import Path
+
+    Path(folder, name).write_text(str(os.getpid()))
+    time.sleep(seconds)
+
+
+def _locked_span(path):
+    from cudnn_guide.studies.fresh_process import timing_alone
+
+    with timing_alone():
+        start = time.time()
+        time.sleep(0.4)
+        end = time.time()
+    return start, end
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = open(f"/proc/{pid}/stat").read().split()[2] if os.path.exists(f"/proc/{pid}/stat") else "X"
+    return state not in ("Z", "X")
+
+
 @PINNABLE
-def test_two_at_once_run_consecutive_pairs_together_each_on_its_half_of_the_cores():
+def test_two_at_once_run_consecutive_pairs_together_each_on_its_half_of_the_cores(tmp_path):
     every = sorted(os.sched_getaffinity(0))
+    first, second = tmp_path / "1", tmp_path / "2"
+    first.mkdir(), second.mkdir()
     with InterpreterPool(4, preload=(), at_once=2) as pool:
-        done = pool.run_all([(_stamp_and_wait, (0.6,), {})] * 4)
-    assert len({d.value[0] for d in done}) == 4 and os.getpid() not in {d.value[0] for d in done}
-    (_, s0, e0, c0), (_, s1, e1, c1), (_, s2, e2, c2), (_, s3, e3, c3) = (d.value for d in done)
-    assert max(s0, s1) < min(e0, e1) and max(s2, s3) < min(e2, e3)  # each pair ran together
-    assert min(s2, s3) >= max(e0, e1)  # the next pair started once both had ended
+        done = pool.run_all([(_meet, (str(d), n), {}) for d in (first, second) for n in ("a", "b")])
+    values = [d.value for d in done]
+    assert all(met for *_, met in values)  # each call saw its neighbour start before it ended: a pair
+    assert len({pid for pid, *_ in values}) == 4 and os.getpid() not in {pid for pid, *_ in values}
+    assert int((first / "a").read_text()) == values[0][0]  # results come back in the order of the calls
+    second_started = min((second / n).stat().st_mtime for n in ("a", "b"))
+    assert max(seen for _, seen, _, _ in values[:2]) <= second_started + 0.05  # once the first pair had ended
     half = len(every) // 2
-    assert c0 == c2 == every[:half] and c1 == c3 == every[half:]  # disjoint halves, in order
+    assert values[0][2] == values[2][2] == every[:half] and values[1][2] == values[3][2] == every[half:]
 
 
 def test_one_at_a_time_by_default_and_a_bad_setting_is_refused(monkeypatch):
@@ -357,13 +400,47 @@ def test_one_at_a_time_by_default_and_a_bad_setting_is_refused(monkeypatch):
         InterpreterPool(1, preload=(), at_once=4)
 
 
-def test_run_all_says_when_the_pool_is_too_small_and_raises_a_pairs_failure_after_both_ended():
-    with InterpreterPool(1, preload=()) as pool:
-        with pytest.raises(FreshProcessError, match="1 interpreter\\(s\\) left for 2 calls"):
-            pool.run_all([(os.getpid, (), {})] * 2)
+def test_run_all_says_when_the_pool_is_too_small_or_a_call_cannot_be_sent_before_any_starts():
+    with InterpreterPool(2, preload=()) as pool:
+        with pytest.raises(FreshProcessError, match="2 interpreter\\(s\\) left for 3 calls"):
+            pool.run_all([(os.getpid, (), {})] * 3)
+        with pytest.raises(FreshProcessError, match="cannot be sent to an interpreter"):
+            pool.run_all([(os.getpid, (), {}), (_stamp_and_wait, (lambda: 0,), {})])
+        assert pool.left == 2  # nothing was started
+
+
+@PINNABLE
+def test_a_failing_call_stops_its_neighbour_instead_of_waiting_for_it(tmp_path):
     with InterpreterPool(2, preload=(), at_once=2) as pool:
         t0 = time.perf_counter()
-        with pytest.raises(FreshProcessError, match="died without an answer"):
-            pool.run_all([(_die, (), {}), (_stamp_and_wait, (0.5,), {})])
-        assert time.perf_counter() - t0 >= 0.5  # its neighbour was waited for, not left running
-        assert pool.left == 0
+        with pytest.raises(FreshProcessError, match="died without an answer") as caught:
+            pool.run_all([(_die, (), {}), (_pid_then_sleep, (str(tmp_path), "n", 60), {})])
+        assert time.perf_counter() - t0 < 30  # not the neighbour's 60 s
+        assert "exit code 3" in str(caught.value)  # the failing call's own error, not its stopped neighbour's
+        assert not _alive(int((tmp_path / "n").read_text())) and pool.left == 0
+
+
+@PINNABLE
+def test_an_interrupt_stops_both_calls_of_a_pair(tmp_path):
+    import _thread
+    import threading
+
+    pool = InterpreterPool(2, preload=(), at_once=2)
+    threading.Timer(3.0, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        pool.run_all([(_pid_then_sleep, (str(tmp_path), n, 60), {}) for n in ("a", "b")])
+    pool.close()
+    pids = [int((tmp_path / n).read_text()) for n in ("a", "b")]
+    assert not any(_alive(pid) for pid in pids)
+
+
+@PINNABLE
+def test_a_pairs_timed_gpu_work_takes_turns_and_alone_the_lock_does_nothing(tmp_path, monkeypatch):
+    with InterpreterPool(2, preload=(), at_once=2) as pool:
+        (a0, a1), (b0, b1) = (d.value for d in pool.run_all([(_locked_span, (str(tmp_path),), {})] * 2))
+    assert a1 <= b0 or b1 <= a0  # never both inside
+    monkeypatch.delenv(fresh_process.PAIR_LOCK_ENV, raising=False)
+    t0 = time.time()
+    with fresh_process.timing_alone():
+        pass
+    assert time.time() - t0 < 0.1

@@ -48,12 +48,14 @@ def test_the_four_runs_are_with_and_without_the_cache_in_both_orders():
     ]
 
 
-def test_each_run_gets_its_own_interpreter_of_one_pool_without_the_jit_disk_cache(monkeypatch):
+@pytest.mark.parametrize("at_once", [1, 2])
+def test_each_run_gets_its_own_interpreter_of_one_pool_without_the_jit_disk_cache(monkeypatch, capsys, at_once):
     made, ran = [], []
 
     class Pool:
         def __init__(self, size, *, preload, env):
             made.append((size, preload, env))
+            self.at_once = at_once
 
         def __enter__(self):
             return self
@@ -73,6 +75,8 @@ def test_each_run_gets_its_own_interpreter_of_one_pool_without_the_jit_disk_cach
     assert ran == [(name, order, cache) for name, order, cache in study.run_plan(BATCHES)]
     assert list(runs) == [name for name, _, _ in ran]
     assert [r["batch"] for r in runs["cache, descending"]] == [8, 4, 2, 1]
+    said = capsys.readouterr().out
+    assert ("each order's two runs (with the cache, without) ran at once" in said) == (at_once == 2)
 
 
 def test_the_printed_lines_give_each_runs_builds_and_the_checks():

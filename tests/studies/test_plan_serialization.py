@@ -91,23 +91,32 @@ def test_fresh_first_results_run_each_case_with_its_jit_cache_in_one_pool(monkey
     assert not any(os.path.exists(p) for _, _, cache, jit in runs for p in (cache, jit))  # removed at the end
 
 
-def test_two_at_once_pair_each_run_with_its_neighbour_never_with_what_it_needs(monkeypatch, capsys):
+@pytest.mark.parametrize("reps", [2, 3, 4, 5])
+def test_two_at_once_pair_each_run_with_its_neighbour_never_with_what_it_needs(monkeypatch, capsys, reps):
     runs = _fake_runs(monkeypatch)
     FakePool.at_once = 2
-    fresh = plan_serialization.fresh_first_results(("matmul", "sdpa"), reps=3)
+    fresh = plan_serialization.fresh_first_results(("matmul", "sdpa"), reps=reps)
     assert "; they ran two at a time, each on half of this process's cores" in capsys.readouterr().out
+    pair = lambda n: (n - 1) // 2  # run_all pairs consecutive runs (n counts from 1 over all graphs)
     for graph in ("matmul", "sdpa"):
         order = [r["n"] for c in CASES for r in fresh[(graph, c)]]
-        first_cold, warm, loads = order[0], order[3:6], order[6:]
-        pair = lambda n: (n - 1) // 2  # run_all pairs consecutive runs
-        # the warm builds read the first cold build's JIT cache and the loads a stored plan: never beside those
-        assert all(pair(n) > pair(first_cold) for n in warm + loads)
-        assert all(pair(n) > pair(order[1]) for n in loads)  # every load starts after two builds ended
-    assert len(runs) == 24
+        cold, warm, loads = order[:reps], order[reps : 2 * reps], order[2 * reps :]
+        # a warm build reads the first cold build's JIT cache: never beside it, or before it
+        assert all(pair(n) > pair(cold[0]) for n in warm)
+        # a load reads a stored plan: never beside a build of its graph (so the plan it reads was stored)
+        assert all(pair(n) not in {pair(b) for b in cold + warm} for n in loads)
+    assert len(runs) == 2 * 4 * reps
     # with one run of each case, the warm build would sit beside the cold one: one at a time
     FakePool.made = []
     plan_serialization.fresh_first_results(("matmul",), reps=1)
     assert [p.at_once for p in FakePool.made] == [1]
+
+
+def test_one_run_of_each_case_runs_one_at_a_time(monkeypatch):
+    _fake_runs(monkeypatch)
+    FakePool.at_once = 2
+    plan_serialization.fresh_first_results(("matmul",), reps=1)
+    assert [p.at_once for p in FakePool.made] == [1]  # else the warm build would sit beside the cold one
 
 
 def test_fresh_first_results_default_to_every_graph_three_times(monkeypatch, capsys):

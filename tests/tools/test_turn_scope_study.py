@@ -236,6 +236,29 @@ def test_the_recording_that_made_two_fresh_processes_at_once_the_lanes_default_m
     site = json.loads((ROOT / "docs" / "data" / "pairs_site.json").read_text())["site"]
     rep = site["reproducibility"]
     assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
-    assert site["commit"] == "5a51bec" and set(recording.paired_in_lanes({})) == set(recording.PAIRED_IN_LANES)
+    assert site["commit"] == "5a51bec" and recording.paired_in_lanes({}) == dict.fromkeys(
+        recording.PAIRED_IN_LANES, "2"
+    )
     manifest = json.loads((ROOT / "docs" / "auto_examples" / "recording.json").read_text())
     assert {v["commit"][:7] for v in manifest["pages"].values()} == {"5a51bec"}
+
+
+@pytest.mark.parametrize(
+    ("name", "pages"),
+    [
+        ("pairs_off_site.json", "plot_01–plot_35, fresh processes one at a time"),
+        ("pairs_on_cut_site.json", "plot_01–plot_35, 31 of 34 (call cut)"),
+    ],
+)
+def test_the_recordings_neither_merged_nor_built_agree_with_their_benchmark_rows(name, pages):
+    site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
+    bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
+    run = next(r for r in bench["runs"] if r["commit"] == site["commit"] and r["pages"] == pages)
+    done = {n: v for n, v in site["pages"].items() if "call" in v and "skipped" not in v}
+    assert run["page_count"] == len(done) == sum(c["pages_recorded"] for c in site["calls"].values())
+    assert run["record"] == sum(c["recorder_seconds"] for c in site["calls"].values())
+    assert run["merge"] is run["site"] is run["total"] is site["merge_seconds"] is site["site_seconds"] is None
+    for key, field in (("held_seconds", "held"), ("alone_seconds", "alone"), ("waited_seconds", "waited")):
+        assert abs(run["turns"][key] - sum(v[field] for v in done.values())) < 0.05
+    rep = site["reproducibility"]
+    assert len(site["outside"]) == rep["headlines_with_interval"] - rep["headlines_inside"]
