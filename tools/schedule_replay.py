@@ -157,7 +157,6 @@ def recorded_plan(traces: Mapping[str, Sequence[Mapping[str, Any]]], log: str) -
 
     Read from the recorder log's ``recording <page> in a fresh interpreter on lane N`` lines.
     """
-    first: list[str] = []
     lanes: dict[int, list[str]] = {}
     alone = ""
     for line in log.splitlines():

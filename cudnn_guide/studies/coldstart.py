@@ -258,21 +258,10 @@ def run_fresh(
     """
     from cudnn_guide.studies import fresh_process
 
-    try:
-        if pool is None:
-            done = fresh_process.run(measure, graph, mode, str(cache_dir), jit_cache, preload=PRELOAD, timeout=timeout)
-        else:
-            done = pool.run(measure, graph, mode, str(cache_dir), jit_cache, timeout=timeout)
-    except fresh_process.FreshProcessError as exc:
-        raise RuntimeError(f"coldstart {graph} {mode} failed:\n{exc.detail[-2000:]}") from None
-    return _answered(graph, mode, done)
-
-
-def _answered(graph: str, mode: str, done: Any) -> dict[str, Any]:
-    from cudnn_guide import check
-
-    check.from_child(done.value["check"], name=f"{graph} {mode} in a fresh process")
-    return {**done.value, "process_s": done.seconds}
+    if pool is None:
+        with fresh_process.InterpreterPool(1, preload=PRELOAD) as own:
+            return run_fresh_all([(graph, mode, jit_cache)], cache_dir, own, timeout)[0]
+    return run_fresh_all([(graph, mode, jit_cache)], cache_dir, pool, timeout)[0]
 
 
 def run_fresh_all(
@@ -314,14 +303,20 @@ def run_fresh_all(
     ...     cold, cold2, warm, warm2 = run_fresh_all([("conv", "build", j1), ("conv", "build", j2),
     ...                                               ("conv", "cache", j1), ("conv", "cache", j1)], cache, pool)
     """
+    from cudnn_guide import check
     from cudnn_guide.studies import fresh_process
 
     calls = [(measure, (graph, mode, str(cache_dir), jit), {}) for graph, mode, jit in runs]
     try:
         done = pool.run_all(calls, timeout=timeout)
     except fresh_process.FreshProcessError as exc:
-        raise RuntimeError(f"coldstart run failed:\n{exc.detail[-2000:]}") from None
-    return [_answered(graph, mode, d) for (graph, mode, _), d in zip(runs, done, strict=True)]
+        which = ", ".join(dict.fromkeys(f"{graph} {mode}" for graph, mode, _ in runs))
+        raise RuntimeError(f"coldstart {which} failed:\n{exc.detail[-2000:]}") from None
+    out = []
+    for (graph, mode, _), d in zip(runs, done, strict=True):
+        check.from_child(d.value["check"], name=f"{graph} {mode} in a fresh process")
+        out.append({**d.value, "process_s": d.seconds})
+    return out
 
 
 def first_result_speedups(

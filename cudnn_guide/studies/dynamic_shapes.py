@@ -195,16 +195,11 @@ def run_fresh_sequence(
     """
     from cudnn_guide.studies import fresh_process
 
-    try:
-        if pool is None:
-            done = fresh_process.run(
-                build_sequence, list(batches), kernel_cache=kernel_cache, preload=PRELOAD, timeout=timeout
-            )
-        else:
-            done = pool.run(build_sequence, list(batches), kernel_cache=kernel_cache, timeout=timeout)
-    except fresh_process.FreshProcessError as exc:
-        raise RuntimeError(f"dynamic-shapes run failed:\n{exc.detail[-2000:]}") from None
-    return _answered(done, label or ("cache" if kernel_cache else "no cache"))
+    run = [(batches, kernel_cache, label or ("cache" if kernel_cache else "no cache"))]
+    if pool is None:
+        with fresh_process.InterpreterPool(1, preload=PRELOAD) as own:
+            return run_fresh_sequences(run, own, timeout)[0]
+    return run_fresh_sequences(run, pool, timeout)[0]
 
 
 def run_fresh_sequences(
@@ -253,6 +248,7 @@ def run_fresh_sequences(
 
 
 def _answered(done: Any, label: str) -> list[dict[str, Any]]:
+    """A run's rows, its checks and measurements added to the running example's record (as if made here)."""
     from cudnn_guide import check, collector
     from cudnn_guide.measure.measurement import Measurement
 

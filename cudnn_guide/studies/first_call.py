@@ -160,13 +160,6 @@ three each), compiling their imports from source; there a cuDNN and a FlashAtten
 measured what each did alone, within their spread (``docs/data/parallel_fresh_probe.json``)."""
 
 
-def _at_once() -> int:
-    raw = os.environ.get(AT_ONCE_ENV, "").strip() or "1"
-    if raw not in ("1", "2"):
-        raise ValueError(f"{AT_ONCE_ENV} takes 1 (one process at a time) or 2 (a round's two at once), got {raw!r}")
-    return int(raw)
-
-
 def _round_at_once(backends: Sequence[str], shares: Sequence[set[int]]) -> list[dict[str, Any]]:
     """One round: each backend's process started at once, each from a thread pinned to its share of the cores."""
     import threading
@@ -224,7 +217,7 @@ def fresh_processes(
     -------
     >>> first_calls = fresh_processes(["cudnn", "fa4"], rounds=3)
     """
-    at_once = _at_once() if at_once is None else at_once
+    at_once = interpreter.at_once_setting(AT_ONCE_ENV) if at_once is None else at_once
     if at_once not in (1, 2):
         raise ValueError(f"at_once takes 1 or 2, got {at_once!r}")
     if at_once == 2 and len(backends) > 2:

@@ -46,7 +46,7 @@ from typing import Any
 
 from cudnn_guide import collector
 from cudnn_guide.errors import GuideError
-from cudnn_guide.studies.interpreter import core_share, receive, send
+from cudnn_guide.studies.interpreter import at_once_setting, core_share, receive, send
 
 __all__ = ["FreshProcessError", "FreshResult", "InterpreterPool", "AT_ONCE_ENV", "PAIR_LOCK_ENV", "timing_alone"]
 
@@ -114,17 +114,24 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def _payload(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """A call, pickled for an interpreter; a function it cannot find, or that does not pickle, is refused here."""
+    if getattr(fn, "__module__", None) == "__main__":
+        raise FreshProcessError(
+            _qualname(fn),
+            "a function defined in __main__ cannot be found by name in a new interpreter; define it in an importable "
+            "module",
+        )
+    try:
+        return pickle.dumps((fn, args, kwargs))
+    except Exception as exc:  # any pickling error, named for the caller
+        raise FreshProcessError(_qualname(fn), f"its call cannot be sent to an interpreter: {exc!r}") from None
+
+
 def _cores() -> list[int] | None:
     """The cores this process may run on (``None`` where the OS cannot say)."""
     get = getattr(os, "sched_getaffinity", None)
     return sorted(get(0)) if get is not None else None
-
-
-def _at_once() -> int:
-    raw = os.environ.get(AT_ONCE_ENV, "").strip() or "1"
-    if raw not in ("1", "2"):
-        raise ValueError(f"{AT_ONCE_ENV} takes 1 (one call at a time) or 2 (two at once), got {raw!r}")
-    return int(raw)
 
 
 IMPORT_CPUS_ENV = "CUDNN_GUIDE_IMPORT_CPUS"
@@ -259,9 +266,12 @@ class InterpreterPool:
     ) -> None:
         if size < 1:
             raise ValueError(f"an InterpreterPool needs a positive size, got {size}")
-        self.at_once = _at_once() if at_once is None else at_once
-        if self.at_once not in (1, 2):
-            raise ValueError(f"an InterpreterPool runs 1 or 2 calls at once, got {self.at_once!r}")
+        at_once = at_once_setting(AT_ONCE_ENV) if at_once is None else at_once
+        if at_once not in (1, 2):
+            raise ValueError(f"an InterpreterPool runs 1 or 2 calls at once, got {at_once!r}")
+        cores = _cores()
+        self.at_once = 1 if cores is not None and len(cores) < at_once else at_once
+        """How many calls :meth:`run_all` runs at a time: 2 where asked and the caller has two cores or more."""
         self.preload, self.ready_timeout, self.env = tuple(preload), ready_timeout, dict(env or {})
         self.exit_fast = exit_fast
         self._alone = contextlib.ExitStack()  # a measuring block, from the interpreters' readiness to close
@@ -356,25 +366,7 @@ class InterpreterPool:
         >>> with InterpreterPool(1) as pool:
         ...     print(pool.run(os.getpid).value)
         """
-        what = _qualname(fn)
-        if getattr(fn, "__module__", None) == "__main__":
-            raise FreshProcessError(
-                what,
-                "a function defined in __main__ cannot be found by name in a new "
-                "interpreter; define it in an importable module",
-            )
-        if not self._idle:
-            raise FreshProcessError(
-                what, "this InterpreterPool has no interpreter left: make it as large as the number of calls"
-            )
-        self.wait_ready()  # outside the spending block: the imports are not the study's time
-        return self._call(what, fn, args, kwargs, timeout)
-
-    @collector.spending("fresh processes")
-    def _call(
-        self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
-    ) -> FreshResult:
-        return self._exchange(self._idle.pop(0), what, pickle.dumps((fn, args, kwargs)), timeout, _cores())
+        return self.run_all([(fn, args, kwargs)], timeout=timeout)[0]
 
     def run_all(
         self, calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]], timeout: float | None = 600
@@ -415,37 +407,35 @@ class InterpreterPool:
         ...     pids = [r.value for r in pool.run_all([(os.getpid, (), {})] * 4)]
         """
         calls = list(calls)
-        payloads = []
-        for fn, args, kwargs in calls:
-            if getattr(fn, "__module__", None) == "__main__":
-                raise FreshProcessError(
-                    _qualname(fn),
-                    "a function defined in __main__ cannot be found by name in a "
-                    "new interpreter; define it in an importable module",
-                )
-            try:
-                payloads.append(pickle.dumps((fn, args, kwargs)))
-            except Exception as exc:  # any pickling error, named for the caller
-                raise FreshProcessError(_qualname(fn), f"its call cannot be sent to an interpreter: {exc!r}") from None
+        payloads = [_payload(fn, args, kwargs) for fn, args, kwargs in calls]  # every call checked before any starts
         if len(calls) > len(self._idle):
             raise FreshProcessError(
                 _qualname(calls[0][0]) if calls else "run_all",
-                f"this InterpreterPool has {len(self._idle)} interpreter(s) left for {len(calls)} calls",
+                (
+                    f"this InterpreterPool has {len(self._idle)} interpreter(s) left for {len(calls)} calls"
+                    if self._idle
+                    else "this InterpreterPool has no interpreter left"
+                )
+                + ": make it as large as the number of calls",
             )
         if not calls:
             return []
-        self.wait_ready()
-        cores = _cores()
-        width = self.at_once if cores is None or len(cores) >= self.at_once else 1
+        self.wait_ready()  # outside the spending block: the imports are not the study's time
+        cores, width = _cores(), self.at_once
         whats = [_qualname(fn) for fn, _, _ in calls]
         results: list[FreshResult] = []
-        with collector.spending("fresh processes"), tempfile.TemporaryDirectory(prefix="cudnn-guide-pair-") as work:
-            lock = os.path.join(work, "timing.lock")
-            for start in range(0, len(calls), width):
-                group = range(start, min(start + width, len(calls)))
-                results.extend(
-                    self._group([whats[k] for k in group], [payloads[k] for k in group], timeout, cores, lock)
+        with contextlib.ExitStack() as stack:
+            lock = ""  # a pair's lock for the GPU work its calls time (timing_alone); made before the timed block
+            if width == 2 and len(calls) > 1:
+                lock = os.path.join(
+                    stack.enter_context(tempfile.TemporaryDirectory(prefix="cudnn-guide-pair-")), "lock"
                 )
+            with collector.spending("fresh processes"):
+                for start in range(0, len(calls), width):
+                    group = range(start, min(start + width, len(calls)))
+                    results.extend(
+                        self._group([whats[k] for k in group], [payloads[k] for k in group], timeout, cores, lock)
+                    )
         return results
 
     def _group(
@@ -468,7 +458,10 @@ class InterpreterPool:
             except BaseException as exc:  # raised in the caller's thread, below
                 answers[i] = exc
 
-        threads = [threading.Thread(target=one, args=(i,), name=f"fresh process {i}", daemon=True) for i in range(2)]
+        threads = [
+            threading.Thread(target=one, args=(i,), name=f"fresh process {i}", daemon=True)
+            for i in range(len(payloads))
+        ]
         try:
             for t in threads:
                 t.start()
@@ -506,7 +499,7 @@ class InterpreterPool:
         cores: list[int] | None,
         extra_env: Mapping[str, str] | None = None,
     ) -> FreshResult:
-        # called only inside a measured block (_call's spending, run_all's), which holds the GPU's turn alone
+        # called only inside run_all's measured block, which holds the GPU's turn alone
         t_asked, t0 = time.time(), time.perf_counter()
         try:
             send(

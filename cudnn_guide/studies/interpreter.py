@@ -77,6 +77,21 @@ def core_share(index: int, parts: int, cores: Sequence[int]) -> list[int]:
     return cores[len(cores) * index // parts : len(cores) * (index + 1) // parts]
 
 
+def at_once_setting(name: str) -> int:
+    """How many fresh processes at once the environment variable ``name`` asks for: 1 (unset) or 2.
+
+    Both pairing switches (``CUDNN_GUIDE_POOL_AT_ONCE``, ``CUDNN_GUIDE_FIRST_CALLS_AT_ONCE``) read by this one rule.
+
+    Raises
+    ------
+    ValueError
+        Any other value, naming the variable."""
+    raw = os.environ.get(name, "").strip() or "1"
+    if raw not in ("1", "2"):
+        raise ValueError(f"{name} takes 1 (one process at a time) or 2 (two at once), got {raw!r}")
+    return int(raw)
+
+
 def pin(cores: Sequence[int] | None) -> None:
     """Pin every thread of this process to ``cores`` (in a fresh interpreter, its caller's; the recorder's lanes
     pin their page processes with it too).

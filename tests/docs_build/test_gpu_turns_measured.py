@@ -334,7 +334,7 @@ CLOCKS_ELSEWHERE = {
     ("studies/interpreter.py", "worker_main"): "runs in a fresh interpreter, which holds no turn",
     ("studies/fresh_process.py", "__init__"): "the pool's start time: its interpreters' imports, not measured",
     ("studies/fresh_process.py", "wait_ready"): "the pool's start time: its interpreters' imports, not measured",
-    ("studies/fresh_process.py", "_exchange"): "called only inside a measured block: _call's and run_all's spending",
+    ("studies/fresh_process.py", "_exchange"): "called only inside run_all's measured block (run calls run_all)",
 }
 
 

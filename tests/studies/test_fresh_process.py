@@ -444,3 +444,11 @@ def test_a_pairs_timed_gpu_work_takes_turns_and_alone_the_lock_does_nothing(tmp_
     with fresh_process.timing_alone():
         pass
     assert time.time() - t0 < 0.1
+
+
+def test_a_caller_with_one_core_gets_one_at_a_time_and_the_pool_says_so(monkeypatch):
+    monkeypatch.setattr(fresh_process, "_cores", lambda: [0])
+    with InterpreterPool(2, preload=(), at_once=2) as pool:
+        assert pool.at_once == 1  # what the pages print ("ran two at a time") follows this
+        (_, s0, e0, _), (_, s1, _, _) = (d.value for d in pool.run_all([(_stamp_and_wait, (0.3,), {})] * 2))
+    assert s1 >= e0
