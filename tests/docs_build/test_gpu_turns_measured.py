@@ -758,3 +758,75 @@ def test_a_block_left_open_by_a_shared_cell_and_closed_in_a_clock_cell_leaves_th
         block.__exit__(None, None, None)
         assert turn.mode == "exclusive" and not _probe(lock, shared=True)  # never let go inside the cell
     assert turn.mode is None
+
+
+def _figures_cell(turn, lock, monkeypatch, seen, *, last_expr):
+    """A stand-in for sphinx-gallery's execute_code_block: the code, then save_figures, then the output."""
+    from sphinx_gallery import gen_rst
+
+    def save_figures(*args):
+        seen.append(("figures", turn.mode, _probe(lock, shared=False)))
+        return ""
+
+    def code_output(is_last_expr, *args):
+        seen.append(("output", turn.mode, _probe(lock, shared=False)))
+        return ""
+
+    monkeypatch.setattr(gen_rst, "save_figures", save_figures)
+    monkeypatch.setattr(gen_rst, "_get_code_output", code_output)
+
+    def execute_code_block(compiler, block, *rest):
+        seen.append(("code", turn.mode, _probe(lock, shared=False)))
+        gen_rst.save_figures(block)
+        return gen_rst._get_code_output(last_expr, {}, {}, None, "", ())
+
+    monkeypatch.setattr(gen_rst, "execute_code_block", execute_code_block)
+    monkeypatch.setattr(gen_rst, "execute_script", lambda *a, **k: ([], 0.0))
+    gpu_turns.take_turns_per_cell(turn)
+    return gen_rst
+
+
+@pytest.mark.parametrize("last_expr", [False, True])
+def test_a_shared_cell_lets_go_of_its_turn_to_save_figures_and_takes_it_back_only_to_print(
+    shared_turn, monkeypatch, last_expr
+):
+    from sphinx_gallery.py_source_parser import Block
+
+    turn, lock = shared_turn
+    seen = []
+    gen_rst = _figures_cell(turn, lock, monkeypatch, seen, last_expr=last_expr)
+    gen_rst.execute_code_block(None, Block("code", "x = 1\n", 1), None, {}, {}, {})
+    # the code holds the turn (nobody may take it alone); the figures are saved without it
+    assert seen[:2] == [("code", "shared", False), ("figures", None, True)]
+    # a last expression is printed in the turn again (its repr may read the GPU); otherwise the cell ends without it
+    assert seen[2] == (("output", "shared", False) if last_expr else ("output", None, True))
+    assert turn.let_go_times == 1 and turn.mode is None and _probe(lock, shared=False)
+    kinds = [t[0] for t in turn.trace]
+    assert kinds == (["shared", "shared"] if last_expr else ["shared"])  # each turn held is traced
+
+
+def test_a_clock_cell_and_an_open_measured_block_keep_the_turn_while_figures_are_saved(shared_turn, monkeypatch):
+    from sphinx_gallery.py_source_parser import Block
+
+    turn, lock = shared_turn
+    turn.clock_lines = (1, 1)  # this cell reads a clock: alone from its start to its end, figures included
+    seen = []
+    gen_rst = _figures_cell(turn, lock, monkeypatch, seen, last_expr=False)
+    gen_rst.execute_code_block(None, Block("code", "x = 1\n", 1), None, {}, {}, {})
+    assert [s[1] for s in seen] == ["exclusive"] * 3 and turn.let_go_times == 0
+    turn.clock_lines, seen[:] = None, []
+    block = collector.measuring()  # a pool an earlier cell left open: its block holds the turn alone
+    with turn.held():
+        block.__enter__()
+    try:
+        gen_rst.execute_code_block(None, Block("code", "x = 1\n", 5), None, {}, {}, {})
+    finally:
+        block.__exit__(None, None, None)
+    assert [s[1] for s in seen] == ["exclusive"] * 3 and turn.let_go_times == 0
+
+
+def test_let_go_is_a_no_op_outside_a_cell_and_take_back_without_one(tmp_path):
+    turn = gpu_turns.Turn(str(tmp_path / "t"), shared_cells=True)
+    assert turn.let_go() is False
+    turn.take_back()
+    assert turn.mode is None and turn.turns == 0

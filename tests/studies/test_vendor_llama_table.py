@@ -157,8 +157,8 @@ def test_return_lse_is_asked_for_only_where_flash_attn_func_takes_it():
         (2048, {"rounds": 7}),
         (4096, {"rounds": 7}),
         (8192, {"rounds": 5}),
-        (16384, {"rounds": 5, "min_reps": 3, "host_reps": 2}),
-        (32768, {"rounds": 5, "min_reps": 2, "host_reps": 2}),
+        (16384, {"rounds": 5, "min_reps": 2, "host_reps": 2}),
+        (32768, {"rounds": 5, "min_reps": 1, "host_reps": 2}),
     ],
 )
 def test_the_timing_per_length_is_the_pages(s, want):

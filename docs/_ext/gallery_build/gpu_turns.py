@@ -31,7 +31,9 @@ measures meanwhile:
   heuristics and run-time kernel compiles on the CPU) and the ``cudnn`` import (:data:`BUILD_IMPORTS`),
   unless :data:`BUILDS_ASIDE_ENV` is ``0``: a timed build is a measured block, and a cell that reads a
   clock itself keeps the turn through its builds;
-- Sphinx's own work before, between and after the cells.
+- Sphinx's own work before, between and after the cells, and the saving of a cell's figures, after its code
+  ran (:meth:`Turn.let_go`: the turn is given up for the rest of the cell, and taken back only to print a
+  last expression, whose repr may read a tensor on the GPU).
 
 Nothing is set aside inside a measured block (:func:`cudnn_guide.collector.measuring_now`): the
 wait to take the turn back would be counted. (Setting the builds, the ``cudnn`` import and a
@@ -182,6 +184,8 @@ class Turn:
         self.turns = 0
         self.gave_way = 0
         """Times a shared turn was given up mid-cell to a lane waiting to measure (:meth:`give_way`)."""
+        self.let_go_times = 0
+        """Cells whose shared turn was given up before their figures were saved (:meth:`let_go`)."""
         self._since = 0.0
         self._asked = self._taken = 0.0
         self._owner = "cell"
@@ -357,6 +361,40 @@ class Turn:
                 self._take("exclusive" if self.shared_cells and _measuring_now() else mode, self._cell_owner())
                 if compiling:
                     self.compile_waits += self._since - t1
+
+    def let_go(self) -> bool:
+        """The rest of the cell needs no GPU (sphinx-gallery saves its figures): drain this process's GPU work and
+        give the shared turn up until the cell ends, instead of holding it through CPU-only work
+        (:meth:`take_back` takes it again if the rest turns out to need it: a last expression to print).
+
+        Kept (returns ``False``) outside a cell, in a cell holding the turn alone (one that reads a clock, or
+        the cell-wide turn), inside a measured block (one an earlier cell left open) and while a CUDA graph
+        is captured.
+
+        Example
+        -------
+        >>> with turn.held():
+        ...     turn.let_go()  # figures saved from here to the cell's end, beside other lanes' measurements
+        True
+        """
+        if (
+            self.mode != "shared"
+            or not self._in_cell
+            or self._cell_alone
+            or self._pid != os.getpid()
+            or _measuring_now()
+            or not _drain()
+        ):
+            return False
+        self._give()
+        self.let_go_times += 1
+        return True
+
+    def take_back(self) -> None:
+        """Take the cell's turn again after :meth:`let_go` (through the gate, as the cell first took it); a
+        no-op when the turn is held or no cell runs."""
+        if self._in_cell and self.mode is None and self._aside_depth == 0 and self._pid == os.getpid():
+            self._take(self._cell_mode(), self._cell_owner())
 
     def give_way(self) -> bool:
         """Between a cell's GPU steps (:func:`cudnn_guide.collector.between_steps`): if another lane waits
@@ -943,7 +981,9 @@ def install(
 
 def take_turns_per_cell(turn: Turn) -> None:
     """Each code cell sphinx-gallery executes holds ``turn`` (wraps ``execute_code_block``); the page's
-    running time leaves out its waits for the turn (wraps ``execute_script``).
+    running time leaves out its waits for the turn (wraps ``execute_script``). A cell's shared turn is given
+    up before its figures are saved (:meth:`Turn.let_go`, wraps ``save_figures``) and taken back only to
+    print a last expression (wraps ``_get_code_output``).
 
     Parameters
     ----------
@@ -974,6 +1014,20 @@ def take_turns_per_cell(turn: Turn) -> None:
 
     in_turn._cudnn_guide_turns = True  # type: ignore[attr-defined]
     gen_rst.execute_code_block = in_turn
+    save_figures, code_output = gen_rst.save_figures, gen_rst._get_code_output
+
+    def figures_without_the_turn(*args: Any, **kwargs: Any) -> Any:
+        """A cell's figures are saved after its code ran: CPU-only (matplotlib draws numbers on the host)."""
+        turn.let_go()
+        return save_figures(*args, **kwargs)
+
+    def output_in_turn(is_last_expr: Any, *args: Any, **kwargs: Any) -> Any:
+        """A cell's last expression is printed (its repr may read a tensor on the GPU): in the cell's turn."""
+        if is_last_expr:
+            turn.take_back()
+        return code_output(is_last_expr, *args, **kwargs)
+
+    gen_rst.save_figures, gen_rst._get_code_output = figures_without_the_turn, output_in_turn
     run_script = gen_rst.execute_script
 
     def without_waits(*args: Any, **kwargs: Any) -> Any:

@@ -148,7 +148,7 @@ def turn_summary(example: str, turn: gpu_turns.Turn) -> str:
     -------
     str
         ``cudnn-guide: <page>: N turns on the GPU, ... (... s of it alone), gave way K times to a lane
-        waiting to measure``.
+        waiting to measure, let go of it to save figures in F cells``.
 
     Example
     -------
@@ -159,7 +159,8 @@ def turn_summary(example: str, turn: gpu_turns.Turn) -> str:
         f"cudnn-guide: {example}: {turn.turns} turns on the GPU, {turn.waited:.1f} s waiting for one, "
         f"{turn.aside_seconds:.1f} s of CPU-only work beside other lanes, "
         f"{turn.held_seconds:.1f} s holding the GPU ({turn.exclusive_seconds:.1f} s of it alone), "
-        f"gave way {turn.gave_way} time{'' if turn.gave_way == 1 else 's'} to a lane waiting to measure"
+        f"gave way {turn.gave_way} time{'' if turn.gave_way == 1 else 's'} to a lane waiting to measure, "
+        f"let go of it to save figures in {turn.let_go_times} cell{'' if turn.let_go_times == 1 else 's'}"
     )
 
 
