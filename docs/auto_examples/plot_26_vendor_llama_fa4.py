@@ -162,7 +162,7 @@ torch.cuda.empty_cache()
 # reference; a failure stops the page there. Each pair is timed in interleaved rounds
 # with CUDA events (GPU time less the launch cost, not CUPTI's), cold L2, and judged
 # against its own rounds' tie band (>= ±1%). From 16k tokens on (about 13-330 ms a
-# call) each round times 3 calls per contender instead of 5 (2 from 32k on), and the
+# call) each round times 2 calls per contender instead of 5 (1 from 32k on), and the
 # host cost is sampled from 2 calls (``timing``). cuDNN's forward writes its softmax
 # statistics for the backward; FlashAttention-4's forward, timed on tensors without
 # ``requires_grad``, is asked for its log-sum-exp (``return_lse=True``, where its
