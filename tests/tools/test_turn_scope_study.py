@@ -244,7 +244,7 @@ def test_the_recording_that_made_two_fresh_processes_at_once_the_lanes_default_m
 
 def test_the_sites_recording_is_688f411s_four_lane_run_and_met_both_bars_against_the_one_before():
     # R2: figures saved without the turn and plot_26's fewer calls, in four lanes; the recording merged here
-    # (measurement studies, "Figures without the turn, fewer calls for the longest, and four lanes")
+    # (measurement studies, "Fewer calls for the longest, figures without the turn, and four lanes")
     from cudnn_guide.studies import vendor_llama_table
 
     site = json.loads((ROOT / "docs" / "data" / "figures_aside_4lanes_site.json").read_text())["site"]
