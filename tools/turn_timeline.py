@@ -145,7 +145,41 @@ def timeline(pages: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]
                 owner = f"{Path(page).stem}: {owner}"
             owners[owner] = owners.get(owner, 0.0) + t["given"] - t["taken"]
     out["alone_by_owner"] = {o: round(s, 2) for o, s in sorted(owners.items(), key=lambda kv: -kv[1])}
+    if any(t.get("line") is not None for _, t in flat):  # traces since the cell's line was kept
+        out["shared_by_cell"] = shared_by_cell(pages)
     return out
+
+
+def shared_by_cell(pages: Mapping[str, Sequence[Mapping[str, Any]]], top: int = 20) -> list[dict[str, Any]]:
+    """The code cells that held the shared turn longest: each ``(page, cell's first line)`` with its seconds, summed.
+
+    The turn's largest lever left is the shared turn (the measurement studies' "What a schedule can win"): a cell
+    holds it for all its own work, GPU or not, and a measurement waits for it. This names the cells to look at.
+
+    Parameters
+    ----------
+    pages
+        :func:`read_traces`'s result, from traces that keep each turn's ``line``.
+    top
+        How many cells.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        ``{"page", "line", "seconds", "turns"}``, the longest first.
+
+    Example
+    -------
+    >>> shared_by_cell({"a.py": [{"mode": "shared", "asked": 0, "taken": 0, "given": 2, "line": 7}]})
+    [{'page': 'a.py', 'line': 7, 'seconds': 2.0, 'turns': 1}]
+    """
+    held: dict[tuple[str, int], list[float]] = {}
+    for page, turns in pages.items():
+        for t in turns:
+            if t["mode"] == "shared" and t.get("line") is not None:
+                held.setdefault((page, t["line"]), []).append(t["given"] - t["taken"])
+    ranked = sorted(held.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [{"page": p, "line": line, "seconds": round(sum(v), 2), "turns": len(v)} for (p, line), v in ranked]
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI

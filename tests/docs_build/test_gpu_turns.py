@@ -699,8 +699,8 @@ def test_a_turns_trace_is_ordered_even_for_turns_taken_and_given_up_at_once(tmp_
     turn = gpu_turns.Turn(str(tmp_path / "gpu-0.turn"))
     turn._take("shared")
     turn._give()
-    ((mode, asked, taken, given, owner),) = turn.trace
-    assert mode == "shared" and asked <= taken <= given and taken == 100.0 and owner == "cell"
+    ((mode, asked, taken, given, owner, line),) = turn.trace
+    assert mode == "shared" and asked <= taken <= given and taken == 100.0 and owner == "cell" and line is None
 
 
 @collector.measuring()

@@ -830,3 +830,32 @@ def test_let_go_is_a_no_op_outside_a_cell_and_take_back_without_one(tmp_path):
     assert turn.let_go() is False
     turn.take_back()
     assert turn.mode is None and turn.turns == 0
+
+
+def test_each_turn_a_cell_holds_is_traced_with_the_cells_first_line(shared_turn, monkeypatch):
+    from sphinx_gallery import gen_rst
+    from sphinx_gallery.py_source_parser import Block
+
+    turn, lock = shared_turn
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: True)
+
+    def execute_code_block(compiler, block, *rest):
+        if block.lineno == 20:
+            with collector.measuring():  # a measured block inside the cell: its alone turn carries the line too
+                pass
+        return ""
+
+    monkeypatch.setattr(gen_rst, "execute_code_block", execute_code_block)
+    monkeypatch.setattr(gen_rst, "execute_script", lambda *a, **k: ([], 0.0))
+    gpu_turns.take_turns_per_cell(turn)
+    for first in (3, 20):
+        gen_rst.execute_code_block(None, Block("code", "x = 1\n", first), None, {}, {}, {})
+    with turn.held():  # a turn held outside sphinx-gallery's cells has no line
+        pass
+    assert [(t[0], t[5]) for t in turn.trace] == [
+        ("shared", 3),
+        ("shared", 20),
+        ("exclusive", 20),
+        ("shared", 20),
+        ("shared", None),
+    ]

@@ -18,7 +18,7 @@ def test_each_builder_script_is_valid_bash(script):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("script", ["record_call.sh", "site_call.sh"])
+@pytest.mark.parametrize("script", ["record_call.sh", "site_call.sh", "whole_call.sh"])
 def test_a_call_without_the_commit_stops_before_installing_anything(tmp_path, script):
     env = {k: v for k, v in os.environ.items() if k != "CUDNN_GUIDE_COMMIT"} | {"OUT": str(tmp_path)}
     done = subprocess.run(

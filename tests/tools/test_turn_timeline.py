@@ -83,3 +83,28 @@ def test_a_malformed_trace_is_refused_naming_its_file(tmp_path, bad):
 def test_an_empty_folder_says_how_to_make_a_trace(tmp_path):
     with pytest.raises(ValueError, match="CUDNN_GUIDE_TURN_TRACE"):
         turn_timeline.read_traces(tmp_path)
+
+
+def test_the_cells_that_held_the_shared_turn_longest_are_named_by_page_and_line(tmp_path):
+    rows = {
+        "a.py": [
+            {"mode": "shared", "asked": 0, "taken": 0, "given": 1, "line": 5},
+            {"mode": "exclusive", "asked": 1, "taken": 1, "given": 2, "line": 5},  # alone: not a shared turn
+            {"mode": "shared", "asked": 2, "taken": 2, "given": 4.5, "line": 5},
+            {"mode": "shared", "asked": 5, "taken": 5, "given": 5.5, "line": 9},
+        ],
+        "b.py": [{"mode": "shared", "asked": 0, "taken": 1, "given": 4, "line": 30}],  # its wait is not held
+    }
+    for page, turns in rows.items():
+        (tmp_path / f"{page[:-3]}.turns.json").write_text(json.dumps({"page": page, "turns": turns}))
+    t = turn_timeline.timeline(turn_timeline.read_traces(tmp_path))
+    assert t["shared_by_cell"] == [
+        {"page": "a.py", "line": 5, "seconds": 3.5, "turns": 2},
+        {"page": "b.py", "line": 30, "seconds": 3.0, "turns": 1},
+        {"page": "a.py", "line": 9, "seconds": 0.5, "turns": 1},
+    ]
+
+
+def test_traces_without_lines_give_no_cells(tmp_path):
+    _write(tmp_path, "a.py", [("shared", 0, 0, 4)])
+    assert "shared_by_cell" not in turn_timeline.timeline(turn_timeline.read_traces(tmp_path))

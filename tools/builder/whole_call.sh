@@ -10,6 +10,10 @@
 # (rec0 to rec1: the recorder; merge0 to merge1: the merge; site0 to site1: Sphinx); $OUT/site_build_NAME.log is
 # Sphinx's output, each line with its time. Keep LIMIT_S (the recorder's) under about 520 s of the call's 600.
 name=$1 limit=$2 lanes=$3
+if [ -z "${CUDNN_GUIDE_COMMIT:-}" ]; then  # before anything is installed or recorded
+  echo "tools/builder/whole_call.sh: set CUDNN_GUIDE_COMMIT=<the full sha you committed> in the call's command" >&2
+  exit 2
+fi
 w=$OUT/whole_$name.txt
 stamp() { echo "$1 $(date +%s.%N)" >> "$w"; }
 stamp start

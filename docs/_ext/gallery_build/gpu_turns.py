@@ -190,9 +190,12 @@ class Turn:
         self._asked = self._taken = 0.0
         self._owner = "cell"
         self._block = "open measured block"  # the last measured block that took the turn alone
-        self.trace: list[tuple[str, float, float, float, str]] = []
-        """Every turn held: ``(mode, asked, taken, given up, owner)``, times in Unix seconds (:data:`TRACE_ENV`);
-        ``owner`` is ``"cell"`` for a cell's turn, else the measured block's (:func:`block_owner`)."""
+        self._cell_line: int | None = None
+        self.trace: list[tuple[str, float, float, float, str, int | None]] = []
+        """Every turn held: ``(mode, asked, taken, given up, owner, line)``, times in Unix seconds (:data:`TRACE_ENV`);
+        ``owner`` is ``"cell"`` for a cell's turn, else the measured block's (:func:`block_owner`); ``line`` is the
+        first line of the code cell it was taken in (``None`` outside a cell), so that a trace says which cells
+        held the shared turn longest."""
 
     @property
     def holding(self) -> bool:
@@ -249,7 +252,8 @@ class Turn:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self.mode is not None:
             seconds = time.perf_counter() - self._since
-            self.trace.append((self.mode, self._asked, self._taken, self._taken + seconds, self._owner))
+            given = self._taken + seconds
+            self.trace.append((self.mode, self._asked, self._taken, given, self._owner, self._cell_line))
             self.held_seconds += seconds
             if self.mode == "exclusive":
                 self.exclusive_seconds += seconds
@@ -280,16 +284,17 @@ class Turn:
         return self._block if self.shared_cells and _measuring_now() else "cell"
 
     @contextlib.contextmanager
-    def held(self, alone: bool = False) -> Iterator[None]:
+    def held(self, alone: bool = False, line: int | None = None) -> Iterator[None]:
         """Hold the turn for the block, a code cell (taking it if not held, waiting for it if another lane
         has it): shared with other lanes' cells under ``shared_cells``, else alone. Given up when it ends.
 
         ``alone``: this cell reads a clock in the page's own code (:meth:`cell_is_alone`): it holds the
-        turn alone from start to end and sets nothing aside, since its own timer would count the wait."""
+        turn alone from start to end and sets nothing aside, since its own timer would count the wait. ``line``: the
+        cell's first line in its page, kept with each turn it holds (:attr:`trace`)."""
         if self._in_cell or self._pid != os.getpid():
             yield
             return
-        self._in_cell, self._cell_alone = True, alone
+        self._in_cell, self._cell_alone, self._cell_line = True, alone, line
         try:
             if self.mode is None:
                 self._take(self._cell_mode(), self._cell_owner())
@@ -299,6 +304,7 @@ class Turn:
                 _drain()
             self._give()
             self._in_cell = self._cell_alone = False
+            self._cell_line = None
 
     @contextlib.contextmanager
     def exclusive(self, owner: str | None = None) -> Iterator[None]:
@@ -1009,7 +1015,7 @@ def take_turns_per_cell(turn: Turn) -> None:
             alone = turn.clock_lines is not None
         else:
             alone = turn.cell_is_alone(first, first + str(getattr(block, "content", "")).count("\n"))
-        with turn.held(alone=alone):
+        with turn.held(alone=alone, line=first):
             return inner(*args, **kwargs)
 
     in_turn._cudnn_guide_turns = True  # type: ignore[attr-defined]

@@ -128,7 +128,7 @@ def _build_one_example(docs_dir: str, out_dir: str, example: str) -> int | tuple
     if os.environ.get(gpu_turns.TRACE_ENV):
         trace_dir = Path(os.environ[gpu_turns.TRACE_ENV])
         trace_dir.mkdir(parents=True, exist_ok=True)
-        rows = [dict(zip(("mode", "asked", "taken", "given", "owner"), t, strict=True)) for t in turn.trace]
+        rows = [dict(zip(("mode", "asked", "taken", "given", "owner", "line"), t, strict=True)) for t in turn.trace]
         datafiles.write_json(trace_dir / f"{Path(example).stem}.turns.json", {"page": example, "turns": rows})
     print(turn_summary(example, turn), flush=True)
     return code, turn.waited  # the recorder keeps the page's seconds without its waits
