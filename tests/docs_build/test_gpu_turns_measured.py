@@ -760,7 +760,7 @@ def test_a_block_left_open_by_a_shared_cell_and_closed_in_a_clock_cell_leaves_th
     assert turn.mode is None
 
 
-def _figures_cell(turn, lock, monkeypatch, seen, *, last_expr):
+def _figures_cell(turn, lock, monkeypatch, seen, *, last_expr, value=None):
     """A stand-in for sphinx-gallery's execute_code_block: the code, then save_figures, then the output."""
     from sphinx_gallery import gen_rst
 
@@ -778,7 +778,7 @@ def _figures_cell(turn, lock, monkeypatch, seen, *, last_expr):
     def execute_code_block(compiler, block, *rest):
         seen.append(("code", turn.mode, _probe(lock, shared=False)))
         gen_rst.save_figures(block)
-        return gen_rst._get_code_output(last_expr, {}, {}, None, "", ())
+        return gen_rst._get_code_output(last_expr, {"___": value}, {}, None, "", ())
 
     monkeypatch.setattr(gen_rst, "execute_code_block", execute_code_block)
     monkeypatch.setattr(gen_rst, "execute_script", lambda *a, **k: ([], 0.0))
@@ -786,43 +786,87 @@ def _figures_cell(turn, lock, monkeypatch, seen, *, last_expr):
     return gen_rst
 
 
-@pytest.mark.parametrize("last_expr", [False, True])
+@pytest.mark.parametrize(
+    ("last_expr", "value", "back"),
+    [(False, None, False), (True, None, False), (True, "a tensor on the GPU, say", True)],
+)
 def test_a_shared_cell_lets_go_of_its_turn_to_save_figures_and_takes_it_back_only_to_print(
-    shared_turn, monkeypatch, last_expr
+    shared_turn, monkeypatch, last_expr, value, back
 ):
     from sphinx_gallery.py_source_parser import Block
 
     turn, lock = shared_turn
     seen = []
-    gen_rst = _figures_cell(turn, lock, monkeypatch, seen, last_expr=last_expr)
+    gen_rst = _figures_cell(turn, lock, monkeypatch, seen, last_expr=last_expr, value=value)
     gen_rst.execute_code_block(None, Block("code", "x = 1\n", 1), None, {}, {}, {})
     # the code holds the turn (nobody may take it alone); the figures are saved without it
     assert seen[:2] == [("code", "shared", False), ("figures", None, True)]
-    # a last expression is printed in the turn again (its repr may read the GPU); otherwise the cell ends without it
-    assert seen[2] == (("output", "shared", False) if last_expr else ("output", None, True))
+    # a last expression with a value is printed in the turn again (its repr may read the GPU); a None prints
+    # nothing, and a cell ending in a statement has nothing to print: the cell ends without the turn
+    assert seen[2] == (("output", "shared", False) if back else ("output", None, True))
     assert turn.let_go_times == 1 and turn.mode is None and _probe(lock, shared=False)
     kinds = [t[0] for t in turn.trace]
-    assert kinds == (["shared", "shared"] if last_expr else ["shared"])  # each turn held is traced
+    assert kinds == (["shared", "shared"] if back else ["shared"])  # each turn held is traced
 
 
-def test_a_clock_cell_and_an_open_measured_block_keep_the_turn_while_figures_are_saved(shared_turn, monkeypatch):
+def test_a_cell_keeps_its_turn_for_its_figures_while_a_cuda_graph_is_captured_or_its_drain_fails(
+    shared_turn, monkeypatch
+):
+    turn, lock = shared_turn
+    monkeypatch.setattr(gpu_turns, "_drain", lambda: False)  # capturing: synchronizing would break the capture
+    with turn.held():
+        assert turn.let_go() is False and turn.mode == "shared"
+
+    def failing_drain():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(gpu_turns, "_drain", failing_drain)
+    with pytest.raises(RuntimeError):  # the cell's own error comes out where the cell ends, not from let_go
+        with turn.held():
+            assert turn.let_go() is False and turn.mode == "shared"
+            failing_drain()
+    assert turn.let_go_times == 0
+
+
+def test_the_real_execute_code_block_saves_figures_without_the_turn_and_prints_a_value_in_it(
+    shared_turn, monkeypatch, tmp_path
+):
+    """sphinx-gallery's own execute_code_block, not a stand-in: it reaches save_figures and _get_code_output through
+    its module (where the wrappers sit), and the repr of a last expression is made inside _get_code_output."""
+    import codeop
+    import types
+
+    from sphinx_gallery import gen_rst
     from sphinx_gallery.py_source_parser import Block
 
     turn, lock = shared_turn
-    turn.clock_lines = (1, 1)  # this cell reads a clock: alone from its start to its end, figures included
     seen = []
-    gen_rst = _figures_cell(turn, lock, monkeypatch, seen, last_expr=False)
-    gen_rst.execute_code_block(None, Block("code", "x = 1\n", 1), None, {}, {}, {})
-    assert [s[1] for s in seen] == ["exclusive"] * 3 and turn.let_go_times == 0
-    turn.clock_lines, seen[:] = None, []
-    block = collector.measuring()  # a pool an earlier cell left open: its block holds the turn alone
-    with turn.held():
-        block.__enter__()
-    try:
-        gen_rst.execute_code_block(None, Block("code", "x = 1\n", 5), None, {}, {}, {})
-    finally:
-        block.__exit__(None, None, None)
-    assert [s[1] for s in seen] == ["exclusive"] * 3 and turn.let_go_times == 0
+    monkeypatch.setattr(gen_rst, "save_figures", lambda *a, **k: seen.append(("figures", turn.mode)) or "")
+
+    def code_output(is_last_expr, example_globals, *rest):
+        seen.append(("output", turn.mode, example_globals.get("___") if is_last_expr else None))
+        return ""
+
+    monkeypatch.setattr(gen_rst, "_get_code_output", code_output)
+    monkeypatch.setattr(gen_rst, "execute_script", lambda *a, **k: ([], 0.0))
+    gpu_turns.take_turns_per_cell(turn)
+    src = tmp_path / "plot_x.py"
+    src.write_text("x = 1\n")
+    main = types.ModuleType("__main__")
+    script_vars = {"execute_script": True, "src_file": str(src), "memory_delta": [], "fake_main": main}
+    conf = {"capture_repr": ("_repr_html_", "__repr__"), "show_memory": False, "ignore_repr_types": "", "call_memory": None}
+    monkeypatch.chdir(tmp_path)
+    for code in ("x = 1\n", "x + 1\n", "print(x)\n"):
+        gen_rst.execute_code_block(codeop.Compile(), Block("code", code, 1), main.__dict__, script_vars, conf, {})
+    assert seen == [
+        ("figures", None),  # x = 1: figures without the turn, nothing to print
+        ("output", None, None),
+        ("figures", None),  # x + 1: its value is printed in the turn
+        ("output", "shared", 2),
+        ("figures", None),  # print(x): the value is None, nothing to print, no turn
+        ("output", None, None),
+    ]
+    assert turn.let_go_times == 3 and turn.mode is None and _probe(lock, shared=False)
 
 
 def test_let_go_is_a_no_op_outside_a_cell_and_take_back_without_one(tmp_path):

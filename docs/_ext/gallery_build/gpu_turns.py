@@ -383,14 +383,13 @@ class Turn:
         ...     turn.let_go()  # figures saved from here to the cell's end, beside other lanes' measurements
         True
         """
-        if (
-            self.mode != "shared"
-            or not self._in_cell
-            or self._cell_alone
-            or self._pid != os.getpid()
-            or _measuring_now()
-            or not _drain()
-        ):
+        if self.mode != "shared" or not self._in_cell or self._cell_alone or self._pid != os.getpid() or _measuring_now():
+            return False
+        try:
+            drained = _drain()
+        except Exception:  # a CUDA error the cell's work left: the cell keeps its turn and the error is its own
+            return False
+        if not drained:
             return False
         self._give()
         self.let_go_times += 1
@@ -1027,11 +1026,13 @@ def take_turns_per_cell(turn: Turn) -> None:
         turn.let_go()
         return save_figures(*args, **kwargs)
 
-    def output_in_turn(is_last_expr: Any, *args: Any, **kwargs: Any) -> Any:
-        """A cell's last expression is printed (its repr may read a tensor on the GPU): in the cell's turn."""
-        if is_last_expr:
+    def output_in_turn(is_last_expr: Any, example_globals: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """A cell's last expression is printed (its repr may read a tensor on the GPU): in the cell's turn, unless
+        its value is ``None`` (a cell ending in ``print(...)`` or ``plt.show()``), which prints nothing."""
+        value = example_globals.get("___") if isinstance(example_globals, dict) else object()
+        if is_last_expr and value is not None:
             turn.take_back()
-        return code_output(is_last_expr, *args, **kwargs)
+        return code_output(is_last_expr, example_globals, *args, **kwargs)
 
     gen_rst.save_figures, gen_rst._get_code_output = figures_without_the_turn, output_in_turn
     run_script = gen_rst.execute_script
