@@ -854,7 +854,12 @@ def test_the_real_execute_code_block_saves_figures_without_the_turn_and_prints_a
     src.write_text("x = 1\n")
     main = types.ModuleType("__main__")
     script_vars = {"execute_script": True, "src_file": str(src), "memory_delta": [], "fake_main": main}
-    conf = {"capture_repr": ("_repr_html_", "__repr__"), "show_memory": False, "ignore_repr_types": "", "call_memory": None}
+    conf = {
+        "capture_repr": ("_repr_html_", "__repr__"),
+        "show_memory": False,
+        "ignore_repr_types": "",
+        "call_memory": None,
+    }
     monkeypatch.chdir(tmp_path)
     for code in ("x = 1\n", "x + 1\n", "print(x)\n"):
         gen_rst.execute_code_block(codeop.Compile(), Block("code", code, 1), main.__dict__, script_vars, conf, {})

@@ -43,7 +43,11 @@ def test_a_recorder_cut_or_failed_is_neither_merged_nor_built_and_its_rc_is_the_
     out.mkdir()
     env = os.environ | {"OUT": str(out), "CUDNN_GUIDE_COMMIT": "0" * 40}
     done = subprocess.run(
-        ["bash", "tools/builder/whole_call.sh", "A", "10", "3"], cwd=tmp_path / "tree", env=env, capture_output=True, text=True
+        ["bash", "tools/builder/whole_call.sh", "A", "10", "3"],
+        cwd=tmp_path / "tree",
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == recorder_rc, done.stderr
     assert f"rc={recorder_rc}" in done.stderr and "not merged, no site" in done.stderr

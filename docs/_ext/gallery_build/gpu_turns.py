@@ -383,7 +383,13 @@ class Turn:
         ...     turn.let_go()  # figures saved from here to the cell's end, beside other lanes' measurements
         True
         """
-        if self.mode != "shared" or not self._in_cell or self._cell_alone or self._pid != os.getpid() or _measuring_now():
+        if (
+            self.mode != "shared"
+            or not self._in_cell
+            or self._cell_alone
+            or self._pid != os.getpid()
+            or _measuring_now()
+        ):
             return False
         try:
             drained = _drain()
