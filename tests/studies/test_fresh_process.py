@@ -341,6 +341,16 @@ def _meet(folder, name, wait=30.0):
     return os.getpid(), time.time(), sorted(os.sched_getaffinity(0)), False
 
 
+def _die_once_written(folder, name):
+    """Exit with an error once the neighbour has written its pid (a file barrier, not a race with its start)."""
+    from pathlib import Path
+
+    deadline = time.time() + 30
+    while not Path(folder, name).exists() and time.time() < deadline:
+        time.sleep(0.01)
+    os._exit(3)
+
+
 def _pid_then_sleep(folder, name, seconds):
     from pathlib import Path
 
@@ -414,7 +424,9 @@ def test_a_failing_call_stops_its_neighbour_instead_of_waiting_for_it(tmp_path):
     with InterpreterPool(2, preload=(), at_once=2) as pool:
         t0 = time.perf_counter()
         with pytest.raises(FreshProcessError, match="died without an answer") as caught:
-            pool.run_all([(_die, (), {}), (_pid_then_sleep, (str(tmp_path), "n", 60), {})])
+            pool.run_all(
+                [(_die_once_written, (str(tmp_path), "n"), {}), (_pid_then_sleep, (str(tmp_path), "n", 60), {})]
+            )
         assert time.perf_counter() - t0 < 30  # not the neighbour's 60 s
         assert "exit code 3" in str(caught.value)  # the failing call's own error, not its stopped neighbour's
         assert not _alive(int((tmp_path / "n").read_text())) and pool.left == 0
