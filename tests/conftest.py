@@ -138,3 +138,19 @@ def tiny_gallery(tmp_path, text="print(1)\n"):
     (gal / "plot_a.py.md5").write_text(hashlib.md5(text.encode()).hexdigest())
     (gal / "plot_a.rst").write_text("page")
     return ex, gal
+
+
+@pytest.fixture(autouse=True)
+def _sphinx_gallery_put_back():
+    """``gpu_turns.take_turns_per_cell`` wraps sphinx-gallery's cell functions in place: each test gets the
+    originals back, so that no wrapper outlives its test or piles up on another."""
+    try:
+        from sphinx_gallery import gen_rst
+    except ImportError:  # without the docs extra: nothing to put back
+        yield
+        return
+    names = ("execute_code_block", "execute_script", "save_figures", "_get_code_output")
+    saved = {n: getattr(gen_rst, n) for n in names}
+    yield
+    for n, fn in saved.items():
+        setattr(gen_rst, n, fn)
