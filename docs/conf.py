@@ -228,11 +228,12 @@ if RECORD_ONLY:  # one example's recording build reads the gallery alone (second
 
 
 def setup(app):
-    from gallery_build import build_lock, navigation_cache, write_phase
+    from gallery_build import build_lock, navigation_cache, resolve_in_workers, write_phase
 
     navigation_cache.install(app)  # the API's source pages share one navigation tree per folder
     # the main process's share of a parallel build: viewcode's highlighting in worker processes, each stem once
     write_phase.install(app)
+    resolve_in_workers.install(app)  # each page resolved by the worker that writes it, not all by the main process
 
     if not RECORD_ONLY:  # a page's recording build runs in a private staging copy, under the recorder's lock
         try:  # one build per checkout; a build cut short before is wiped first (see gallery_build.build_lock)

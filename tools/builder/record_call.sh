@@ -18,14 +18,16 @@ stamp installed
 python3 -c "import torch; torch.ones(1, device='cuda'); torch.cuda.synchronize()"
 stamp warm
 python3 -m timeit -n 2000000 'sum(range(10))' >> "$h"
-rm -rf "/tmp/shard_$name" "/tmp/trace_$name"; mkdir -p "/tmp/trace_$name"
+rm -rf "/tmp/shard_$name" "/tmp/trace_$name" "/tmp/log_$name.txt" "/tmp/timed_log_$name.txt"; mkdir -p "/tmp/trace_$name"
 stamp rec0
+# the log as the recorder wrote it (tools read it), and a copy with each line's time (where start-up and the tail go)
 CUDNN_GUIDE_TURN_TRACE=/tmp/trace_$name PYTHONPATH=docs/_ext:.:$PYTHONPATH timeout -s TERM "$limit" \
-  python3 -m gallery_build.shards record "/tmp/shard_$name" --keep-going --lanes "$lanes" "$@" > "/tmp/log_$name.txt" 2>&1
-echo "rc=$?" >> "$h"
+  python3 -m gallery_build.shards record "/tmp/shard_$name" --keep-going --lanes "$lanes" "$@" 2>&1 \
+  | while IFS= read -r l; do printf '%s\n' "$l" >> "/tmp/log_$name.txt"; printf '%s %s\n' "$(date +%s.%3N)" "$l" >> "/tmp/timed_log_$name.txt"; done
+echo "rc=${PIPESTATUS[0]}" >> "$h"
 stamp rec1
 python3 -m timeit -n 2000000 'sum(range(10))' >> "$h"
 cp "$h" "/tmp/host_$name.txt"
-tar czf "$OUT/$name.tar.gz" -C /tmp "shard_$name" "trace_$name" "log_$name.txt" "host_$name.txt"
+tar czf "$OUT/$name.tar.gz" -C /tmp "shard_$name" "trace_$name" "log_$name.txt" "timed_log_$name.txt" "host_$name.txt"
 stamp tarred
 tail -3 "/tmp/log_$name.txt"; cat "$h"

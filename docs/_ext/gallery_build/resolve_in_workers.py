@@ -1,0 +1,149 @@
+"""A parallel HTML build's pages resolved in Sphinx's worker processes, not one after another in its main process.
+
+Under ``-j``, Sphinx 8-9 (``Builder._write_parallel``) resolves every page in its main process
+(``get_and_resolve_doctree``: the post-transforms, among them sphinx-gallery's code links and the
+cross-reference resolver) and only writes the resolved pages in forked workers. On the H200 builder
+the workers waited on that: its 16 cores wrote the site's 55 pages at the pace of one resolving them
+(``docs/data/device_calls_688f411/site_build_R2.log``: 16 s from "copying assets" to the last page).
+
+Here each worker resolves the pages it writes, as the main process would have, and returns each page's
+words for the search index (``IndexBuilder._word_collector`` of the resolved page: a resolved reference
+reads as its target's title, not its label). The main process keeps what must happen there: picking
+each page's images before its worker forks (the files copied at the end; resolving adds none), and
+feeding the search index with the words its worker returned (``write_doc_serialized``'s work). The
+first page is still written by the main process first, as Sphinx does (it warms the templates, and
+its resolving installs :func:`gallery_build.write_phase.install_stem_memo`'s memo there). The site's
+HTML and search index are the same as Sphinx's own (``tests/docs_build/test_resolve_in_workers.py``
+builds a small site both ways; the whole site, built both ways on the CPU machine, differed only by
+the build folder's path that the API pages print and pandas' random table ids).
+
+Installed for the ``html`` builder only, and only where Sphinx has the functions this replaces
+(``sphinx.builders._write_docname``, ``sphinx.util.parallel.ParallelTasks`` and ``make_chunks``);
+anywhere else Sphinx's own method runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["install", "write_parallel", "indexed"]
+
+
+def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
+    """``builder._write_parallel(docnames, nproc)``, with each page resolved in the worker that writes it.
+
+    Parameters
+    ----------
+    builder
+        Sphinx's HTML builder.
+    docnames
+        The pages to write, sorted (as ``write_documents`` passes them).
+    nproc
+        Worker processes at most.
+    """
+    from sphinx.builders import _write_docname
+    from sphinx.locale import __
+    from sphinx.util import logging
+    from sphinx.util.build_phase import BuildPhase
+    from sphinx.util.display import status_iterator
+    from sphinx.util.parallel import ParallelTasks, make_chunks
+
+    def write_process(docs: list[str]) -> list[Any]:
+        words = []
+        for docname in docs:
+            builder.phase = BuildPhase.RESOLVING
+            doctree = builder.env.get_and_resolve_doctree(docname, builder, tags=builder.tags)
+            builder.phase = BuildPhase.WRITING
+            with logging.pending_logging() as said:  # the main process warned of it already, from the same page
+                builder.post_process_images(doctree)  # each image's URI, as the main process picked it
+                said.clear()
+            indexer = getattr(builder, "indexer", None)
+            words.append(indexer._word_collector(doctree) if indexer is not None else None)
+            builder.write_doc(docname, doctree)
+        return words  # the search index's words of each page, resolved, for the main process to feed
+
+    def on_chunk_done(docs: list[str], words: list[Any]) -> None:
+        for docname, store in zip(docs, words, strict=True):  # the search index, fed in the main process
+            indexed(builder, docname, store)
+        next(progress)
+
+    if not docnames:
+        return
+    firstname, rest = docnames[0], list(docnames[1:])
+    _write_docname(firstname, env=builder.env, builder=builder, tags=builder.tags)
+    tasks = ParallelTasks(nproc)
+    chunks = make_chunks(rest, nproc)
+    progress = status_iterator(chunks, __("writing output... "), "darkgreen", len(chunks), builder.config.verbosity)
+    builder.phase = BuildPhase.RESOLVING
+    for chunk in chunks:
+        for docname in chunk:  # the images to copy, picked in the main process before its worker forks
+            builder.post_process_images(builder.env.get_doctree(docname))
+        tasks.add_task(write_process, chunk, on_chunk_done)
+    tasks.join()
+    logging.getLogger(__name__).info("")
+
+
+def indexed(builder: Any, docname: str, store: Any) -> None:
+    """Feed one page to ``builder``'s search index, as ``write_doc_serialized`` does, with the words its worker
+    collected from the resolved page (``store``, an ``IndexBuilder._word_collector`` result).
+
+    The page's index entries (``index`` nodes, the same before and after resolving) are read from the page as
+    stored; so is everything else ``IndexBuilder.feed`` reads but its words."""
+    indexer = getattr(builder, "indexer", None)
+    if indexer is None or store is None:
+        return
+    doctree = builder.env.get_doctree(docname)
+    title_node = builder.env.longtitles.get(docname)
+    indexer._word_collector = lambda _doctree: store  # this page's words, resolved
+    try:
+        builder.index_page(docname, doctree, title_node.astext() if title_node else "")
+    finally:
+        del indexer._word_collector
+
+
+def install(app: Any) -> bool:
+    """Make ``app``'s HTML builder resolve its pages in its workers (``conf.py``'s ``setup``; at ``builder-inited``).
+
+    Parameters
+    ----------
+    app
+        The Sphinx application.
+
+    Returns
+    -------
+    bool
+        ``True`` (connected). Whether the builder was changed is decided when it exists: only the ``html``
+        builder, and only with a Sphinx that has what :func:`write_parallel` uses.
+
+    Example
+    -------
+    >>> install(app)  # in conf.py's setup
+    True
+    """
+
+    def on_builder_inited(app: Any) -> None:
+        builder = getattr(app, "builder", None)
+        if getattr(builder, "name", None) != "html" or not hasattr(builder, "_write_parallel"):
+            return
+        try:
+            from sphinx.builders import _write_docname  # noqa: F401
+            from sphinx.util.build_phase import BuildPhase  # noqa: F401
+            from sphinx.util.display import status_iterator  # noqa: F401
+            from sphinx.util.parallel import ParallelTasks, make_chunks  # noqa: F401
+        except ImportError:  # another Sphinx: its own method
+            return
+        if "tags" not in inspect.signature(app.env.get_and_resolve_doctree).parameters:
+            return  # a Sphinx that resolves without the tags argument: its own method
+        if not all(hasattr(builder, a) for a in ("index_page", "post_process_images", "write_doc")):
+            return
+        from sphinx.search import IndexBuilder
+
+        if not hasattr(IndexBuilder, "_word_collector"):  # the search index's words come another way
+            return
+        builder._write_parallel = types.MethodType(write_parallel, builder)
+
+    app.connect("builder-inited", on_builder_inited)
+    return True
