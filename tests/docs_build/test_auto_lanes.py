@@ -12,13 +12,14 @@ from gallery_build import auto_lanes
 @pytest.mark.parametrize(
     ("gib", "cores", "pages", "lanes", "said"),
     [
-        ([139.8], 16, 34, 3, "3 pages at a time on each GPU"),  # the H200 builder
-        ([139.8], 10, 34, 2, "2 pages at a time"),  # five cores a lane
-        ([139.8], 9, 34, 1, "one page at a time"),
+        ([139.8], 16, 34, 5, "5 pages at a time on each GPU"),  # the H200 builder
+        ([139.8], 10, 34, 3, "3 pages at a time"),  # three cores a lane
+        ([139.8], 5, 34, 1, "one page at a time"),
         ([139.8], 16, 1, 1, "one page at a time"),  # `nox -s docs -- 5`: no lane without a page
         ([139.8], 16, 2, 2, "2 pages at a time"),
-        ([139.8, 139.8], 32, 34, 3, "3 pages at a time"),  # two H200s of one host, 32 cores
-        ([139.8, 139.8], 16, 34, 1, "one page at a time"),  # 16 cores for two GPUs' lanes
+        ([139.8, 139.8], 32, 34, 5, "5 pages at a time"),  # two H200s of one host, 32 cores
+        ([139.8, 139.8], 16, 34, 2, "2 pages at a time"),  # 16 cores for two GPUs' lanes
+        ([139.8, 139.8], 5, 34, 1, "one page at a time"),
         ([139.8, 79.2], 64, 34, 1, "79 GiB of GPU memory, under the 120 GiB"),  # the smallest GPU decides
         ([79.2], 64, 34, 1, "under the 120 GiB"),  # an 80 GB card: not where lanes were measured
         ([], 64, 34, 1, "nvidia-smi gave no memory reading"),

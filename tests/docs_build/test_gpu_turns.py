@@ -480,7 +480,8 @@ def test_a_callers_own_setting_of_the_pairs_wins_in_lanes_and_one_lane_gets_none
 
 @pytest.mark.parametrize(("memory", "lanes"), [([139.8], 3), ([79.2], 1), ([], 1)])
 def test_lanes_nobody_gave_are_chosen_from_the_machine_and_said(tmp_path, root, monkeypatch, capsys, memory, lanes):
-    """``lanes=None`` (the command lines' default): three lanes on an H200-sized GPU with cores enough, else one."""
+    """``lanes=None`` (the command lines' default): on an H200-sized GPU with cores enough, a lane a page up to five
+    (three pages here: three lanes), else one."""
     from gallery_build import auto_lanes
     from test_progress import PAGE_A, PAGE_B, FakePool, _project
 

@@ -2,9 +2,10 @@
 
 ``nox -s docs`` on a GPU names no ``--lanes``. One page at a time is safe anywhere; every recording of
 the site since 3a6f174 used lanes that take turns on the GPU (:mod:`gallery_build.gpu_turns`; three,
-23bd784's four), on an H200, with the site's verdicts and intervals holding, and the last whole-site
-recordings one page at a time (612c244 and the four before it) took 1106-1327 s of recorder time to
-the three-lane ones' 498-778 s (``docs/data/recording_benchmark.json``; the code changed between them too).
+some four, d00af07's five), on an H200, with the site's verdicts and intervals holding, and the last
+whole-site recordings one page at a time (612c244 and the four before it) took 1106-1327 s of recorder
+time to the three-lane ones' 450-778 s and d00af07's five-lane ones' 357-389 s
+(``docs/data/recording_benchmark.json``; the code changed between them too).
 Lanes keep several pages' tensors on the GPU at once and give each page a share of the CPU cores, so
 the recorder chooses them by itself only on a machine like the one they were measured on:
 
@@ -25,13 +26,15 @@ from collections.abc import Sequence
 
 __all__ = ["AUTO_LANES", "MIN_GPU_GIB", "CORES_PER_LANE", "choose", "gpu_memory_gib", "host_cores"]
 
-AUTO_LANES = 3
-"""Lanes per GPU on a machine that qualifies: the site's recordings since 3a6f174 used three (23bd784's four)."""
+AUTO_LANES = 5
+"""Lanes per GPU on a machine that qualifies: five since d00af07, whose two five-lane recordings of one lease took
+389 and 357 s of recorder time (three lanes: 450-515 s over the five recordings before it; the measurement studies'
+"Five lanes"). The site's recordings from 3a6f174 to 688f411 used three."""
 MIN_GPU_GIB = 120.0
 """The least memory (GiB) of each GPU for lanes chosen by themselves: above an 80 GB card, under an H200's 140 GiB."""
-CORES_PER_LANE = 5
-"""Host cores each lane needs: three lanes on the H200 builder's 16 cores have five or six each, as measured; with
-four lanes (four cores each) the turn was held alone longer (measurement studies, "One call, four lanes")."""
+CORES_PER_LANE = 3
+"""Host cores each lane needs: five lanes on the H200 builder's 16 cores have three or four each, as measured
+(d00af07's recordings; with five or six cores each, three lanes were the default before it)."""
 
 HOW_TO_CHANGE = "--lanes N or CUDNN_GUIDE_LANES=N sets it"
 
@@ -119,7 +122,7 @@ def choose(gpu_gib: Sequence[float], cores: int, pages: int) -> tuple[int, str]:
     Example
     -------
     >>> choose([139.8], 16, 34)[0]
-    3
+    5
     >>> choose([79.2], 64, 34)[0]
     1
     """
