@@ -264,3 +264,7 @@ def test_the_sites_recording_is_d00af07s_five_lane_run_within_the_aim_and_met_bo
         rep = study["reproducibility"]
         assert study["commit"] == "d00af07" and study["commit_compared"] == "688f411" and list(study["calls"]) == [name]
         assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
+    same = json.loads((ROOT / "docs" / "data" / "lanes_d00af07_W3_vs_W2.json").read_text())["site"]
+    rep = same["reproducibility"]  # two five-lane recordings of the same code, one lease
+    assert same["commit"] == same["commit_compared"] == "d00af07" and list(same["calls"]) == ["W3"]
+    assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]

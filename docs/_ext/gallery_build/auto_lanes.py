@@ -28,8 +28,8 @@ __all__ = ["AUTO_LANES", "MIN_GPU_GIB", "CORES_PER_LANE", "choose", "gpu_memory_
 
 AUTO_LANES = 5
 """Lanes per GPU on a machine that qualifies: five since d00af07, whose two five-lane recordings of one lease took
-389 and 357 s of recorder time (three lanes: 450-515 s over the five recordings before it; the measurement studies'
-"Five lanes"). The site's recordings from 3a6f174 to 688f411 used three."""
+389 and 357 s of recorder time (three lanes: 450-515 s in the four whole-site recordings from 8194830 to 688f411;
+the measurement studies' "Five lanes"). The site's recordings from 3a6f174 to 688f411 used three."""
 MIN_GPU_GIB = 120.0
 """The least memory (GiB) of each GPU for lanes chosen by themselves: above an 80 GB card, under an H200's 140 GiB."""
 CORES_PER_LANE = 3
