@@ -243,9 +243,9 @@ def test_the_recording_that_made_two_fresh_processes_at_once_the_lanes_default_m
 
 
 def test_the_sites_recording_is_d00af07s_five_lane_run_within_the_aim_and_met_both_bars_against_the_one_before():
-    # W3: five lanes (the recorder's own choice on an H200 with 16 cores since d00af07), recorded, merged and built
-    # in one call within the 420 s aim; W1 (four lanes) and W2 (five) of the same lease are kept off the site
-    # (measurement studies, "Five lanes")
+    # W3: five lanes (--lanes 5; the recorder's own choice on an H200 with 16 cores from c61db7f on), recorded,
+    # merged and built in one call within the 420 s aim; W1 (four lanes) and W2 (five) of the same lease are kept
+    # off the site (measurement studies, "Five lanes")
     from gallery_build import auto_lanes
 
     manifest = json.loads((ROOT / "docs" / "auto_examples" / "recording.json").read_text())
@@ -268,3 +268,50 @@ def test_the_sites_recording_is_d00af07s_five_lane_run_within_the_aim_and_met_bo
     rep = same["reproducibility"]  # two five-lane recordings of the same code, one lease
     assert same["commit"] == same["commit_compared"] == "d00af07" and list(same["calls"]) == ["W3"]
     assert rep["faster_slower"] == 0 and rep["headlines_inside"] >= 0.95 * rep["headlines_with_interval"]
+
+
+@pytest.mark.parametrize(
+    ("name", "pages", "lanes"),
+    [
+        ("figures_aside_4lanes_site.json", "plot_01–plot_35, four lanes (not merged here)", 4),
+        ("figures_aside_4lanes_again_site.json", "plot_01–plot_35, four lanes again (not merged here)", 4),
+        ("lanes_d00af07_W1_site.json", "plot_01–plot_35, four lanes (not merged here)", 4),
+        ("lanes_d00af07_W2_site.json", "plot_01–plot_35, five lanes (not merged here)", 5),
+        ("lanes_d00af07_W3_site.json", "plot_01–plot_35", 5),
+    ],
+)
+def test_the_recordings_merged_and_built_on_the_builder_only_agree_with_their_benchmark_rows(name, pages, lanes):
+    site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
+    bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
+    run = next(r for r in bench["runs"] if r["commit"] == site["commit"] and r["pages"] == pages)
+    done = {n: v for n, v in site["pages"].items() if "skipped" not in v}
+    assert run["lanes_per_gpu"] == lanes and run["page_count"] == len(done) == 34
+    assert run["record"] == sum(c["recorder_seconds"] for c in site["calls"].values())
+    assert abs(run["total"] - (run["record"] + site["merge_seconds"] + site["site_seconds"])) < 0.05
+    assert (run["merge"], run["site"]) == (site["merge_seconds"], site["site_seconds"])
+    for key, field in (("held_seconds", "held"), ("alone_seconds", "alone"), ("waited_seconds", "waited")):
+        assert abs(run["turns"][key] - sum(v[field] for v in done.values())) < 0.05
+    rep = site["reproducibility"]
+    assert len(site["outside"]) == rep["headlines_with_interval"] - rep["headlines_inside"]
+    assert f"{rep['headlines_inside']} of {rep['headlines_with_interval']} headlines inside" in run["how"]
+
+
+@pytest.mark.parametrize(
+    ("name", "pages"),
+    [
+        ("pairs_off_site.json", "plot_01–plot_35, fresh processes one at a time"),
+        ("pairs_on_cut_site.json", "plot_01–plot_35, 31 of 34 (call cut)"),
+    ],
+)
+def test_the_recordings_neither_merged_nor_built_agree_with_their_benchmark_rows(name, pages):
+    site = json.loads((ROOT / "docs" / "data" / name).read_text())["site"]
+    bench = json.loads((ROOT / "docs" / "data" / "recording_benchmark.json").read_text())
+    run = next(r for r in bench["runs"] if r["commit"] == site["commit"] and r["pages"] == pages)
+    done = {n: v for n, v in site["pages"].items() if "call" in v and "skipped" not in v}
+    assert run["page_count"] == len(done) == sum(c["pages_recorded"] for c in site["calls"].values())
+    assert run["record"] == sum(c["recorder_seconds"] for c in site["calls"].values())
+    assert run["merge"] is run["site"] is run["total"] is site["merge_seconds"] is site["site_seconds"] is None
+    for key, field in (("held_seconds", "held"), ("alone_seconds", "alone"), ("waited_seconds", "waited")):
+        assert abs(run["turns"][key] - sum(v[field] for v in done.values())) < 0.05
+    rep = site["reproducibility"]
+    assert len(site["outside"]) == rep["headlines_with_interval"] - rep["headlines_inside"]

@@ -23,7 +23,7 @@ stamp rec0
 # the log as the recorder wrote it (tools read it), and a copy with each line's time (where start-up and the tail go)
 CUDNN_GUIDE_TURN_TRACE=/tmp/trace_$name PYTHONPATH=docs/_ext:.:$PYTHONPATH timeout -s TERM "$limit" \
   python3 -m gallery_build.shards record "/tmp/shard_$name" --keep-going --lanes "$lanes" "$@" 2>&1 \
-  | while IFS= read -r l; do printf '%s\n' "$l" >> "/tmp/log_$name.txt"; printf '%s %s\n' "$(date +%s.%3N)" "$l" >> "/tmp/timed_log_$name.txt"; done
+  | while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l" >> "/tmp/log_$name.txt"; printf '%s %s\n' "$(date +%s.%3N)" "$l" >> "/tmp/timed_log_$name.txt"; done
 echo "rc=${PIPESTATUS[0]}" >> "$h"
 stamp rec1
 python3 -m timeit -n 2000000 'sum(range(10))' >> "$h"

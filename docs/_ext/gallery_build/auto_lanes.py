@@ -27,14 +27,17 @@ from collections.abc import Sequence
 __all__ = ["AUTO_LANES", "MIN_GPU_GIB", "CORES_PER_LANE", "choose", "gpu_memory_gib", "host_cores"]
 
 AUTO_LANES = 5
-"""Lanes per GPU on a machine that qualifies: five since d00af07, whose two five-lane recordings of one lease took
-389 and 357 s of recorder time (three lanes: 450-515 s in the four whole-site recordings from 8194830 to 688f411;
-the measurement studies' "Five lanes"). The site's recordings from 3a6f174 to 688f411 used three."""
+"""Lanes per GPU on a machine that qualifies: five from c61db7f on. d00af07's two five-lane recordings (``--lanes 5``)
+of one lease took 389 and 357 s of recorder time, a four-lane one of the same lease 498 s on a slower host; the
+three-lane recordings from 8194830 to 688f411 took 450-515 s in other leases, with other code (the measurement
+studies' "Five lanes"). So three against five lanes was never raced in one lease: five is the default because both
+five-lane recordings met the site's reproducibility bars and came in under the 420 s aim, not because an A/B
+measured its gain. The site's recordings from 3a6f174 to 688f411 used three."""
 MIN_GPU_GIB = 120.0
 """The least memory (GiB) of each GPU for lanes chosen by themselves: above an 80 GB card, under an H200's 140 GiB."""
 CORES_PER_LANE = 3
-"""Host cores each lane needs: five lanes on the H200 builder's 16 cores have three or four each, as measured
-(d00af07's recordings; with five or six cores each, three lanes were the default before it)."""
+"""Host cores each lane needs: five lanes on the H200 builder's 16 cores have three or four each, as in d00af07's
+five-lane recordings (three lanes, five or six cores each, were the default before c61db7f)."""
 
 HOW_TO_CHANGE = "--lanes N or CUDNN_GUIDE_LANES=N sets it"
 

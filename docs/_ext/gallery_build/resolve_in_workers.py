@@ -6,30 +6,37 @@ cross-reference resolver) and only writes the resolved pages in forked workers. 
 the workers waited on that: its 16 cores wrote the site's 55 pages at the pace of one resolving them
 (``docs/data/device_calls_688f411/site_build_R2.log``: 16 s from "copying assets" to the last page).
 
-Here each worker resolves the pages it writes, as the main process would have, and returns each page's
-words for the search index (``IndexBuilder._word_collector`` of the resolved page: a resolved reference
-reads as its target's title, not its label). The main process keeps what must happen there: picking
-each page's images before its worker forks (the files copied at the end; resolving adds none), and
-feeding the search index with the words its worker returned (``write_doc_serialized``'s work). The
-first page is still written by the main process first, as Sphinx does (it warms the templates, and
-its resolving installs :func:`gallery_build.write_phase.install_stem_memo`'s memo there). The site's
-HTML and search index are the same as Sphinx's own (``tests/docs_build/test_resolve_in_workers.py``
-builds a small site both ways; the whole site, built both ways on the CPU machine, differed only by
-the build folder's path that the API pages print and pandas' random table ids).
+Here each worker resolves the pages it writes, as the main process would have, picks their images
+(noting the files to copy at the end) and returns, with those files, each page's words for the search
+index (``IndexBuilder._word_collector`` of the resolved page: a resolved reference reads as its target's
+title, not its label). Once every page is written, the main process feeds the search index page by page,
+in Sphinx's order, with those words (``write_doc_serialized``'s work; a ``nosearch`` page as Sphinx feeds
+it). The first page is still written by the main process first, as Sphinx does (it warms the templates,
+and its resolving installs :func:`gallery_build.write_phase.install_stem_memo`'s memo there). A failure
+while resolving a page is reported as Sphinx reports any failure of a parallel worker (its traceback's
+text in a ``SphinxParallelError``). The HTML, images and search index are Sphinx's own:
+``tests/docs_build/test_resolve_in_workers.py`` builds a small site both ways (pages in subfolders,
+scaled images, a ``nosearch`` page, shared index entries, a broken reference's warning), and the whole
+site built both ways on the CPU machine differed only where two builds of it always differ
+(``docs/data/resolve_in_workers_ab.json``).
 
-Installed for the ``html`` builder only, and only where Sphinx has the functions this replaces
-(``sphinx.builders._write_docname``, ``sphinx.util.parallel.ParallelTasks`` and ``make_chunks``);
-anywhere else Sphinx's own method runs.
+Installed for the ``html`` builder only (not with :data:`OFF_ENV` set), and only where Sphinx has the
+functions this replaces (``sphinx.builders._write_docname``, ``sphinx.util.parallel.ParallelTasks`` and
+``make_chunks``); anywhere else Sphinx's own method runs.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import types
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["install", "write_parallel", "indexed"]
+__all__ = ["install", "write_parallel", "indexed", "OFF_ENV"]
+
+OFF_ENV = "CUDNN_GUIDE_RESOLVE_IN_MAIN"
+"""Set to ``1``, Sphinx's own method runs (an A/B of this module: ``tools/resolve_ab.py``)."""
 
 
 def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
@@ -49,25 +56,30 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
     from sphinx.util import logging
     from sphinx.util.build_phase import BuildPhase
     from sphinx.util.display import status_iterator
+    from sphinx.util.osutil import relative_uri
     from sphinx.util.parallel import ParallelTasks, make_chunks
 
-    def write_process(docs: list[str]) -> list[Any]:
-        words = []
+    def write_process(docs: list[str]) -> list[tuple[Any, dict[str, str]]]:
+        out = []
         for docname in docs:
             builder.phase = BuildPhase.RESOLVING
             doctree = builder.env.get_and_resolve_doctree(docname, builder, tags=builder.tags)
             builder.phase = BuildPhase.WRITING
-            with logging.pending_logging() as said:  # the main process warned of it already, from the same page
-                builder.post_process_images(doctree)  # each image's URI, as the main process picked it
-                said.clear()
+            known = dict(builder.images)
+            # as write_doc_serialized does in the main process: the page's own image path (a scaled image links to
+            # the full one), then each image's URI picked and its file noted for copying
+            builder.imgpath = relative_uri(builder.get_target_uri(docname), builder.imagedir)
+            builder.post_process_images(doctree)
             indexer = getattr(builder, "indexer", None)
-            words.append(indexer._word_collector(doctree) if indexer is not None else None)
+            words = indexer._word_collector(doctree) if indexer is not None else None
             builder.write_doc(docname, doctree)
-        return words  # the search index's words of each page, resolved, for the main process to feed
+            out.append((words, {k: v for k, v in builder.images.items() if k not in known}))
+        return out  # per page: the search index's words of the resolved page, and the image files it added
 
-    def on_chunk_done(docs: list[str], words: list[Any]) -> None:
-        for docname, store in zip(docs, words, strict=True):  # the search index, fed in the main process
-            indexed(builder, docname, store)
+    done: dict[str, tuple[Any, dict[str, str]]] = {}
+
+    def on_chunk_done(docs: list[str], results: list[tuple[Any, dict[str, str]]]) -> None:
+        done.update(zip(docs, results, strict=True))
         next(progress)
 
     if not docnames:
@@ -79,27 +91,34 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
     progress = status_iterator(chunks, __("writing output... "), "darkgreen", len(chunks), builder.config.verbosity)
     builder.phase = BuildPhase.RESOLVING
     for chunk in chunks:
-        for docname in chunk:  # the images to copy, picked in the main process before its worker forks
-            builder.post_process_images(builder.env.get_doctree(docname))
         tasks.add_task(write_process, chunk, on_chunk_done)
     tasks.join()
+    for docname in rest:  # in page order, as Sphinx's main process does: the index keeps the order it is fed in
+        words, images = done[docname]
+        builder.images.update(images)
+        indexed(builder, docname, words)
     logging.getLogger(__name__).info("")
 
 
-def indexed(builder: Any, docname: str, store: Any) -> None:
-    """Feed one page to ``builder``'s search index, as ``write_doc_serialized`` does, with the words its worker
-    collected from the resolved page (``store``, an ``IndexBuilder._word_collector`` result).
+def indexed(builder: Any, docname: str, words: Any) -> None:
+    """Feed one page to ``builder``'s search index as ``write_doc_serialized`` does, with the words its worker
+    collected from the resolved page (``words``: an ``IndexBuilder._word_collector`` result).
 
-    The page's index entries (``index`` nodes, the same before and after resolving) are read from the page as
-    stored; so is everything else ``IndexBuilder.feed`` reads but its words."""
+    A page marked ``nosearch`` (or ``no-search``) is fed as Sphinx feeds it, with no words; the page's index
+    entries (``index`` nodes, the same before and after resolving) are read from the page as stored."""
     indexer = getattr(builder, "indexer", None)
-    if indexer is None or store is None:
+    if indexer is None:
         return
     doctree = builder.env.get_doctree(docname)
     title_node = builder.env.longtitles.get(docname)
-    indexer._word_collector = lambda _doctree: store  # this page's words, resolved
+    title = title_node.astext() if title_node else ""
+    metadata = builder.env.metadata.get(docname, {})
+    if words is None or "no-search" in metadata or "nosearch" in metadata:
+        builder.index_page(docname, doctree, title)
+        return
+    indexer._word_collector = lambda _doctree: words  # this page's words, resolved
     try:
-        builder.index_page(docname, doctree, title_node.astext() if title_node else "")
+        builder.index_page(docname, doctree, title)
     finally:
         del indexer._word_collector
 
@@ -125,6 +144,8 @@ def install(app: Any) -> bool:
     """
 
     def on_builder_inited(app: Any) -> None:
+        if os.environ.get(OFF_ENV) == "1":
+            return
         builder = getattr(app, "builder", None)
         if getattr(builder, "name", None) != "html" or not hasattr(builder, "_write_parallel"):
             return
