@@ -6,18 +6,18 @@ cross-reference resolver) and only writes the resolved pages in forked workers. 
 the workers waited on that: its 16 cores wrote the site's 55 pages at the pace of one resolving them
 (``docs/data/device_calls_688f411/site_build_R2.log``: 16 s from "copying assets" to the last page).
 
-Here each worker resolves the pages it writes, as the main process would have, picks their images
-(noting the files to copy at the end) and returns, with those files, each page's words for the search
-index (``IndexBuilder._word_collector`` of the resolved page: a resolved reference reads as its target's
-title, not its label). Once every page is written, the main process feeds the search index page by page,
-in Sphinx's order, with those words (``write_doc_serialized``'s work; a ``nosearch`` page as Sphinx feeds
-it). The first page is still written by the main process first, as Sphinx does (it warms the templates,
-and its resolving installs :func:`gallery_build.write_phase.install_stem_memo`'s memo there). A failure
-while resolving a page is reported as Sphinx reports any failure of a parallel worker (its traceback's
-text in a ``SphinxParallelError``). The HTML, images and search index are Sphinx's own:
-``tests/docs_build/test_resolve_in_workers.py`` builds a small site both ways (pages in subfolders,
-scaled images, a ``nosearch`` page, shared index entries, a broken reference's warning), and the whole
-site built both ways on the CPU machine differed only where two builds of it always differ
+Here each worker resolves the pages it writes, as the main process would have, picks their images (noting the
+files to copy at the end) and returns, with those files, each page's words for the search index
+(``IndexBuilder._word_collector`` of the resolved page: a resolved reference reads as its target's title, not
+its label). The main process feeds the search index page by page, in Sphinx's order, with those words, each
+page once every page before it is written (``write_doc_serialized``'s work; a ``nosearch`` page as Sphinx
+feeds it). The first page is still written by the main process first, as Sphinx does (it warms the templates,
+and its resolving installs :func:`gallery_build.write_phase.install_stem_memo`'s memo there). A failure while
+resolving a page is reported as Sphinx reports any failure of a parallel worker (its traceback's text in a
+``SphinxParallelError``). The HTML, images and search index are Sphinx's own:
+``tests/docs_build/test_resolve_in_workers.py`` builds a small site both ways (pages in subfolders, scaled
+images, a ``nosearch`` page, shared index entries, a broken reference's warning), and the whole site built
+both ways on the CPU machine differed only where two builds of it always differ
 (``docs/data/resolve_in_workers_ab.json``).
 
 Installed for the ``html`` builder only (not with :data:`OFF_ENV` set), and only where Sphinx has the
@@ -77,9 +77,21 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
         return out  # per page: the search index's words of the resolved page, and the image files it added
 
     done: dict[str, tuple[Any, dict[str, str]]] = {}
+    fed = 0  # the pages of ``rest`` fed to the search index so far, in page order
+
+    def feed_in_order() -> None:
+        # as Sphinx's main process does, in page order (the index keeps the order it is fed in), each page as soon as
+        # every page before it is written: the feeding overlaps the workers still writing
+        nonlocal fed
+        while fed < len(rest) and rest[fed] in done:
+            words, images = done.pop(rest[fed])
+            builder.images.update(images)
+            indexed(builder, rest[fed], words)
+            fed += 1
 
     def on_chunk_done(docs: list[str], results: list[tuple[Any, dict[str, str]]]) -> None:
         done.update(zip(docs, results, strict=True))
+        feed_in_order()
         next(progress)
 
     if not docnames:
@@ -93,10 +105,9 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
     for chunk in chunks:
         tasks.add_task(write_process, chunk, on_chunk_done)
     tasks.join()
-    for docname in rest:  # in page order, as Sphinx's main process does: the index keeps the order it is fed in
-        words, images = done[docname]
-        builder.images.update(images)
-        indexed(builder, docname, words)
+    feed_in_order()
+    if fed != len(rest):  # every chunk answered or join raised: a page left unfed would be a bug here
+        raise RuntimeError(f"resolve_in_workers: {len(rest) - fed} page(s) written but not fed to the search index")
     logging.getLogger(__name__).info("")
 
 
