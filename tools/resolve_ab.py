@@ -5,7 +5,9 @@ Builds the site in render mode twice from this checkout (``-j N``), once with ``
 (Sphinx's own method) and once without, each into a new folder under a temporary directory with the myst-nb
 execution folder removed first, and compares every output file. Before comparing, it sets aside what differs between
 any two builds of this site: pandas' random table ids (``T_`` and five hex digits), the build folder's path
-(printed by the API pages) and the package wheel the site links (its zip records file times). Run from the
+(printed by the API pages), the package wheel the site links (its zip records file times) and blank lines (a
+notebook cell's printed lines come with a blank line between them where the kernel happened to send them in two
+messages: seen between two builds in ``maintainers/measurement_studies.html``). Run from the
 repository root::
 
     PYTHONPATH=docs/_ext:. python tools/resolve_ab.py docs/data/resolve_in_workers_ab.json --jobs 4
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 RANDOM_IDS = re.compile(rb"T_[0-9a-f]{5}")
+BLANK_LINES = re.compile(rb"\n\s*\n")
 
 
 def build(out: Path, jobs: int, own: bool) -> float:
@@ -48,7 +51,8 @@ def build(out: Path, jobs: int, own: bool) -> float:
 
 
 def normalized(path: Path, root: Path) -> bytes:
-    return RANDOM_IDS.sub(b"T_xxxxx", path.read_bytes().replace(str(root).encode(), b"<build>"))
+    text = RANDOM_IDS.sub(b"T_xxxxx", path.read_bytes().replace(str(root).encode(), b"<build>"))
+    return BLANK_LINES.sub(b"\n", text)
 
 
 def compare(a: Path, b: Path) -> dict[str, object]:
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI,
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--jobs", type=int, default=4)
+    parser.add_argument("--keep", type=Path, help="copy both sites here (to see how they differ)")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="resolve-ab-") as work:
@@ -83,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI,
         result = {
             "about": "tools/resolve_ab.py: the whole site built in render mode with Sphinx's own parallel writing and "
             "with gallery_build.resolve_in_workers, every output file compared, then again with what differs between "
-            "any two builds set aside (pandas' random table ids, the build folder's path, the wheel's file times). "
+            "any two builds set aside (pandas' random table ids, the build folder's path, the wheel's file times, "
+            "blank lines where a notebook kernel split a cell's printed output). "
             "Seconds are one build each on this machine, not a timing study.",
             "commit": commit,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             **compare(own, workers),
         }
+        if args.keep:
+            shutil.copytree(work, args.keep, dirs_exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "about"}, indent=1))
 
