@@ -5,9 +5,9 @@ Builds the site in render mode twice from this checkout (``-j N``), once with ``
 (Sphinx's own method) and once without, each into a new folder under a temporary directory with the myst-nb
 execution folder removed first, and compares every output file. Before comparing, it sets aside what differs between
 any two builds of this site: pandas' random table ids (``T_`` and five hex digits), the build folder's path
-(printed by the API pages), the package wheel the site links (its zip records file times) and blank lines (a
-notebook cell's printed lines come with a blank line between them where the kernel happened to send them in two
-messages: seen between two builds in ``maintainers/measurement_studies.html``). Run from the
+(printed by the API pages), the package wheel the site links (its zip records file times) and blank lines inside a
+notebook cell's printed output (its lines come with a blank line between them where the kernel happened to send
+them in two messages: seen between two builds in ``maintainers/measurement_studies.html``). Run from the
 repository root::
 
     PYTHONPATH=docs/_ext:. python tools/resolve_ab.py docs/data/resolve_in_workers_ab.json --jobs 4
@@ -27,17 +27,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from gallery_build.resolve_in_workers import OFF_ENV
+
 RANDOM_IDS = re.compile(rb"T_[0-9a-f]{5}")
 BLANK_LINES = re.compile(rb"\n\s*\n")
+STREAM_OUTPUT = re.compile(rb'<div class="output stream[^"]*">.*?</pre>', re.S)  # a notebook cell's printed lines
 
 
 def build(out: Path, jobs: int, own: bool) -> float:
     """One render-mode build of the site into ``out``; its wall seconds."""
     shutil.rmtree(Path("docs") / "jupyter_execute", ignore_errors=True)
     env = {**os.environ, "CUDNN_GUIDE_DOCS_MODE": "render"}
-    env.pop("CUDNN_GUIDE_RESOLVE_IN_MAIN", None)
+    env.pop(OFF_ENV, None)
     if own:
-        env["CUDNN_GUIDE_RESOLVE_IN_MAIN"] = "1"
+        env[OFF_ENV] = "1"
     t0 = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-j", str(jobs), "-b", "html", "docs", str(out)],
@@ -52,7 +55,7 @@ def build(out: Path, jobs: int, own: bool) -> float:
 
 def normalized(path: Path, root: Path) -> bytes:
     text = RANDOM_IDS.sub(b"T_xxxxx", path.read_bytes().replace(str(root).encode(), b"<build>"))
-    return BLANK_LINES.sub(b"\n", text)
+    return STREAM_OUTPUT.sub(lambda m: BLANK_LINES.sub(b"\n", m.group(0)), text)
 
 
 def compare(a: Path, b: Path) -> dict[str, object]:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("sphinx")
+
+from gallery_build.resolve_in_workers import OFF_ENV
 
 EXT = Path(__file__).resolve().parents[2] / "docs" / "_ext"
 
@@ -30,6 +34,10 @@ def setup(app):
         resolve_in_workers.install(app)
 
     def resolved(app, doctree, docname):  # which process resolved each page
+        if docname == "page2":  # a slow page: the chunks after its own finish first
+            import time
+
+            time.sleep(1.0)
         with open(os.path.join(app.outdir, "resolved.txt"), "a") as out:
             out.write(f"{{docname}} {{os.getpid()}}\\n")
 
@@ -49,6 +57,10 @@ Page {n}
 
 .. index:: sharedentry; page {n}
 .. index:: sharedentry
+
+.. only:: latex
+
+   .. index:: latexonlyentry{n}
 
 See :ref:`label{m}`, :doc:`{other}` and :func:`os.path.join`.{broken}
 
@@ -72,7 +84,7 @@ def _page_path(i: int) -> str:
     return f"page{i}" if i % 2 == 0 else f"sub/deep/page{i}"  # half of them two folders down
 
 
-def _site(root: Path, patched: bool, broken: bool = False) -> tuple[Path, str]:
+def _site(root: Path, patched: bool, broken: bool = False, off: bool = False) -> tuple[Path, str]:
     src = root / ("patched" if patched else "sphinx") / "src"
     (src / "sub" / "deep").mkdir(parents=True)
     (src / "conf.py").write_text(CONF.format(ext=str(EXT), patched=patched))
@@ -92,7 +104,8 @@ def _site(root: Path, patched: bool, broken: bool = False) -> tuple[Path, str]:
     (src / "secret.rst").write_text(":nosearch:\n\nSecret\n======\n\nA word nobody finds: secretword.\n")
     out = src.parent / "html"
     args = [sys.executable, "-m", "sphinx", "-j", "3", "-b", "html", str(src), str(out)]
-    done = subprocess.run(args if broken else [*args[:3], "-W", *args[3:]], capture_output=True, text=True)
+    env = {**os.environ, OFF_ENV: "1"} if off else {k: v for k, v in os.environ.items() if k != OFF_ENV}
+    done = subprocess.run(args if broken else [*args[:3], "-W", *args[3:]], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     return out, done.stderr
 
@@ -129,6 +142,7 @@ def test_pages_resolved_in_workers_give_sphinxs_html_images_and_search_index(tmp
     assert b'href="../../_images/pixel.png"' in b["sub/deep/page1.html"]
     index = b["searchindex.js"]
     assert b"uniqueword11" in index and b"secretword" not in index and b"sharedentry" in index
+    assert b"latexonlyentry" not in index  # an index entry under ``only:: latex`` is dropped by resolving
     assert b'href="page2.html#label2"' in b["sub/deep/page1.html"].replace(b"../../", b"")
 
 
@@ -159,3 +173,33 @@ def test_it_leaves_other_builders_alone():
     app.builder = Builder()
     app.handlers["builder-inited"](app)
     assert app.builder._write_parallel([], 1) == "sphinx's"
+
+
+def test_the_off_switch_gives_sphinxs_own_method(tmp_path):
+    out, _ = _site(tmp_path, True, off=True)
+    assert (out / "writer.txt").read_text() == "Builder._write_parallel"
+    assert set(_resolvers(out).values()) == {int((out / "main.txt").read_text())}
+
+
+def _fails() -> None:
+    raise ValueError("boom in a worker")
+
+
+def _sleeps() -> None:
+    time.sleep(0.5)
+
+
+def test_a_worker_failure_read_while_a_later_chunk_is_queued_is_kept():
+    from gallery_build import resolve_in_workers
+    from sphinx.util.parallel import ParallelTasks
+
+    def run(tasks):  # the first chunk fails before the second is queued; add_task reads it, stops all, carries on
+        tasks.add_task(_fails)
+        time.sleep(1.0)
+        tasks.add_task(_sleeps)
+        tasks.join()  # nothing left for join to read
+        return tasks
+
+    assert getattr(run(ParallelTasks(1)), "failure", None) is None  # Sphinx's own: the failure is gone
+    kept = run(resolve_in_workers._first_failure_kept()(1)).failure
+    assert kept is not None and "boom in a worker" in str(kept.args)

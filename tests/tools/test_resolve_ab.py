@@ -25,7 +25,8 @@ def test_only_the_known_differences_between_two_builds_are_set_aside(tmp_path):
         a,
         {
             "t.html": b'<table id="T_1a2b3">' + str(a).encode() + b"</table>",
-            "s.html": b"<pre>* one\n\n* two\n</pre>",
+            "s.html": b'<div class="output stream highlight-myst-ansi"><pre>* one\n\n* two\n</pre>',
+            "code.html": b"<pre>a\n\nb</pre>",
             "x.whl": b"zip at 10:00",
             "same.html": b"same",
             "page.html": b"Page 2",
@@ -37,7 +38,8 @@ def test_only_the_known_differences_between_two_builds_are_set_aside(tmp_path):
         b,
         {
             "t.html": b'<table id="T_9f8e7">' + str(b).encode() + b"</table>",
-            "s.html": b"<pre>* one\n* two\n</pre>",
+            "s.html": b'<div class="output stream highlight-myst-ansi"><pre>* one\n* two\n</pre>',
+            "code.html": b"<pre>a\nb</pre>",  # a blank line gone from code, not from printed output: reported
             "x.whl": b"zip at 10:01",
             "same.html": b"same",
             "page.html": b"label2",  # a reference resolved otherwise: a real difference
@@ -46,8 +48,8 @@ def test_only_the_known_differences_between_two_builds_are_set_aside(tmp_path):
     )
     got = resolve_ab.compare(a, b)
     assert got["only_sphinx"] == ["only_a.html"] and got["only_workers"] == []
-    assert got["differing"] == ["page.html", "s.html", "t.html", "x.whl"]
-    assert got["differing_after_known"] == ["page.html"]
+    assert got["differing"] == ["code.html", "page.html", "s.html", "t.html", "x.whl"]
+    assert got["differing_after_known"] == ["code.html", "page.html"]
 
 
 def test_the_committed_ab_found_no_difference_beyond_the_known_ones():

@@ -17,10 +17,11 @@ resolving a page is reported as Sphinx reports any failure of a parallel worker 
 ``SphinxParallelError``). The HTML, images and search index are Sphinx's own:
 ``tests/docs_build/test_resolve_in_workers.py`` builds a small site both ways (pages in subfolders, scaled
 images, a ``nosearch`` page, shared index entries, a broken reference's warning), and the whole site built
-both ways on the CPU machine differed only where two builds of it always differ
+both ways on the CPU machine differed only where two builds of it can differ
 (``docs/data/resolve_in_workers_ab.json``).
 
-Installed for the ``html`` builder only (not with :data:`OFF_ENV` set), and only where Sphinx has the
+Installed for Sphinx's own ``html`` builder only (not a subclass that changes what this replaces, nor with
+:data:`OFF_ENV` set), and only where Sphinx has the
 functions this replaces (``sphinx.builders._write_docname``, ``sphinx.util.parallel.ParallelTasks`` and
 ``make_chunks``); anywhere else Sphinx's own method runs.
 """
@@ -51,15 +52,16 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
     nproc
         Worker processes at most.
     """
+    from sphinx import addnodes
     from sphinx.builders import _write_docname
     from sphinx.locale import __
     from sphinx.util import logging
     from sphinx.util.build_phase import BuildPhase
     from sphinx.util.display import status_iterator
     from sphinx.util.osutil import relative_uri
-    from sphinx.util.parallel import ParallelTasks, make_chunks
+    from sphinx.util.parallel import make_chunks
 
-    def write_process(docs: list[str]) -> list[tuple[Any, dict[str, str]]]:
+    def write_process(docs: list[str]) -> list[tuple[Any, list[Any], dict[str, str]]]:
         out = []
         for docname in docs:
             builder.phase = BuildPhase.RESOLVING
@@ -72,11 +74,12 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
             builder.post_process_images(doctree)
             indexer = getattr(builder, "indexer", None)
             words = indexer._word_collector(doctree) if indexer is not None else None
+            entries = [node["entries"] for node in doctree.findall(addnodes.index)]  # as resolved (``only`` gone)
             builder.write_doc(docname, doctree)
-            out.append((words, {k: v for k, v in builder.images.items() if k not in known}))
-        return out  # per page: the search index's words of the resolved page, and the image files it added
+            out.append((words, entries, {k: v for k, v in builder.images.items() if k not in known}))
+        return out  # per page: the search index's words and entries of the resolved page, and the images it added
 
-    done: dict[str, tuple[Any, dict[str, str]]] = {}
+    done: dict[str, tuple[Any, list[Any], dict[str, str]]] = {}
     fed = 0  # the pages of ``rest`` fed to the search index so far, in page order
 
     def feed_in_order() -> None:
@@ -84,12 +87,12 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
         # every page before it is written: the feeding overlaps the workers still writing
         nonlocal fed
         while fed < len(rest) and rest[fed] in done:
-            words, images = done.pop(rest[fed])
+            words, entries, images = done.pop(rest[fed])
             builder.images.update(images)
-            indexed(builder, rest[fed], words)
+            indexed(builder, rest[fed], words, entries)
             fed += 1
 
-    def on_chunk_done(docs: list[str], results: list[tuple[Any, dict[str, str]]]) -> None:
+    def on_chunk_done(docs: list[str], results: list[tuple[Any, list[Any], dict[str, str]]]) -> None:
         done.update(zip(docs, results, strict=True))
         feed_in_order()
         next(progress)
@@ -98,38 +101,69 @@ def write_parallel(builder: Any, docnames: Sequence[str], nproc: int) -> None:
         return
     firstname, rest = docnames[0], list(docnames[1:])
     _write_docname(firstname, env=builder.env, builder=builder, tags=builder.tags)
-    tasks = ParallelTasks(nproc)
+    tasks = _first_failure_kept()(nproc)
     chunks = make_chunks(rest, nproc)
     progress = status_iterator(chunks, __("writing output... "), "darkgreen", len(chunks), builder.config.verbosity)
     builder.phase = BuildPhase.RESOLVING
     for chunk in chunks:
         tasks.add_task(write_process, chunk, on_chunk_done)
     tasks.join()
+    if tasks.failure is not None:  # a worker failed while a later chunk was being queued: Sphinx's add_task hid it
+        raise tasks.failure
     feed_in_order()
-    if fed != len(rest):  # every chunk answered or join raised: a page left unfed would be a bug here
+    if fed != len(rest):  # every chunk answered (else join or the kept failure raised): this would be a bug here
         raise RuntimeError(f"resolve_in_workers: {len(rest) - fed} page(s) written but not fed to the search index")
     logging.getLogger(__name__).info("")
 
 
-def indexed(builder: Any, docname: str, words: Any) -> None:
-    """Feed one page to ``builder``'s search index as ``write_doc_serialized`` does, with the words its worker
-    collected from the resolved page (``words``: an ``IndexBuilder._word_collector`` result).
+def _first_failure_kept() -> type:
+    """Sphinx's ``ParallelTasks``, keeping the first worker failure it reads.
 
-    A page marked ``nosearch`` (or ``no-search``) is fed as Sphinx feeds it, with no words; the page's index
-    entries (``index`` nodes, the same before and after resolving) are read from the page as stored."""
+    ``ParallelTasks.add_task`` reads the answers of running workers and, when one failed, stops them all and
+    carries on: the failure is lost unless ``join`` reads it. Sphinx queues one chunk at a time as its main
+    process resolves; here every chunk is queued at once, so a worker failing early would go unreported."""
+    from sphinx.util.parallel import ParallelTasks
+
+    class FirstFailureKept(ParallelTasks):  # type: ignore[misc]
+        def __init__(self, nproc: int) -> None:
+            super().__init__(nproc)
+            self.failure: BaseException | None = None
+
+        def _join_one(self) -> bool:
+            try:
+                return super()._join_one()
+            except Exception as exc:
+                if self.failure is None:
+                    self.failure = exc
+                raise
+
+    return FirstFailureKept
+
+
+def indexed(builder: Any, docname: str, words: Any, entries: list[Any]) -> None:
+    """Feed one page to ``builder``'s search index as ``write_doc_serialized`` does, with what its worker collected
+    from the resolved page: ``words`` (an ``IndexBuilder._word_collector`` result) and ``entries`` (each
+    ``index`` node's entries; resolving drops those under an ``only`` directive for another builder).
+
+    A page marked ``nosearch`` (or ``no-search``) is fed as Sphinx feeds it, with nothing."""
+    from sphinx import addnodes
+    from sphinx.util.docutils import new_document
+
     indexer = getattr(builder, "indexer", None)
     if indexer is None:
         return
-    doctree = builder.env.get_doctree(docname)
     title_node = builder.env.longtitles.get(docname)
     title = title_node.astext() if title_node else ""
+    page = new_document("")  # what feed reads of the page besides its words: its index entries
+    for entry in entries:
+        page += addnodes.index(entries=entry)
     metadata = builder.env.metadata.get(docname, {})
     if words is None or "no-search" in metadata or "nosearch" in metadata:
-        builder.index_page(docname, doctree, title)
+        builder.index_page(docname, page, title)
         return
     indexer._word_collector = lambda _doctree: words  # this page's words, resolved
     try:
-        builder.index_page(docname, doctree, title)
+        builder.index_page(docname, page, title)
     finally:
         del indexer._word_collector
 
@@ -169,7 +203,19 @@ def install(app: Any) -> bool:
             return
         if "tags" not in inspect.signature(app.env.get_and_resolve_doctree).parameters:
             return  # a Sphinx that resolves without the tags argument: its own method
-        if not all(hasattr(builder, a) for a in ("index_page", "post_process_images", "write_doc")):
+        from sphinx.builders import Builder
+        from sphinx.builders.html import StandaloneHTMLBuilder
+
+        mine = type(builder)
+        if not isinstance(builder, StandaloneHTMLBuilder) or any(  # a builder of its own: what it changed would be lost
+            getattr(mine, name, None) is not getattr(base, name, None)
+            for name, base in (
+                ("_write_parallel", Builder),
+                ("write_doc_serialized", StandaloneHTMLBuilder),
+                ("index_page", StandaloneHTMLBuilder),
+                ("post_process_images", StandaloneHTMLBuilder),
+            )
+        ):
             return
         from sphinx.search import IndexBuilder
 
