@@ -6,8 +6,9 @@
 #
 # Installs the wheelhouse and babel, builds the site once to warm the disk cache (not counted), then builds the
 # committed recording's site in render mode 2 x ROUNDS times, in ABBA order (sphinx, workers, workers, sphinx, ...):
-# Sphinx's own writing (CUDNN_GUIDE_RESOLVE_IN_MAIN=1) and the workers' (unset), each into a new folder. $OUT/site_ab.txt: each build's arm and its Sphinx process's seconds, with the host loop before and after
-# each; $OUT/site_ab_ARM_N.log: each build's output, every line with its time.
+# Sphinx's own writing (CUDNN_GUIDE_RESOLVE_IN_MAIN=1) and the workers' (unset), each into a new folder.
+# $OUT/site_ab.txt: each build's arm and its Sphinx process's seconds, with the host loop before and after each;
+# $OUT/site_ab_ARM_N.log: each build's output, every line with its time.
 rounds=${1:?usage: site_ab_call.sh ROUNDS}
 : "${OUT:?the device tool sets OUT}"
 h=$OUT/site_ab.txt

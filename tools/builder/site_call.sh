@@ -16,7 +16,7 @@ stamp installed
 python3 -m timeit -n 2000000 'sum(range(10))' >> "$h"
 stamp site0
 PYTHONPATH=docs/_ext:.:$PYTHONPATH CUDNN_GUIDE_DOCS_MODE=render python3 -m sphinx -W --keep-going -j auto -b html \
-  docs "/tmp/html_$name" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%3N)" "$l"; done \
+  docs "/tmp/html_$name" 2>&1 | while IFS= read -r l || [ -n "$l" ]; do printf '%s %s\n' "$(date +%s.%3N)" "$l"; done \
   > "$OUT/site_build_$name.log"
 echo "rc=${PIPESTATUS[0]}" >> "$h"
 stamp site1

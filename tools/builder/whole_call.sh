@@ -44,7 +44,7 @@ if [ "$merge_rc" -ne 0 ]; then
 fi
 stamp site0
 PYTHONPATH=docs/_ext:.:$PYTHONPATH CUDNN_GUIDE_DOCS_MODE=render python3 -m sphinx -W --keep-going -j auto -b html \
-  docs "/tmp/html_$name" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%3N)" "$l"; done \
+  docs "/tmp/html_$name" 2>&1 | while IFS= read -r l || [ -n "$l" ]; do printf '%s %s\n' "$(date +%s.%3N)" "$l"; done \
   > "$OUT/site_build_$name.log"
 site_rc=${PIPESTATUS[0]}
 echo "site rc=$site_rc" >> "$w"
